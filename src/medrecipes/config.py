@@ -1,0 +1,269 @@
+"""Recipe parsing: one YAML file plus command-line overrides into typed dataclasses.
+
+A recipe's keys are the fields of TRL's `ModelConfig`, of the trainer's config class and of
+`RecipeArguments` below. `parse_recipe` wraps TRL's `TrlParser` (which reads only
+`--config`) so that `python recipes/cpt.py recipes/x.yaml` works too, rejects unknown keys
+at every level with a did-you-mean line, turns nested entries into dataclasses, and computes
+the derived fields (token budget -> steps) once, for the actual world size.
+"""
+
+import dataclasses
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from transformers import TrainingArguments
+from trl import ModelConfig, TrlParser
+
+from medrecipes.errors import UserError, did_you_mean
+
+
+@dataclass
+class SourceConfig:
+    """One data source: a Hub id, a `datasets` builder (json, parquet, text, csv) or a local path."""
+
+    path: str
+    name: str | None = None
+    split: str = "train"
+    data_files: str | list[str] | None = None
+    data_dir: str | None = None
+    revision: str | None = None
+    text_field: str = "text"
+    format: str = "text"  # "text": a column of documents; "usmle": MCQ rows rendered as text
+    weight: float = 1.0
+
+
+@dataclass
+class MixtureConfig:
+    """Weighted sources interleaved with a fixed seed; a weight may exceed its share (upsampling)."""
+
+    sources: list[SourceConfig]
+    seed: int = 42
+    streaming: bool = False
+    stopping_strategy: str = "all_exhausted"
+
+
+@dataclass
+class RecipeArguments:
+    """What a recipe needs that TRL's ModelConfig and the trainer's config class lack."""
+
+    dataset_mixture: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Training data: {seed, streaming, sources: [{path, weight, ...}]}."}
+    )
+    eval_sets: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Named evaluation sets {name: source}; each logs eval_<name>_loss."}
+    )
+    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+    init_from_scratch: bool = field(default=False, metadata={"help": "Random weights from `architecture`."})
+    architecture: str | None = field(default=None, metadata={"help": "Scratch preset: tiny ... xlarge."})
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "Tokenizer when it differs from the model (always set for scratch)."}
+    )
+    total_tokens: int | None = field(default=None, metadata={"help": "Token budget; sets max_steps."})
+    global_batch_tokens: int | None = field(
+        default=None, metadata={"help": "Tokens per optimizer step over all devices; sets grad accumulation."}
+    )
+    warmup_tokens: int | None = field(default=None, metadata={"help": "Warmup in tokens; sets warmup_steps."})
+    min_lr: float | None = field(default=None, metadata={"help": "Cosine floor; selects cosine_with_min_lr."})
+    keep_best_checkpoints: int | None = field(
+        default=None, metadata={"help": "Keep the best K checkpoints by metric_for_best_model, plus the last."}
+    )
+
+    def __post_init__(self):
+        # Filled by parse_recipe from the raw dicts above, after key checks.
+        self.mixture: MixtureConfig | None = None
+        self.eval_sources: dict[str, SourceConfig] = {}
+        self.derived: dict[str, Any] = {}
+
+
+@dataclass
+class CPTConfig(TrainingArguments):
+    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults."""
+
+    max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
+    # None means: bf16 and tf32 wherever the device supports them.
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
+    tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, none."})
+
+    def __post_init__(self):
+        import torch
+
+        if self.bf16 is None:
+            self.bf16 = not self.use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if self.tf32 is None:
+            self.tf32 = not self.use_cpu and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+        super().__post_init__()
+
+
+# The dataclasses of each recipe script, in the order the script's main() receives them.
+METHODS = {"cpt": (RecipeArguments, CPTConfig, ModelConfig)}
+
+
+class RecipeParser(TrlParser):
+    """TrlParser that also takes the YAML as a positional argument and fails in one line."""
+
+    def error(self, message):  # argparse calls this for bad values and types
+        raise UserError(message)
+
+    def parse_recipe(self, argv: list[str] | None = None):
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if argv and not argv[0].startswith("-"):
+            argv = ["--config", *argv]
+        path = argv[argv.index("--config") + 1] if "--config" in argv else None
+        if path is not None:
+            self._check_yaml_keys(path)
+        *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
+        unknown = [arg for arg in remaining if arg.startswith("--")]
+        if remaining:
+            name = (unknown or remaining)[0].lstrip("-").split("=")[0]
+            raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
+        return outputs, path
+
+    def _keys(self) -> list[str]:
+        return [f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.init]
+
+    def _check_yaml_keys(self, path: str) -> None:
+        if not os.path.isfile(path):
+            raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: a recipe must be a mapping of keys to values")
+        valid = set(self._keys()) | {"env"}
+        for key in data:
+            if key not in valid:
+                raise UserError(f"{path}: unknown key '{key}'{did_you_mean(key, valid)}")
+
+
+def build_dataclass(cls, data: Any, where: str):
+    """`cls(**data)` with unknown and missing keys reported as one line naming `where`."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: expected a mapping of keys to values, got {data!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, names)}")
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data
+    ]
+    if missing:
+        raise UserError(f"{where}: missing key '{missing[0]}'")
+    return cls(**data)
+
+
+def _resolve_data(recipe: RecipeArguments, path: str) -> None:
+    if recipe.dataset_mixture is not None:
+        where = f"{path}: dataset_mixture"
+        mixture = dict(recipe.dataset_mixture)
+        sources = mixture.get("sources")
+        if not isinstance(sources, list) or not sources:
+            raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
+        mixture["sources"] = [
+            build_dataclass(SourceConfig, s, f"{where}.sources[{i}]") for i, s in enumerate(sources)
+        ]
+        recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
+        for i, source in enumerate(recipe.mixture.sources):
+            if source.weight <= 0:
+                raise UserError(f"{where}.sources[{i}]: weight must be positive, got {source.weight}")
+        if recipe.mixture.stopping_strategy not in ("all_exhausted", "first_exhausted"):
+            raise UserError(f"{where}: stopping_strategy must be all_exhausted or first_exhausted")
+    for name, source in (recipe.eval_sets or {}).items():
+        recipe.eval_sources[name] = build_dataclass(SourceConfig, source, f"{path}: eval_sets.{name}")
+    for where, source in [("dataset_mixture", s) for s in (recipe.mixture.sources if recipe.mixture else [])] + [
+        (f"eval_sets.{n}", s) for n, s in recipe.eval_sources.items()
+    ]:
+        if source.format not in ("text", "usmle"):
+            raise UserError(f"{path}: {where}: format must be 'text' or 'usmle', got '{source.format}'")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_token_budget(
+    recipe: RecipeArguments, args: TrainingArguments, path: str, world_size: int | None = None
+) -> dict[str, Any]:
+    """Turn token counts into max_steps, gradient_accumulation_steps and warmup_steps.
+
+    `world_size` defaults to this launch's; `medrecipes plan` passes the one it plans for.
+    Returns the derived fields (also set on `args`) so that callers can log them.
+    """
+    derived: dict[str, Any] = {}
+    if recipe.min_lr is not None:
+        args.lr_scheduler_type = "cosine_with_min_lr"
+        args.lr_scheduler_kwargs = {**(args.lr_scheduler_kwargs or {}), "min_lr": recipe.min_lr}
+        derived["lr_scheduler_type"] = args.lr_scheduler_type
+    budget = (recipe.total_tokens, recipe.global_batch_tokens, recipe.warmup_tokens)
+    if all(v is None for v in budget):
+        return derived
+    if recipe.global_batch_tokens is None:
+        raise UserError(f"{path}: total_tokens and warmup_tokens need global_batch_tokens")
+    world = world_size or args.world_size
+    micro = args.per_device_train_batch_size * args.max_length
+    per_step = micro * world
+    if recipe.global_batch_tokens % per_step:
+        candidates = [per_step * k for k in (1, 2, 4, 8) if per_step * k != recipe.global_batch_tokens]
+        fitting = recipe.global_batch_tokens // micro if recipe.global_batch_tokens % micro == 0 else 0
+        worlds = _divisors(fitting) if fitting else []
+        hint = f" or run on {', '.join(map(str, worlds[:6]))} processes" if worlds else ""
+        raise UserError(
+            f"{path}: global_batch_tokens {recipe.global_batch_tokens} is not a multiple of "
+            f"per_device_train_batch_size x max_length x processes = {args.per_device_train_batch_size} x "
+            f"{args.max_length} x {world} = {per_step}; use a multiple such as "
+            f"{', '.join(map(str, candidates[:3]))}{hint}"
+        )
+    args.gradient_accumulation_steps = recipe.global_batch_tokens // per_step
+    derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+    if recipe.total_tokens is not None:
+        # A budget rarely divides into whole steps; round up and say how many tokens that is.
+        args.max_steps = math.ceil(recipe.total_tokens / recipe.global_batch_tokens)
+        derived["max_steps"] = args.max_steps
+        derived["tokens_trained"] = args.max_steps * recipe.global_batch_tokens
+    if recipe.warmup_tokens is not None:
+        args.warmup_steps = max(1, round(recipe.warmup_tokens / recipe.global_batch_tokens))
+        derived["warmup_steps"] = args.warmup_steps
+    return derived
+
+
+def _resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+    # With several named eval sets there is no plain eval_loss: rank by the first set's loss.
+    if recipe.eval_sources and args.metric_for_best_model in (None, "loss", "eval_loss"):
+        first = next(iter(recipe.eval_sources))
+        args.metric_for_best_model = f"eval_{first}_loss"
+        args.greater_is_better = False
+    if recipe.keep_best_checkpoints is not None:
+        if recipe.keep_best_checkpoints < 1:
+            raise UserError(f"{path}: keep_best_checkpoints must be at least 1")
+        if args.save_total_limit is not None:
+            raise UserError(f"{path}: set keep_best_checkpoints or save_total_limit, not both")
+        if not recipe.eval_sources:
+            raise UserError(f"{path}: keep_best_checkpoints ranks by eval loss; add eval_sets")
+
+
+def parse_recipe(method: str, argv: list[str] | None = None):
+    """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order."""
+    parser = RecipeParser(METHODS[method])
+    try:
+        outputs, path = parser.parse_recipe(argv)
+    except (TypeError, ValueError) as err:  # a dataclass __post_init__ refusing a value
+        raise UserError(f"recipe: {str(err).splitlines()[0]}") from None
+    path = path or "command line"
+    recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
+    args = next(o for o in outputs if isinstance(o, TrainingArguments))
+    _resolve_data(recipe, path)
+    if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
+        raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
+    derived = resolve_token_budget(recipe, args, path)
+    _resolve_best_metric(recipe, args, path)
+    recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
+    return tuple(outputs)

@@ -1,0 +1,37 @@
+"""The one exception type for mistakes a user can fix.
+
+A `UserError` carries a single line that names the file, key or row, what is wrong and
+what to do. The recipe scripts and the `medrecipes` command print it and exit with code 2,
+without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+import sys
+from collections.abc import Callable, Iterable
+from difflib import get_close_matches
+from functools import wraps
+
+
+class UserError(Exception):
+    """A mistake in a recipe, a command line or an input file, explained in one line."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest valid names, or '' when none is close."""
+    close = get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def exit_on_user_error(main: Callable) -> Callable:
+    """Run `main`; turn a UserError into its one line on stderr and exit code 2."""
+
+    @wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper

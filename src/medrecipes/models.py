@@ -1,0 +1,179 @@
+"""Load a model and tokenizer from a Hub id, a local directory or a local .gguf file, or
+build a model from scratch from a named architecture preset.
+
+Scratch presets follow the "Pure Transformer" table. They are Llama-style decoders
+(RMSNorm, SwiGLU MLP, RoPE, full multi-head attention with 64-dimensional heads) with tied
+input/output embeddings and a 49,152-token vocabulary (the SmolLM2 tokenizer's size, a
+common choice for small English models). The MLP width of each preset is the multiple of
+128 that brings the total closest to the table's stated size; `medrecipes plan` prints the
+exact counts, and docs/architectures.md lists them beside the stated totals.
+"""
+
+import json
+import logging
+import os
+from importlib import resources
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+from medrecipes.errors import UserError, did_you_mean
+
+logger = logging.getLogger(__name__)
+
+PRESET_VOCAB_SIZE = 49152
+# name: (layers, hidden size, MLP width, stated total in the table)
+PRESETS = {
+    "tiny": (12, 512, 2560, "85M"),
+    "small": (16, 768, 2816, "178M"),
+    "medium": (24, 1024, 3072, "374M"),
+    "medium-large": (20, 1152, 3456, "401M"),
+    "large": (24, 1536, 4096, "763M"),
+    "xlarge": (32, 1920, 4864, "1.46B"),
+}
+
+
+def packaged_config(name: str):
+    """A config shipped in medrecipes/architectures (a Hub id with '/' as '--', or a name), or None."""
+    path = resources.files("medrecipes") / "architectures" / (name.replace("/", "--") + ".json")
+    if not path.is_file():
+        return None
+    values = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+def scratch_config(name: str, vocab_size: int | None = None, **ids):
+    """The config of a scratch architecture: a preset, a packaged config (e.g. gpt2-1b) or a
+    config.json path; the tokenizer's `vocab_size` and bos/eos/pad `ids` are set on it when given."""
+    if name in PRESETS:
+        return preset_config(name, vocab_size or PRESET_VOCAB_SIZE, **ids)
+    config = packaged_config(name)
+    if config is None and os.path.exists(name):
+        config = AutoConfig.from_pretrained(name)
+    if config is None:
+        choices = [*PRESETS, *(p.name.removesuffix(".json") for p in (resources.files("medrecipes") / "architectures").iterdir())]
+        raise UserError(
+            f"architecture: unknown architecture '{name}'{did_you_mean(name, choices)}; "
+            f"a preset ({', '.join(PRESETS)}), a packaged config or a config.json path"
+        )
+    for key, value in {"vocab_size": vocab_size, **ids}.items():
+        if value is not None:
+            setattr(config, key, value)
+    return config
+
+
+def preset_config(name: str, vocab_size: int = PRESET_VOCAB_SIZE, max_position_embeddings: int = 2048, **ids):
+    """The LlamaConfig of a scratch preset; `ids` are the tokenizer's bos/eos/pad token ids."""
+    if name not in PRESETS:
+        raise UserError(f"architecture: unknown preset '{name}'{did_you_mean(name, PRESETS)}; one of {', '.join(PRESETS)}")
+    layers, hidden, mlp, _ = PRESETS[name]
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        **{k: v for k, v in ids.items() if v is not None},
+    )
+
+
+def split_gguf(path: str) -> tuple[str, dict]:
+    """A local .gguf file loads from its folder with `gguf_file=`; anything else loads as is."""
+    if path.endswith(".gguf"):
+        if not os.path.isfile(path):
+            raise UserError(f"model: no such file {path}")
+        return str(Path(path).parent), {"gguf_file": Path(path).name}
+    return path, {}
+
+
+def resolve_dtype(name: str | None) -> torch.dtype | str:
+    """'auto' (the checkpoint's dtype) unless the recipe names one."""
+    if name in (None, "auto"):
+        return "auto"
+    if not isinstance(getattr(torch, name, None), torch.dtype):
+        raise UserError(f"dtype: unknown dtype '{name}'; use bfloat16, float16, float32 or auto")
+    return getattr(torch, name)
+
+
+def resolve_attention(requested: str | None) -> str:
+    """flash_attention_2 when it is importable on CUDA, else PyTorch's sdpa, unless the recipe says."""
+    if requested:
+        return requested
+    if torch.cuda.is_available():
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None):
+    source, kwargs = split_gguf(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
+    except OSError as err:
+        raise UserError(f"tokenizer: cannot load '{name_or_path}' ({str(err).splitlines()[0]})") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = False):
+    """The model a recipe asks for: pretrained (CPT, SFT) or from a scratch preset."""
+    dtype = resolve_dtype(model_args.dtype)
+    attention = resolve_attention(model_args.attn_implementation)
+    if recipe.init_from_scratch:
+        config = scratch_config(
+            recipe.architecture,
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.float32 if dtype == "auto" else dtype, attn_implementation=attention
+        )
+        origin = f"scratch architecture '{recipe.architecture}'"
+    else:
+        source, kwargs = split_gguf(model_args.model_name_or_path)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                source, revision=model_args.model_revision, dtype=dtype, attn_implementation=attention, **kwargs
+            )
+        except OSError as err:
+            raise UserError(
+                f"model_name_or_path: cannot load '{model_args.model_name_or_path}' ({str(err).splitlines()[0]})"
+            ) from None
+        origin = model_args.model_name_or_path
+    if activation_checkpointing:
+        model.config.use_cache = False
+    # Under ZeRO-3 each parameter is a partitioned placeholder; ds_numel is its full size.
+    count = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    logger.info(
+        "model %s: %s parameters, dtype %s, attention %s",
+        origin,
+        f"{count:,}",
+        next(model.parameters()).dtype,
+        attention,
+    )
+    return model
+
+
+def load_config(name_or_path: str):
+    """The model config without weights (for planning): a packaged copy first, so that the
+    recipes' Hub models can be planned offline, then the Hub or a local path."""
+    packaged = packaged_config(name_or_path)
+    if packaged is not None:
+        return packaged
+    source, kwargs = split_gguf(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(source, **kwargs)
+    except OSError as err:
+        raise UserError(f"model: cannot read the config of '{name_or_path}' ({str(err).splitlines()[0]})") from None

@@ -1,0 +1,104 @@
+"""Tiny random models with a locally trained tokenizer, for tests and the demo.
+
+Nothing here touches a hub: the tokenizer is a byte-level BPE trained by `tokenizers` on
+local text files, with BOS/EOS/pad tokens and a ChatML chat template; the model is a
+2-layer random network of the requested architecture family. Both are saved with
+`save_pretrained`, so every loading path of the recipes is exercised on a local folder.
+"""
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
+
+from medrecipes.errors import UserError
+
+SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gemma3_text": Gemma3TextConfig}
+
+
+def chat_template(name: str = "chatml") -> str:
+    """A chat template shipped with the package (templates/<name>.jinja)."""
+    path = resources.files("medrecipes") / "templates" / f"{name}.jinja"
+    if not path.is_file():
+        raise UserError(f"chat template '{name}': no file templates/{name}.jinja in the package")
+    return path.read_text()
+
+
+def _read_texts(corpus: list[str]):
+    for path in corpus:
+        with open(path) as f:
+            for line in f:
+                if path.endswith(".jsonl"):
+                    row = json.loads(line)
+                    yield " ".join(str(v) for v in row.values() if isinstance(v, str))
+                else:
+                    yield line
+
+
+def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on `corpus` (text or JSONL files)."""
+    missing = [p for p in corpus if not os.path.isfile(p)]
+    if missing:
+        raise UserError(f"tiny-model: corpus file {missing[0]} does not exist; pass --corpus FILE")
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(_read_texts(corpus), trainer=trainer)
+    bos = backend.token_to_id("<|bos|>")
+    backend.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", bos)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|bos|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        chat_template=chat_template("chatml"),
+        model_max_length=2048,
+    )
+
+
+def tiny_config(arch: str, tokenizer, hidden_size: int = 64, num_layers: int = 2):
+    if arch not in ARCHITECTURES:
+        raise UserError(f"tiny-model: unknown --arch '{arch}'; one of {', '.join(ARCHITECTURES)}")
+    extra = {"head_dim": 16, "sliding_window": 64} if arch == "gemma3_text" else {}
+    return ARCHITECTURES[arch](
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        **extra,
+    )
+
+
+def build_tiny_model(out_dir: str, corpus: list[str], arch: str = "llama", vocab_size: int = 1024, seed: int = 0):
+    """Save a random 2-layer `arch` model and its tokenizer to `out_dir`; returns the path."""
+    import torch
+
+    tokenizer = train_tokenizer(corpus, vocab_size)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, tokenizer))
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
