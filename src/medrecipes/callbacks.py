@@ -28,9 +28,7 @@ class KeepBestCheckpoints(TrainerCallback):
         metric = args.metric_for_best_model
         metric = metric if metric.startswith("eval_") else f"eval_{metric}"
         scores = {entry["step"]: entry[metric] for entry in state.log_history if metric in entry}
-        steps = sorted(
-            int(m.group(1)) for name in os.listdir(args.output_dir) if (m := CHECKPOINT.match(name))
-        )
+        steps = sorted(int(m.group(1)) for name in os.listdir(args.output_dir) if (m := CHECKPOINT.match(name)))
         if not steps:
             return
         ranked = sorted((s for s in steps if s in scores), key=scores.get, reverse=args.greater_is_better)

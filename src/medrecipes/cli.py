@@ -1,8 +1,8 @@
 """The `medrecipes` command: validate a recipe, plan a run, build a tiny model.
 
-    medrecipes validate recipes/gemma3_4b.yaml
-    medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
-    medrecipes tiny-model /tmp/tiny --arch llama
+medrecipes validate recipes/gemma3_4b.yaml
+medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
+medrecipes tiny-model /tmp/tiny --arch llama
 """
 
 import argparse

@@ -107,8 +107,23 @@ METHODS = {"cpt": (RecipeArguments, CPTConfig, ModelConfig)}
 class RecipeParser(TrlParser):
     """TrlParser that also takes the YAML as a positional argument and fails in one line."""
 
+    def __init__(self, dataclass_types):
+        # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
+        super().__init__(dataclass_types, allow_abbrev=False)
+        self.recipe_path = "command line"
+
     def error(self, message):  # argparse calls this for bad values and types
-        raise UserError(message)
+        raise UserError(f"{self.recipe_path}: {message}")
+
+    def set_defaults_with_config(self, **config):
+        # YAML reads 11e9 as a string, and argparse's int() refuses it; a whole number is meant.
+        int_fields = {
+            f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
+        }
+        for key, value in config.items():
+            if key in int_fields and isinstance(value, str | float) and _is_whole_number(value):
+                config[key] = int(float(value))
+        return super().set_defaults_with_config(**config)
 
     def parse_recipe(self, argv: list[str] | None = None):
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -116,6 +131,7 @@ class RecipeParser(TrlParser):
             argv = ["--config", *argv]
         path = argv[argv.index("--config") + 1] if "--config" in argv else None
         if path is not None:
+            self.recipe_path = path
             self._check_yaml_keys(path)
         *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
         unknown = [arg for arg in remaining if arg.startswith("--")]
@@ -143,6 +159,13 @@ class RecipeParser(TrlParser):
                 raise UserError(f"{path}: unknown key '{key}'{did_you_mean(key, valid)}")
 
 
+def _is_whole_number(value) -> bool:
+    try:
+        return float(value).is_integer()
+    except ValueError:
+        return False
+
+
 def build_dataclass(cls, data: Any, where: str):
     """`cls(**data)` with unknown and missing keys reported as one line naming `where`."""
     if not isinstance(data, dict):
@@ -168,9 +191,7 @@ def _resolve_data(recipe: RecipeArguments, path: str) -> None:
         sources = mixture.get("sources")
         if not isinstance(sources, list) or not sources:
             raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
-        mixture["sources"] = [
-            build_dataclass(SourceConfig, s, f"{where}.sources[{i}]") for i, s in enumerate(sources)
-        ]
+        mixture["sources"] = [build_dataclass(SourceConfig, s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
         for i, source in enumerate(recipe.mixture.sources):
             if source.weight <= 0:

@@ -52,7 +52,10 @@ def scratch_config(name: str, vocab_size: int | None = None, **ids):
     if config is None and os.path.exists(name):
         config = AutoConfig.from_pretrained(name)
     if config is None:
-        choices = [*PRESETS, *(p.name.removesuffix(".json") for p in (resources.files("medrecipes") / "architectures").iterdir())]
+        choices = [
+            *PRESETS,
+            *(p.name.removesuffix(".json") for p in (resources.files("medrecipes") / "architectures").iterdir()),
+        ]
         raise UserError(
             f"architecture: unknown architecture '{name}'{did_you_mean(name, choices)}; "
             f"a preset ({', '.join(PRESETS)}), a packaged config or a config.json path"
@@ -66,7 +69,9 @@ def scratch_config(name: str, vocab_size: int | None = None, **ids):
 def preset_config(name: str, vocab_size: int = PRESET_VOCAB_SIZE, max_position_embeddings: int = 2048, **ids):
     """The LlamaConfig of a scratch preset; `ids` are the tokenizer's bos/eos/pad token ids."""
     if name not in PRESETS:
-        raise UserError(f"architecture: unknown preset '{name}'{did_you_mean(name, PRESETS)}; one of {', '.join(PRESETS)}")
+        raise UserError(
+            f"architecture: unknown preset '{name}'{did_you_mean(name, PRESETS)}; one of {', '.join(PRESETS)}"
+        )
     layers, hidden, mlp, _ = PRESETS[name]
     return LlamaConfig(
         vocab_size=vocab_size,

@@ -69,7 +69,8 @@ def model_shape(config) -> ModelShape:
         num_parameters=model.num_parameters(),
         hidden_size=config.hidden_size,
         # GPT-2 names its MLP width n_inner, None meaning 4 x hidden.
-        intermediate_size=getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
+        intermediate_size=getattr(config, "intermediate_size", None)
+        or getattr(config, "n_inner", None)
         or 4 * config.hidden_size,
         num_layers=config.num_hidden_layers,
         vocab_size=config.vocab_size,
@@ -96,14 +97,23 @@ def memory_per_device(shape: ModelShape, num_devices: int, batch: int, seq: int,
     return estimate
 
 
-def plan(recipe, training_args, model_args, path: str, num_gpus: int = 1, gpu: str = "h100-80gb",
-         dataset_sequences: int | None = None) -> dict:
+def plan(
+    recipe,
+    training_args,
+    model_args,
+    path: str,
+    num_gpus: int = 1,
+    gpu: str = "h100-80gb",
+    dataset_sequences: int | None = None,
+) -> dict:
     """Sequences and tokens per step, steps, tokens seen, parameters and memory for `num_gpus` devices."""
     if gpu not in GPUS:
         raise UserError(f"plan: unknown --gpu '{gpu}'{did_you_mean(gpu, GPUS)}; one of {', '.join(GPUS)}")
     resolve_token_budget(recipe, training_args, path, world_size=num_gpus)
     seq = training_args.max_length
-    sequences_per_step = training_args.per_device_train_batch_size * num_gpus * training_args.gradient_accumulation_steps
+    sequences_per_step = (
+        training_args.per_device_train_batch_size * num_gpus * training_args.gradient_accumulation_steps
+    )
     tokens_per_step = sequences_per_step * seq
     steps_per_epoch = dataset_sequences / sequences_per_step if dataset_sequences else None
     if training_args.max_steps > 0:
@@ -141,6 +151,7 @@ def plan(recipe, training_args, model_args, path: str, num_gpus: int = 1, gpu: s
 
 def format_plan(result: dict) -> str:
     """The plan as the lines `medrecipes plan` prints."""
+
     def num(value, spec=","):
         return "unknown (pass --dataset-sequences)" if value is None else format(value, spec)
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from datasets import Dataset, Features, List, Value, concatenate_datasets, load_dataset
 
+from medrecipes.data.sources import looks_local
 from medrecipes.errors import UserError, did_you_mean
 
 LETTERS = "ABCDEFGHIJ"
@@ -111,8 +112,7 @@ def _gold(letter: Any, options: list[str], where: Where) -> str | None:
     allowed = LETTERS[: len(options)]
     if len(gold) != 1 or gold not in allowed:
         raise UserError(
-            f"{where}: answer {letter!r} is not one of the option letters {allowed}; "
-            "fix the answer or the options"
+            f"{where}: answer {letter!r} is not one of the option letters {allowed}; fix the answer or the options"
         )
     return gold
 
@@ -123,8 +123,7 @@ def _index_gold(index: Any, options: list[str], where: Where, base: int = 0) -> 
     position = int(index) - base if str(index).strip().isdigit() else -1
     if not 0 <= position < len(options):
         raise UserError(
-            f"{where}: answer index {index!r} does not name one of the {len(options)} options; "
-            "fix the answer index"
+            f"{where}: answer index {index!r} does not name one of the {len(options)} options; fix the answer index"
         )
     return LETTERS[position]
 
@@ -200,10 +199,7 @@ def _from_pubmedqa(row: Row, where: Where, **_: Any) -> Row:
     _require({"QUESTION": question, **row}, ["QUESTION", "final_decision"], "pubmedqa", where)
     decision = _text(row["final_decision"]).lower()
     if decision not in PUBMEDQA_OPTIONS:
-        raise UserError(
-            f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; "
-            "fix the row"
-        )
+        raise UserError(f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; fix the row")
     contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
     context = "\n\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
     answer = LETTERS[PUBMEDQA_OPTIONS.index(decision)]
@@ -348,14 +344,6 @@ def _normalise(raw: Dataset, fmt: str, source: str, id_prefix: str, subject: str
     )
 
 
-def _looks_local(source: str) -> bool:
-    """A Hub id is "name" or "org/name"; anything else path-like is meant as a local path."""
-    if source.endswith(FILE_SUFFIXES) or source.startswith((os.sep, ".", "~")):
-        return True
-    parts = source.split(os.sep)
-    return len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
-
-
 def _files_in(directory: Path, split: str | None) -> list[Path]:
     splits = [s for s in MMLU_SPLITS if (directory / s).is_dir()]
     if splits:
@@ -368,9 +356,7 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
         directory = directory / chosen
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in FILE_SUFFIXES)
     if not files:
-        raise UserError(
-            f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files; point source= at MCQ data"
-        )
+        raise UserError(f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files; point source= at MCQ data")
     return files
 
 
@@ -390,8 +376,7 @@ def _load_hub(source: str, fmt: str, split: str | None) -> Dataset:
     except Exception as err:  # the Hub client raises many types for "cannot get this"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
-            f"{source}: not a local path and not a loadable Hub dataset ({reason}); "
-            "check the path or the dataset id"
+            f"{source}: not a local path and not a loadable Hub dataset ({reason}); check the path or the dataset id"
         ) from err
     return _normalise(raw, fmt, source, source.replace("/", "_"))
 
@@ -423,19 +408,15 @@ def load_mcq(
     """
     if format != "auto" and format not in _FORMATS:
         raise UserError(
-            f"format '{format}' is unknown{did_you_mean(format, FORMATS)}; "
-            f"use auto or one of {', '.join(FORMATS)}"
+            f"format '{format}' is unknown{did_you_mean(format, FORMATS)}; use auto or one of {', '.join(FORMATS)}"
         )
     name = os.fspath(source)
     path = Path(name).expanduser()
     if path.exists():
         if path.is_file() and path.suffix not in FILE_SUFFIXES:
-            raise UserError(
-                f"{name}: unsupported file type '{path.suffix}'; "
-                f"use one of {', '.join(FILE_SUFFIXES)}"
-            )
+            raise UserError(f"{name}: unsupported file type '{path.suffix}'; use one of {', '.join(FILE_SUFFIXES)}")
         ds = _load_path(path, format, split)
-    elif _looks_local(name):
+    elif looks_local(name):
         raise UserError(f"{name}: no such file or directory; check the path")
     else:
         ds = _load_hub(name, format, split)
@@ -466,9 +447,7 @@ def _instruction(row: Row, chain_of_thought: bool) -> str:
     return f"Answer with the letter of the correct option ({letters}) only."
 
 
-def chat_messages(
-    row: Row, system_prompt: str | None = None, chain_of_thought: bool = False
-) -> list[dict[str, str]]:
+def chat_messages(row: Row, system_prompt: str | None = None, chain_of_thought: bool = False) -> list[dict[str, str]]:
     """Chat messages asking the question: an optional system turn and one user turn."""
     context = f"Context: {row['context']}\n\n" if row.get("context") else ""
     instruction = _instruction(row, chain_of_thought)
@@ -510,9 +489,7 @@ def pretraining_text(row: Row) -> str:
 # markdown, or lower case followed by punctuation/end ("is (c)", "is c."). "A or B" is a hedge,
 # not an answer, so a letter followed by "or X" / "/X" is not a candidate.
 _HEDGE = r"(?![)\]*_]*\s*(?:or|/)\s*[(\[]?[A-Ja-j]\b)"
-_LETTER = (
-    r"[*_]*\s*(?:[(\[]([A-Ja-j])[)\]]|([A-J])(?![\w'-])|([a-j])(?=[*_]*\s*(?:[.):,;!]|$)))" + _HEDGE
-)
+_LETTER = r"[*_]*\s*(?:[(\[]([A-Ja-j])[)\]]|([A-J])(?![\w'-])|([a-j])(?=[*_]*\s*(?:[.):,;!]|$)))" + _HEDGE
 _SEP = r"[\s*_]*(?:[:=]|\bis\b|\bwould be\b|\bshould be\b|\bwill be\b)[\s*_:]*"
 
 _FINAL_PATTERNS = [
@@ -521,12 +498,9 @@ _FINAL_PATTERNS = [
 ]
 _EXPLICIT_PATTERNS = [
     re.compile(r"(?i:\banswer)" + _SEP + _LETTER, re.M),
+    re.compile(r"(?i:\b(?:correct|right|best)\s+(?:option|choice|response))" + _SEP + _LETTER, re.M),
     re.compile(
-        r"(?i:\b(?:correct|right|best)\s+(?:option|choice|response))" + _SEP + _LETTER, re.M
-    ),
-    re.compile(
-        r"(?i:\b(?:it'?s|it\s+is|i\s+(?:would\s+|'d\s+)?(?:choose|pick|select|go\s+with)))\s+"
-        + _LETTER,
+        r"(?i:\b(?:it'?s|it\s+is|i\s+(?:would\s+|'d\s+)?(?:choose|pick|select|go\s+with)))\s+" + _LETTER,
         re.M,
     ),
 ]
@@ -568,9 +542,7 @@ def _letter_from_option_text(text: str, options: list[str] | dict) -> str | None
     )
 
 
-def extract_answer(
-    text: str | None, letters: str = "ABCD", options: list[str] | dict | None = None
-) -> str | None:
+def extract_answer(text: str | None, letters: str = "ABCD", options: list[str] | dict | None = None) -> str | None:
     """The answer letter a model gave in `text`, or None when there is none or it is ambiguous.
 
     Tiers, most explicit first; the first tier that finds any letter decides, and it gives

@@ -15,26 +15,30 @@ from medrecipes.errors import UserError
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
 
 
-def _looks_local(path: str) -> bool:
-    return os.path.exists(path) or path.startswith((".", "/", "~")) or os.path.splitext(path)[1] in BUILDERS
+def looks_local(path: str) -> bool:
+    """A Hub id is "name" or "org/name"; anything else path-like is meant as a local path."""
+    if os.path.splitext(path)[1] in BUILDERS or path.startswith((os.sep, ".", "~")):
+        return True
+    parts = path.split(os.sep)
+    return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
 def _load_documents(source: SourceConfig, streaming: bool):
     path, data_files = source.path, source.data_files
-    if _looks_local(path):
+    if looks_local(path) or os.path.exists(path):
         if not os.path.exists(path):
             raise UserError(f"source '{path}': no such file or directory")
-        files = [path] if os.path.isfile(path) else sorted(
-            os.path.join(root, name) for root, _, names in os.walk(path) for name in names
-            if os.path.splitext(name)[1] in BUILDERS
-        )
-        if not files:
-            raise UserError(f"source '{path}': no .json, .jsonl, .parquet, .txt or .csv files in it")
-        path, data_files = BUILDERS[os.path.splitext(files[0])[1]], files
-    if data_files is not None:
-        missing = [f for f in ([data_files] if isinstance(data_files, str) else data_files) if "*" not in f and not os.path.exists(f) and "://" not in f]
-        if missing:
-            raise UserError(f"source '{source.path}': data file {missing[0]} does not exist")
+        if os.path.isfile(path):
+            ext = os.path.splitext(path)[1]
+            if ext not in BUILDERS:
+                raise UserError(f"source '{path}': unsupported file type; use {', '.join(BUILDERS)}")
+            path, data_files = BUILDERS[ext], [path]
+        # A directory goes to `datasets` as is: it maps train/test/validation files to splits.
+        elif not any(os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names):
+            raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
+    for file in [data_files] if isinstance(data_files, str) else data_files or []:
+        if "*" not in file and "://" not in file and not os.path.exists(file):
+            raise UserError(f"source '{source.path}': data file {file} does not exist")
     try:
         return datasets.load_dataset(
             path,
@@ -54,7 +58,10 @@ def load_source(source: SourceConfig, streaming: bool = False):
     if source.format == "usmle":
         from medrecipes import usmle
 
-        rows = usmle.load_mcq(source.data_files or source.path, split=source.split)
+        files = source.data_files or source.path
+        rows = datasets.concatenate_datasets(
+            [usmle.load_mcq(f, split=source.split) for f in ([files] if isinstance(files, str) else files)]
+        )
         documents = rows.map(lambda row: {"text": usmle.pretraining_text(row)}, remove_columns=rows.column_names)
         return documents.to_iterable_dataset() if streaming else documents
     documents = _load_documents(source, streaming)

@@ -1,0 +1,88 @@
+"""Continued pretraining (CPT) of a causal LM on medical text, or pretraining from scratch.
+
+Usage:
+
+    python recipes/cpt.py recipes/tiny_cpt.yaml
+    accelerate launch --config_file accelerate_configs/zero3.yaml recipes/cpt.py recipes/gemma3_4b.yaml
+    python recipes/cpt.py recipes/gemma3_4b.yaml --learning_rate 1e-5      # overrides the YAML
+
+The recipe's `dataset_mixture` is tokenised with EOS between documents and packed into
+blocks of `max_length` tokens; each entry of `eval_sets` is reported as its own
+`eval_<name>_loss` and `eval_<name>_perplexity`. A run whose `output_dir` already holds a
+checkpoint resumes from the last one. The final model and tokenizer go to `output_dir/final`.
+"""
+
+import os
+
+from transformers import set_seed
+from transformers.trainer_utils import get_last_checkpoint
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+from medrecipes.callbacks import KeepBestCheckpoints
+from medrecipes.config import parse_recipe
+from medrecipes.data import pretraining_data
+from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.logs import setup_logging
+from medrecipes.models import load_model, load_tokenizer
+from medrecipes.trainer import CausalLMTrainer, eval_loss_summary
+
+
+def main(recipe, training_args, model_args):
+    logger = setup_logging(training_args, recipe)
+    set_seed(training_args.seed)
+
+    last_checkpoint = None
+    if os.path.isdir(training_args.output_dir):
+        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+    if last_checkpoint is not None:
+        logger.info("resuming from %s", last_checkpoint)
+
+    tokenizer = load_tokenizer(
+        recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision
+    )
+    with training_args.main_process_first(desc="tokenising and packing"):
+        train_dataset, eval_datasets = pretraining_data(recipe, tokenizer, training_args.max_length)
+    if recipe.mixture.streaming and training_args.max_steps <= 0:
+        raise UserError("recipe: a streaming mixture has no length; set max_steps or total_tokens")
+    if not eval_datasets and training_args.eval_strategy != "no":
+        raise UserError(f"recipe: eval_strategy is '{training_args.eval_strategy}' but there are no eval_sets")
+
+    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+
+    callbacks = []
+    if recipe.keep_best_checkpoints:
+        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints))
+    trainer = CausalLMTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets or None,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
+        callbacks=callbacks,
+    )
+
+    train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
+    trainer.log_metrics("train", train_result.metrics)
+    trainer.save_metrics("train", train_result.metrics)
+    trainer.save_state()
+
+    final_dir = os.path.join(training_args.output_dir, "final")
+    trainer.save_model(final_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(final_dir)
+        logger.info("final model saved to %s", final_dir)
+
+    if eval_datasets:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        for line in eval_loss_summary(trainer.state.log_history):
+            logger.info(line)
+
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+
+
+if __name__ == "__main__":
+    exit_on_user_error(lambda: main(*parse_recipe("cpt")))()

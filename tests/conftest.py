@@ -1,0 +1,34 @@
+"""Shared test set-up: offline, one thread per process, a tiny model built once per session."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # two torch threads on two loaded cores run far slower
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """A random 2-layer llama with a tokenizer trained on the bundled medical text."""
+    from medrecipes.tiny import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("tiny-model")), [str(CORPUS)], "llama")
+
+
+def run(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run a command as a user types it, from the project root, and capture its output."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+PYTHON = sys.executable

@@ -1,0 +1,366 @@
+"""Tests for recipe parsing: YAML and overrides, strict keys, the token budget and the CLI's validate."""
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PYTHON, run
+
+from medrecipes import cli
+from medrecipes.config import parse_recipe, resolve_token_budget
+from medrecipes.errors import UserError
+
+BASE = {"model_name_or_path": "some/model", "use_cpu": True, "report_to": "none"}
+
+
+def write_recipe(tmp_path: Path, text: str = "", name: str = "recipe.yaml", **keys) -> str:
+    """A recipe file in tmp_path: BASE keys, `keys`, then raw YAML `text` (for literals like 2e-5)."""
+    data = {**BASE, "output_dir": str(tmp_path / "out"), **keys}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False) + text)
+    return str(path)
+
+
+def parse(path: str, *overrides: str):
+    return parse_recipe("cpt", [path, *overrides])
+
+
+def user_error(*argv: str) -> str:
+    with pytest.raises(UserError) as info:
+        parse_recipe("cpt", list(argv))
+    return str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# YAML, --config and overrides
+
+
+def test_positional_yaml_and_config_flag_agree(tmp_path):
+    path = write_recipe(tmp_path, learning_rate=3e-4, max_length=256, per_device_train_batch_size=2)
+    recipe_a, args_a, model_a = parse_recipe("cpt", [path])
+    recipe_b, args_b, model_b = parse_recipe("cpt", ["--config", path])
+    assert args_a.to_dict() == args_b.to_dict()
+    assert model_a == model_b
+    assert (args_a.learning_rate, args_a.max_length, args_a.per_device_train_batch_size) == (3e-4, 256, 2)
+    assert model_a.model_name_or_path == "some/model"
+
+
+def test_command_line_override_wins_over_yaml(tmp_path):
+    path = write_recipe(tmp_path, learning_rate=3e-4)
+    _, args, _ = parse(path, "--learning_rate", "1e-4")
+    assert args.learning_rate == 1e-4
+    _, args, _ = parse_recipe("cpt", ["--config", path, "--learning_rate", "1e-4"])
+    assert args.learning_rate == 1e-4
+
+
+def test_exponent_without_dot_in_yaml_is_a_float(tmp_path):
+    # YAML 1.1 reads 2e-5 (no dot) as a string; the learning rate must still be the number.
+    path = write_recipe(tmp_path, "learning_rate: 2e-5\n")
+    assert yaml.safe_load(Path(path).read_text())["learning_rate"] == "2e-5"
+    _, args, _ = parse(path)
+    assert isinstance(args.learning_rate, float)
+    assert args.learning_rate == 2e-5
+
+
+def test_integer_budget_in_exponent_notation(tmp_path):
+    # Token budgets are naturally written 11e9; the int field must accept it like 2e-5 above.
+    path = write_recipe(
+        tmp_path,
+        "total_tokens: 11e9\n",
+        per_device_train_batch_size=16,
+        max_length=2048,
+        global_batch_tokens=131072,
+    )
+    recipe, args, _ = parse(path)
+    assert recipe.total_tokens == 11_000_000_000
+    assert args.max_steps == 83924
+
+
+# ---------------------------------------------------------------------------
+# Strict keys
+
+
+def test_unknown_top_level_key_names_file_key_and_suggestion(tmp_path):
+    path = write_recipe(tmp_path, learning_rte=1e-4)
+    message = user_error(path)
+    assert path in message
+    assert "'learning_rte'" in message
+    assert "did you mean 'learning_rate'" in message
+
+
+def test_unknown_key_in_mixture_source(tmp_path):
+    path = write_recipe(
+        tmp_path, dataset_mixture={"sources": [{"path": "json", "data_files": "a.jsonl", "weigth": 0.5}]}
+    )
+    message = user_error(path)
+    assert path in message
+    assert "dataset_mixture.sources[0]" in message
+    assert "'weigth'" in message
+    assert "did you mean 'weight'" in message
+
+
+def test_unknown_key_in_second_mixture_source_points_at_it(tmp_path):
+    sources = [{"path": "json", "data_files": "a.jsonl"}, {"path": "json", "data_files": "b.jsonl", "sed": 1}]
+    message = user_error(write_recipe(tmp_path, dataset_mixture={"sources": sources}))
+    assert "dataset_mixture.sources[1]" in message
+    assert "'sed'" in message
+
+
+def test_unknown_key_in_eval_set(tmp_path):
+    path = write_recipe(tmp_path, eval_sets={"medqa": {"path": "json", "text_feild": "body"}})
+    message = user_error(path)
+    assert path in message
+    assert "eval_sets.medqa" in message
+    assert "did you mean 'text_field'" in message
+
+
+def test_source_without_path(tmp_path):
+    message = user_error(write_recipe(tmp_path, dataset_mixture={"sources": [{"data_files": "a.jsonl"}]}))
+    assert "dataset_mixture.sources[0]" in message
+    assert "missing key 'path'" in message
+
+
+def test_mixture_without_sources(tmp_path):
+    message = user_error(write_recipe(tmp_path, dataset_mixture={"seed": 1}))
+    assert "sources" in message
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ({"path": "json", "weight": 0}, ["sources[0]", "weight must be positive"]),
+        ({"path": "json", "format": "markdown"}, ["format", "'markdown'"]),
+    ],
+)
+def test_bad_source_values(tmp_path, source, words):
+    message = user_error(write_recipe(tmp_path, dataset_mixture={"sources": [source]}))
+    for word in words:
+        assert word in message
+
+
+def test_unknown_stopping_strategy(tmp_path):
+    mixture = {"stopping_strategy": "never", "sources": [{"path": "json"}]}
+    assert "stopping_strategy" in user_error(write_recipe(tmp_path, dataset_mixture=mixture))
+
+
+def test_unknown_command_line_key_suggests_the_right_one(tmp_path):
+    path = write_recipe(tmp_path)
+    message = user_error(path, "--learning_rte", "1")
+    assert "'learning_rte'" in message
+    assert "did you mean 'learning_rate'" in message
+
+
+def test_truncated_command_line_key_is_an_error(tmp_path):
+    # A key missing its last letter must not be taken as an abbreviation: `--learning_rat 1`
+    # would otherwise train with a learning rate of 1.0, while the same key in YAML is refused.
+    path = write_recipe(tmp_path, learning_rate=3e-4)
+    message = user_error(path, "--learning_rat", "1")
+    assert "learning_rat" in message
+    assert "did you mean 'learning_rate'" in message
+
+
+def test_stray_positional_argument(tmp_path):
+    assert "unknown argument 'extra'" in user_error(write_recipe(tmp_path), "extra")
+
+
+def test_bad_value_type_is_a_user_error_not_an_exit(tmp_path):
+    path = write_recipe(tmp_path)
+    try:
+        parse(path, "--max_steps", "abc")
+    except UserError as err:
+        assert "max_steps" in str(err)
+        assert "abc" in str(err)
+    else:
+        pytest.fail("--max_steps abc was accepted")
+
+
+@pytest.mark.parametrize(
+    "content, words", [(None, ["no such recipe file"]), ("- a\n- b\n", ["mapping"]), ("a: [1\n", ["not valid YAML"])]
+)
+def test_unreadable_recipe_files(tmp_path, content, words):
+    path = tmp_path / "broken.yaml"
+    if content is not None:
+        path.write_text(content)
+    message = user_error(str(path))
+    assert str(path) in message
+    for word in words:
+        assert word in message
+
+
+# ---------------------------------------------------------------------------
+# Token budget
+
+
+def budget_recipe(tmp_path, **keys):
+    keys = {
+        "per_device_train_batch_size": 4,
+        "max_length": 128,
+        "global_batch_tokens": 2048,
+        "total_tokens": 10000,
+        "warmup_tokens": 4096,
+        **keys,
+    }
+    return write_recipe(tmp_path, **keys)
+
+
+def test_token_budget_becomes_steps_on_one_process(tmp_path):
+    recipe, args, _ = parse(budget_recipe(tmp_path))
+    assert args.gradient_accumulation_steps == 4  # 2048 / (4 x 128)
+    assert args.max_steps == math.ceil(10000 / 2048) == 5
+    assert args.warmup_steps == 2  # 4096 / 2048
+    assert recipe.derived["max_steps"] == 5
+    # The rounded-up budget is reported so the user sees the tokens actually trained.
+    assert recipe.derived["tokens_trained"] == 5 * 2048
+
+
+def test_token_budget_for_more_processes(tmp_path):
+    recipe, args, _ = parse(budget_recipe(tmp_path))
+    derived = resolve_token_budget(recipe, args, "recipe.yaml", world_size=2)
+    assert args.gradient_accumulation_steps == derived["gradient_accumulation_steps"] == 2
+    assert args.max_steps == 5  # steps depend on the global batch, not on the process count
+
+
+def test_budget_that_does_not_divide_suggests_multiples(tmp_path):
+    path = budget_recipe(tmp_path, global_batch_tokens=3000)
+    message = user_error(path)
+    assert path in message
+    assert "3000" in message
+    assert "512" in message  # 4 x 128 x 1 tokens per micro-step
+    assert "1024" in message and "2048" in message
+
+
+def test_budget_that_fits_fewer_processes_says_so(tmp_path):
+    # 512 tokens per device divides 1536 only on 1 or 3 processes; planning for 2 must say that.
+    recipe, args, _ = parse(budget_recipe(tmp_path, global_batch_tokens=1536))
+    with pytest.raises(UserError, match=r"or run on 1, 3 processes"):
+        resolve_token_budget(recipe, args, "recipe.yaml", world_size=2)
+
+
+def test_total_tokens_without_global_batch_tokens(tmp_path):
+    path = write_recipe(tmp_path, total_tokens=10000)
+    assert "global_batch_tokens" in user_error(path)
+
+
+def test_min_lr_selects_cosine_with_floor(tmp_path):
+    _, args, _ = parse(write_recipe(tmp_path, min_lr=1e-6))
+    assert args.lr_scheduler_type == "cosine_with_min_lr"
+    assert args.lr_scheduler_kwargs == {"min_lr": 1e-6}
+
+
+def test_without_min_lr_the_schedule_is_left_alone(tmp_path):
+    _, args, _ = parse(write_recipe(tmp_path, lr_scheduler_type="linear"))
+    assert args.lr_scheduler_type == "linear"
+    assert not args.lr_scheduler_kwargs
+
+
+def test_pretraining_budget_numbers(tmp_path):
+    path = budget_recipe(
+        tmp_path,
+        per_device_train_batch_size=16,
+        max_length=2048,
+        global_batch_tokens=131072,
+        total_tokens=11_000_000_000,
+        warmup_tokens=None,
+    )
+    recipe, args, _ = parse(path)
+    assert args.gradient_accumulation_steps == 4
+    # 11e9 / 131072 = 83923.3: rounded up, so the whole budget is trained.
+    assert args.max_steps == 83924
+    assert recipe.derived["tokens_trained"] >= 11_000_000_000
+    resolve_token_budget(recipe, args, path, world_size=4)
+    assert args.gradient_accumulation_steps == 1
+
+
+# ---------------------------------------------------------------------------
+# Best checkpoint and scratch
+
+
+def eval_recipe(tmp_path, **keys):
+    return write_recipe(
+        tmp_path,
+        eval_sets={
+            "medical_text": {"path": "json", "data_files": "a.jsonl"},
+            "usmle": {"path": "json", "data_files": "b.jsonl", "format": "usmle"},
+        },
+        eval_strategy="steps",
+        save_strategy="steps",
+        load_best_model_at_end=True,
+        **keys,
+    )
+
+
+def test_best_model_is_ranked_by_first_eval_set(tmp_path):
+    recipe, args, _ = parse(eval_recipe(tmp_path))
+    assert list(recipe.eval_sources) == ["medical_text", "usmle"]
+    assert recipe.eval_sources["usmle"].format == "usmle"
+    assert args.metric_for_best_model == "eval_medical_text_loss"
+    assert args.greater_is_better is False
+
+
+def test_explicit_best_metric_is_kept(tmp_path):
+    _, args, _ = parse(eval_recipe(tmp_path, metric_for_best_model="eval_usmle_loss"))
+    assert args.metric_for_best_model == "eval_usmle_loss"
+
+
+def test_keep_best_checkpoints_conflicts_with_save_total_limit(tmp_path):
+    message = user_error(eval_recipe(tmp_path, keep_best_checkpoints=2, save_total_limit=3))
+    assert "keep_best_checkpoints" in message and "save_total_limit" in message
+
+
+def test_keep_best_checkpoints_needs_eval_sets(tmp_path):
+    assert "eval_sets" in user_error(write_recipe(tmp_path, keep_best_checkpoints=2))
+
+
+def test_init_from_scratch_needs_architecture(tmp_path):
+    path = write_recipe(tmp_path, init_from_scratch=True, tokenizer_name_or_path="tok")
+    message = user_error(path)
+    assert path in message
+    assert "architecture" in message
+
+
+def test_init_from_scratch_with_architecture_parses(tmp_path):
+    recipe, _, _ = parse(
+        write_recipe(tmp_path, init_from_scratch=True, architecture="tiny", tokenizer_name_or_path="tok")
+    )
+    assert recipe.architecture == "tiny"
+
+
+# ---------------------------------------------------------------------------
+# medrecipes validate
+
+
+def test_validate_prints_resolved_recipe(tmp_path, capsys):
+    path = budget_recipe(tmp_path, learning_rate=5e-4)
+    cli.main(["validate", path, "--learning_rate", "7e-4"])
+    out = capsys.readouterr().out
+    resolved = yaml.safe_load(out)
+    assert resolved["learning_rate"] == 7e-4
+    assert resolved["model_name_or_path"] == "some/model"
+    assert resolved["gradient_accumulation_steps"] == 4
+    assert resolved["max_steps"] == 5
+    assert "# derived: max_steps = 5" in out
+    assert out.rstrip().endswith(f"# {path}: valid cpt recipe")
+
+
+def test_validate_bad_key_exits_2_with_one_line(tmp_path, capsys):
+    path = write_recipe(tmp_path, learning_rte=1e-4)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["validate", path])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert lines[0].startswith("error:")
+    assert "did you mean 'learning_rate'" in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_validate_as_a_command(tmp_path):
+    path = write_recipe(tmp_path, learning_rte=1e-4)
+    result = run(PYTHON, "-m", "medrecipes.cli", "validate", path, timeout=120)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:")
+    assert path in lines[0]

@@ -1,0 +1,169 @@
+"""recipes/cpt.py end to end, as a user runs it: one process, resume, scratch, DDP and ZeRO on CPU."""
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT, run
+from transformers import AutoConfig, AutoModelForCausalLM
+
+ACCELERATE = Path(sys.executable).parent / "accelerate"
+TINY = "recipes/tiny_cpt.yaml"
+
+
+def cpt(*args, launcher=(PYTHON,)):
+    result = run(*launcher, "recipes/cpt.py", *args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def history(output_dir) -> list[dict]:
+    return json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+
+
+def train_losses(output_dir) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in history(output_dir) if "loss" in e}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpt")
+    cpt(
+        TINY,
+        "--model_name_or_path",
+        tiny_model,
+        "--output_dir",
+        out,
+        "--max_steps",
+        "12",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "4",
+        "--logging_steps",
+        "2",
+    )
+    return out
+
+
+def test_each_eval_set_reports_loss_and_perplexity(tiny_run):
+    evals = [e for e in history(tiny_run) if "eval_medical_text_loss" in e]
+    assert [e["step"] for e in evals] == [0, 4, 8, 12]  # eval_on_start, then every 4 steps
+    for name in ("medical_text", "usmle"):
+        entries = [e for e in history(tiny_run) if f"eval_{name}_loss" in e]
+        assert len(entries) == 4
+        for entry in entries:
+            assert entry[f"eval_{name}_perplexity"] == pytest.approx(math.exp(entry[f"eval_{name}_loss"]), rel=1e-6)
+    assert evals[-1]["eval_medical_text_loss"] < evals[0]["eval_medical_text_loss"] - 0.3
+
+
+def test_keeps_best_checkpoints_plus_last(tiny_run):
+    scores = {e["step"]: e["eval_medical_text_loss"] for e in history(tiny_run) if "eval_medical_text_loss" in e}
+    best_two = sorted((s for s in (4, 8, 12)), key=scores.get)[:2]
+    kept = sorted(int(p.name.split("-")[1]) for p in Path(tiny_run).glob("checkpoint-*"))
+    assert kept == sorted(set(best_two) | {12})
+
+
+def test_final_model_loads_with_its_tokenizer(tiny_run):
+    final = Path(tiny_run) / "final"
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.config.num_hidden_layers == 2
+    assert (final / "tokenizer.json").is_file() and (final / "chat_template.jinja").is_file()
+
+
+def test_resume_continues_with_the_same_losses(tiny_model, tmp_path):
+    args = [
+        TINY,
+        "--model_name_or_path",
+        tiny_model,
+        "--max_steps",
+        "8",
+        "--save_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        "--eval_strategy",
+        "no",
+        "--eval_on_start",
+        "false",
+        "--load_best_model_at_end",
+        "false",
+    ]
+    cpt(*args, "--output_dir", tmp_path / "straight")
+    interrupted = tmp_path / "interrupted"
+    cpt(*args, "--output_dir", interrupted)
+    # Leave the run as a crash after step 4 would: only checkpoint-4 on disk.
+    for leftover in ["checkpoint-8", "final", "trainer_state.json"]:
+        shutil.rmtree(interrupted / leftover, ignore_errors=True) if leftover != "trainer_state.json" else os.remove(
+            interrupted / leftover
+        )
+    result = cpt(*args, "--output_dir", interrupted)
+    assert "resuming from" in result.stdout and "checkpoint-4" in result.stdout
+    straight, resumed = train_losses(tmp_path / "straight"), train_losses(interrupted)
+    assert sorted(resumed) == list(range(1, 9))
+    assert [resumed[s] for s in range(5, 9)] == [straight[s] for s in range(5, 9)]
+
+
+def test_pretraining_from_scratch_uses_the_preset_and_token_budget(tiny_model, tmp_path):
+    result = cpt(
+        "recipes/tiny_pretrain.yaml",
+        "--tokenizer_name_or_path",
+        tiny_model,
+        "--output_dir",
+        tmp_path,
+        "--total_tokens",
+        "2048",
+    )
+    assert "derived from the recipe: max_steps = 4" in result.stdout
+    assert "derived from the recipe: gradient_accumulation_steps = 2" in result.stdout
+    config = AutoConfig.from_pretrained(tmp_path / "final")
+    assert (config.num_hidden_layers, config.hidden_size, config.intermediate_size) == (12, 512, 2560)
+    assert max(train_losses(tmp_path)) > 0
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        ("--multi_gpu",),
+        ("--config_file", "accelerate_configs/zero2.yaml", "--mixed_precision", "no"),
+        ("--config_file", "accelerate_configs/zero3.yaml", "--mixed_precision", "no"),
+    ],
+    ids=["ddp", "zero2", "zero3"],
+)
+def test_two_processes(tiny_model, tmp_path, launcher):
+    # 2 CPU processes over gloo; --cpu would silently start only one.
+    result = cpt(
+        TINY,
+        "--model_name_or_path",
+        tiny_model,
+        "--output_dir",
+        tmp_path,
+        "--global_batch_tokens",
+        "2048",
+        "--total_tokens",
+        "6144",
+        "--eval_steps",
+        "3",
+        "--save_steps",
+        "3",
+        launcher=(ACCELERATE, "launch", *launcher, "--num_processes", "2"),
+    )
+    # 8 sequences x 128 tokens x 2 processes fill the 2048-token step without accumulation.
+    assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
+    assert sorted(train_losses(tmp_path)) or history(tmp_path)
+    assert history(tmp_path)[-1]["step"] == 3
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
+
+
+def test_bad_recipe_is_one_line_and_exit_2(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text((ROOT / TINY).read_text().replace("learning_rate:", "learning_rat:"))
+    result = run(PYTHON, "recipes/cpt.py", recipe)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "Warning" not in line]
+    assert len(lines) == 1 and re.search(r"unknown key 'learning_rat' \(did you mean 'learning_rate'", lines[0])

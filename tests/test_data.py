@@ -1,0 +1,331 @@
+"""Tests for training data: sources, weighted mixtures, upsampling, streaming and packing."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import Dataset, IterableDataset
+
+from medrecipes.config import MixtureConfig, SourceConfig, parse_recipe
+from medrecipes.data import build_mixture, load_source, pack_documents, packing, pretraining_data
+from medrecipes.errors import UserError
+
+BIG_ROWS, SMALL_ROWS = 10_000, 1_000
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> dict[str, str]:
+    """A large and a small source whose rows say which source and row they are."""
+    folder = tmp_path_factory.mktemp("corpora")
+    return {
+        "big": write_jsonl(folder / "big.jsonl", [{"text": f"big {i}"} for i in range(BIG_ROWS)]),
+        "small": write_jsonl(folder / "small.jsonl", [{"text": f"small {i}"} for i in range(SMALL_ROWS)]),
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def mixture(corpora, seed=42, streaming=False, stopping_strategy="all_exhausted", weights=(0.7, 0.3)):
+    return MixtureConfig(
+        sources=[
+            SourceConfig(path="json", data_files=corpora["big"], weight=weights[0]),
+            SourceConfig(path="json", data_files=corpora["small"], weight=weights[1]),
+        ],
+        seed=seed,
+        streaming=streaming,
+        stopping_strategy=stopping_strategy,
+    )
+
+
+def first_texts(dataset, n: int) -> list[str]:
+    return [row["text"] for _, row in zip(range(n), dataset, strict=False)]
+
+
+def small_share(texts: list[str]) -> float:
+    return sum(text.startswith("small ") for text in texts) / len(texts)
+
+
+# ---------------------------------------------------------------------------
+# Mixtures
+
+
+@pytest.mark.parametrize("stopping_strategy", ["all_exhausted", "first_exhausted"])
+def test_mixture_follows_weights(corpora, stopping_strategy):
+    mixed = build_mixture(mixture(corpora, stopping_strategy=stopping_strategy))
+    assert isinstance(mixed, Dataset)
+    assert mixed.column_names == ["text"]
+    # first_exhausted ends when the small source runs out, before 5,000 samples.
+    texts = first_texts(mixed, 5000)
+    assert len(texts) > 3000
+    assert small_share(texts) == pytest.approx(0.3, abs=0.03)
+
+
+def test_weights_need_not_sum_to_one(corpora):
+    texts = first_texts(build_mixture(mixture(corpora, weights=(7, 3))), 5000)
+    assert small_share(texts) == pytest.approx(0.3, abs=0.03)
+
+
+def test_mixture_order_is_set_by_seed(corpora):
+    first = first_texts(build_mixture(mixture(corpora, seed=1)), 2000)
+    again = first_texts(build_mixture(mixture(corpora, seed=1)), 2000)
+    other = first_texts(build_mixture(mixture(corpora, seed=2)), 2000)
+    assert first == again
+    assert first != other
+
+
+def test_streaming_mixture_follows_weights(corpora):
+    mixed = build_mixture(mixture(corpora, streaming=True))
+    assert isinstance(mixed, IterableDataset)
+    texts = first_texts(mixed, 5000)
+    assert len(texts) == 5000
+    assert small_share(texts) == pytest.approx(0.3, abs=0.03)
+    assert first_texts(build_mixture(mixture(corpora, streaming=True)), 500) == texts[:500]
+
+
+def test_small_source_is_upsampled_until_every_source_is_seen(corpora):
+    texts = first_texts(build_mixture(mixture(corpora, stopping_strategy="all_exhausted")), 10**6)
+    counts = Counter(texts)
+    big = [t for t in counts if t.startswith("big ")]
+    small = [t for t in counts if t.startswith("small ")]
+    assert len(big) == BIG_ROWS  # the large source is read in full
+    assert len(small) == SMALL_ROWS
+    # 0.3 of ~14,000 samples from 1,000 rows: each small row about four times.
+    assert max(counts[t] for t in small) > 1
+    assert sum(counts[t] for t in small) > 3 * SMALL_ROWS
+
+
+def test_first_exhausted_repeats_nothing(corpora):
+    texts = first_texts(build_mixture(mixture(corpora, stopping_strategy="first_exhausted")), 10**6)
+    assert len(texts) == len(set(texts))
+
+
+def test_single_source_is_shuffled_and_complete(corpora):
+    single = MixtureConfig(sources=[SourceConfig(path="json", data_files=corpora["small"])], seed=3)
+    texts = first_texts(build_mixture(single), 10**6)
+    assert sorted(texts) == sorted(f"small {i}" for i in range(SMALL_ROWS))
+    assert texts != [f"small {i}" for i in range(SMALL_ROWS)]
+
+
+# ---------------------------------------------------------------------------
+# Sources
+
+
+def test_text_field_is_renamed_and_other_columns_dropped(tmp_path):
+    path = write_jsonl(tmp_path / "notes.jsonl", [{"id": 1, "body": "first note"}, {"id": 2, "body": "second"}])
+    documents = load_source(SourceConfig(path=path, text_field="body"))
+    assert documents.column_names == ["text"]
+    assert list(documents["text"]) == ["first note", "second"]
+
+
+def test_local_folder_source(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [{"text": "one"}])
+    write_jsonl(folder / "b.jsonl", [{"text": "two"}])
+    (folder / "README").write_text("not data")
+    assert sorted(load_source(SourceConfig(path=str(folder)))["text"]) == ["one", "two"]
+
+
+def test_local_folder_keeps_its_splits_apart(tmp_path):
+    # Held-out files beside the training file must not leak into training data.
+    write_jsonl(tmp_path / "train.jsonl", [{"text": "train one"}, {"text": "train two"}])
+    write_jsonl(tmp_path / "test.jsonl", [{"text": "held out"}])
+    assert sorted(load_source(SourceConfig(path=str(tmp_path)))["text"]) == ["train one", "train two"]
+    assert list(load_source(SourceConfig(path=str(tmp_path), split="test"))["text"]) == ["held out"]
+
+
+def test_usmle_format_renders_questions_as_text(tmp_path):
+    rows = [
+        {
+            "id": "q1",
+            "question": "Which valve lesion causes exertional syncope?",
+            "options": {"A": "Mitral stenosis", "B": "Aortic stenosis", "C": "Tricuspid regurgitation"},
+            "answer": "B",
+        },
+        {
+            "id": "q2",
+            "question": "Which drug reverses heparin?",
+            "options": {"A": "Vitamin K", "B": "Naloxone", "C": "Flumazenil", "D": "Protamine"},
+            "answer": "D",
+            "explanation": "Protamine binds heparin.",
+        },
+    ]
+    path = write_jsonl(tmp_path / "mcq.jsonl", rows)
+    documents = load_source(SourceConfig(path="json", data_files=path, format="usmle"))
+    assert documents.column_names == ["text"]
+    texts = list(documents["text"])
+    assert len(texts) == 2
+    assert "Question: Which valve lesion causes exertional syncope?" in texts[0]
+    assert "B. Aortic stenosis" in texts[0]
+    assert "Answer: B" in texts[0]
+    assert "Answer: D" in texts[1]
+    assert "Protamine binds heparin." in texts[1]
+    streamed = load_source(SourceConfig(path="json", data_files=path, format="usmle"), streaming=True)
+    assert isinstance(streamed, IterableDataset)
+    assert [row["text"] for row in streamed] == texts
+
+
+def test_usmle_format_reads_several_data_files(tmp_path):
+    row = {"question": "Which drug reverses heparin?", "options": ["Vitamin K", "Protamine"], "answer": "B"}
+    files = [write_jsonl(tmp_path / f"part{i}.jsonl", [row] * (i + 1)) for i in range(2)]
+    documents = load_source(SourceConfig(path="json", data_files=files, format="usmle"))
+    assert len(documents) == 3
+    assert all("Answer: B" in text for text in documents["text"])
+
+
+def test_missing_data_file(tmp_path):
+    missing = str(tmp_path / "nowhere.jsonl")
+    with pytest.raises(UserError, match="nowhere.jsonl") as info:
+        load_source(SourceConfig(path="json", data_files=missing))
+    assert "does not exist" in str(info.value)
+
+
+def test_missing_local_path(tmp_path):
+    missing = str(tmp_path / "absent.jsonl")
+    with pytest.raises(UserError, match="no such file or directory") as info:
+        load_source(SourceConfig(path=missing))
+    assert missing in str(info.value)
+
+
+def test_folder_without_data_files(tmp_path):
+    (tmp_path / "notes.md").write_text("# nothing to train on")
+    with pytest.raises(UserError, match=r"no \.json"):
+        load_source(SourceConfig(path=str(tmp_path)))
+
+
+def test_missing_text_field_names_it_and_the_columns(tmp_path):
+    path = write_jsonl(tmp_path / "notes.jsonl", [{"title": "t", "body": "b"}])
+    with pytest.raises(UserError) as info:
+        load_source(SourceConfig(path="json", data_files=path))
+    message = str(info.value)
+    assert "'text'" in message
+    assert "title" in message and "body" in message
+    assert "text_field" in message
+
+
+# ---------------------------------------------------------------------------
+# Packing
+
+
+DOCUMENTS = [
+    "Aortic stenosis presents with angina, syncope and heart failure.",
+    "Heparin is reversed by protamine.",
+    "ECG",
+    "Community-acquired pneumonia in adults is most often caused by Streptococcus pneumoniae, "
+    "and the first-line outpatient treatment depends on comorbidities and local resistance.",
+    "Hypokalaemia flattens T waves.",
+    "Metformin is first-line therapy for type 2 diabetes.",
+    "Ok.",
+]
+
+
+def expected_tokens(tokenizer, texts: list[str]) -> list[int]:
+    ids = []
+    for text in texts:
+        ids += tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
+    return ids
+
+
+def test_packing_loses_no_token_and_separates_documents(tokenizer, monkeypatch):
+    # Small pack batches so the test sees several batch boundaries, each ending in a short block.
+    monkeypatch.setattr(packing, "PACK_BATCH_DOCUMENTS", 3)
+    max_length = 16
+    blocks = list(pack_documents(Dataset.from_dict({"text": DOCUMENTS}), tokenizer, max_length)["input_ids"])
+    flat = [token for block in blocks for token in block]
+    assert flat == expected_tokens(tokenizer, DOCUMENTS)
+    assert flat.count(tokenizer.eos_token_id) == len(DOCUMENTS)
+    assert flat.count(tokenizer.bos_token_id) == len(DOCUMENTS)
+    assert flat[0] == tokenizer.bos_token_id
+    expected_blocks, last_of_batch = [], set()
+    for start in range(0, len(DOCUMENTS), 3):
+        ids = expected_tokens(tokenizer, DOCUMENTS[start : start + 3])
+        expected_blocks += [ids[i : i + max_length] for i in range(0, len(ids), max_length)]
+        last_of_batch.add(len(expected_blocks) - 1)
+    assert blocks == expected_blocks
+    assert all(len(block) == max_length for i, block in enumerate(blocks) if i not in last_of_batch)
+
+
+def test_packing_default_batch_gives_full_blocks(tokenizer):
+    documents = Dataset.from_dict({"text": DOCUMENTS * 4})
+    blocks = list(pack_documents(documents, tokenizer, 32)["input_ids"])
+    assert all(len(block) == 32 for block in blocks[:-1])
+    assert 0 < len(blocks[-1]) <= 32
+    assert [t for block in blocks for t in block] == expected_tokens(tokenizer, DOCUMENTS * 4)
+
+
+def test_packing_a_stream(tokenizer):
+    documents = Dataset.from_dict({"text": DOCUMENTS * 4}).to_iterable_dataset()
+    blocks = [row["input_ids"] for row in pack_documents(documents, tokenizer, 32)]
+    assert all(len(block) == 32 for block in blocks[:-1])
+    assert [t for block in blocks for t in block] == expected_tokens(tokenizer, DOCUMENTS * 4)
+
+
+def test_packing_needs_an_eos_token(tokenizer):
+    class NoEos:
+        eos_token_id = None
+
+    with pytest.raises(ValueError, match="EOS"):
+        pack_documents(Dataset.from_dict({"text": ["a"]}), NoEos(), 8)
+
+
+# ---------------------------------------------------------------------------
+# pretraining_data
+
+
+def write_recipe(tmp_path: Path, **keys) -> str:
+    data = {"model_name_or_path": "m", "use_cpu": True, "report_to": "none", "output_dir": str(tmp_path / "out")}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump({**data, **keys}))
+    return str(path)
+
+
+def test_pretraining_data_packs_train_and_each_eval_set(tmp_path, tokenizer):
+    notes = write_jsonl(tmp_path / "notes.jsonl", [{"text": f"{d} Note {i}."} for i, d in enumerate(DOCUMENTS * 6)])
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", [{"text": d} for d in DOCUMENTS])
+    mcq = write_jsonl(
+        tmp_path / "mcq.jsonl",
+        [{"question": "Which drug reverses heparin?", "options": ["Vitamin K", "Protamine"], "answer": "B"}] * 3,
+    )
+    path = write_recipe(
+        tmp_path,
+        max_length=24,
+        dataset_mixture={
+            "seed": 0,
+            "sources": [
+                {"path": "json", "data_files": notes, "weight": 0.8},
+                {"path": "json", "data_files": mcq, "format": "usmle", "weight": 0.2},
+            ],
+        },
+        eval_sets={
+            "notes": {"path": "json", "data_files": held_out},
+            "usmle": {"path": "json", "data_files": mcq, "format": "usmle"},
+        },
+    )
+    recipe, args, _ = parse_recipe("cpt", [path])
+    train, evals = pretraining_data(recipe, tokenizer, args.max_length)
+    assert train.column_names == ["input_ids"]
+    lengths = [len(block) for block in train["input_ids"]]
+    assert len(lengths) > 5
+    assert all(n == 24 for n in lengths[:-1])
+    assert sorted(evals) == ["notes", "usmle"]
+    assert [t for block in evals["notes"]["input_ids"] for t in block] == expected_tokens(tokenizer, DOCUMENTS)
+    usmle_ids = [t for block in evals["usmle"]["input_ids"] for t in block]
+    assert tokenizer.decode(usmle_ids).count("Answer: B") == 3
+
+
+def test_pretraining_data_without_mixture(tmp_path, tokenizer):
+    recipe, args, _ = parse_recipe("cpt", [write_recipe(tmp_path)])
+    with pytest.raises(UserError, match="dataset_mixture"):
+        pretraining_data(recipe, tokenizer, args.max_length)

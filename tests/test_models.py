@@ -1,0 +1,203 @@
+"""Tests for model loading: scratch presets, tiny local models, .gguf paths, dtype and attention."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import ROOT
+
+from medrecipes import cli
+from medrecipes.errors import UserError
+from medrecipes.models import (
+    PRESETS,
+    load_model,
+    load_tokenizer,
+    preset_config,
+    resolve_attention,
+    resolve_dtype,
+    split_gguf,
+)
+from medrecipes.plan import model_shape
+
+# name: (layers, hidden size, stated total in the "Pure Transformer" table, exact count)
+TABLE = {
+    "tiny": (12, 512, 85e6, 84_947_456),
+    "small": (16, 768, 178e6, 179_331_840),
+    "medium": (24, 1024, 374e6, 377_537_536),
+    "medium-large": (20, 1152, 401e6, 401_717_376),
+    "large": (24, 1536, 763e6, 755_049_984),
+    "xlarge": (32, 1920, 1.46e9, 1_462_888_320),
+}
+
+
+def test_every_preset_is_in_the_table():
+    assert list(PRESETS) == list(TABLE)
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_preset_matches_the_table(name):
+    layers, hidden, stated, exact = TABLE[name]
+    shape = model_shape(preset_config(name))
+    assert (shape.num_layers, shape.hidden_size) == (layers, hidden)
+    assert abs(shape.num_parameters - stated) / stated < 0.025
+    # The exact count pins the preset: any change to a width or the vocabulary shows up here.
+    assert shape.num_parameters == exact
+    assert shape.vocab_size == 49152
+
+
+def test_preset_heads_are_64_wide_and_embeddings_tied():
+    config = preset_config("small")
+    assert config.hidden_size // config.num_attention_heads == 64
+    assert config.tie_word_embeddings
+
+
+def test_unknown_preset_suggests_the_closest():
+    with pytest.raises(UserError) as info:
+        preset_config("smal")
+    message = str(info.value)
+    assert "'smal'" in message
+    assert "did you mean 'small'" in message
+
+
+# ---------------------------------------------------------------------------
+# medrecipes tiny-model
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "gemma3_text"])
+def tiny_folder(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    # The command's default corpus is relative to the project root, where users run it.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        cli.main(["tiny-model", str(out), "--arch", request.param])
+    return request.param, out
+
+
+def test_tiny_model_loads_and_runs(tiny_folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    arch, folder = tiny_folder
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.model_type == arch
+    assert model.config.num_hidden_layers == 2
+    assert model.config.vocab_size == len(tokenizer)
+    inputs = tokenizer(["Aortic stenosis causes exertional syncope."], return_tensors="pt")
+    assert inputs["input_ids"][0, 0].item() == tokenizer.bos_token_id
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape == (1, inputs["input_ids"].shape[1], len(tokenizer))
+    assert torch.isfinite(logits).all()
+
+
+def test_tiny_model_has_a_chat_template(tiny_folder):
+    from transformers import AutoTokenizer
+
+    _, folder = tiny_folder
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    messages = [
+        {"role": "user", "content": "Which drug reverses heparin?"},
+        {"role": "assistant", "content": "Protamine."},
+    ]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert "<|im_start|>user\nWhich drug reverses heparin?<|im_end|>" in text
+    assert "<|im_start|>assistant\nProtamine.<|im_end|>" in text
+    prompt = tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+    # Each chat marker is one token, so generation can stop on <|im_end|>.
+    assert len(tokenizer("<|im_end|>", add_special_tokens=False)["input_ids"]) == 1
+
+
+def test_tiny_model_loads_through_the_recipe_loaders(tiny_folder):
+    _, folder = tiny_folder
+    tokenizer = load_tokenizer(str(folder))
+    model_args = SimpleNamespace(
+        model_name_or_path=str(folder), model_revision=None, dtype="float32", attn_implementation=None
+    )
+    model = load_model(model_args, SimpleNamespace(init_from_scratch=False), tokenizer)
+    assert next(model.parameters()).dtype == torch.float32
+    assert model.config.num_hidden_layers == 2
+
+
+def test_tiny_model_with_missing_corpus(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["tiny-model", str(tmp_path / "out"), "--corpus", str(tmp_path / "missing.txt")])
+    assert info.value.code == 2
+    assert "missing.txt" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Paths, dtype, attention
+
+
+def test_gguf_file_loads_from_its_folder(tmp_path):
+    path = tmp_path / "model-Q4_K_M.gguf"
+    path.write_bytes(b"GGUF")
+    assert split_gguf(str(path)) == (str(tmp_path), {"gguf_file": "model-Q4_K_M.gguf"})
+
+
+def test_missing_gguf_file(tmp_path):
+    with pytest.raises(UserError, match="absent.gguf"):
+        split_gguf(str(tmp_path / "absent.gguf"))
+
+
+def test_other_paths_load_as_they_are():
+    assert split_gguf("google/gemma-3-4b-pt") == ("google/gemma-3-4b-pt", {})
+
+
+def test_dtype_names():
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype("auto") == "auto"
+    assert resolve_dtype(None) == "auto"
+    with pytest.raises(UserError, match="bogus"):
+        resolve_dtype("bogus")
+
+
+def test_attention_default_on_cpu_and_explicit_choice(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_attention(None) == "sdpa"
+    assert resolve_attention("eager") == "eager"
+    assert resolve_attention("flash_attention_2") == "flash_attention_2"
+
+
+def test_missing_model_is_a_user_error(tmp_path, tiny_model):
+    tokenizer = load_tokenizer(tiny_model)
+    model_args = SimpleNamespace(
+        model_name_or_path=str(tmp_path / "no-model"), model_revision=None, dtype=None, attn_implementation=None
+    )
+    with pytest.raises(UserError, match="no-model"):
+        load_model(model_args, SimpleNamespace(init_from_scratch=False), tokenizer)
+
+
+def test_missing_tokenizer_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no-tokenizer"):
+        load_tokenizer(str(tmp_path / "no-tokenizer"))
+
+
+# ---------------------------------------------------------------------------
+# From scratch
+
+
+def test_scratch_model_takes_the_tokenizers_vocabulary(tiny_model):
+    tokenizer = load_tokenizer(tiny_model)
+    model_args = SimpleNamespace(model_name_or_path=None, model_revision=None, dtype=None, attn_implementation=None)
+    recipe = SimpleNamespace(init_from_scratch=True, architecture="tiny")
+    model = load_model(model_args, recipe, tokenizer)
+    assert model.config.vocab_size == len(tokenizer) == model.get_input_embeddings().weight.shape[0]
+    assert model.config.num_hidden_layers == 12
+    assert model.config.hidden_size == 512
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    assert model.config.pad_token_id == tokenizer.pad_token_id
+    # Scratch weights train in fp32 unless the recipe names a dtype.
+    assert next(model.parameters()).dtype == torch.float32
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[tokenizer.bos_token_id, 5, 6]])).logits
+    assert logits.shape == (1, 3, len(tokenizer))
+
+
+def test_scratch_model_with_unknown_architecture(tiny_model):
+    tokenizer = load_tokenizer(tiny_model)
+    model_args = SimpleNamespace(model_name_or_path=None, model_revision=None, dtype=None, attn_implementation=None)
+    with pytest.raises(UserError, match="did you mean 'tiny'"):
+        load_model(model_args, SimpleNamespace(init_from_scratch=True, architecture="tinyy"), tokenizer)

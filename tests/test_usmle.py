@@ -1,0 +1,544 @@
+"""Tests for the MCQ schema: loaders for every format, prompts, targets and answer extraction."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from medrecipes import usmle
+from medrecipes.errors import UserError
+from medrecipes.usmle import (
+    COLUMNS,
+    chat_messages,
+    completion_prompt,
+    extract_answer,
+    letters_for,
+    load_mcq,
+    option_map,
+    pretraining_text,
+    sft_target,
+)
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_shared_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"real benchmark files not present at {SHARED_DATA}"
+)
+
+MEDQA_ROW = {
+    "realidx": 7,
+    "question": "A 60-year-old man has hypertension and diabetes. Which drug is best?",
+    "answer": "Start ACE inhibitor",
+    "options": {
+        "A": "Start aspirin",
+        "B": "Start statin",
+        "C": "Start ACE inhibitor",
+        "D": "Observe",
+    },
+    "meta_info": "step2&3",
+    "answer_idx": "C",
+}
+PUBMEDQA_ROW = {
+    "QUESTION": "Does exercise lower blood pressure?",
+    "CONTEXTS": ["Background sentence.", "Results sentence."],
+    "LABELS": ["BACKGROUND", "RESULTS"],
+    "final_decision": "maybe",
+    "LONG_ANSWER": "The evidence is mixed.",
+}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def medmcqa_row(cop: int, **extra) -> dict:
+    row = {
+        "question": "Which nerve?",
+        "opa": "Ulnar",
+        "opb": "Radial",
+        "opc": "Median",
+        "opd": "Axillary",
+        "cop": cop,
+        "subject_name": "Anatomy",
+        "exp": "Because.",
+        "choice_type": "single",
+    }
+    return {**row, **extra}
+
+
+# ---------------------------------------------------------------------------
+# Formats
+
+
+def test_medqa_row_is_normalised(tmp_path):
+    ds = load_mcq(write_jsonl(tmp_path / "medqa.jsonl", [MEDQA_ROW]))
+    assert ds.column_names == COLUMNS
+    assert ds[0] == {
+        "id": "7",
+        "question": MEDQA_ROW["question"],
+        "options": ["Start aspirin", "Start statin", "Start ACE inhibitor", "Observe"],
+        "answer": "C",
+        "subject": "step2&3",
+        "explanation": "",
+        "context": "",
+    }
+
+
+def test_medqa_file_mixing_four_and_five_options(tmp_path):
+    five = {
+        **MEDQA_ROW,
+        "realidx": 8,
+        "options": {**MEDQA_ROW["options"], "E": "Refer"},
+        "answer_idx": "E",
+    }
+    ds = load_mcq(write_jsonl(tmp_path / "mixed.jsonl", [MEDQA_ROW, five]), format="medqa")
+    assert [len(o) for o in ds["options"]] == [4, 5]
+    assert list(ds["answer"]) == ["C", "E"]
+    assert letters_for(ds[1]) == "ABCDE"
+    assert option_map(ds[1])["E"] == "Refer"
+
+
+def test_medqa_hf_layout(tmp_path):
+    row = {
+        "id": "q1",
+        "sent1": "Which drug?",
+        "sent2": "",
+        "ending0": "a0",
+        "ending1": "a1",
+        "ending2": "a2",
+        "ending3": "a3",
+        "label": 2,
+    }
+    ds = load_mcq(write_jsonl(tmp_path / "hf.jsonl", [row]))
+    assert ds[0]["options"] == ["a0", "a1", "a2", "a3"]
+    assert (ds[0]["question"], ds[0]["answer"], ds[0]["id"]) == ("Which drug?", "C", "q1")
+
+
+@pytest.mark.parametrize(
+    "cops, expected",
+    [
+        ([0, 1, 3], ["A", "B", "D"]),  # a 0 and no 4: the Hub release, 0-based
+        ([1, 2, 4], ["A", "B", "D"]),  # a 4: the original JSON, 1-based
+        ([1, 2, 3], ["A", "B", "C"]),  # no 0 anywhere: 1-based
+        ([0, 2, -1], ["A", "C", None]),  # -1 marks an unanswered test row
+    ],
+)
+def test_medmcqa_cop_base_is_detected_per_dataset(tmp_path, cops, expected):
+    rows = [medmcqa_row(c, id=f"m{i}") for i, c in enumerate(cops)]
+    ds = load_mcq(write_jsonl(tmp_path / "medmcqa.jsonl", rows))
+    assert list(ds["answer"]) == expected
+    assert ds[0]["subject"] == "Anatomy" and ds[0]["explanation"] == "Because."
+    assert ds[0]["options"] == ["Ulnar", "Radial", "Median", "Axillary"]
+
+
+def test_medmcqa_csv_with_header(tmp_path):
+    path = tmp_path / "medmcqa.csv"
+    Dataset.from_list([medmcqa_row(0), medmcqa_row(3)]).to_csv(path, index=False)
+    assert list(load_mcq(path)["answer"]) == ["A", "D"]
+
+
+def test_mmlu_csv_without_header_takes_subject_from_file_name(tmp_path):
+    path = tmp_path / "anatomy_test.csv"
+    path.write_text('"Which bone, if any?",Femur,None,0.50,NA,B\nSecond?,w,x,y,z,D\n', encoding="utf-8")
+    ds = load_mcq(path)
+    assert ds[0]["question"] == "Which bone, if any?"
+    assert ds[0]["options"] == ["Femur", "None", "0.50", "NA"]
+    assert list(ds["answer"]) == ["B", "D"]
+    assert set(ds["subject"]) == {"anatomy"}
+
+
+def test_mmlu_directory_split_picks_subfolder(tmp_path):
+    for split in ("dev", "test"):
+        (tmp_path / split).mkdir()
+        for subject in ("anatomy", "virology"):
+            rows = "".join(f"{subject} {split} {i}?,a,b,c,d,A\n" for i in range(2 if split == "dev" else 3))
+            (tmp_path / split / f"{subject}_{split}.csv").write_text(rows, encoding="utf-8")
+    assert len(load_mcq(tmp_path)) == 6
+    dev = load_mcq(tmp_path, split="dev")
+    assert len(dev) == 4 and all(" dev " in q for q in dev["question"])
+    with pytest.raises(UserError, match="no 'val' split folder"):
+        load_mcq(tmp_path, split="val")
+
+
+def test_pubmedqa_jsonl(tmp_path):
+    ds = load_mcq(write_jsonl(tmp_path / "pqal.jsonl", [PUBMEDQA_ROW]))
+    row = ds[0]
+    assert row["options"] == ["yes", "no", "maybe"] and row["answer"] == "C"
+    assert row["context"] == "Background sentence.\n\nResults sentence."
+    assert row["explanation"] == "The evidence is mixed."
+
+
+def test_pubmedqa_keyed_json_uses_the_key_as_id(tmp_path):
+    path = tmp_path / "ori_pqal.json"
+    data = {"12345": PUBMEDQA_ROW, "67890": {**PUBMEDQA_ROW, "final_decision": "no"}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    ds = load_mcq(path, format="pubmedqa")
+    assert list(ds["id"]) == ["12345", "67890"]
+    assert list(ds["answer"]) == ["C", "B"]
+
+
+def test_seed_rows(tmp_path):
+    rows = [
+        {
+            "id": "s1",
+            "question": "Q1?",
+            "options": {"A": "x", "B": "y", "C": "z"},
+            "answer": "b",
+            "explanation": "Because y.",
+            "subject": "cardiology",
+        },
+        {
+            "question": "Q2?",
+            "options": {"A": "x", "B": "y", "C": "z"},
+            "answer": "A",
+            "explanation": "",
+        },
+    ]
+    ds = load_mcq(write_jsonl(tmp_path / "seed.jsonl", rows))
+    assert ds[0] == {
+        "id": "s1",
+        "question": "Q1?",
+        "options": ["x", "y", "z"],
+        "answer": "B",
+        "subject": "cardiology",
+        "explanation": "Because y.",
+        "context": "",
+    }
+    assert ds[1]["id"] == "seed-1" and ds[1]["subject"] == ""
+
+
+def test_parquet_file(tmp_path):
+    path = tmp_path / "medqa.parquet"
+    Dataset.from_list([MEDQA_ROW]).to_parquet(path)
+    assert load_mcq(path)[0]["answer"] == "C"
+
+
+def test_directory_of_mixed_formats(tmp_path):
+    write_jsonl(tmp_path / "a_medqa.jsonl", [MEDQA_ROW])
+    (tmp_path / "sub").mkdir()
+    write_jsonl(tmp_path / "sub" / "b_pubmedqa.jsonl", [PUBMEDQA_ROW])
+    ds = load_mcq(tmp_path)
+    assert list(ds["answer"]) == ["C", "C"]
+    assert list(ds["context"])[0] == "" and list(ds["context"])[1].startswith("Background")
+
+
+def test_hub_id_goes_to_load_dataset(monkeypatch):
+    calls = []
+
+    def fake_load_dataset(name, split):
+        calls.append((name, split))
+        return Dataset.from_list(
+            [
+                {
+                    "sent1": "Q?",
+                    "ending0": "a",
+                    "ending1": "b",
+                    "ending2": "c",
+                    "ending3": "d",
+                    "label": 1,
+                }
+            ]
+        )
+
+    monkeypatch.setattr(usmle, "load_dataset", fake_load_dataset)
+    ds = load_mcq("GBaker/MedQA-USMLE-4-options-hf", split="test")
+    assert calls == [("GBaker/MedQA-USMLE-4-options-hf", "test")]
+    assert ds[0]["answer"] == "B" and ds[0]["id"] == "GBaker_MedQA-USMLE-4-options-hf-0"
+
+
+# ---------------------------------------------------------------------------
+# Mistakes a user can make
+
+
+def test_unrecognised_row_names_file_row_and_formats(tmp_path):
+    path = write_jsonl(tmp_path / "weird.jsonl", [{"prompt": "Q?", "response": "A"}])
+    with pytest.raises(UserError) as info:
+        load_mcq(path)
+    message = str(info.value)
+    assert f"{path} row 1" in message and "fit no MCQ format" in message
+    assert all(name in message for name in usmle.FORMATS)
+    assert "\n" not in message
+
+
+def test_explicit_format_is_checked_on_every_row(tmp_path):
+    broken = {k: v for k, v in MEDQA_ROW.items() if k != "answer_idx"}
+    path = write_jsonl(tmp_path / "medqa.jsonl", [MEDQA_ROW, broken])
+    with pytest.raises(UserError, match=r"medqa\.jsonl row 2: missing 'answer_idx'"):
+        load_mcq(path, format="medqa")
+    with pytest.raises(UserError, match="row 1: missing 'opa'"):
+        load_mcq(write_jsonl(tmp_path / "one.jsonl", [MEDQA_ROW]), format="medmcqa")
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {**MEDQA_ROW, "answer_idx": "E"},
+        {"question": "Q?", "options": {"A": "x", "B": "y"}, "answer": "C"},
+        {"question": "Q?", "A": "a", "B": "b", "C": "c", "D": "d", "answer": "F"},
+    ],
+)
+def test_gold_letter_not_among_options(tmp_path, row):
+    path = write_jsonl(tmp_path / "bad.jsonl", [row])
+    with pytest.raises(UserError, match=r"bad\.jsonl row 1: answer .* is not one of the option letters"):
+        load_mcq(path)
+
+
+def test_pubmedqa_bad_decision(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{**PUBMEDQA_ROW, "final_decision": "perhaps"}])
+    with pytest.raises(UserError, match="row 1: final_decision 'perhaps'"):
+        load_mcq(path)
+
+
+@pytest.mark.parametrize("source", ["./missing.jsonl", "nowhere.csv", "/no/such/dir", "a/b/c"])
+def test_missing_local_path(source):
+    with pytest.raises(UserError, match="no such file or directory"):
+        load_mcq(source)
+
+
+def test_unknown_format_suggests_one():
+    with pytest.raises(UserError, match="did you mean 'medmcqa'"):
+        load_mcq("x.jsonl", format="medmcq")
+
+
+def test_subjects_filter_and_unknown_subject(tmp_path):
+    rows = [
+        medmcqa_row(0, subject_name="Anatomy"),
+        medmcqa_row(1, subject_name="Pharmacology"),
+        medmcqa_row(2, subject_name="Anatomy"),
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    assert list(load_mcq(path, subjects=["Anatomy"])["answer"]) == ["A", "C"]
+    with pytest.raises(UserError, match="no rows with subject 'Anatomi' \\(did you mean 'Anatomy'\\?\\)"):
+        load_mcq(path, subjects=["Anatomi"])
+
+
+def test_sft_target_needs_gold():
+    row = {"id": "t1", "question": "Q?", "options": ["a", "b"], "answer": None, "explanation": ""}
+    with pytest.raises(UserError, match="has no gold answer"):
+        sft_target(row)
+
+
+# ---------------------------------------------------------------------------
+# Prompts and targets
+
+ROW4 = {
+    "id": "r",
+    "question": "Which drug?",
+    "options": ["Aspirin", "Statin", "ACE inhibitor", "Observe"],
+    "answer": "C",
+    "subject": "",
+    "explanation": "ACE inhibitors protect the kidney.",
+    "context": "",
+}
+PUBMED = {
+    "id": "p",
+    "question": "Does it work?",
+    "options": ["yes", "no", "maybe"],
+    "answer": "A",
+    "subject": "",
+    "explanation": "",
+    "context": "Abstract text.",
+}
+
+
+def test_completion_prompt_four_options():
+    assert completion_prompt(ROW4) == (
+        "Question: Which drug?\nA. Aspirin\nB. Statin\nC. ACE inhibitor\nD. Observe\nAnswer:"
+    )
+
+
+def test_completion_prompt_pubmedqa():
+    assert completion_prompt(PUBMED) == (
+        "Context: Abstract text.\nQuestion: Does it work?\nA. yes\nB. no\nC. maybe\nAnswer:"
+    )
+
+
+def test_chat_messages_letter_only_with_system_prompt():
+    messages = chat_messages(ROW4, system_prompt="You are a physician.")
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == "You are a physician."
+    user = messages[1]["content"]
+    assert user.startswith("Which drug?\n\nA. Aspirin\nB. Statin\nC. ACE inhibitor\nD. Observe\n\n")
+    assert "letter of the correct option (A, B, C, D) only" in user
+    assert "Final Answer" not in user
+
+
+def test_chat_messages_chain_of_thought_without_system_prompt():
+    messages = chat_messages(PUBMED, chain_of_thought=True)
+    assert [m["role"] for m in messages] == ["user"]
+    user = messages[0]["content"]
+    assert user.startswith("Context: Abstract text.\n\nDoes it work?\n\nA. yes\nB. no\nC. maybe")
+    assert "step by step" in user and "'Final Answer: X'" in user and "A, B, C" in user
+
+
+def test_sft_targets_and_pretraining_text():
+    assert sft_target(ROW4) == "C. ACE inhibitor"
+    assert sft_target(ROW4, with_explanation=True) == ("ACE inhibitors protect the kidney.\n\nFinal Answer: C")
+    assert sft_target(PUBMED, chain_of_thought=True) == "Final Answer: A"
+    for target in (sft_target(ROW4), sft_target(ROW4, chain_of_thought=True)):
+        assert extract_answer(target) == "C"
+    assert pretraining_text(ROW4) == completion_prompt(ROW4) + " C\nACE inhibitors protect the kidney."
+    assert pretraining_text(PUBMED) == completion_prompt(PUBMED) + " A"
+
+
+# ---------------------------------------------------------------------------
+# Answer extraction
+
+OPTIONS = ["Start aspirin", "Start statin", "Start ACE inhibitor", "Observe"]
+READS = [
+    ("Final Answer: C", "ABCD", None, "C"),
+    ("Final Answer: **C**", "ABCD", None, "C"),
+    ("**Final Answer:** C", "ABCD", None, "C"),
+    ("Murmur radiates to the carotids.\n\nFinal Answer: (B)", "ABCD", None, "B"),
+    ("final answer: d", "ABCD", None, "D"),
+    ("The final answer is $\\boxed{A}$", "ABCD", None, "A"),
+    ("**C**", "ABCD", None, "C"),
+    ("(C)", "ABCD", None, "C"),
+    ("The answer is C.", "ABCD", None, "C"),
+    ("the correct answer is (c)", "ABCD", None, "C"),
+    ("C. Start ACE inhibitor", "ABCD", None, "C"),
+    ("C) Start ACE inhibitor", "ABCD", None, "C"),
+    ("(c) Start ACE inhibitor", "ABCD", None, "C"),
+    ("Answer: C", "ABCD", None, "C"),
+    ("Answer:C", "ABCD", None, "C"),
+    ("Answer:\nC", "ABCD", None, "C"),
+    ("ANSWER: b", "ABCD", None, "B"),
+    ("C", "ABCD", None, "C"),
+    ("A", "ABCD", None, "A"),
+    ("A.", "ABCD", None, "A"),
+    ("c", "ABCD", None, "C"),
+    ("  c.  ", "ABCD", None, "C"),
+    ("**Answer:** C", "ABCD", None, "C"),
+    ("**Answer: D**", "ABCD", None, "D"),
+    ("I think it's B because the murmur radiates to the carotids.", "ABCD", None, "B"),
+    ("The answer is A. Final answer: B", "ABCD", None, "B"),
+    ("Answer: A\nFinal Answer: A", "ABCD", None, "A"),
+    ("The correct option is D", "ABCD", None, "D"),
+    ("The correct choice is (b).", "ABCD", None, "B"),
+    ("After weighing the findings, the answer would be **B**.", "ABCD", None, "B"),
+    ("The answer is [D]", "ABCD", None, "D"),
+    ("I would choose D.", "ABCD", None, "D"),
+    (
+        "A 30-year-old woman with these findings has sarcoidosis. The answer is C.",
+        "ABCD",
+        None,
+        "C",
+    ),
+    ("A. is wrong.\nB. is wrong.\nC. fits.\n\nFinal Answer: C", "ABCD", None, "C"),
+    ("Let me think.\nThe presentation suggests aortic stenosis.\n\n**B**", "ABCD", None, "B"),
+    ("E", "ABCDE", None, "E"),
+    ("The answer is E.", "ABCDE", None, "E"),
+    ("Start ACE inhibitor", "ABCD", OPTIONS, "C"),
+    ("start ace-inhibitor.", "ABCD", OPTIONS, "C"),
+    ("The best next step is to Start ACE inhibitor therapy today", "ABCD", OPTIONS, "C"),
+    ("Maybe", "ABC", {"A": "yes", "B": "no", "C": "maybe"}, "C"),
+]
+NONES = [
+    ("A 45-year-old man presents with chest pain.", "ABCD", None),
+    ("A patient with this presentation needs urgent care.", "ABCD", None),
+    ("", "ABCD", None),
+    ("   \n ", "ABCD", None),
+    (None, "ABCD", None),
+    ("I am not sure about this one.", "ABCD", None),
+    ("The answer is A. Actually, the answer is B.", "ABCD", None),
+    ("A or B", "ABCD", None),
+    ("either A or C", "ABCD", None),
+    ("The answer is A or B.", "ABCD", None),
+    ("Answer: A/B", "ABCD", None),
+    ("The answer is (A) or (C)", "ABCD", None),
+    ("Both A and C are reasonable.", "ABCD", None),
+    ("Final Answer: A\nFinal Answer: B", "ABCD", None),
+    ("The answer is E.", "ABCD", None),
+    ("E", "ABCD", None),
+    ("Final Answer: E", "ABCD", None),
+    ("Answer A is incorrect because aspirin does not lower pressure.", "ABCD", None),
+    ("The answer is a difficult one to determine.", "ABCD", None),
+    ("It's a classic presentation of sarcoidosis.", "ABCD", None),
+    ("Start ACE inhibitor", "ABCD", None),
+    ("Either Start aspirin or Start statin", "ABCD", OPTIONS),
+]
+
+
+@pytest.mark.parametrize("text, letters, options, expected", READS)
+def test_extract_answer_reads(text, letters, options, expected):
+    assert extract_answer(text, letters, options) == expected
+
+
+@pytest.mark.parametrize("text, letters, options", NONES)
+def test_extract_answer_none(text, letters, options):
+    assert extract_answer(text, letters, options) is None
+
+
+# ---------------------------------------------------------------------------
+# Real benchmark files
+
+
+@pytest.fixture(scope="module")
+def medqa4():
+    return load_mcq(SHARED_DATA / "medqa" / "medqa_us_4opt_test.jsonl")
+
+
+@needs_shared_data
+def test_real_medqa_4_options(medqa4):
+    assert len(medqa4) == 1273
+    assert Counter(medqa4["answer"]) == {"A": 353, "B": 309, "C": 346, "D": 265}
+    assert {len(o) for o in medqa4["options"]} == {4}
+    assert set(medqa4["subject"]) == {"step1", "step2&3"}
+
+
+@needs_shared_data
+def test_real_medqa_5_options():
+    ds = load_mcq(SHARED_DATA / "medqa" / "medqa_us_5opt_test.jsonl")
+    assert len(ds) == 1273
+    assert {len(o) for o in ds["options"]} == {5}
+
+
+@needs_shared_data
+def test_real_mmlu_medical():
+    ds = load_mcq(SHARED_DATA / "mmlu_medical", split="test")
+    assert len(ds) == 1089
+    assert set(ds["subject"]) == {
+        "anatomy",
+        "clinical_knowledge",
+        "college_biology",
+        "college_medicine",
+        "medical_genetics",
+        "professional_medicine",
+    }
+    anatomy = load_mcq(SHARED_DATA / "mmlu_medical", subjects=["anatomy"])
+    assert len(anatomy) == 135 and set(anatomy["subject"]) == {"anatomy"}
+    assert len(load_mcq(SHARED_DATA / "mmlu_medical", split="dev")) == 30
+
+
+@needs_shared_data
+def test_real_medqa_extraction(medqa4):
+    opening_with_article = 0
+    for row in medqa4:
+        letter, letters = row["answer"], letters_for(row)
+        assert extract_answer(sft_target(row), letters) == letter
+        assert extract_answer(sft_target(row, chain_of_thought=True), letters) == letter
+        assert extract_answer(f"{letter}. {option_map(row)[letter]}", letters) == letter
+        assert extract_answer(completion_prompt(row), letters) is None
+        if row["question"].startswith("A "):
+            opening_with_article += 1
+            assert extract_answer(row["question"], letters) is None
+    assert opening_with_article > 0
+
+
+@needs_shared_data
+def test_real_medqa_option_text_extraction(medqa4):
+    # Options that are themselves letters ("E" among A, B, C, E) cannot be told apart.
+    wrong = [
+        row["id"]
+        for row in medqa4
+        if extract_answer(option_map(row)[row["answer"]], options=row["options"]) != row["answer"]
+    ]
+    assert len(wrong) <= 2, wrong
+
+
+def test_answer_index_that_is_not_a_number(tmp_path):
+    row = {"sent1": "Q?", "ending0": "a", "ending1": "b", "label": "two"}
+    with pytest.raises(UserError, match="row 1: answer index 'two' does not name one of the 2 options"):
+        load_mcq(write_jsonl(tmp_path / "hf.jsonl", [row]))
