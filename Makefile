@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain clean
+.PHONY: install demo test quality style cpt pretrain sft clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +12,8 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 # Recipe targets: make cpt RECIPE=recipes/gemma3_4b.yaml CONFIG=accelerate_configs/zero3.yaml
-RECIPE ?= recipes/tiny_cpt.yaml
+#                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
+RECIPE ?=
 CONFIG ?=
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
@@ -29,9 +30,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 
 demo: install
 	rm -rf outputs/demo
-	$(MEDRECIPES) tiny-model outputs/demo/tiny-model --corpus data/medical_text/train.jsonl
+	$(MEDRECIPES) tiny-model outputs/demo/tiny-model --corpus data/medical_text/train.jsonl --hidden-size 128
 	$(PY) recipes/cpt.py recipes/tiny_cpt.yaml
-	@echo "demo: model saved to outputs/demo/cpt/final"
+	$(PY) recipes/sft.py recipes/tiny_sft.yaml
+	@echo "demo: CPT model in outputs/demo/cpt/final, SFT model in outputs/demo/sft/final"
 
 test: install
 	$(PY) -m pytest tests -q
@@ -45,10 +47,13 @@ style: install
 	$(VENV)/bin/ruff format src recipes tests benchmarks
 
 cpt: install
-	$(LAUNCH) recipes/cpt.py $(RECIPE)
+	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml)
 
 pretrain: install
-	$(LAUNCH) recipes/cpt.py $(if $(filter recipes/tiny_cpt.yaml,$(RECIPE)),recipes/pure_transformer_0p4b.yaml,$(RECIPE))
+	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
+
+sft: install
+	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

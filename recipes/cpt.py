@@ -12,10 +12,7 @@ blocks of `max_length` tokens; each entry of `eval_sets` is reported as its own
 checkpoint resumes from the last one. The final model and tokenizer go to `output_dir/final`.
 """
 
-import os
-
 from transformers import set_seed
-from transformers.trainer_utils import get_last_checkpoint
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.callbacks import KeepBestCheckpoints
@@ -24,24 +21,28 @@ from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, load_tokenizer
-from medrecipes.trainer import CausalLMTrainer, eval_loss_summary
+from medrecipes.trainer import (
+    CausalLMTrainer,
+    eval_loss_summary,
+    evaluate_and_record,
+    last_checkpoint,
+    train_and_save,
+)
 
 
 def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    last_checkpoint = None
-    if os.path.isdir(training_args.output_dir):
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
-    if last_checkpoint is not None:
-        logger.info("resuming from %s", last_checkpoint)
+    checkpoint = last_checkpoint(training_args.output_dir)
 
     tokenizer = load_tokenizer(
         recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision
     )
     with training_args.main_process_first(desc="tokenising and packing"):
-        train_dataset, eval_datasets = pretraining_data(recipe, tokenizer, training_args.max_length)
+        train_dataset, eval_datasets = pretraining_data(
+            recipe, tokenizer, training_args.max_length, training_args.dataset_num_proc
+        )
     if recipe.mixture.streaming and training_args.max_steps <= 0:
         raise UserError("recipe: a streaming mixture has no length; set max_steps or total_tokens")
     if not eval_datasets and training_args.eval_strategy != "no":
@@ -62,21 +63,9 @@ def main(recipe, training_args, model_args):
         callbacks=callbacks,
     )
 
-    train_result = trainer.train(resume_from_checkpoint=last_checkpoint)
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
-    trainer.save_state()
-
-    final_dir = os.path.join(training_args.output_dir, "final")
-    trainer.save_model(final_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(final_dir)
-        logger.info("final model saved to %s", final_dir)
-
+    train_and_save(trainer, checkpoint)
     if eval_datasets:
-        metrics = trainer.evaluate()
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        evaluate_and_record(trainer)
         for line in eval_loss_summary(trainer.state.log_history):
             logger.info(line)
 

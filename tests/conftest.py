@@ -32,3 +32,11 @@ def run(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.Complete
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session")
+def chat_model(tmp_path_factory) -> str:
+    """A 2-layer llama of width 128: small enough for CPU, large enough to learn 60 questions."""
+    from medrecipes.tiny import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("chat-model")), [str(CORPUS)], "llama", hidden_size=128)

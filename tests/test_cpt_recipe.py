@@ -132,8 +132,9 @@ def test_pretraining_from_scratch_uses_the_preset_and_token_budget(tiny_model, t
         ("--multi_gpu",),
         ("--config_file", "accelerate_configs/zero2.yaml", "--mixed_precision", "no"),
         ("--config_file", "accelerate_configs/zero3.yaml", "--mixed_precision", "no"),
+        ("--config_file", "accelerate_configs/fsdp.yaml", "--mixed_precision", "no"),
     ],
-    ids=["ddp", "zero2", "zero3"],
+    ids=["ddp", "zero2", "zero3", "fsdp2"],
 )
 def test_two_processes(tiny_model, tmp_path, launcher):
     # 2 CPU processes over gloo; --cpu would silently start only one.

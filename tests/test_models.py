@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import ROOT
+from trl import ModelConfig
 
 from medrecipes import cli
 from medrecipes.errors import UserError
@@ -111,9 +112,7 @@ def test_tiny_model_has_a_chat_template(tiny_folder):
 def test_tiny_model_loads_through_the_recipe_loaders(tiny_folder):
     _, folder = tiny_folder
     tokenizer = load_tokenizer(str(folder))
-    model_args = SimpleNamespace(
-        model_name_or_path=str(folder), model_revision=None, dtype="float32", attn_implementation=None
-    )
+    model_args = ModelConfig(model_name_or_path=str(folder), dtype="float32")
     model = load_model(model_args, SimpleNamespace(init_from_scratch=False), tokenizer)
     assert next(model.parameters()).dtype == torch.float32
     assert model.config.num_hidden_layers == 2
@@ -163,9 +162,7 @@ def test_attention_default_on_cpu_and_explicit_choice(monkeypatch):
 
 def test_missing_model_is_a_user_error(tmp_path, tiny_model):
     tokenizer = load_tokenizer(tiny_model)
-    model_args = SimpleNamespace(
-        model_name_or_path=str(tmp_path / "no-model"), model_revision=None, dtype=None, attn_implementation=None
-    )
+    model_args = ModelConfig(model_name_or_path=str(tmp_path / "no-model"), dtype=None)
     with pytest.raises(UserError, match="no-model"):
         load_model(model_args, SimpleNamespace(init_from_scratch=False), tokenizer)
 
@@ -181,7 +178,7 @@ def test_missing_tokenizer_is_a_user_error(tmp_path):
 
 def test_scratch_model_takes_the_tokenizers_vocabulary(tiny_model):
     tokenizer = load_tokenizer(tiny_model)
-    model_args = SimpleNamespace(model_name_or_path=None, model_revision=None, dtype=None, attn_implementation=None)
+    model_args = ModelConfig(model_name_or_path=None, dtype=None)
     recipe = SimpleNamespace(init_from_scratch=True, architecture="tiny")
     model = load_model(model_args, recipe, tokenizer)
     assert model.config.vocab_size == len(tokenizer) == model.get_input_embeddings().weight.shape[0]
@@ -198,6 +195,6 @@ def test_scratch_model_takes_the_tokenizers_vocabulary(tiny_model):
 
 def test_scratch_model_with_unknown_architecture(tiny_model):
     tokenizer = load_tokenizer(tiny_model)
-    model_args = SimpleNamespace(model_name_or_path=None, model_revision=None, dtype=None, attn_implementation=None)
+    model_args = ModelConfig(model_name_or_path=None, dtype=None)
     with pytest.raises(UserError, match="did you mean 'tiny'"):
         load_model(model_args, SimpleNamespace(init_from_scratch=True, architecture="tinyy"), tokenizer)

@@ -193,3 +193,156 @@ def test_totals_add_up():
     for parts in memory.values():
         expected = parts["weights"] + parts["gradients"] + parts["optimizer"] + parts["activations"]
         assert parts["total"] == pytest.approx(expected, abs=0.01)
+
+
+# ---------------------------------------------------------------------------
+# LoRA and QLoRA
+
+# Gemma 3 4B's text decoder, from the packaged config.
+HIDDEN, Q_OUT, KV_OUT, MLP, LAYERS = 2560, 8 * 256, 4 * 256, 10240, 34
+GEMMA_PARAMETERS = 3_880_263_168
+
+
+def gemma_lora_adapters(r: int, targets=("q", "k", "v", "o", "gate", "up", "down")) -> int:
+    """r*(in + out) summed over the adapted projections of every layer."""
+    shapes = {
+        "q": (HIDDEN, Q_OUT),
+        "k": (HIDDEN, KV_OUT),
+        "v": (HIDDEN, KV_OUT),
+        "o": (Q_OUT, HIDDEN),
+        "gate": (HIDDEN, MLP),
+        "up": (HIDDEN, MLP),
+        "down": (MLP, HIDDEN),
+    }
+    return LAYERS * sum(r * (shapes[t][0] + shapes[t][1]) for t in targets)
+
+
+# Parameters of the linear layers bitsandbytes quantises; embeddings and norms are the rest.
+GEMMA_LINEAR = LAYERS * (HIDDEN * Q_OUT * 2 + HIDDEN * KV_OUT * 2 + 3 * HIDDEN * MLP)
+
+
+@pytest.fixture
+def gemma_peft(tmp_path):
+    """A Gemma 3 4B fine-tuning recipe; keys passed to it are added or replaced."""
+
+    def recipe(**keys) -> str:
+        base = {
+            "model_name_or_path": "google/gemma-3-4b-pt",
+            "max_length": 1024,
+            "per_device_train_batch_size": 8,
+            "activation_checkpointing": True,
+            "lora_r": 128,
+        }
+        return write_recipe(tmp_path, **{**base, **keys})
+
+    return recipe
+
+
+def test_qlora_adapters_and_4bit_base(gemma_peft, capsys):
+    qlora = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True))
+    full = plan_json(capsys, gemma_peft())
+    assert qlora["method"] == "qlora"
+    assert full["method"] == "full"
+    assert full["adapter_parameters"] == 0
+    assert qlora["num_parameters"] == GEMMA_PARAMETERS
+    adapters = gemma_lora_adapters(128)
+    assert qlora["adapter_parameters"] == adapters == 238_419_968
+    ddp = qlora["memory_breakdown_gb"]["ddp"]
+    base_bytes = ddp["weights"] * GIB - 2 * adapters  # the bf16 adapter weights are in the weights term
+    # The 671M embedding parameters stay in bf16; the quantised linear layers cost ~0.53 bytes per
+    # parameter (4 bits plus the fp32 absmax of each 64-parameter block).
+    per_linear_parameter = (base_bytes - 2 * (GEMMA_PARAMETERS - GEMMA_LINEAR)) / GEMMA_LINEAR
+    assert per_linear_parameter == pytest.approx(0.53, rel=0.1)
+    assert base_bytes / GIB == pytest.approx(
+        (GEMMA_LINEAR * (0.5 + 4 / 64) + 2 * (GEMMA_PARAMETERS - GEMMA_LINEAR)) / GIB, abs=0.02
+    )
+    assert ddp["gradients"] == round(2 * adapters / GIB, 2)
+    assert ddp["optimizer"] == round(12 * adapters / GIB, 2)
+    assert ddp["activations"] == full["memory_breakdown_gb"]["ddp"]["activations"]
+    assert qlora["memory_gb"]["ddp"] < full["memory_gb"]["ddp"]
+    assert qlora["fits_by_gpu"] == {"24": False, "48": True, "80": True}
+    assert full["fits_by_gpu"] == {size: full["memory_gb"]["ddp"] <= int(size) for size in ("24", "48", "80")}
+
+
+def test_nested_quantisation_shrinks_the_constants(gemma_peft, capsys):
+    plain = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True))
+    nested = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True, use_bnb_nested_quant=True))
+    saved = plain["memory_breakdown_gb"]["ddp"]["weights"] - nested["memory_breakdown_gb"]["ddp"]["weights"]
+    # From 0.5 to 0.127 bits per quantised parameter.
+    assert saved == pytest.approx(GEMMA_LINEAR * (0.5 - 0.127) / 8 / GIB, abs=0.02)
+
+
+def test_8bit_optimizer_lowers_the_optimizer_term(gemma_peft, capsys):
+    adamw = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True))
+    eight_bit = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True, optim="paged_adamw_8bit"))
+    adapters = gemma_lora_adapters(128)
+    assert eight_bit["memory_breakdown_gb"]["ddp"]["optimizer"] == round(6 * adapters / GIB, 2)
+    assert eight_bit["memory_breakdown_gb"]["ddp"]["optimizer"] < adamw["memory_breakdown_gb"]["ddp"]["optimizer"]
+    assert eight_bit["memory_gb"]["ddp"] < adamw["memory_gb"]["ddp"]
+
+
+def test_lora_lies_between_qlora_and_full(gemma_peft, capsys):
+    qlora = plan_json(capsys, gemma_peft(use_peft=True, load_in_4bit=True))
+    lora = plan_json(capsys, gemma_peft(use_peft=True))
+    full = plan_json(capsys, gemma_peft())
+    assert lora["method"] == "lora"
+    assert lora["adapter_parameters"] == qlora["adapter_parameters"]
+    assert lora["memory_breakdown_gb"]["ddp"]["weights"] == round(
+        (2 * GEMMA_PARAMETERS + 2 * qlora["adapter_parameters"]) / GIB, 2
+    )
+    for strategy in ("ddp", "zero2", "zero3"):
+        assert qlora["memory_gb"][strategy] < lora["memory_gb"][strategy] < full["memory_gb"][strategy]
+
+
+def test_zero3_shards_the_frozen_base(gemma_peft, capsys):
+    result = plan_json(capsys, gemma_peft(use_peft=True), "--num-gpus", "8")
+    breakdown = result["memory_breakdown_gb"]
+    assert breakdown["zero2"]["weights"] == breakdown["ddp"]["weights"]
+    assert breakdown["zero3"]["weights"] == pytest.approx(breakdown["ddp"]["weights"] / 8, abs=0.01)
+    assert breakdown["zero2"]["optimizer"] == pytest.approx(breakdown["ddp"]["optimizer"] / 8, abs=0.01)
+
+
+def test_lora_target_modules(gemma_peft, capsys):
+    default = plan_json(capsys, gemma_peft(use_peft=True))
+    all_linear = plan_json(capsys, gemma_peft(use_peft=True, lora_target_modules="all-linear"))
+    # Every linear layer of Gemma's decoder is one of the seven projections.
+    assert all_linear["adapter_parameters"] == default["adapter_parameters"]
+    q_v = plan_json(capsys, gemma_peft(use_peft=True, lora_r=16, lora_target_modules=["q_proj", "v_proj"]))
+    assert q_v["adapter_parameters"] == gemma_lora_adapters(16, ("q", "v"))
+
+
+def test_lora_target_modules_matching_nothing(gemma_peft, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", gemma_peft(use_peft=True, lora_target_modules=["c_attn"])])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "lora_target_modules" in err and "q_proj" in err
+
+
+def test_4bit_without_peft_is_refused(gemma_peft, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", gemma_peft(load_in_4bit=True)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "use_peft" in err
+
+
+def test_gradient_checkpointing_counts_as_activation_checkpointing(gemma_peft, capsys):
+    on = plan_json(capsys, gemma_peft(activation_checkpointing=None, gradient_checkpointing=True))
+    off = plan_json(capsys, gemma_peft(activation_checkpointing=False))
+    assert on["activation_checkpointing"] is True
+    assert on["memory_breakdown_gb"]["ddp"]["activations"] < off["memory_breakdown_gb"]["ddp"]["activations"]
+
+
+def test_plan_text_names_the_method(gemma_peft, capsys):
+    cli.main(["plan", gemma_peft(use_peft=True, load_in_4bit=True)])
+    lines = capsys.readouterr().out.splitlines()
+    method = next(line for line in lines if line.startswith("method"))
+    assert "qlora" in method and "238,419,968 adapter parameters" in method and "4-bit" in method
+    assert next(line for line in lines if line.startswith("ddp fits on")).endswith("24 GB no, 48 GB yes, 80 GB yes")
+    cli.main(["plan", gemma_peft()])
+    assert "full fine-tuning" in next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("method")
+    )

@@ -1,8 +1,9 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model.
+"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter.
 
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
 medrecipes tiny-model /tmp/tiny --arch llama
+medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 """
 
 import argparse
@@ -49,8 +50,23 @@ def cmd_plan(args) -> None:
 def cmd_tiny_model(args) -> None:
     from medrecipes.tiny import build_tiny_model
 
-    build_tiny_model(args.out_dir, args.corpus or DEFAULT_CORPUS, args.arch, args.vocab_size, args.seed)
+    build_tiny_model(
+        args.out_dir,
+        args.corpus or DEFAULT_CORPUS,
+        args.arch,
+        args.vocab_size,
+        args.seed,
+        args.hidden_size,
+        args.layers,
+    )
     print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
+
+
+def cmd_merge_lora(args) -> None:
+    from medrecipes.merge import merge_lora
+
+    merge_lora(args.adapter_dir, args.out_dir, args.dtype)
+    print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -60,7 +76,7 @@ def make_parser() -> argparse.ArgumentParser:
     def recipe_command(name: str, help: str):
         sub = commands.add_parser(name, help=help)
         sub.add_argument("recipe", help="a recipe YAML file")
-        sub.add_argument("--method", default="cpt", choices=["cpt"], help="the recipe script it is for")
+        sub.add_argument("--method", default="cpt", choices=["cpt", "sft"], help="the recipe script it is for")
         sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
         return sub
 
@@ -79,7 +95,17 @@ def make_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--corpus", nargs="+", help="text or JSONL files to train the tokenizer on")
     tiny.add_argument("--vocab-size", type=int, default=1024)
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--hidden-size", type=int, default=64)
+    tiny.add_argument("--layers", type=int, default=2)
     tiny.set_defaults(func=cmd_tiny_model)
+
+    merge = commands.add_parser("merge-lora", help="fold a LoRA adapter into its base model and save the result")
+    merge.add_argument("adapter_dir", help="the folder a LoRA run saved (with adapter_config.json)")
+    merge.add_argument("out_dir", help="where to save the merged model and tokenizer")
+    merge.add_argument(
+        "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
+    )
+    merge.set_defaults(func=cmd_merge_lora)
     return parser
 
 

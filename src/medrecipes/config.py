@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 from transformers import TrainingArguments
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig, SFTConfig, TrlParser
 
 from medrecipes.errors import UserError, did_you_mean
 
@@ -32,8 +32,14 @@ class SourceConfig:
     data_dir: str | None = None
     revision: str | None = None
     text_field: str = "text"
-    format: str = "text"  # "text": a column of documents; "usmle": MCQ rows rendered as text
+    # "text": a column of documents; "usmle": multiple-choice rows (MedQA, MedMCQA, MMLU, PubMedQA, ...)
+    # rendered for the recipe (documents for CPT, chat turns for SFT); "chat": rows kept as they are
+    # (messages, or prompt/completion), for SFT.
+    format: str = "text"
     weight: float = 1.0
+
+
+SOURCE_FORMATS = ("text", "usmle", "chat")
 
 
 @dataclass
@@ -56,7 +62,6 @@ class RecipeArguments:
     eval_sets: dict[str, Any] | None = field(
         default=None, metadata={"help": "Named evaluation sets {name: source}; each logs eval_<name>_loss."}
     )
-    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     init_from_scratch: bool = field(default=False, metadata={"help": "Random weights from `architecture`."})
     architecture: str | None = field(default=None, metadata={"help": "Scratch preset: tiny ... xlarge."})
     tokenizer_name_or_path: str | None = field(
@@ -71,6 +76,15 @@ class RecipeArguments:
     keep_best_checkpoints: int | None = field(
         default=None, metadata={"help": "Keep the best K checkpoints by metric_for_best_model, plus the last."}
     )
+    # How multiple-choice rows (`format: usmle`) become chat turns, for SFT, GRPO and evaluation.
+    system_prompt: str | None = field(default=None, metadata={"help": "System turn before each question."})
+    chain_of_thought: bool = field(
+        default=False, metadata={"help": "Ask for step-by-step reasoning ending in 'Final Answer: X'."}
+    )
+    with_explanation: bool = field(default=False, metadata={"help": "SFT targets carry the explanation."})
+    subjects: list[str] | None = field(
+        default=None, metadata={"help": "Train only on these subjects (per-subject 'division' training)."}
+    )
 
     def __post_init__(self):
         # Filled by parse_recipe from the raw dicts above, after key checks.
@@ -80,28 +94,47 @@ class RecipeArguments:
 
 
 @dataclass
-class CPTConfig(TrainingArguments):
-    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults."""
+class AutoPrecision:
+    """bf16 and tf32 default to on wherever the device supports them, and off on CPU.
 
-    max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
-    # None means: bf16 and tf32 wherever the device supports them.
+    TRL's configs default bf16 to True, which fails on a CPU machine even just to validate
+    or plan a GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
+    """
+
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
     report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, none."})
 
     def __post_init__(self):
         import torch
 
+        gpu = not self.use_cpu and torch.cuda.is_available()
         if self.bf16 is None:
-            self.bf16 = not self.use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+            self.bf16 = gpu and torch.cuda.is_bf16_supported()
         if self.tf32 is None:
-            self.tf32 = not self.use_cpu and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+            self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
         super().__post_init__()
 
 
+@dataclass
+class CPTConfig(AutoPrecision, TrainingArguments):
+    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults."""
+
+    max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
+    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+
+
+@dataclass
+class MedSFTConfig(AutoPrecision, SFTConfig):
+    """TRL's SFTConfig with bf16/tf32 chosen by the device."""
+
+
 # The dataclasses of each recipe script, in the order the script's main() receives them.
-METHODS = {"cpt": (RecipeArguments, CPTConfig, ModelConfig)}
+METHODS = {
+    "cpt": (RecipeArguments, CPTConfig, ModelConfig),
+    "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
+}
 
 
 class RecipeParser(TrlParser):
@@ -203,8 +236,11 @@ def _resolve_data(recipe: RecipeArguments, path: str) -> None:
     for where, source in [("dataset_mixture", s) for s in (recipe.mixture.sources if recipe.mixture else [])] + [
         (f"eval_sets.{n}", s) for n, s in recipe.eval_sources.items()
     ]:
-        if source.format not in ("text", "usmle"):
-            raise UserError(f"{path}: {where}: format must be 'text' or 'usmle', got '{source.format}'")
+        if source.format not in SOURCE_FORMATS:
+            raise UserError(
+                f"{path}: {where}: format '{source.format}' is unknown{did_you_mean(source.format, SOURCE_FORMATS)}; "
+                f"use {', '.join(SOURCE_FORMATS)}"
+            )
 
 
 def _divisors(n: int) -> list[int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
 
@@ -32,6 +33,17 @@ PRESETS = {
     "large": (24, 1536, 4096, "763M"),
     "xlarge": (32, 1920, 4864, "1.46B"),
 }
+
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "recipes" / "templates"
+
+
+def chat_template(name: str = "chatml") -> str:
+    """A chat template of the project's recipes/templates/<name>.jinja."""
+    path = TEMPLATES / f"{name}.jinja"
+    if not path.is_file():
+        raise UserError(f"chat template '{name}': no file {path}; run from a checkout of the project")
+    return path.read_text()
 
 
 def packaged_config(name: str):
@@ -148,6 +160,9 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         origin = f"scratch architecture '{recipe.architecture}'"
     else:
         source, kwargs = split_gguf(model_args.model_name_or_path)
+        quantization = get_quantization_config(model_args)  # QLoRA: 4-bit NF4 base weights
+        if quantization is not None:
+            kwargs.update(quantization_config=quantization, device_map=get_kbit_device_map())
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 source, revision=model_args.model_revision, dtype=dtype, attn_implementation=attention, **kwargs
@@ -169,6 +184,30 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         attention,
     )
     return model
+
+
+def get_kbit_device_map() -> dict | None:
+    """Quantized weights are placed at load time: on this process's GPU, or left on the CPU."""
+    if torch.cuda.is_available():
+        from accelerate import PartialState
+
+        return {"": PartialState().local_process_index}
+    return None
+
+
+def align_generation_eos(model, tokenizer, end_of_turn: str | None) -> None:
+    """Make generation stop at the chat template's end of turn as well as at EOS.
+
+    A model fine-tuned on Gemma's template ends its answers with <end_of_turn>; without it in
+    generation_config.eos_token_id, generation would run on to max_new_tokens.
+    """
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    for token in (tokenizer.eos_token, end_of_turn):
+        token_id = tokenizer.convert_tokens_to_ids(token) if token else None
+        if token_id is not None and token_id != tokenizer.unk_token_id and token_id not in ids:
+            ids.append(token_id)
+    model.generation_config.eos_token_id = ids
 
 
 def load_config(name_or_path: str):

@@ -4,11 +4,27 @@ Memory per device, in GiB, with P parameters, G devices, micro-batch b, sequence
 
 - model states (mixed precision with AdamW, as in the ZeRO paper): bf16 weights 2P, bf16
   gradients 2P, fp32 master weights and two moments 12P. DDP holds all of them on every
-  device; ZeRO-2 shards gradients and optimizer states; ZeRO-3 shards everything.
+  device; ZeRO-2 shards gradients and optimizer states; ZeRO-3 shards everything. An 8-bit
+  optimizer (an `optim` containing "8bit") keeps 8-bit moments: 2 + 4 bytes instead of 12.
+- with `use_peft: true` (LoRA) only adapters are trained: a linear layer of in x out
+  features gains matrices A (r x in) and B (out x r), r*(in + out) parameters. The adapter
+  count n sums that over the targeted layers (`lora_target_modules`; by default
+  q/k/v/o/gate/up/down_proj of every layer; "all-linear" is every linear layer but the
+  output one), plus `out` per layer with DoRA and whole copies of `lora_modules_to_save`.
+  Model states are then the frozen base plus 2n weights, 2n gradients and 12n (or 6n)
+  optimizer states. The frozen base takes 2P in bf16. With `load_in_4bit` (QLoRA)
+  bitsandbytes packs the weight matrices of the linear layers, L parameters, into 4 bits
+  with one fp32 absmax constant per block of 64: 0.5 + 4/64 = 0.5625 bytes per parameter.
+  `use_bnb_nested_quant` quantises those constants to 8 bits, with one fp32 constant per
+  256 of them: 8/64 + 32/(64*256) = 0.127 bits per parameter, 0.5 + 0.127/8 = 0.516 bytes.
+  Embeddings, norms, biases and the output layer stay in bf16, so the base takes
+  L*(0.5625 or 0.516) + 2*(P - L). `load_in_8bit` stores L at 1 byte plus one fp32 scale per
+  output row. Each strategy shards as for full fine-tuning, ZeRO-3 the frozen base too.
 - activations kept for backward, per layer, in bf16: 2*s*b*(6h + 4f) bytes (norm inputs and
   outputs, q/k/v, attention output, MLP gate, up, activation and product; flash/sdpa
   attention keeps no s*s matrix). With activation checkpointing only each layer's input,
-  2*s*b*h bytes, is kept, plus one layer's full activations during recomputation.
+  2*s*b*h bytes, is kept, plus one layer's full activations during recomputation. LoRA's
+  own r-wide activations are small beside these and left out.
 - logits: s*b*V*10 bytes (bf16 logits, their fp32 copy in the loss and its gradient); for a
   262k vocabulary this term dominates, which is why fused or chunked cross-entropy matters.
 
@@ -17,6 +33,7 @@ context (~1 GiB) and communication buffers come on top.
 """
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 import torch
@@ -38,6 +55,13 @@ GPUS = {
     "rtx4090-24gb": (24, 165),
 }
 STRATEGIES = ("ddp", "zero2", "zero3")
+# The card sizes `fits_by_gpu` answers for (GiB).
+CARD_SIZES = (24, 48, 80)
+# The attention and MLP projections of Llama-style decoders (Llama, Gemma, Qwen, Mistral).
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Bytes per 4-bit parameter: packed weights plus fp32 absmax per 64, or its nested 8-bit form.
+NF4_BYTES = 0.5 + 4 / 64
+NF4_NESTED_BYTES = 0.5 + (8 / 64 + 32 / (64 * 256)) / 8
 
 
 @dataclass
@@ -49,6 +73,18 @@ class ModelShape:
     vocab_size: int
 
 
+@dataclass
+class Method:
+    """What is trained and what the frozen part costs: full fine-tuning, LoRA or QLoRA."""
+
+    name: str  # "full", "lora" or "qlora"
+    trainable_parameters: int
+    adapter_parameters: int = 0
+    frozen_weight_bytes: float = 0.0
+    base_weight_bits: int = 16
+    optimizer_bytes: int = 12  # per trainable parameter
+
+
 def model_config(recipe: RecipeArguments, model_name_or_path: str | None):
     """The config of the recipe's model: a scratch architecture, or the pretrained model's."""
     if recipe.init_from_scratch:
@@ -58,13 +94,19 @@ def model_config(recipe: RecipeArguments, model_name_or_path: str | None):
     return load_config(model_name_or_path)
 
 
-def model_shape(config) -> ModelShape:
-    """Exact parameter count (a model built on the meta device) and the shapes the estimate needs."""
+def meta_model(config):
+    """The causal LM of `config` on the meta device: exact shapes, no memory."""
     from transformers import AutoModelForCausalLM
 
     config = getattr(config, "text_config", None) or config
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(config)
+
+
+def model_shape(config, model=None) -> ModelShape:
+    """Exact parameter count (a model built on the meta device) and the shapes the estimate needs."""
+    config = getattr(config, "text_config", None) or config
+    model = model if model is not None else meta_model(config)
     return ModelShape(
         num_parameters=model.num_parameters(),
         hidden_size=config.hidden_size,
@@ -77,9 +119,106 @@ def model_shape(config) -> ModelShape:
     )
 
 
-def memory_per_device(shape: ModelShape, num_devices: int, batch: int, seq: int, checkpointing: bool) -> dict:
-    """GiB per device by strategy: {strategy: {weights, gradients, optimizer, activations, total}}."""
-    p, h, f, layers = shape.num_parameters, shape.hidden_size, shape.intermediate_size, shape.num_layers
+def linear_layers(model) -> dict[str, tuple[int, int]]:
+    """(in, out) features by module name of the layers that LoRA targets and bitsandbytes
+    quantises: torch Linear and GPT-2's Conv1D, the output layer excluded."""
+    from transformers.pytorch_utils import Conv1D
+
+    output = model.get_output_embeddings()
+    layers = {}
+    for name, module in model.named_modules():
+        if module is output:
+            continue
+        # Exact type: subclasses of Linear (e.g. quantised ones) are not plain linear layers.
+        if type(module) is torch.nn.Linear:
+            layers[name] = (module.in_features, module.out_features)
+        elif isinstance(module, Conv1D):
+            layers[name] = tuple(module.weight.shape)  # Conv1D stores its weight as in x out
+    return layers
+
+
+def _matches(name: str, targets: list[str]) -> bool:
+    # PEFT's rule for a list of names: the full module name, or its last dotted components.
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def lora_targets(layers: dict[str, tuple[int, int]], targets, path: str) -> list[str]:
+    """The names of the linear layers a LoRA with `lora_target_modules` = `targets` adapts."""
+    if targets is None:
+        targets = list(DEFAULT_LORA_TARGETS)
+    if isinstance(targets, str) and targets != "all-linear":
+        chosen = [n for n in layers if re.fullmatch(targets, n)]  # PEFT reads a single string as a regex
+    elif targets in ("all-linear", ["all-linear"]):
+        chosen = list(layers)
+    else:
+        chosen = [n for n in layers if _matches(n, targets)]
+    if not chosen:
+        suffixes = sorted({n.rsplit(".", 1)[-1] for n in layers})
+        shown = targets if isinstance(targets, str) else ", ".join(targets)
+        raise UserError(
+            f"{path}: lora_target_modules ({shown}) match no linear layer of the model; "
+            f"its layers are named {', '.join(suffixes)}, or use all-linear"
+        )
+    return chosen
+
+
+def optimizer_bytes(optim) -> int:
+    """Optimizer bytes per trained parameter: fp32 master weights and two Adam moments."""
+    name = str(getattr(optim, "value", optim)).lower()
+    if "8bit" in name:
+        return 4 + 2
+    if "4bit" in name:
+        return 4 + 1
+    return 4 + 8
+
+
+def training_method(model, shape: ModelShape, model_args, training_args, path: str) -> Method:
+    """Full fine-tuning, or the adapters and frozen base of a LoRA/QLoRA recipe."""
+    opt = optimizer_bytes(getattr(training_args, "optim", "adamw_torch"))
+    in_4bit = getattr(model_args, "load_in_4bit", False)
+    in_8bit = getattr(model_args, "load_in_8bit", False)
+    if not getattr(model_args, "use_peft", False):
+        if in_4bit or in_8bit:
+            raise UserError(
+                f"{path}: a model loaded in {'4' if in_4bit else '8'} bits trains only through adapters; "
+                "add use_peft: true or remove load_in_4bit/load_in_8bit"
+            )
+        return Method("full", shape.num_parameters, optimizer_bytes=opt)
+    if in_4bit and in_8bit:
+        raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")
+    r = model_args.lora_r
+    if r < 1:
+        raise UserError(f"{path}: lora_r must be at least 1, got {r}")
+    layers = linear_layers(model)
+    adapted = lora_targets(layers, model_args.lora_target_modules, path)
+    adapters = sum(r * (layers[n][0] + layers[n][1]) for n in adapted)
+    if getattr(model_args, "use_dora", False):
+        adapters += sum(layers[n][1] for n in adapted)  # one magnitude per output feature
+    saved = model_args.lora_modules_to_save or []
+    # Modules to save are trained as whole copies beside the frozen originals.
+    copies = {id(p): p.numel() for n, m in model.named_modules() if _matches(n, saved) for p in m.parameters()}
+    adapters += sum(copies.values())
+    quantised = sum(i * o for i, o in layers.values())
+    if in_4bit:
+        per_param = NF4_NESTED_BYTES if getattr(model_args, "use_bnb_nested_quant", False) else NF4_BYTES
+        base = quantised * per_param + 2 * (shape.num_parameters - quantised)
+        bits = 4
+    elif in_8bit:
+        base = quantised + 4 * sum(o for _, o in layers.values()) + 2 * (shape.num_parameters - quantised)
+        bits = 8
+    else:
+        base, bits = 2 * shape.num_parameters, 16
+    return Method("qlora" if bits < 16 else "lora", adapters, adapters, base, bits, opt)
+
+
+def memory_per_device(
+    shape: ModelShape, num_devices: int, batch: int, seq: int, checkpointing: bool, method: Method | None = None
+) -> dict:
+    """GiB per device by strategy: {strategy: {weights, gradients, optimizer, activations, total}}.
+
+    `method` defaults to full fine-tuning with AdamW; weights include a frozen base."""
+    method = method or Method("full", shape.num_parameters)
+    h, f, layers = shape.hidden_size, shape.intermediate_size, shape.num_layers
     per_layer = 2 * seq * batch * (6 * h + 4 * f)
     if checkpointing:
         activations = layers * 2 * seq * batch * h + per_layer
@@ -87,14 +226,28 @@ def memory_per_device(shape: ModelShape, num_devices: int, batch: int, seq: int,
         activations = layers * per_layer
     activations += 10 * seq * batch * shape.vocab_size
     shards = {"ddp": (1, 1, 1), "zero2": (1, num_devices, num_devices), "zero3": (num_devices,) * 3}
+    t = method.trainable_parameters
     estimate = {}
     for strategy in STRATEGIES:
         w, g, o = shards[strategy]
-        parts = {"weights": 2 * p / w, "gradients": 2 * p / g, "optimizer": 12 * p / o, "activations": activations}
+        parts = {
+            "weights": (method.frozen_weight_bytes + 2 * t) / w,
+            "gradients": 2 * t / g,
+            "optimizer": method.optimizer_bytes * t / o,
+            "activations": activations,
+        }
         parts = {k: round(v / GIB, 2) for k, v in parts.items()}
         parts["total"] = round(sum(parts.values()), 2)
         estimate[strategy] = parts
     return estimate
+
+
+def checkpointing_on(training_args) -> bool:
+    """Activation checkpointing under either of its names in the trainer's arguments."""
+    return bool(
+        getattr(training_args, "activation_checkpointing", False)
+        or getattr(training_args, "gradient_checkpointing", False)
+    )
 
 
 def plan(
@@ -122,10 +275,12 @@ def plan(
         total_steps = math.ceil(training_args.num_train_epochs * dataset_sequences / sequences_per_step)
     else:
         total_steps = None
-    shape = model_shape(model_config(recipe, model_args.model_name_or_path))
-    memory = memory_per_device(
-        shape, num_gpus, training_args.per_device_train_batch_size, seq, training_args.activation_checkpointing
-    )
+    config = model_config(recipe, model_args.model_name_or_path)
+    model = meta_model(config)
+    shape = model_shape(config, model)
+    method = training_method(model, shape, model_args, training_args, path)
+    checkpointing = checkpointing_on(training_args)
+    memory = memory_per_device(shape, num_gpus, training_args.per_device_train_batch_size, seq, checkpointing, method)
     capacity, _ = GPUS[gpu]
     return {
         "recipe": path,
@@ -140,12 +295,16 @@ def plan(
         "steps_per_epoch": steps_per_epoch,
         "total_steps": total_steps,
         "total_tokens": total_steps * tokens_per_step if total_steps else None,
-        "activation_checkpointing": training_args.activation_checkpointing,
+        "activation_checkpointing": checkpointing,
         "num_parameters": shape.num_parameters,
+        "method": method.name,
+        "adapter_parameters": method.adapter_parameters,
+        "base_weight_bits": method.base_weight_bits,
         "model": asdict(shape),
         "memory_gb": {s: m["total"] for s, m in memory.items()},
         "memory_breakdown_gb": memory,
         "fits": {s: m["total"] <= capacity for s, m in memory.items()},
+        "fits_by_gpu": {str(size): memory["ddp"]["total"] <= size for size in CARD_SIZES},
     }
 
 
@@ -155,6 +314,15 @@ def format_plan(result: dict) -> str:
     def num(value, spec=","):
         return "unknown (pass --dataset-sequences)" if value is None else format(value, spec)
 
+    if result["method"] == "full":
+        method = "full fine-tuning, every parameter trained"
+    else:
+        share = result["adapter_parameters"] / result["num_parameters"]
+        method = (
+            f"{result['method']}, {result['adapter_parameters']:,} adapter parameters trained ({share:.2%}) "
+            f"on a frozen {result['base_weight_bits']}-bit base"
+        )
+    fits = ", ".join(f"{size} GB {'yes' if ok else 'no'}" for size, ok in result["fits_by_gpu"].items())
     lines = [
         f"recipe            {result['recipe']}",
         f"devices           {result['num_gpus']} x {result['gpu']}",
@@ -165,6 +333,7 @@ def format_plan(result: dict) -> str:
         f"total steps       {num(result['total_steps'])}",
         f"tokens seen       {num(result['total_tokens'])}",
         f"parameters        {result['num_parameters']:,}",
+        f"method            {method}",
         f"memory per device (GiB; activation checkpointing {'on' if result['activation_checkpointing'] else 'off'}):",
         "  strategy   weights  grads  optim  activ  total  fits",
     ]
@@ -173,4 +342,5 @@ def format_plan(result: dict) -> str:
             f"  {strategy:<9}{m['weights']:>8.1f}{m['gradients']:>7.1f}{m['optimizer']:>7.1f}"
             f"{m['activations']:>7.1f}{m['total']:>7.1f}  {'yes' if result['fits'][strategy] else 'no'}"
         )
+    lines.append(f"ddp fits on       {fits}")
     return "\n".join(lines)

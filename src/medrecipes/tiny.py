@@ -8,24 +8,16 @@ local text files, with BOS/EOS/pad tokens and a ChatML chat template; the model 
 
 import json
 import os
-from importlib import resources
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
 from medrecipes.errors import UserError
+from medrecipes.models import chat_template
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gemma3_text": Gemma3TextConfig}
-
-
-def chat_template(name: str = "chatml") -> str:
-    """A chat template shipped with the package (templates/<name>.jinja)."""
-    path = resources.files("medrecipes") / "templates" / f"{name}.jinja"
-    if not path.is_file():
-        raise UserError(f"chat template '{name}': no file templates/{name}.jinja in the package")
-    return path.read_text()
 
 
 def _read_texts(corpus: list[str]):
@@ -89,13 +81,21 @@ def tiny_config(arch: str, tokenizer, hidden_size: int = 64, num_layers: int = 2
     )
 
 
-def build_tiny_model(out_dir: str, corpus: list[str], arch: str = "llama", vocab_size: int = 1024, seed: int = 0):
-    """Save a random 2-layer `arch` model and its tokenizer to `out_dir`; returns the path."""
+def build_tiny_model(
+    out_dir: str,
+    corpus: list[str],
+    arch: str = "llama",
+    vocab_size: int = 1024,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+):
+    """Save a random `num_layers`-layer `arch` model and its tokenizer to `out_dir`; returns the path."""
     import torch
 
     tokenizer = train_tokenizer(corpus, vocab_size)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch, tokenizer))
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, tokenizer, hidden_size, num_layers))
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,9 @@ from medrecipes.config import MixtureConfig
 from medrecipes.data.sources import load_source
 
 
-def build_mixture(mixture: MixtureConfig):
-    """The mixture's documents (one `text` column), reproducible for a given seed."""
-    sets = [load_source(source, streaming=mixture.streaming) for source in mixture.sources]
+def build_mixture(mixture: MixtureConfig, render=None, subjects: list[str] | None = None):
+    """The mixture's rows, reproducible for a given seed; `render` and `subjects` as in load_source."""
+    sets = [load_source(source, mixture.streaming, render, subjects) for source in mixture.sources]
     if len(sets) == 1:
         return sets[0].shuffle(seed=mixture.seed)
     total = sum(source.weight for source in mixture.sources)

@@ -6,13 +6,13 @@ from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
 
 
-def pretraining_data(recipe, tokenizer, max_length: int):
+def pretraining_data(recipe, tokenizer, max_length: int, num_proc: int | None = None):
     """(train blocks, {eval set name: blocks}) for a recipe's mixture and eval sets."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
-    train = pack_documents(build_mixture(recipe.mixture), tokenizer, max_length, recipe.dataset_num_proc)
+    train = pack_documents(build_mixture(recipe.mixture), tokenizer, max_length, num_proc)
     evals = {
-        name: pack_documents(load_source(source), tokenizer, max_length, recipe.dataset_num_proc)
+        name: pack_documents(load_source(source), tokenizer, max_length, num_proc)
         for name, source in recipe.eval_sources.items()
     }
     return train, evals

@@ -6,6 +6,7 @@ multiple-choice rows through `medrecipes.usmle` and renders each as a document.
 """
 
 import os
+from collections.abc import Callable
 
 import datasets
 
@@ -53,18 +54,41 @@ def _load_documents(source: SourceConfig, streaming: bool):
         raise UserError(f"source '{source.path}': cannot load it ({str(err).splitlines()[0]})") from None
 
 
-def load_source(source: SourceConfig, streaming: bool = False):
-    """The source's documents as a Dataset (or IterableDataset when streaming) with one `text` column."""
-    if source.format == "usmle":
-        from medrecipes import usmle
+def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
+    """A `format: usmle` source as normalised multiple-choice rows (see medrecipes.usmle)."""
+    from medrecipes import usmle
 
-        files = source.data_files or source.path
-        rows = datasets.concatenate_datasets(
-            [usmle.load_mcq(f, split=source.split) for f in ([files] if isinstance(files, str) else files)]
-        )
-        documents = rows.map(lambda row: {"text": usmle.pretraining_text(row)}, remove_columns=rows.column_names)
+    files = source.data_files or source.path
+    return datasets.concatenate_datasets(
+        [
+            usmle.load_mcq(f, split=source.split, subjects=subjects)
+            for f in ([files] if isinstance(files, str) else files)
+        ]
+    )
+
+
+def load_source(
+    source: SourceConfig,
+    streaming: bool = False,
+    render: Callable[[dict], dict] | None = None,
+    subjects: list[str] | None = None,
+):
+    """The source as a Dataset (or IterableDataset when streaming) for a recipe.
+
+    `format: text` gives one `text` column; `format: usmle` gives `render(row)` for each
+    multiple-choice row (by default a `text` document for pretraining), optionally only for
+    `subjects`; `format: chat` keeps the rows as they are (messages or prompt/completion).
+    """
+    if source.format == "usmle":
+        from medrecipes.usmle import pretraining_text
+
+        rows = load_mcq_source(source, subjects)
+        render = render or (lambda row: {"text": pretraining_text(row)})
+        documents = rows.map(render, remove_columns=rows.column_names)
         return documents.to_iterable_dataset() if streaming else documents
     documents = _load_documents(source, streaming)
+    if source.format == "chat":
+        return documents
     columns = documents.column_names
     if columns is not None and source.text_field not in columns:
         raise UserError(

@@ -1,0 +1,80 @@
+"""Supervised fine-tuning (full, LoRA or QLoRA) with TRL's SFTTrainer, on medical
+multiple-choice questions or any chat dataset.
+
+Usage:
+
+    python recipes/sft.py recipes/tiny_sft.yaml
+    accelerate launch --config_file accelerate_configs/zero3.yaml recipes/sft.py recipes/medgemma_4b_qlora.yaml
+    python recipes/sft.py recipes/gemma2_2b_lora.yaml --learning_rate 1e-4      # overrides the YAML
+
+Sources with `format: usmle` (MedQA, MedMCQA, MMLU, PubMedQA, ... detected per file) become
+conversations: the question and its options as the user turn, the answer as the assistant
+turn; `format: chat` sources are used as they are (messages or prompt/completion). `subjects`
+trains on those subjects only. Every `format: usmle` eval set also reports answer accuracy
+(`eval_<name>_acc`), and the end of the run prints it by subject. With `use_peft` the saved
+model is the adapter; `medrecipes merge-lora` folds it into its base.
+"""
+
+from transformers import set_seed
+from trl import SFTTrainer, get_peft_config
+
+from medrecipes.config import parse_recipe
+from medrecipes.data import sft_data
+from medrecipes.errors import exit_on_user_error
+from medrecipes.evaluation import format_report
+from medrecipes.logs import setup_logging
+from medrecipes.models import TEMPLATES, align_generation_eos, load_model, load_tokenizer
+from medrecipes.trainer import (
+    MCQAccuracyMixin,
+    PerplexityMixin,
+    evaluate_and_record,
+    last_checkpoint,
+    train_and_save,
+)
+
+
+class MedSFTTrainer(MCQAccuracyMixin, PerplexityMixin, SFTTrainer):
+    """SFTTrainer that also logs perplexity and multiple-choice accuracy on each eval set."""
+
+
+def main(recipe, training_args, model_args):
+    logger = setup_logging(training_args, recipe)
+    set_seed(training_args.seed)
+
+    checkpoint = last_checkpoint(training_args.output_dir)
+
+    tokenizer = load_tokenizer(
+        recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision
+    )
+    if tokenizer.chat_template is None and training_args.chat_template_path is None:
+        training_args.chat_template_path = str(TEMPLATES / "chatml.jinja")
+        logger.info("the tokenizer has no chat template; using %s", training_args.chat_template_path)
+    with training_args.main_process_first(desc="loading data"):
+        train_dataset, eval_datasets, mcq_sets = sft_data(recipe)
+
+    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+
+    trainer = MedSFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets or None,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.mcq_sets = mcq_sets
+    trainer.mcq_generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
+    align_generation_eos(trainer.model, trainer.processing_class, training_args.eos_token)
+
+    train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
+    if eval_datasets:
+        evaluate_and_record(trainer)
+        for name, report in trainer.mcq_reports.items():
+            logger.info(format_report(name, report))
+
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+
+
+if __name__ == "__main__":
+    exit_on_user_error(lambda: main(*parse_recipe("sft")))()

@@ -1,0 +1,30 @@
+"""Conversations for supervised fine-tuning, and the multiple-choice rows to score accuracy on."""
+
+from medrecipes.data.mixture import build_mixture
+from medrecipes.data.sources import load_mcq_source, load_source
+from medrecipes.errors import UserError
+from medrecipes.usmle import chat_messages, sft_target
+
+
+def mcq_conversation(recipe):
+    """A function from an MCQ row to {"messages": [system?, user question, assistant answer]}."""
+
+    def render(row: dict) -> dict:
+        messages = chat_messages(row, system_prompt=recipe.system_prompt, chain_of_thought=recipe.chain_of_thought)
+        answer = sft_target(row, with_explanation=recipe.with_explanation, chain_of_thought=recipe.chain_of_thought)
+        return {"messages": [*messages, {"role": "assistant", "content": answer}]}
+
+    return render
+
+
+def sft_data(recipe):
+    """(train conversations, {eval set: conversations}, {eval set: MCQ rows for accuracy})."""
+    if recipe.mixture is None:
+        raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
+    render = mcq_conversation(recipe)
+    # Only training is restricted to `subjects`: evaluation reports every subject, so a
+    # per-subject run shows what it gains and what it loses elsewhere.
+    train = build_mixture(recipe.mixture, render, recipe.subjects)
+    evals = {name: load_source(source, render=render) for name, source in recipe.eval_sources.items()}
+    mcq = {name: load_mcq_source(source) for name, source in recipe.eval_sources.items() if source.format == "usmle"}
+    return train, evals, mcq

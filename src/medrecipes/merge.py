@@ -1,0 +1,101 @@
+"""Fold a LoRA adapter into its base model and save a plain transformers model.
+
+A LoRA run saves only the adapter (adapter_config.json and adapter_model.safetensors); its
+base is named in adapter_config.json. Merging adds the scaled B @ A product to each adapted
+weight, so the result loads and serves like any checkpoint, without peft. A QLoRA adapter is
+merged into the unquantised base: merging into 4-bit weights would round the update away.
+
+    medrecipes merge-lora outputs/medgemma-qlora/final outputs/medgemma-merged --dtype bfloat16
+"""
+
+import json
+import logging
+import os
+
+from medrecipes.errors import UserError
+from medrecipes.models import resolve_dtype, split_gguf
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def adapter_base(adapter_dir: str) -> tuple[str, str | None]:
+    """The base model (and revision) that the adapter in `adapter_dir` was trained on."""
+    path = os.path.join(adapter_dir, "adapter_config.json")
+    if not os.path.isdir(adapter_dir):
+        raise UserError(f"merge-lora: no such folder {adapter_dir}; pass the folder a LoRA run saved")
+    if not os.path.isfile(path):
+        raise UserError(
+            f"merge-lora: {adapter_dir} has no adapter_config.json; pass the folder a LoRA run saved "
+            "(its final/ or checkpoint-N/ folder)"
+        )
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not base:
+        raise UserError(f"{path}: no base_model_name_or_path; set it to the model the adapter was trained on")
+    return base, config.get("revision")
+
+
+def _load_tokenizer(adapter_dir: str, base: str, revision: str | None):
+    from transformers import AutoTokenizer
+
+    # Training saves the tokenizer beside the adapter, with any chat template or tokens it added.
+    if any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES):
+        return AutoTokenizer.from_pretrained(adapter_dir)
+    source, kwargs = split_gguf(base)
+    try:
+        return AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
+    except OSError as err:
+        raise UserError(f"merge-lora: cannot load the tokenizer of '{base}' ({str(err).splitlines()[0]})") from None
+
+
+def _load_generation_config(adapter_dir: str, model):
+    from transformers import GenerationConfig
+
+    if os.path.isfile(os.path.join(adapter_dir, "generation_config.json")):
+        return GenerationConfig.from_pretrained(adapter_dir)
+    return model.generation_config
+
+
+def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None) -> str:
+    """Load the adapter's base in `dtype` (default: the checkpoint's), merge the adapter into it
+    and save the merged model, tokenizer and generation config to `out_dir`; returns `out_dir`."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base, revision = adapter_base(adapter_dir)
+    if os.path.abspath(out_dir) == os.path.abspath(adapter_dir):
+        raise UserError(f"merge-lora: the output folder {out_dir} is the adapter folder; pass another OUT_DIR")
+    source, kwargs = split_gguf(base)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
+    except OSError as err:
+        raise UserError(
+            f"{adapter_dir}/adapter_config.json: cannot load base_model_name_or_path '{base}' "
+            f"({str(err).splitlines()[0]}); fix the path or make the model available"
+        ) from None
+    tokenizer = _load_tokenizer(adapter_dir, base, revision)
+    # Tokens added during training grow the embeddings; the adapter's saved copies have that size.
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    try:
+        model = PeftModel.from_pretrained(model, adapter_dir)
+    except RuntimeError as err:
+        if "size mismatch" not in str(err):
+            raise
+        raise UserError(
+            f"{adapter_dir}: the adapter's shapes do not fit '{base}'; "
+            "set base_model_name_or_path in adapter_config.json to the model it was trained on"
+        ) from None
+    model = model.merge_and_unload()
+    model.generation_config = _load_generation_config(adapter_dir, model)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    logger.info("merged %s into %s; saved to %s", adapter_dir, base, out_dir)
+    return out_dir

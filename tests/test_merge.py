@@ -1,0 +1,106 @@
+"""Tests for `medrecipes merge-lora`: the merged model is plain and computes what base + adapter compute."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from conftest import CORPUS
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from medrecipes import cli
+from medrecipes.tiny import build_tiny_model
+
+SENTENCE = "The patient presented with chest pain radiating to the left arm."
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> str:
+    return build_tiny_model(str(tmp_path_factory.mktemp("base")), [str(CORPUS)], "llama")
+
+
+@pytest.fixture(scope="module")
+def adapter(base, tmp_path_factory) -> str:
+    """A LoRA adapter on q_proj and v_proj whose B matrices are non-zero, so that it changes the output."""
+    model = AutoModelForCausalLM.from_pretrained(base)
+    peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            # PEFT starts B at zero, which makes a fresh adapter a no-op.
+            if "lora_B" in name:
+                param.normal_(std=0.2)
+    path = str(tmp_path_factory.mktemp("adapter"))
+    peft_model.save_pretrained(path)
+    with open(os.path.join(path, "adapter_config.json")) as f:
+        assert json.load(f)["base_model_name_or_path"] == base
+    return path
+
+
+def logits(model, tokenizer) -> torch.Tensor:
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    with torch.no_grad():
+        return model(**inputs).logits
+
+
+def test_merged_model_is_plain_and_equals_base_plus_adapter(base, adapter, tmp_path, capsys):
+    out = str(tmp_path / "merged")
+    cli.main(["merge-lora", adapter, out])
+    assert out in capsys.readouterr().out
+
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    assert not isinstance(merged, PeftModel)
+    assert not any("lora" in name for name, _ in merged.named_modules())
+    assert type(merged.model.layers[0].self_attn.q_proj) is torch.nn.Linear
+    assert not os.path.exists(os.path.join(out, "adapter_config.json"))
+    assert os.path.isfile(os.path.join(out, "generation_config.json"))
+    base_model = AutoModelForCausalLM.from_pretrained(base)
+    assert merged.generation_config.eos_token_id == base_model.generation_config.eos_token_id
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
+    expected = logits(with_adapter, tokenizer)
+    got = logits(merged, tokenizer)
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not torch.allclose(got, logits(base_model, tokenizer), atol=1e-3)
+
+
+def test_tokenizer_saved_with_the_adapter_wins(base, adapter, tmp_path, capsys):
+    adapter_copy = shutil.copytree(adapter, tmp_path / "adapter")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.chat_template = "{{ messages[0]['content'] }}"
+    tokenizer.save_pretrained(adapter_copy)
+    out = tmp_path / "merged"
+    cli.main(["merge-lora", str(adapter_copy), str(out), "--dtype", "bfloat16"])
+    capsys.readouterr()
+    assert AutoTokenizer.from_pretrained(out).chat_template == "{{ messages[0]['content'] }}"
+    assert AutoModelForCausalLM.from_pretrained(out, dtype="auto").dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("folder", ["base", "missing"])
+def test_folder_without_adapter_config(folder, base, tmp_path, capsys):
+    path = base if folder == "base" else str(tmp_path / "missing")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["merge-lora", path, str(tmp_path / "out")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: merge-lora:")
+    assert path in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_adapter_config_without_base(adapter, tmp_path, capsys):
+    adapter_copy = shutil.copytree(adapter, tmp_path / "adapter")
+    config_path = adapter_copy / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = None
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(SystemExit) as info:
+        cli.main(["merge-lora", str(adapter_copy), str(tmp_path / "out")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "base_model_name_or_path" in err

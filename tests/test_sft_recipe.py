@@ -1,0 +1,172 @@
+"""recipes/sft.py: full, LoRA and QLoRA runs as a user types them, and what the trainer is fed."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PYTHON, run
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from medrecipes import cli
+from medrecipes.config import parse_recipe
+from medrecipes.data import sft_data
+
+ACCELERATE = Path(sys.executable).parent / "accelerate"
+TINY = "recipes/tiny_sft.yaml"
+
+
+def sft(*args, launcher=(PYTHON,)):
+    result = run(*launcher, "recipes/sft.py", *args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path):
+    result = sft(
+        TINY,
+        "--model_name_or_path",
+        chat_model,
+        "--output_dir",
+        tmp_path,
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "10000",
+        "--eval_on_start",
+        "true",
+    )
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    before = next(e["eval_usmle_train_acc"] for e in state["log_history"] if "eval_usmle_train_acc" in e)
+    after = json.loads((tmp_path / "eval_results.json").read_text())["eval_usmle_train_acc"]
+    # 60 four-option questions: chance is 25%; the fine-tuned model should have learnt most answers.
+    assert before <= 0.45 and after >= 0.75, (before, after)
+    assert "usmle_train: accuracy" in result.stdout and "cardiology" in result.stdout  # per-subject report
+    generation = json.loads((tmp_path / "final" / "generation_config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "final")
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in generation["eos_token_id"]
+
+
+def test_assistant_only_loss_trains_on_the_answer_alone(chat_model, tmp_path):
+    from trl import SFTTrainer
+
+    recipe, args, _ = parse_recipe("sft", [TINY, "--output_dir", str(tmp_path), "--model_name_or_path", chat_model])
+    train, _, _ = sft_data(recipe)
+    tokenizer = AutoTokenizer.from_pretrained(chat_model)
+    model = AutoModelForCausalLM.from_pretrained(chat_model)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    for i, labels in enumerate(batch["labels"]):
+        # What the chat template itself marks as the assistant's turn, computed apart from TRL.
+        marked = tokenizer.apply_chat_template(
+            train[i]["messages"], return_dict=True, return_assistant_tokens_mask=True
+        )["assistant_masks"]
+        trained = labels[labels != -100]
+        assert len(trained) == sum(marked) > 0
+        text = tokenizer.decode(trained)
+        assert text.endswith("<|im_end|>") and "Question" not in text and text[0] in "ABCD"
+
+
+def test_subjects_select_the_training_rows(tmp_path):
+    recipe, _, _ = parse_recipe("sft", [TINY, "--output_dir", str(tmp_path), "--subjects", "cardiology", "neurology"])
+    train, evals, mcq = sft_data(recipe)
+    rows = [json.loads(line) for line in Path("data/usmle_sample/train.jsonl").read_text().splitlines()]
+    assert len(train) == sum(r["subject"] in ("cardiology", "neurology") for r in rows)
+    assert len(mcq["usmle_train"]) == len(rows)  # evaluation still covers every subject
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["lora", "qlora"])
+def test_lora_and_qlora_adapters_merge_into_a_plain_model(chat_model, tmp_path, quantized):
+    extra = ["--load_in_4bit", "true", "--bnb_4bit_quant_type", "nf4", "--use_bnb_nested_quant", "true"]
+    sft(
+        TINY,
+        "--model_name_or_path",
+        chat_model,
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "4",
+        "--use_peft",
+        "true",
+        "--lora_r",
+        "8",
+        "--lora_alpha",
+        "16",
+        "--lora_target_modules",
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        *(extra if quantized else []),
+    )
+    adapter = tmp_path / "run" / "final"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["r"] == 8 and Path(config["base_model_name_or_path"]).resolve() == Path(chat_model).resolve()
+    cli.main(["merge-lora", str(adapter), str(tmp_path / "merged")])
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    ids = AutoTokenizer.from_pretrained(tmp_path / "merged")("The heart", return_tensors="pt").input_ids
+    assert torch.isfinite(merged(ids).logits).all()
+
+
+def test_padding_free_packing(chat_model, tmp_path):
+    sft(
+        TINY,
+        "--model_name_or_path",
+        chat_model,
+        "--output_dir",
+        tmp_path,
+        "--max_steps",
+        "3",
+        "--packing",
+        "true",
+        "--packing_strategy",
+        "bfd",
+        "--per_device_train_batch_size",
+        "2",
+        "--logging_steps",
+        "1",
+    )
+    losses = [
+        e["loss"] for e in json.loads((tmp_path / "trainer_state.json").read_text())["log_history"] if "loss" in e
+    ]
+    assert losses and all(loss > 0 for loss in losses)
+
+
+def test_zero3_sft_on_two_processes(chat_model, tmp_path):
+    sft(
+        TINY,
+        "--model_name_or_path",
+        chat_model,
+        "--output_dir",
+        tmp_path,
+        "--max_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        launcher=(
+            ACCELERATE,
+            "launch",
+            "--config_file",
+            "accelerate_configs/zero3.yaml",
+            "--mixed_precision",
+            "no",
+            "--num_processes",
+            "2",
+        ),
+    )
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
+
+
+def test_chat_sources_are_used_as_they_are(tmp_path):
+    conversations = tmp_path / "chat.jsonl"
+    messages = [{"role": "user", "content": "What lowers preload?"}, {"role": "assistant", "content": "Nitrates."}]
+    conversations.write_text(json.dumps({"messages": messages}) + "\n")
+    recipe = tmp_path / "chat.yaml"
+    recipe.write_text(
+        f"dataset_mixture:\n  sources:\n    - {{path: {conversations}, format: chat}}\n"
+        f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\n"
+    )
+    recipe_args, _, _ = parse_recipe("sft", [str(recipe)])
+    train, evals, mcq = sft_data(recipe_args)
+    assert list(train) == [{"messages": messages}] and evals == {} and mcq == {}
