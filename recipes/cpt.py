@@ -20,7 +20,7 @@ from medrecipes.config import parse_recipe
 from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.logs import setup_logging
-from medrecipes.models import load_model, load_tokenizer
+from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
     eval_loss_summary,
@@ -36,9 +36,7 @@ def main(recipe, training_args, model_args):
 
     checkpoint = last_checkpoint(training_args.output_dir)
 
-    tokenizer = load_tokenizer(
-        recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision
-    )
+    tokenizer = recipe_tokenizer(recipe, model_args)
     with training_args.main_process_first(desc="tokenising and packing"):
         train_dataset, eval_datasets = pretraining_data(
             recipe, tokenizer, training_args.max_length, training_args.dataset_num_proc

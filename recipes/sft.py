@@ -23,7 +23,7 @@ from medrecipes.data import sft_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.evaluation import format_report
 from medrecipes.logs import setup_logging
-from medrecipes.models import TEMPLATES, align_generation_eos, load_model, load_tokenizer
+from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
 from medrecipes.trainer import (
     MCQAccuracyMixin,
     PerplexityMixin,
@@ -43,9 +43,7 @@ def main(recipe, training_args, model_args):
 
     checkpoint = last_checkpoint(training_args.output_dir)
 
-    tokenizer = load_tokenizer(
-        recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision
-    )
+    tokenizer = recipe_tokenizer(recipe, model_args)
     if tokenizer.chat_template is None and training_args.chat_template_path is None:
         training_args.chat_template_path = str(TEMPLATES / "chatml.jinja")
         logger.info("the tokenizer has no chat template; using %s", training_args.chat_template_path)

@@ -186,10 +186,13 @@ class RecipeParser(TrlParser):
             raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise UserError(f"{path}: a recipe must be a mapping of keys to values")
-        valid = set(self._keys()) | {"env"}
-        for key in data:
-            if key not in valid:
-                raise UserError(f"{path}: unknown key '{key}'{did_you_mean(key, valid)}")
+        reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
+
+
+def reject_unknown_keys(data: dict, valid: set[str], where: str) -> None:
+    for key in data:
+        if key not in valid:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, valid)}")
 
 
 def _is_whole_number(value) -> bool:
@@ -203,10 +206,7 @@ def build_dataclass(cls, data: Any, where: str):
     """`cls(**data)` with unknown and missing keys reported as one line naming `where`."""
     if not isinstance(data, dict):
         raise UserError(f"{where}: expected a mapping of keys to values, got {data!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in names:
-            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, names)}")
+    reject_unknown_keys(data, {f.name for f in dataclasses.fields(cls)}, where)
     missing = [
         f.name
         for f in dataclasses.fields(cls)
@@ -217,6 +217,18 @@ def build_dataclass(cls, data: Any, where: str):
     return cls(**data)
 
 
+def _build_source(data: Any, where: str) -> SourceConfig:
+    source = build_dataclass(SourceConfig, data, where)
+    if source.format not in SOURCE_FORMATS:
+        raise UserError(
+            f"{where}: format '{source.format}' is unknown{did_you_mean(source.format, SOURCE_FORMATS)}; "
+            f"use {', '.join(SOURCE_FORMATS)}"
+        )
+    if source.weight <= 0:
+        raise UserError(f"{where}: weight must be positive, got {source.weight}")
+    return source
+
+
 def _resolve_data(recipe: RecipeArguments, path: str) -> None:
     if recipe.dataset_mixture is not None:
         where = f"{path}: dataset_mixture"
@@ -224,23 +236,12 @@ def _resolve_data(recipe: RecipeArguments, path: str) -> None:
         sources = mixture.get("sources")
         if not isinstance(sources, list) or not sources:
             raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
-        mixture["sources"] = [build_dataclass(SourceConfig, s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
+        mixture["sources"] = [_build_source(s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
-        for i, source in enumerate(recipe.mixture.sources):
-            if source.weight <= 0:
-                raise UserError(f"{where}.sources[{i}]: weight must be positive, got {source.weight}")
         if recipe.mixture.stopping_strategy not in ("all_exhausted", "first_exhausted"):
             raise UserError(f"{where}: stopping_strategy must be all_exhausted or first_exhausted")
     for name, source in (recipe.eval_sets or {}).items():
-        recipe.eval_sources[name] = build_dataclass(SourceConfig, source, f"{path}: eval_sets.{name}")
-    for where, source in [("dataset_mixture", s) for s in (recipe.mixture.sources if recipe.mixture else [])] + [
-        (f"eval_sets.{n}", s) for n, s in recipe.eval_sources.items()
-    ]:
-        if source.format not in SOURCE_FORMATS:
-            raise UserError(
-                f"{path}: {where}: format '{source.format}' is unknown{did_you_mean(source.format, SOURCE_FORMATS)}; "
-                f"use {', '.join(SOURCE_FORMATS)}"
-            )
+        recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}")
 
 
 def _divisors(n: int) -> list[int]:

@@ -131,6 +131,11 @@ def resolve_attention(requested: str | None) -> str:
     return "sdpa"
 
 
+def recipe_tokenizer(recipe, model_args):
+    """The tokenizer a recipe names: its own `tokenizer_name_or_path`, else the model's."""
+    return load_tokenizer(recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision)
+
+
 def load_tokenizer(name_or_path: str, revision: str | None = None):
     source, kwargs = split_gguf(name_or_path)
     try:
