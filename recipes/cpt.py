@@ -24,6 +24,7 @@ from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
     eval_loss_summary,
+    end_run,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
@@ -69,6 +70,7 @@ def main(recipe, training_args, model_args):
 
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+    end_run(trainer)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recip
 from medrecipes.trainer import (
     MCQAccuracyMixin,
     PerplexityMixin,
+    end_run,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
@@ -72,6 +73,7 @@ def main(recipe, training_args, model_args):
 
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+    end_run(trainer)
 
 
 if __name__ == "__main__":

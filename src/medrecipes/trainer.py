@@ -33,6 +33,16 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     return final_dir
 
 
+def end_run(trainer) -> None:
+    """Tear the process group down while the interpreter is still whole.
+
+    Left to interpreter shutdown, gloo's worker threads (DeepSpeed and DDP on CPU) can still
+    hold tensors; freeing them then aborts the process now and then with "terminate called
+    without an active exception", and the launcher reports the whole run as failed.
+    """
+    trainer.accelerator.end_training()
+
+
 def evaluate_and_record(trainer) -> dict:
     """Evaluate every eval set once more and record the metrics beside the training ones."""
     metrics = trainer.evaluate()
