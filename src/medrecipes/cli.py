@@ -7,7 +7,6 @@ medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 """
 
 import argparse
-import dataclasses
 import json
 import sys
 
@@ -25,12 +24,10 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 
 
 def cmd_validate(args) -> None:
+    from medrecipes.config import resolved_recipe
+
     recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
-    resolved = {}
-    for obj in (recipe, model_args, training_args):
-        for f in dataclasses.fields(obj):
-            if f.init and f.name not in resolved:
-                resolved[f.name] = getattr(obj, f.name)
+    resolved = resolved_recipe(recipe, model_args, training_args)
     print(yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), sort_keys=False), end="")
     for key, value in recipe.derived.items():
         print(f"# derived: {key} = {value}")

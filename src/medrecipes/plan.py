@@ -43,8 +43,10 @@ from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models import load_config, scratch_config
 
 GIB = 2**30
-# Usable memory per device (GiB) and dense bf16 peak (TFLOP/s) by GPU type.
+# Usable memory per device (GiB) and dense bf16 peak (TFLOP/s) by GPU type (vendor data sheets,
+# without sparsity; SXM parts where there is a choice).
 GPUS = {
+    "b200-180gb": (180, 2250),
     "h100-80gb": (80, 989),
     "h200-141gb": (141, 989),
     "a100-80gb": (80, 312),
@@ -71,6 +73,9 @@ class ModelShape:
     intermediate_size: int
     num_layers: int
     vocab_size: int
+    # The input token embedding when it is not also the output layer: a lookup, no matmul.
+    embedding_parameters: int = 0
+    attention_width: int = 0  # heads x head dimension, the width of q and of the attention output
 
 
 @dataclass
@@ -107,6 +112,9 @@ def model_shape(config, model=None) -> ModelShape:
     """Exact parameter count (a model built on the meta device) and the shapes the estimate needs."""
     config = getattr(config, "text_config", None) or config
     model = model if model is not None else meta_model(config)
+    embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
+    untied = output is None or output.weight is not embedding.weight
+    heads = config.num_attention_heads
     return ModelShape(
         num_parameters=model.num_parameters(),
         hidden_size=config.hidden_size,
@@ -116,7 +124,49 @@ def model_shape(config, model=None) -> ModelShape:
         or 4 * config.hidden_size,
         num_layers=config.num_hidden_layers,
         vocab_size=config.vocab_size,
+        embedding_parameters=embedding.weight.numel() if untied else 0,
+        attention_width=heads * (getattr(config, "head_dim", None) or config.hidden_size // heads),
     )
+
+
+def flops_per_token(shape: ModelShape, seq_len: float, trains_base: bool = True) -> float:
+    """Training FLOPs per token, forward and backward, in the PaLM paper's form (appendix B):
+
+        6 N + 12 L d S
+
+    N parameters that multiply activations (the input token embedding is a lookup and is left
+    out unless it doubles as the output layer), L layers, d attention width (heads x head
+    dimension), S tokens per sequence. 6N: 2N in the forward pass, 4N in the backward (input and
+    weight gradients); 12LdS: the score and value matmuls, forward and backward, counted over
+    the whole S x S matrix as the standard form does, although causal masking skips half of it.
+    A frozen base (LoRA) computes no weight gradients: 4N. Recomputation under activation
+    checkpointing is not counted, so MFU stays comparable across settings.
+    """
+    dense = (6 if trains_base else 4) * (shape.num_parameters - shape.embedding_parameters)
+    return dense + 12 * shape.num_layers * shape.attention_width * seq_len
+
+
+# How `torch.cuda.get_device_name()` spells each GPU type of the table, most specific first.
+DEVICE_NAMES = (
+    ("B200", "b200-180gb"),
+    ("H200", "h200-141gb"),
+    ("H100", "h100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100", "a100-80gb"),
+    ("L40S", "l40s-48gb"),
+    ("A6000", "a6000-48gb"),
+    ("A10G", "a10g-24gb"),
+    ("4090", "rtx4090-24gb"),
+)
+
+
+def gpu_type(device_name: str) -> str | None:
+    """The GPUS key of a CUDA device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
+    for fragment, key in DEVICE_NAMES:
+        if fragment.lower() in device_name.lower():
+            return key
+    return None
 
 
 def linear_layers(model) -> dict[str, tuple[int, int]]:
