@@ -10,8 +10,6 @@ import argparse
 import json
 import sys
 
-import yaml
-
 from medrecipes.errors import UserError, exit_on_user_error
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
@@ -24,11 +22,10 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 
 
 def cmd_validate(args) -> None:
-    from medrecipes.config import resolved_recipe
+    from medrecipes.config import resolved_yaml
 
     recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
-    resolved = resolved_recipe(recipe, model_args, training_args)
-    print(yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), sort_keys=False), end="")
+    print(resolved_yaml(recipe, model_args, training_args), end="")
     for key, value in recipe.derived.items():
         print(f"# derived: {key} = {value}")
     print(f"# {args.recipe}: valid {args.method} recipe")

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import yaml
@@ -118,7 +119,8 @@ class RecipeArguments:
 
 @dataclass
 class AutoPrecision:
-    """bf16 and tf32 default to on wherever the device supports them, and off on CPU.
+    """Defaults of every recipe's trainer config. bf16 and tf32 default to on wherever the
+    device supports them, and off on CPU.
 
     TRL's configs default bf16 to True, which fails on a CPU machine even just to validate
     or plan a GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
@@ -126,7 +128,12 @@ class AutoPrecision:
 
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
-    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, none."})
+    report_to: str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, trackio, none."}
+    )
+    # The recipes push final/ with a model card at the end (medrecipes.hub) and checkpoints to
+    # branches (push_checkpoint_revisions); HF's default, every_save, would also push output_dir.
+    hub_strategy: str = field(default="end", metadata={"help": "Trainer pushes during training: end, every_save."})
 
     def __post_init__(self):
         import torch
@@ -378,12 +385,29 @@ def parse_recipe(method: str, argv: list[str] | None = None):
 SECRET_FIELDS = ("hub_token",)
 
 
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+
 def resolved_recipe(*parsed) -> dict[str, Any]:
-    """Every field of a parsed recipe's dataclasses with its final value, credentials left out:
-    what `medrecipes validate` prints and what a model card records."""
+    """Every field of a parsed recipe's dataclasses with its final value as plain YAML data,
+    credentials left out: what `medrecipes validate` prints and a model card records. Parsed
+    again, it gives the same run."""
     resolved = {}
     for obj in parsed:
         for f in dataclasses.fields(obj):
             if f.init and f.name not in resolved and f.name not in SECRET_FIELDS:
-                resolved[f.name] = getattr(obj, f.name)
+                resolved[f.name] = _plain(getattr(obj, f.name))
     return resolved
+
+
+def resolved_yaml(*parsed) -> str:
+    return yaml.safe_dump(resolved_recipe(*parsed), sort_keys=False)

@@ -10,9 +10,9 @@ left out, and the finished card is checked for the token in use.
 The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 """
 
+import datetime
 import glob
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -21,16 +21,18 @@ from concurrent.futures import Future
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import yaml
 from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
 
-from medrecipes.config import resolved_recipe
+from medrecipes.config import resolved_yaml
 from medrecipes.data.sources import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
 
 logger = logging.getLogger(__name__)
 
 CARD_TEMPLATE = Path(__file__).parent / "model_card.md"
+# The trainer pickles its arguments, hub_token included, into every saved folder: never pushed.
+# The resolved recipe (recipe.yaml, card) records the same settings without credentials.
+CREDENTIAL_FILES = ("training_args.bin",)
 # Resume state, not model: a revision branch holds what loads with from_pretrained.
 RESUME_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "global_step*", "trainer_state.json")
 FRAMEWORKS = ("medrecipes", "transformers", "trl", "torch", "accelerate", "datasets", "peft")
@@ -79,7 +81,8 @@ def source_rows(sources) -> list[dict]:
             revision = "not pinned (the Hub's latest at training time)"
         else:
             files = _local_files(source)
-            revision = f"sha256:{_hash_files(files)[:16]} ({len(files)} files)" if files else "files not found"
+            count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
+            revision = f"sha256:{_hash_files(files)[:16]} ({count})" if files else "files not found"
         data_files = source.data_files if isinstance(source.data_files, list | type(None)) else [source.data_files]
         rows.append(
             {
@@ -95,13 +98,20 @@ def source_rows(sources) -> list[dict]:
     return rows
 
 
+DISTRIBUTION = {"NO": "one process", "MULTI_GPU": "DDP", "MULTI_CPU": "DDP", "FSDP": "FSDP"}
+
+
 def hardware(trainer) -> str:
+    """'8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3' for the run's accelerator."""
     import torch
 
     processes = trainer.accelerator.num_processes
     nodes = max(1, processes // int(os.environ.get("LOCAL_WORLD_SIZE", processes)))
     device = torch.cuda.get_device_name() if trainer.args.device.type == "cuda" else "CPU"
-    return f"{processes} x {device} ({nodes} node{'s' if nodes > 1 else ''}), {trainer.accelerator.distributed_type.value}"
+    kind = trainer.accelerator.distributed_type.value
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    distribution = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else DISTRIBUTION.get(kind, kind)
+    return f"{processes} x {device}, {nodes} node{'s' if nodes > 1 else ''}, {distribution}"
 
 
 def _framework_versions() -> str:
@@ -123,7 +133,7 @@ def training_summary(state) -> dict:
     return {
         "steps": state.global_step,
         "tokens_seen": state.num_input_tokens_seen,
-        "training_hours": hours,
+        "training_time": str(datetime.timedelta(seconds=round(hours * 3600))) if hours is not None else None,
         "final_train_loss": losses[-1] if losses else None,
     }
 
@@ -161,7 +171,6 @@ def model_card(
         pipeline_tag="text-generation",
         tags=["medrecipes", method, "medical"],
     )
-    resolved = json.loads(json.dumps(resolved_recipe(recipe, model_args, training_args), default=str))
     return ModelCard.from_template(
         card_data,
         template_path=str(CARD_TEMPLATE),
@@ -175,7 +184,8 @@ def model_card(
         hardware=hardware_line,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
         command=command,
-        recipe_yaml=yaml.safe_dump(resolved, sort_keys=False).rstrip(),
+        script=sys.argv[0],
+        recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
         versions=_framework_versions(),
     )
 
@@ -213,14 +223,14 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict, de
         if secret in text:  # e.g. a token pasted into a recipe value
             text = text.replace(secret, "<redacted>")
     Path(final_dir, "README.md").write_text(text)
-    resolved = json.loads(json.dumps(resolved_recipe(recipe, model_args, args), default=str))
-    Path(final_dir, "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    Path(final_dir, "recipe.yaml").write_text(resolved_yaml(recipe, model_args, args))
     api = HfApi(token=args.hub_token)
     repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
     commit = api.upload_folder(
         repo_id=repo_id,
         folder_path=final_dir,
         revision=args.hub_revision,
+        ignore_patterns=list(CREDENTIAL_FILES),
         commit_message=f"{method}: {trainer.state.global_step} steps, {trainer.state.num_input_tokens_seen:,} tokens",
     )
     logger.info("pushed %s to %s", final_dir, commit.commit_url)
@@ -239,7 +249,7 @@ class CheckpointPusher:
 
     def submit(self, folder: str) -> None:
         branch = os.path.basename(os.path.normpath(folder))
-        snapshot = snapshot_folder(folder, ignore=shutil.ignore_patterns(*RESUME_STATE))
+        snapshot = snapshot_folder(folder, ignore=shutil.ignore_patterns(*RESUME_STATE, *CREDENTIAL_FILES))
         self.futures.append(self.api.run_as_future(self._push, snapshot, branch))
 
     def _push(self, snapshot: str, branch: str):

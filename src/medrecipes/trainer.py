@@ -60,7 +60,9 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     final_dir = os.path.join(trainer.args.output_dir, "final")
-    trainer.save_model(final_dir)
+    # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
+    # sends final/ with its model card.
+    trainer.save_model(final_dir, _internal_call=True)
     if trainer.is_world_process_zero():
         trainer.processing_class.save_pretrained(final_dir)
         logger.info("final model saved to %s", final_dir)
