@@ -1,7 +1,8 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter.
+"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter, try a model.
 
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
+medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 """
@@ -39,6 +40,18 @@ def cmd_plan(args) -> None:
     recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
     result = plan(recipe, training_args, model_args, args.recipe, args.num_gpus, args.gpu, args.dataset_sequences)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+
+
+def cmd_launch_plan(args) -> None:
+    import shlex
+
+    from medrecipes.plan import launch_plan
+
+    recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
+    values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
+    values["MODEL"] = model_args.model_name_or_path or ""
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(str(value))}")
 
 
 def cmd_tiny_model(args) -> None:
@@ -82,6 +95,11 @@ def make_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--dataset-sequences", type=int, help="packed training sequences, when not known")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
+
+    launch = recipe_command("launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
+    launch.add_argument("--nodes", type=int, required=True)
+    launch.add_argument("--gpus-per-node", type=int, default=8)
+    launch.set_defaults(func=cmd_launch_plan)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")
