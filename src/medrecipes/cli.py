@@ -5,6 +5,8 @@ medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-se
 medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
+medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
+medrecipes serve outputs/demo/sft/final --port 8000
 """
 
 import argparse
@@ -76,6 +78,18 @@ def cmd_merge_lora(args) -> None:
     print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
 
 
+def cmd_generate(args) -> None:
+    from medrecipes.serving import generate
+
+    print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
+
+
+def cmd_serve(args) -> None:
+    from medrecipes.serving import serve
+
+    serve(args.model, args.host, args.port)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="medrecipes", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +132,19 @@ def make_parser() -> argparse.ArgumentParser:
         "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
     )
     merge.set_defaults(func=cmd_merge_lora)
+
+    gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")
+    gen.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--system", help="a system turn before the prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.set_defaults(func=cmd_generate)
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
+    serve.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 
