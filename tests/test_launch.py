@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import NO_EVAL, PYTHON, ROOT
 
 ACCELERATE = Path(sys.executable).parent / "accelerate"
 
@@ -75,7 +75,7 @@ def test_slurm_script_trains_on_two_nodes_with_the_recipe_accumulation(tiny_mode
         "ACCELERATE": str(ACCELERATE),
     }
     recipe_args = ["recipes/tiny_cpt.yaml", "--model_name_or_path", tiny_model, "--output_dir", out]
-    budget = ["--global_batch_tokens", "4096", "--total_tokens", "8192", "--eval_strategy", "no"]
+    budget = ["--global_batch_tokens", "4096", "--total_tokens", "8192", *NO_EVAL]
     result = subprocess.run(
         ["bash", ROOT / "recipes" / "launch" / "slurm.sbatch", "recipes/cpt.py", recipe_args[0], tmp_path / "ddp.yaml"]
         + [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT, run
+from conftest import NO_EVAL, PYTHON, ROOT, run
 from safetensors.torch import load_file
 
 from medrecipes.callbacks import checkpoint_steps
@@ -34,12 +34,7 @@ def recipe_args(model, output_dir, *extra):
         "4",
         "--logging_steps",
         "1",
-        "--eval_strategy",
-        "no",
-        "--eval_on_start",
-        "false",
-        "--load_best_model_at_end",
-        "false",
+        *NO_EVAL,
         *extra,
     ]
 

@@ -5,6 +5,7 @@ import logging
 
 import pytest
 import torch
+from conftest import NO_EVAL
 from datasets import Dataset
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -54,12 +55,7 @@ def train(tiny_model, output_dir, nan_steps, *overrides):
             "1",
             "--save_steps",
             "100",
-            "--eval_strategy",
-            "no",
-            "--eval_on_start",
-            "false",
-            "--load_best_model_at_end",
-            "false",
+            *NO_EVAL,
             "--report_to",
             "none",
             *overrides,

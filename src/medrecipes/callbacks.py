@@ -146,7 +146,10 @@ class NonFiniteGuard(StopsRun):
 
     def inspect(self, trainer, model, grad_norm) -> None:
         """Called by RecipeTrainerMixin with the gradient norm of the step about to be taken."""
-        if grad_norm is None or trainer.args.fp16 or math.isfinite(float(grad_norm)):
+        if grad_norm is None or trainer.args.fp16:
+            return
+        grad_norm = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+        if math.isfinite(grad_norm):
             return
         step = trainer.state.global_step + 1
         deepspeed = trainer.is_deepspeed_enabled
@@ -157,7 +160,7 @@ class NonFiniteGuard(StopsRun):
             logger.warning(
                 "step %d: gradient norm is %s; step skipped (%d of at most %d)",
                 step,
-                float(grad_norm),
+                grad_norm,
                 self.skipped,
                 self.max_skips,
             )
@@ -170,7 +173,7 @@ class NonFiniteGuard(StopsRun):
             else "DeepSpeed applied the update; the last checkpoint holds the last good weights"
         )
         self.stop_reason = (
-            f"step {step}: gradient norm is {float(grad_norm)} and {why}; {where}. Lower learning_rate "
+            f"step {step}: gradient norm is {grad_norm} and {why}; {where}. Lower learning_rate "
             "or check the data at that step, then run the same command to resume"
         )
         logger.error(self.stop_reason)
@@ -217,40 +220,26 @@ class RetainCheckpoints(TrainerCallback):
                 shutil.rmtree(os.path.join(args.output_dir, f"checkpoint-{step}"), ignore_errors=True)
 
 
-class CheckpointMirror(TrainerCallback):
-    """Copies each saved checkpoint to `url` (any fsspec URL) in the background; the end of
-    training waits for the copies to finish."""
+class CopyCheckpoints(TrainerCallback):
+    """Hands each saved checkpoint to `copier` (`submit(folder)`, copying in the background)
+    and waits for the copies (`wait()`) at the end of training: a `mirror.BackgroundMirror` to
+    object storage, or a `hub.CheckpointPusher` to Hub branches. `per_node`: every node copies
+    what it saved (object storage, with save_on_each_node), rather than only the first process."""
 
-    def __init__(self, url: str):
-        from medrecipes.mirror import BackgroundMirror
+    def __init__(self, copier, per_node: bool = False):
+        self.copier = copier
+        self.per_node = per_node
 
-        self.mirror = BackgroundMirror(url)
-
-    def on_save(self, args, state, control, **kwargs):
-        if args.should_save:
-            self.mirror.submit(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if args.should_save:
-            self.mirror.wait()
-
-
-class PushCheckpointRevisions(TrainerCallback):
-    """Pushes the weights of each saved checkpoint to the branch `checkpoint-<step>` of the
-    run's Hub repository, in the background; the end of training waits for the pushes."""
-
-    def __init__(self, repo_id: str, token: str | None = None, private: bool | None = None):
-        from medrecipes.hub import CheckpointPusher
-
-        self.pusher = CheckpointPusher(repo_id, token=token, private=private)
+    def _copies(self, args, state) -> bool:
+        return args.should_save if self.per_node else state.is_world_process_zero
 
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.pusher.submit(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+        if self._copies(args, state):
+            self.copier.submit(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.pusher.wait()
+        if self._copies(args, state):
+            self.copier.wait()
 
 
 def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
@@ -263,15 +252,14 @@ def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
         ThroughputMonitor(recipe.gpu_hour_price, recipe.peak_tflops),
     ]
     if recipe.checkpoint_mirror_url:
-        callbacks.append(CheckpointMirror(recipe.checkpoint_mirror_url))
-    if recipe.push_checkpoint_revisions:
-        from medrecipes.hub import hub_repo_id
+        from medrecipes.mirror import BackgroundMirror
 
-        callbacks.append(
-            PushCheckpointRevisions(
-                hub_repo_id(training_args), training_args.hub_token, training_args.hub_private_repo
-            )
-        )
+        callbacks.append(CopyCheckpoints(BackgroundMirror(recipe.checkpoint_mirror_url), per_node=True))
+    if recipe.push_checkpoint_revisions:
+        from medrecipes.hub import CheckpointPusher, hub_repo_id
+
+        args = training_args
+        callbacks.append(CopyCheckpoints(CheckpointPusher(hub_repo_id(args), args.hub_token, args.hub_private_repo)))
     # Checkpoints are written in a staging folder and renamed, where HF's own save_total_limit
     # rotation does not see them: the limit is applied here.
     keep_last = recipe.keep_last_checkpoints or training_args.save_total_limit

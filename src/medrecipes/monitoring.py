@@ -50,10 +50,9 @@ class ThroughputMonitor(TrainerCallback):
             self.peak_tflops = GPUS[gpu][1] if gpu else None
             if gpu is None:
                 logger.info("MFU not logged: %s is not in plan.GPUS; set peak_tflops in the recipe", name)
-        config = getattr(model, "config", None)
-        try:
-            self.shape = model_shape(config)
-        except (ValueError, AttributeError) as err:  # an architecture AutoModelForCausalLM cannot build
+        try:  # the live model: building another one would go through DeepSpeed ZeRO-3's partitioning
+            self.shape = model_shape(model.config, model)
+        except AttributeError as err:  # no input embeddings or attention heads to count
             logger.info("MFU not logged: cannot count the FLOPs of this model (%s)", err)
         self.trains_base = not hasattr(model, "peft_config")
         previous = [e["elapsed_hours"] for e in state.log_history if "elapsed_hours" in e]

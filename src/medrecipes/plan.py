@@ -108,15 +108,25 @@ def meta_model(config):
         return AutoModelForCausalLM.from_config(config)
 
 
+def full_numel(parameter) -> int:
+    """Elements of a parameter as the model defines it, also when DeepSpeed ZeRO-3 holds only a
+    shard of it here or bitsandbytes packs it into 4 bits."""
+    if hasattr(parameter, "ds_numel"):
+        return parameter.ds_numel
+    quant_state = getattr(parameter, "quant_state", None)
+    return quant_state.shape.numel() if quant_state is not None else parameter.numel()
+
+
 def model_shape(config, model=None) -> ModelShape:
-    """Exact parameter count (a model built on the meta device) and the shapes the estimate needs."""
+    """Exact parameter count and the shapes the estimates need, of `model` (a live one, sharded
+    or quantised or not) or of a model built on the meta device from `config`."""
     config = getattr(config, "text_config", None) or config
     model = model if model is not None else meta_model(config)
     embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
     untied = output is None or output.weight is not embedding.weight
     heads = config.num_attention_heads
     return ModelShape(
-        num_parameters=model.num_parameters(),
+        num_parameters=sum(full_numel(p) for p in model.parameters()),
         hidden_size=config.hidden_size,
         # GPT-2 names its MLP width n_inner, None meaning 4 x hidden.
         intermediate_size=getattr(config, "intermediate_size", None)
@@ -124,7 +134,7 @@ def model_shape(config, model=None) -> ModelShape:
         or 4 * config.hidden_size,
         num_layers=config.num_hidden_layers,
         vocab_size=config.vocab_size,
-        embedding_parameters=embedding.weight.numel() if untied else 0,
+        embedding_parameters=full_numel(embedding.weight) if untied else 0,
         attention_width=heads * (getattr(config, "head_dim", None) or config.hidden_size // heads),
     )
 
