@@ -168,12 +168,3 @@ def test_grace_time_bounds_a_run_that_cannot_checkpoint():
     result = run(PYTHON, "-c", HANGS, timeout=60)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
     assert "SIGTERM: no checkpoint within preemption_grace_seconds (1 s)" in result.stdout + result.stderr
-
-
-def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
-    for step in (2, 4):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
-    (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")  # a save that never finished
-    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
-    assert last_checkpoint(str(tmp_path / "absent")) is None

@@ -188,18 +188,18 @@ class NonFiniteGuard(StopsRun):
         return control
 
 
-class RetainCheckpoints(TrainerCallback):
-    """After each save, keep the newest `keep_last` checkpoints and the best `keep_best` by
-    `metric_for_best_model`, and delete the others.
+class KeepBestCheckpoints(TrainerCallback):
+    """After each save, keep the best `keep` checkpoints by `metric_for_best_model` and the
+    newest `keep_last` (1 by default), and delete the others.
 
     HF's `save_total_limit` keeps the newest N and the single best; a long run wants the best
     few by eval loss to compare or average as well as the newest to resume from. The trainer's
     best checkpoint is always kept so that `load_best_model_at_end` finds it.
     """
 
-    def __init__(self, keep_last: int | None = None, keep_best: int | None = None):
+    def __init__(self, keep: int | None, keep_last: int | None = None):
+        self.keep_best = keep
         self.keep_last = keep_last or 1
-        self.keep_best = keep_best
 
     def on_save(self, args, state, control, **kwargs):
         if not args.should_save:
@@ -261,8 +261,8 @@ def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
         args = training_args
         callbacks.append(CopyCheckpoints(CheckpointPusher(hub_repo_id(args), args.hub_token, args.hub_private_repo)))
     # Checkpoints are written in a staging folder and renamed, where HF's own save_total_limit
-    # rotation does not see them: the limit is applied here.
+    # rotation does not see them: the limit is applied here, as the newest checkpoints kept.
     keep_last = recipe.keep_last_checkpoints or training_args.save_total_limit
     if keep_last or recipe.keep_best_checkpoints:
-        callbacks.append(RetainCheckpoints(keep_last, recipe.keep_best_checkpoints))
+        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints, keep_last))
     return callbacks

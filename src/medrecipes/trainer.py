@@ -145,7 +145,7 @@ class RecipeTrainerMixin:
     - Atomic checkpoints: a checkpoint is written under output_dir/_staging and renamed to
       checkpoint-<step> once every process has written its part, so a process killed while
       saving leaves nothing that `last_checkpoint` would resume from. (HF's save_total_limit
-      rotation runs inside the staging folder and does nothing; `RetainCheckpoints` applies it.)
+      rotation runs inside the staging folder and does nothing; `KeepBestCheckpoints` applies it.)
       Code that writes more into a checkpoint (data position, ...) goes in a `_save_checkpoint`
       of a class after this one in the bases, into `os.path.join(self._get_output_dir(trial),
       f"checkpoint-{self.state.global_step}")`, which is the staging folder during the save.
