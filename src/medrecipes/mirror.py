@@ -42,7 +42,7 @@ def snapshot_folder(folder: str, ignore=None) -> str:
 def copy_to_url(local_dir: str, url: str) -> None:
     """Copy the files of `local_dir` into the folder `url` (fsspec: s3://, gs://, file://, ...).
 
-    The data side's storage helper has the same signature; either serves the mirror.
+    Kept to this signature so that one copy-to-storage function can serve both the mirror and data.
     """
     fs, root = fsspec.core.url_to_fs(url)
     root = root.rstrip("/")
