@@ -25,7 +25,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
-	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[dev,deepspeed,quant]'
+	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[dev,deepspeed,quant,serve]'
 	touch $(STAMP)
 
 demo: install

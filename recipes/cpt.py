@@ -9,22 +9,25 @@ Usage:
 The recipe's `dataset_mixture` is tokenised with EOS between documents and packed into
 blocks of `max_length` tokens; each entry of `eval_sets` is reported as its own
 `eval_<name>_loss` and `eval_<name>_perplexity`. A run whose `output_dir` already holds a
-checkpoint resumes from the last one. The final model and tokenizer go to `output_dir/final`.
+checkpoint resumes from the last complete one; SIGTERM or SIGUSR1 saves a checkpoint and exits 0.
+The final model and tokenizer go to `output_dir/final`; with `push_to_hub`, to the Hub with a
+model card that records the run.
 """
 
 from transformers import set_seed
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from medrecipes.callbacks import KeepBestCheckpoints
+from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
-    eval_loss_summary,
     end_run,
+    eval_loss_summary,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
@@ -49,9 +52,6 @@ def main(recipe, training_args, model_args):
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 
-    callbacks = []
-    if recipe.keep_best_checkpoints:
-        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints))
     trainer = CausalLMTrainer(
         model=model,
         args=training_args,
@@ -59,17 +59,18 @@ def main(recipe, training_args, model_args):
         eval_dataset=eval_datasets or None,
         processing_class=tokenizer,
         data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
-        callbacks=callbacks,
+        callbacks=recipe_callbacks(recipe, training_args),
     )
 
-    train_and_save(trainer, checkpoint)
+    final_dir = train_and_save(trainer, checkpoint)  # a preempted run exits here, resumable
+    metrics = {}
     if eval_datasets:
-        evaluate_and_record(trainer)
+        metrics = evaluate_and_record(trainer)
         for line in eval_loss_summary(trainer.state.log_history):
             logger.info(line)
 
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+        push_run(trainer, recipe, model_args, final_dir, metrics)
     end_run(trainer)
 
 

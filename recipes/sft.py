@@ -18,15 +18,18 @@ model is the adapter; `medrecipes merge-lora` folds it into its base.
 from transformers import set_seed
 from trl import SFTTrainer, get_peft_config
 
+from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.evaluation import format_report
+from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
 from medrecipes.trainer import (
     MCQAccuracyMixin,
     PerplexityMixin,
+    RecipeTrainerMixin,
     end_run,
     evaluate_and_record,
     last_checkpoint,
@@ -34,7 +37,7 @@ from medrecipes.trainer import (
 )
 
 
-class MedSFTTrainer(MCQAccuracyMixin, PerplexityMixin, SFTTrainer):
+class MedSFTTrainer(RecipeTrainerMixin, MCQAccuracyMixin, PerplexityMixin, SFTTrainer):
     """SFTTrainer that also logs perplexity and multiple-choice accuracy on each eval set."""
 
 
@@ -60,19 +63,21 @@ def main(recipe, training_args, model_args):
         eval_dataset=eval_datasets or None,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        callbacks=recipe_callbacks(recipe, training_args),
     )
     trainer.mcq_sets = mcq_sets
     trainer.mcq_generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
     align_generation_eos(trainer.model, trainer.processing_class, training_args.eos_token)
 
-    train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
+    final_dir = train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
+    metrics = {}
     if eval_datasets:
-        evaluate_and_record(trainer)
+        metrics = evaluate_and_record(trainer)
         for name, report in trainer.mcq_reports.items():
             logger.info(format_report(name, report))
 
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])
+        push_run(trainer, recipe, model_args, final_dir, metrics)
     end_run(trainer)
 
 

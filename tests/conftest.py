@@ -32,6 +32,8 @@ def run(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.Complete
 
 
 PYTHON = sys.executable
+# Recipe overrides for runs that train only: no evaluation, so no best model to load back.
+NO_EVAL = ["--eval_strategy", "no", "--eval_on_start", "false", "--load_best_model_at_end", "false"]
 
 
 @pytest.fixture(scope="session")

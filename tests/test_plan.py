@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from medrecipes import cli
-from medrecipes.plan import GIB, ModelShape, memory_per_device
+from medrecipes.plan import GIB, GPUS, ModelShape, flops_per_token, gpu_type, memory_per_device, model_shape
 
 
 def write_recipe(tmp_path: Path, **keys) -> str:
@@ -346,3 +346,34 @@ def test_plan_text_names_the_method(gemma_peft, capsys):
     assert "full fine-tuning" in next(
         line for line in capsys.readouterr().out.splitlines() if line.startswith("method")
     )
+
+
+def test_flops_per_token_is_6n_plus_the_attention_term():
+    # 1B-ish: 1e9 parameters of which 0.1e9 an untied input embedding, 16 layers of width 2048.
+    shape = ModelShape(int(1e9), 2048, 8192, 16, 50000, embedding_parameters=int(1e8), attention_width=2048)
+    assert flops_per_token(shape, 4096) == 6 * 9e8 + 12 * 16 * 2048 * 4096
+    assert flops_per_token(shape, 4096, trains_base=False) == 4 * 9e8 + 12 * 16 * 2048 * 4096
+
+
+def test_gemma3_shape_counts_attention_width_and_tied_embedding():
+    from medrecipes.models import packaged_config
+
+    shape = model_shape(packaged_config("google--gemma-3-4b-pt"))
+    assert shape.attention_width == 8 * 256  # 8 heads of 256, narrower than the 2,560 hidden size
+    assert shape.embedding_parameters == 0  # tied: the output layer multiplies with it
+
+
+@pytest.mark.parametrize(
+    "name, gpu",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-80gb"),
+        ("NVIDIA H200", "h200-141gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb"),
+        ("NVIDIA GeForce GTX 1080", None),
+    ],
+)
+def test_device_names_find_their_peak(name, gpu):
+    assert gpu_type(name) == gpu
+    if gpu:
+        assert GPUS[gpu][1] >= 312

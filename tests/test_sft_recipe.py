@@ -42,6 +42,10 @@ def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path)
     after = json.loads((tmp_path / "eval_results.json").read_text())["eval_usmle_train_acc"]
     # 60 four-option questions: chance is 25%; the fine-tuned model should have learnt most answers.
     assert before <= 0.45 and after >= 0.75, (before, after)
+    # The monitoring of every recipe: padded rows counted, throughput in every training log.
+    logs = [e for e in state["log_history"] if "loss" in e and "learning_rate" in e]
+    assert logs and all(e["tokens_per_second"] > 0 and "eta_hours" in e for e in logs)
+    assert logs[-1]["num_input_tokens_seen"] > logs[0]["num_input_tokens_seen"] > 0
     assert "usmle_train: accuracy" in result.stdout and "cardiology" in result.stdout  # per-subject report
     generation = json.loads((tmp_path / "final" / "generation_config.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "final")

@@ -1,40 +1,268 @@
-"""Trainer callbacks shared by the recipes."""
+"""Trainer callbacks shared by the recipes, and `recipe_callbacks`, the list every recipe runs with.
+
+A recipe's trainer combines them with `trainer.RecipeTrainerMixin`, which feeds them what a
+callback cannot see (the gradient norm before the optimizer step, token counts, the log
+dictionary before it is recorded) and writes checkpoints atomically.
+"""
 
 import logging
+import math
 import os
 import re
 import shutil
+import signal
+import threading
 
+import torch
+import torch.distributed as dist
 from transformers import TrainerCallback
+
+from medrecipes.monitoring import ThroughputMonitor
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
-class KeepBestCheckpoints(TrainerCallback):
-    """After each save, keep the best `keep` checkpoints by `metric_for_best_model` plus the last.
+def checkpoint_steps(output_dir: str) -> list[int]:
+    """The steps of the `checkpoint-<step>` folders in `output_dir`, in order."""
+    if not os.path.isdir(output_dir):
+        return []
+    return sorted(int(m.group(1)) for name in os.listdir(output_dir) if (m := CHECKPOINT.match(name)))
 
-    HF's `save_total_limit` keeps the newest N (and the single best); a long CPT run wants the
-    best few by eval loss to compare or average, so retention is ranked by the metric here.
+
+class StopsRun(TrainerCallback):
+    """A callback that may end a run before max_steps; `train_and_save` then exits with
+    `exit_code` and `stop_reason` instead of saving the final model."""
+
+    exit_code = 1
+
+    def __init__(self):
+        self.stop_reason: str | None = None
+
+
+class PreemptionHandler(StopsRun):
+    """On SIGTERM or SIGUSR1: checkpoint at the end of the current optimizer step and exit 0.
+
+    Kubernetes sends SIGTERM and kills after terminationGracePeriodSeconds; SLURM sends the
+    signal named by `--signal` before a time limit or a preemption. The handler only records
+    the signal. The run acts on it where a checkpoint resumes exactly: between micro-batches
+    the saved random-number state would be one that an uninterrupted run never has. With
+    several processes they agree, at every step, over a CPU (gloo) group, so that no GPU work
+    waits and no process stops alone when only some received the signal.
+
+    If the checkpoint is not written `grace_seconds` after the signal, the process exits with
+    128 + SIGTERM, as a killed process would: atomic checkpoints make that safe, the previous
+    complete checkpoint is resumed.
     """
 
-    def __init__(self, keep: int):
-        self.keep = keep
+    exit_code = 0
+    signals = (signal.SIGTERM, signal.SIGUSR1)
+    expired_exit_code = 128 + signal.SIGTERM
+
+    def __init__(self, grace_seconds: float):
+        super().__init__()
+        self.grace_seconds = grace_seconds
+        self.received: int | None = None
+        self._previous: dict = {}
+        self._group = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if threading.current_thread() is threading.main_thread():  # Python handles signals there only
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and self._group is None:
+            self._group = dist.new_group(backend="gloo")
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+            timer = threading.Timer(self.grace_seconds, self._expire)
+            timer.daemon = True
+            timer.start()
+
+    def _expire(self):
+        logger.error(
+            "%s: no checkpoint within preemption_grace_seconds (%s s); exiting without one, "
+            "the last complete checkpoint stays",
+            signal.Signals(self.received).name,
+            self.grace_seconds,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(self.expired_exit_code)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        requested = self.received is not None
+        if self._group is not None:
+            flag = torch.tensor([int(requested)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+            requested = bool(flag.item())
+        if requested and self.stop_reason is None and state.global_step < state.max_steps:
+            name = signal.Signals(self.received).name if self.received else "a signal to another process"
+            self.stop_reason = (
+                f"{name}: stopped at step {state.global_step} with checkpoint-{state.global_step}; "
+                "run the same command again to resume"
+            )
+            logger.warning("%s received: saving checkpoint-%d and exiting", name, state.global_step)
+            control.should_save = True
+            control.should_training_stop = True
+            control.should_evaluate = False
+            # Loading the best checkpoint back would spend the grace time on nothing.
+            args.load_best_model_at_end = False
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.received is None:  # keep the handlers after a signal: the grace timer bounds the rest
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
+            self._previous = {}
+
+
+class NonFiniteGuard(StopsRun):
+    """A NaN or infinite gradient norm, seen before the optimizer step: skip the step or stop.
+
+    The gradient norm is all-reduced, so every process takes the same decision (a loss is per
+    process, and a non-finite loss always reaches the norm through its gradients). Skipping
+    drops every gradient: torch optimizers leave a parameter without a gradient untouched, so
+    weights and optimizer moments stay as they were, while the step still counts (its batch is
+    consumed, the schedule moves on). `skip` allows `max_skips` such steps, then stops; `stop`
+    stops at the first. Stopping saves a checkpoint of the untouched weights and exits 1.
+
+    Reading the norm is one host-device sync per optimizer step. The trainer already reads the
+    loss of every micro-batch (`logging_nan_inf_filter`, on by default), so the GPU rarely waits
+    on this one. Under DeepSpeed the engine steps inside backward: the norm arrives after the
+    update, so the guard stops without saving, and the last checkpoint is the last good state.
+    With fp16 the gradient scaler skips overflowing steps itself and the guard stands aside.
+    """
+
+    def __init__(self, policy: str = "skip", max_skips: int = 3):
+        super().__init__()
+        self.policy = policy
+        self.max_skips = max_skips
+        self.skipped = 0
+        self._stop_at_step_end = False
+        self._save = True
+
+    def inspect(self, trainer, model, grad_norm) -> None:
+        """Called by RecipeTrainerMixin with the gradient norm of the step about to be taken."""
+        if grad_norm is None or trainer.args.fp16:
+            return
+        grad_norm = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+        if math.isfinite(grad_norm):
+            return
+        step = trainer.state.global_step + 1
+        deepspeed = trainer.is_deepspeed_enabled
+        if not deepspeed:
+            model.zero_grad(set_to_none=True)
+        if self.policy == "skip" and self.skipped < self.max_skips and not deepspeed:
+            self.skipped += 1
+            logger.warning(
+                "step %d: gradient norm is %s; step skipped (%d of at most %d)",
+                step,
+                grad_norm,
+                self.skipped,
+                self.max_skips,
+            )
+            return
+        self._stop_at_step_end, self._save = True, not deepspeed
+        why = "the skips allowed are used up" if self.policy == "skip" else "nonfinite_policy is stop"
+        where = (
+            f"checkpoint-{step} holds the weights before it"
+            if self._save
+            else "DeepSpeed applied the update; the last checkpoint holds the last good weights"
+        )
+        self.stop_reason = (
+            f"step {step}: gradient norm is {grad_norm} and {why}; {where}. Lower learning_rate "
+            "or check the data at that step, then run the same command to resume"
+        )
+        logger.error(self.stop_reason)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._stop_at_step_end:
+            self._stop_at_step_end = False
+            control.should_training_stop = True
+            control.should_save = self._save
+            control.should_evaluate = False
+            args.load_best_model_at_end = False  # the run failed; keep the weights it stopped with
+        return control
+
+
+class KeepBestCheckpoints(TrainerCallback):
+    """After each save, keep the best `keep` checkpoints by `metric_for_best_model` and the
+    newest `keep_last` (1 by default), and delete the others.
+
+    HF's `save_total_limit` keeps the newest N and the single best; a long run wants the best
+    few by eval loss to compare or average as well as the newest to resume from. The trainer's
+    best checkpoint is always kept so that `load_best_model_at_end` finds it.
+    """
+
+    def __init__(self, keep: int | None, keep_last: int | None = None):
+        self.keep_best = keep
+        self.keep_last = keep_last or 1
 
     def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
+        if not args.should_save:
             return
-        metric = args.metric_for_best_model
-        metric = metric if metric.startswith("eval_") else f"eval_{metric}"
-        scores = {entry["step"]: entry[metric] for entry in state.log_history if metric in entry}
-        steps = sorted(int(m.group(1)) for name in os.listdir(args.output_dir) if (m := CHECKPOINT.match(name)))
-        if not steps:
-            return
-        ranked = sorted((s for s in steps if s in scores), key=scores.get, reverse=args.greater_is_better)
-        # A checkpoint saved without an evaluation at its step cannot be ranked, so it stays.
-        kept = set(ranked[: self.keep]) | {steps[-1]} | {s for s in steps if s not in scores}
+        steps = checkpoint_steps(args.output_dir)
+        kept = set(steps[-self.keep_last :])
+        if self.keep_best:
+            metric = args.metric_for_best_model
+            metric = metric if metric.startswith("eval_") else f"eval_{metric}"
+            scores = {entry["step"]: entry[metric] for entry in state.log_history if metric in entry}
+            ranked = sorted((s for s in steps if s in scores), key=scores.get, reverse=args.greater_is_better)
+            kept |= set(ranked[: self.keep_best])
+        if state.best_model_checkpoint and (m := CHECKPOINT.match(os.path.basename(state.best_model_checkpoint))):
+            kept.add(int(m.group(1)))
         for step in steps:
             if step not in kept:
-                logger.info("removing checkpoint-%d (%s not in the best %d)", step, metric, self.keep)
+                logger.info("removing checkpoint-%d (neither among the last %d nor the best)", step, self.keep_last)
                 shutil.rmtree(os.path.join(args.output_dir, f"checkpoint-{step}"), ignore_errors=True)
+
+
+class CopyCheckpoints(TrainerCallback):
+    """Hands each saved checkpoint to `copier` (`submit(folder)`, copying in the background)
+    and waits for the copies (`wait()`) at the end of training: a `mirror.BackgroundMirror` to
+    object storage, or a `hub.CheckpointPusher` to Hub branches. `per_node`: every node copies
+    what it saved (object storage, with save_on_each_node), rather than only the first process."""
+
+    def __init__(self, copier, per_node: bool = False):
+        self.copier = copier
+        self.per_node = per_node
+
+    def _copies(self, args, state) -> bool:
+        return args.should_save if self.per_node else state.is_world_process_zero
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._copies(args, state):
+            self.copier.submit(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._copies(args, state):
+            self.copier.wait()
+
+
+def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
+    """The callbacks a recipe's trainer runs with: preemption, the non-finite guard, monitoring,
+    and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
+    copies are taken before old checkpoints are deleted)."""
+    callbacks = [
+        PreemptionHandler(recipe.preemption_grace_seconds),
+        NonFiniteGuard(recipe.nonfinite_policy, recipe.max_nonfinite_skips),
+        ThroughputMonitor(recipe.gpu_hour_price, recipe.peak_tflops),
+    ]
+    if recipe.checkpoint_mirror_url:
+        from medrecipes.mirror import BackgroundMirror
+
+        callbacks.append(CopyCheckpoints(BackgroundMirror(recipe.checkpoint_mirror_url), per_node=True))
+    if recipe.push_checkpoint_revisions:
+        from medrecipes.hub import CheckpointPusher, hub_repo_id
+
+        args = training_args
+        callbacks.append(CopyCheckpoints(CheckpointPusher(hub_repo_id(args), args.hub_token, args.hub_private_repo)))
+    # Checkpoints are written in a staging folder and renamed, where HF's own save_total_limit
+    # rotation does not see them: the limit is applied here, as the newest checkpoints kept.
+    keep_last = recipe.keep_last_checkpoints or training_args.save_total_limit
+    if keep_last or recipe.keep_best_checkpoints:
+        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints, keep_last))
+    return callbacks

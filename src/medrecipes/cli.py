@@ -1,17 +1,17 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter.
+"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter, try a model.
 
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
+medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
+medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
+medrecipes serve outputs/demo/sft/final --port 8000
 """
 
 import argparse
-import dataclasses
 import json
 import sys
-
-import yaml
 
 from medrecipes.errors import UserError, exit_on_user_error
 
@@ -25,13 +25,10 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 
 
 def cmd_validate(args) -> None:
+    from medrecipes.config import resolved_yaml
+
     recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
-    resolved = {}
-    for obj in (recipe, model_args, training_args):
-        for f in dataclasses.fields(obj):
-            if f.init and f.name not in resolved:
-                resolved[f.name] = getattr(obj, f.name)
-    print(yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), sort_keys=False), end="")
+    print(resolved_yaml(recipe, model_args, training_args), end="")
     for key, value in recipe.derived.items():
         print(f"# derived: {key} = {value}")
     print(f"# {args.recipe}: valid {args.method} recipe")
@@ -45,6 +42,18 @@ def cmd_plan(args) -> None:
     recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
     result = plan(recipe, training_args, model_args, args.recipe, args.num_gpus, args.gpu, args.dataset_sequences)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+
+
+def cmd_launch_plan(args) -> None:
+    import shlex
+
+    from medrecipes.plan import launch_plan
+
+    recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
+    values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
+    values["MODEL"] = model_args.model_name_or_path or ""
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(str(value))}")
 
 
 def cmd_tiny_model(args) -> None:
@@ -69,6 +78,18 @@ def cmd_merge_lora(args) -> None:
     print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
 
 
+def cmd_generate(args) -> None:
+    from medrecipes.serving import generate
+
+    print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
+
+
+def cmd_serve(args) -> None:
+    from medrecipes.serving import serve
+
+    serve(args.model, args.host, args.port)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="medrecipes", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +110,11 @@ def make_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
 
+    launch = recipe_command("launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
+    launch.add_argument("--nodes", type=int, required=True)
+    launch.add_argument("--gpus-per-node", type=int, default=8)
+    launch.set_defaults(func=cmd_launch_plan)
+
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")
     tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
@@ -106,6 +132,19 @@ def make_parser() -> argparse.ArgumentParser:
         "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
     )
     merge.set_defaults(func=cmd_merge_lora)
+
+    gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")
+    gen.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--system", help="a system turn before the prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.set_defaults(func=cmd_generate)
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
+    serve.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import yaml
@@ -74,7 +75,30 @@ class RecipeArguments:
     warmup_tokens: int | None = field(default=None, metadata={"help": "Warmup in tokens; sets warmup_steps."})
     min_lr: float | None = field(default=None, metadata={"help": "Cosine floor; selects cosine_with_min_lr."})
     keep_best_checkpoints: int | None = field(
-        default=None, metadata={"help": "Keep the best K checkpoints by metric_for_best_model, plus the last."}
+        default=None, metadata={"help": "Keep the best M checkpoints by metric_for_best_model, plus the last K."}
+    )
+    keep_last_checkpoints: int | None = field(
+        default=None, metadata={"help": "Keep the newest K checkpoints (1 when only keep_best_checkpoints is set)."}
+    )
+    checkpoint_mirror_url: str | None = field(
+        default=None, metadata={"help": "fsspec URL (s3://, gs://, file://...) each checkpoint is copied to."}
+    )
+    push_checkpoint_revisions: bool = field(
+        default=False, metadata={"help": "Push each checkpoint's weights to its own Hub branch, checkpoint-<step>."}
+    )
+    # Long runs: preemption, non-finite steps, monitoring.
+    preemption_grace_seconds: float = field(
+        default=120.0, metadata={"help": "After SIGTERM/SIGUSR1: seconds to save a checkpoint and exit."}
+    )
+    nonfinite_policy: str = field(
+        default="skip", metadata={"help": "A NaN/inf gradient norm: skip the step, or stop (checkpoint first)."}
+    )
+    max_nonfinite_skips: int = field(default=3, metadata={"help": "Skips allowed before the run stops."})
+    gpu_hour_price: float | None = field(
+        default=None, metadata={"help": "Price of one GPU-hour; logs the cost of the rest of the run."}
+    )
+    peak_tflops: float | None = field(
+        default=None, metadata={"help": "Dense bf16 peak per device for MFU, when the GPU is not in plan.GPUS."}
     )
     # How multiple-choice rows (`format: usmle`) become chat turns, for SFT, GRPO and evaluation.
     system_prompt: str | None = field(default=None, metadata={"help": "System turn before each question."})
@@ -95,7 +119,8 @@ class RecipeArguments:
 
 @dataclass
 class AutoPrecision:
-    """bf16 and tf32 default to on wherever the device supports them, and off on CPU.
+    """Defaults of every recipe's trainer config. bf16 and tf32 default to on wherever the
+    device supports them, and off on CPU.
 
     TRL's configs default bf16 to True, which fails on a CPU machine even just to validate
     or plan a GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
@@ -103,7 +128,12 @@ class AutoPrecision:
 
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
     tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
-    report_to: str | list[str] = field(default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, none."})
+    report_to: str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, trackio, none."}
+    )
+    # The recipes push final/ with a model card at the end (medrecipes.hub) and checkpoints to
+    # branches (push_checkpoint_revisions); HF's default, every_save, would also push output_dir.
+    hub_strategy: str = field(default="end", metadata={"help": "Trainer pushes during training: end, every_save."})
 
     def __post_init__(self):
         import torch
@@ -306,6 +336,29 @@ def _resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path:
             raise UserError(f"{path}: set keep_best_checkpoints or save_total_limit, not both")
         if not recipe.eval_sources:
             raise UserError(f"{path}: keep_best_checkpoints ranks by eval loss; add eval_sets")
+    if recipe.keep_last_checkpoints is not None:
+        if recipe.keep_last_checkpoints < 1:
+            raise UserError(f"{path}: keep_last_checkpoints must be at least 1")
+        if args.save_total_limit is not None:
+            raise UserError(f"{path}: set keep_last_checkpoints or save_total_limit, not both")
+
+
+NONFINITE_POLICIES = ("skip", "stop")
+
+
+def _check_long_run_settings(recipe: RecipeArguments, path: str) -> None:
+    if recipe.nonfinite_policy not in NONFINITE_POLICIES:
+        raise UserError(
+            f"{path}: nonfinite_policy '{recipe.nonfinite_policy}' is unknown"
+            f"{did_you_mean(recipe.nonfinite_policy, NONFINITE_POLICIES)}; use skip or stop"
+        )
+    if recipe.max_nonfinite_skips < 0:
+        raise UserError(f"{path}: max_nonfinite_skips must be 0 or more")
+    if recipe.preemption_grace_seconds <= 0:
+        raise UserError(f"{path}: preemption_grace_seconds must be positive")
+    for key in ("gpu_hour_price", "peak_tflops"):
+        if getattr(recipe, key) is not None and getattr(recipe, key) <= 0:
+            raise UserError(f"{path}: {key} must be positive")
 
 
 def parse_recipe(method: str, argv: list[str] | None = None):
@@ -323,5 +376,38 @@ def parse_recipe(method: str, argv: list[str] | None = None):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
     derived = resolve_token_budget(recipe, args, path)
     _resolve_best_metric(recipe, args, path)
+    _check_long_run_settings(recipe, path)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
+
+
+# Credentials a recipe may carry: left out of anything printed, saved or pushed.
+SECRET_FIELDS = ("hub_token",)
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+
+def resolved_recipe(*parsed) -> dict[str, Any]:
+    """Every field of a parsed recipe's dataclasses with its final value as plain YAML data,
+    credentials left out: what `medrecipes validate` prints and a model card records. Parsed
+    again, it gives the same run."""
+    resolved = {}
+    for obj in parsed:
+        for f in dataclasses.fields(obj):
+            if f.init and f.name not in resolved and f.name not in SECRET_FIELDS:
+                resolved[f.name] = _plain(getattr(obj, f.name))
+    return resolved
+
+
+def resolved_yaml(*parsed) -> str:
+    return yaml.safe_dump(resolved_recipe(*parsed), sort_keys=False)

@@ -43,8 +43,10 @@ from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models import load_config, scratch_config
 
 GIB = 2**30
-# Usable memory per device (GiB) and dense bf16 peak (TFLOP/s) by GPU type.
+# Usable memory per device (GiB) and dense bf16 peak (TFLOP/s) by GPU type (vendor data sheets,
+# without sparsity; SXM parts where there is a choice).
 GPUS = {
+    "b200-180gb": (180, 2250),
     "h100-80gb": (80, 989),
     "h200-141gb": (141, 989),
     "a100-80gb": (80, 312),
@@ -71,6 +73,9 @@ class ModelShape:
     intermediate_size: int
     num_layers: int
     vocab_size: int
+    # The input token embedding when it is not also the output layer: a lookup, no matmul.
+    embedding_parameters: int = 0
+    attention_width: int = 0  # heads x head dimension, the width of q and of the attention output
 
 
 @dataclass
@@ -103,12 +108,25 @@ def meta_model(config):
         return AutoModelForCausalLM.from_config(config)
 
 
+def full_numel(parameter) -> int:
+    """Elements of a parameter as the model defines it, also when DeepSpeed ZeRO-3 holds only a
+    shard of it here or bitsandbytes packs it into 4 bits."""
+    if hasattr(parameter, "ds_numel"):
+        return parameter.ds_numel
+    quant_state = getattr(parameter, "quant_state", None)
+    return quant_state.shape.numel() if quant_state is not None else parameter.numel()
+
+
 def model_shape(config, model=None) -> ModelShape:
-    """Exact parameter count (a model built on the meta device) and the shapes the estimate needs."""
+    """Exact parameter count and the shapes the estimates need, of `model` (a live one, sharded
+    or quantised or not) or of a model built on the meta device from `config`."""
     config = getattr(config, "text_config", None) or config
     model = model if model is not None else meta_model(config)
+    embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
+    untied = output is None or output.weight is not embedding.weight
+    heads = config.num_attention_heads
     return ModelShape(
-        num_parameters=model.num_parameters(),
+        num_parameters=sum(full_numel(p) for p in model.parameters()),
         hidden_size=config.hidden_size,
         # GPT-2 names its MLP width n_inner, None meaning 4 x hidden.
         intermediate_size=getattr(config, "intermediate_size", None)
@@ -116,7 +134,49 @@ def model_shape(config, model=None) -> ModelShape:
         or 4 * config.hidden_size,
         num_layers=config.num_hidden_layers,
         vocab_size=config.vocab_size,
+        embedding_parameters=full_numel(embedding.weight) if untied else 0,
+        attention_width=heads * (getattr(config, "head_dim", None) or config.hidden_size // heads),
     )
+
+
+def flops_per_token(shape: ModelShape, seq_len: float, trains_base: bool = True) -> float:
+    """Training FLOPs per token, forward and backward, in the PaLM paper's form (appendix B):
+
+        6 N + 12 L d S
+
+    N parameters that multiply activations (the input token embedding is a lookup and is left
+    out unless it doubles as the output layer), L layers, d attention width (heads x head
+    dimension), S tokens per sequence. 6N: 2N in the forward pass, 4N in the backward (input and
+    weight gradients); 12LdS: the score and value matmuls, forward and backward, counted over
+    the whole S x S matrix as the standard form does, although causal masking skips half of it.
+    A frozen base (LoRA) computes no weight gradients: 4N. Recomputation under activation
+    checkpointing is not counted, so MFU stays comparable across settings.
+    """
+    dense = (6 if trains_base else 4) * (shape.num_parameters - shape.embedding_parameters)
+    return dense + 12 * shape.num_layers * shape.attention_width * seq_len
+
+
+# How `torch.cuda.get_device_name()` spells each GPU type of the table, most specific first.
+DEVICE_NAMES = (
+    ("B200", "b200-180gb"),
+    ("H200", "h200-141gb"),
+    ("H100", "h100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100", "a100-80gb"),
+    ("L40S", "l40s-48gb"),
+    ("A6000", "a6000-48gb"),
+    ("A10G", "a10g-24gb"),
+    ("4090", "rtx4090-24gb"),
+)
+
+
+def gpu_type(device_name: str) -> str | None:
+    """The GPUS key of a CUDA device name such as 'NVIDIA H100 80GB HBM3', or None if not listed."""
+    for fragment, key in DEVICE_NAMES:
+        if fragment.lower() in device_name.lower():
+            return key
+    return None
 
 
 def linear_layers(model) -> dict[str, tuple[int, int]]:
@@ -344,3 +404,29 @@ def format_plan(result: dict) -> str:
         )
     lines.append(f"ddp fits on       {fits}")
     return "\n".join(lines)
+
+
+def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int) -> dict:
+    """How a multi-node launch starts this recipe: training nodes and processes, the gradient
+    accumulation the recipe derives for them, and whether one node serves vLLM (GRPO with
+    `vllm_mode: server`, where generation runs on a node of its own)."""
+    if nodes < 1 or gpus_per_node < 1:
+        raise UserError(f"launch-plan: need at least one node and one GPU per node, got {nodes} x {gpus_per_node}")
+    vllm_server = (
+        bool(getattr(training_args, "use_vllm", False)) and getattr(training_args, "vllm_mode", "") == "server"
+    )
+    train_nodes = nodes - int(vllm_server)
+    if train_nodes < 1:
+        raise UserError(f"{path}: vllm_mode server takes a node of its own; launch on 2 nodes or more")
+    processes = train_nodes * gpus_per_node
+    resolve_token_budget(recipe, training_args, path, world_size=processes)
+    return {
+        "TRAIN_NODES": train_nodes,
+        "NUM_PROCESSES": processes,
+        "GRADIENT_ACCUMULATION_STEPS": training_args.gradient_accumulation_steps,
+        "OUTPUT_DIR": training_args.output_dir,
+        "PREEMPTION_GRACE_SECONDS": math.ceil(recipe.preemption_grace_seconds),
+        "VLLM_SERVER": int(vllm_server),
+        "VLLM_PORT": getattr(training_args, "vllm_server_port", 8000),
+        "VLLM_TENSOR_PARALLEL_SIZE": getattr(training_args, "vllm_tensor_parallel_size", 1),
+    }

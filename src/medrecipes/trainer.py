@@ -1,32 +1,68 @@
-"""The HF Trainer as the recipes use it: perplexity logged beside every evaluation loss."""
+"""The HF Trainer as the recipes use it: checkpoints written atomically, exact resume, the
+long-run callbacks fed, perplexity logged beside every evaluation loss."""
 
 import logging
 import math
 import os
+import shutil
+import time
+from collections.abc import Mapping
 
+import torch
 from transformers import Trainer
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
+from medrecipes.monitoring import ThroughputMonitor
 
 logger = logging.getLogger(__name__)
 
+TRAINER_STATE = "trainer_state.json"  # the trainer writes it last into a checkpoint
+STAGING = "_staging"  # under output_dir; the leading underscore keeps HF's Hub push off it
+
 
 def last_checkpoint(output_dir: str) -> str | None:
-    """The newest checkpoint in `output_dir`, from which a run resumes automatically."""
-    checkpoint = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-    if checkpoint is not None:
-        logger.info("resuming from %s", checkpoint)
-    return checkpoint
+    """The newest complete checkpoint in `output_dir`, from which a run resumes automatically.
+
+    Complete means renamed into place by `RecipeTrainerMixin` and holding the trainer state,
+    which the trainer writes last: a folder without it (a save killed by an older version, or
+    by a process that did not stage its checkpoints) is skipped with a warning.
+    """
+    if not os.path.isdir(output_dir):
+        return None
+    steps = sorted((int(m.group(1)), name) for name in os.listdir(output_dir) if (m := CHECKPOINT.match(name)))
+    for _, name in reversed(steps):
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(os.path.join(path, TRAINER_STATE)):
+            logger.info("resuming from %s", path)
+            return path
+        logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+    return None
 
 
 def train_and_save(trainer, checkpoint: str | None) -> str:
     """Train (resuming from `checkpoint`), record the metrics and state, and save the model
-    and its tokenizer to output_dir/final; returns that folder."""
+    and its tokenizer to output_dir/final; returns that folder.
+
+    A run that a callback stopped early (preemption, non-finite gradients) ends the process
+    here instead, with the callback's exit code: what follows the training (final model,
+    evaluation, push) belongs to the run that finishes.
+    """
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
+    if stopped:
+        end_run(trainer)
+        if stopped[0].exit_code == 0:
+            logger.warning(stopped[0].stop_reason)
+            raise SystemExit(0)
+        raise SystemExit(f"error: {stopped[0].stop_reason}")
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     final_dir = os.path.join(trainer.args.output_dir, "final")
-    trainer.save_model(final_dir)
+    # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
+    # sends final/ with its model card.
+    trainer.save_model(final_dir, _internal_call=True)
     if trainer.is_world_process_zero():
         trainer.processing_class.save_pretrained(final_dir)
         logger.info("final model saved to %s", final_dir)
@@ -91,7 +127,137 @@ class MCQAccuracyMixin:
         return output
 
 
-class CausalLMTrainer(PerplexityMixin, Trainer):
+def _publish(staged: str, final: str) -> None:
+    """Rename the staged checkpoint into place; one rename, so readers see all of it or none."""
+    if os.path.isdir(final):  # the same step saved twice, e.g. at the end of training and of an epoch
+        replaced = os.path.join(os.path.dirname(staged), "replaced")
+        os.rename(final, replaced)
+        os.rename(staged, final)
+        shutil.rmtree(replaced, ignore_errors=True)
+    else:
+        os.rename(staged, final)
+
+
+class RecipeTrainerMixin:
+    """What every recipe's trainer does beyond the library's; put it first in the bases
+    (`class T(RecipeTrainerMixin, SFTTrainer)`) and pass `callbacks.recipe_callbacks(...)`.
+
+    - Atomic checkpoints: a checkpoint is written under output_dir/_staging and renamed to
+      checkpoint-<step> once every process has written its part, so a process killed while
+      saving leaves nothing that `last_checkpoint` would resume from. (HF's save_total_limit
+      rotation runs inside the staging folder and does nothing; `KeepBestCheckpoints` applies it.)
+      Code that writes more into a checkpoint (data position, ...) goes in a `_save_checkpoint`
+      of a class after this one in the bases, into `os.path.join(self._get_output_dir(trial),
+      f"checkpoint-{self.state.global_step}")`, which is the staging folder during the save.
+    - Tokens seen, without a sync per step: counted from the input shapes on each process and
+      summed over processes at logging and saving steps into `state.num_input_tokens_seen`,
+      which checkpoints keep (HF's own count, `include_num_input_tokens_seen`, reads a device
+      value at every micro-batch; when a recipe turns it on, it is used instead).
+    - The gradient norm of each step goes to `NonFiniteGuard` before the optimizer step; the
+      counts, and the time spent evaluating and saving, go to `ThroughputMonitor`, whose
+      metrics join each training log before the trainer records it.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        callbacks = self.callback_handler.callbacks
+        self.guard = next((cb for cb in callbacks if isinstance(cb, NonFiniteGuard)), None)
+        self.monitor = next((cb for cb in callbacks if isinstance(cb, ThroughputMonitor)), None)
+        if self.guard is not None and not hasattr(Trainer, "_get_grad_norm"):
+            raise RuntimeError("the non-finite guard needs Trainer._get_grad_norm (transformers 5.17 or newer)")
+        self._pending_counts = [0, 0]  # tokens and token positions on this process since the last sum
+        self._staging_root: str | None = None
+        self._deferred_push = False
+        self._evaluating = False
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        ids = inputs.get(getattr(self.model, "main_input_name", "input_ids")) if isinstance(inputs, Mapping) else None
+        if isinstance(ids, torch.Tensor):  # shapes are host metadata: no device sync
+            self._pending_counts[0] += ids.numel()
+            self._pending_counts[1] += ids.numel() * ids.shape[-1]
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def _sum_token_counts(self) -> None:
+        counts, self._pending_counts = self._pending_counts, [0, 0]
+        if self.args.world_size > 1:  # every process logs and saves at the same steps
+            total = torch.tensor(counts, device=self.args.device, dtype=torch.int64)
+            counts = self.accelerator.reduce(total, reduction="sum").tolist()
+        if self.args.include_num_input_tokens_seen in ("no", False):
+            self.state.num_input_tokens_seen += counts[0]
+        if self.monitor is not None:
+            self.monitor.count(*counts)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if self.guard is not None:
+            self.guard.inspect(self, model, grad_norm)
+        return grad_norm
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._sum_token_counts()
+        if "loss" in logs and "learning_rate" in logs:  # a training log, not evaluation or the summary
+            if self.args.include_num_input_tokens_seen in ("no", False):
+                logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if self.monitor is not None:
+                logs.update(self.monitor.training_metrics(self.state))
+            if self.guard is not None and self.guard.skipped:
+                logs["nonfinite_skipped"] = self.guard.skipped
+        super().log(logs, start_time)
+
+    def evaluate(self, *args, **kwargs):
+        # With several eval sets the trainer's evaluate calls itself once per set: time the outer call.
+        outer, self._evaluating = not self._evaluating, True
+        started = time.perf_counter()
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            if outer:
+                self._evaluating = False
+                if self.monitor is not None:
+                    self.monitor.pause(time.perf_counter() - started)
+
+    def _get_output_dir(self, trial):
+        return self._staging_root or super()._get_output_dir(trial)
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        if self._staging_root is not None:  # push the folder once it has its final name
+            self._deferred_push = True
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _save_checkpoint(self, model, trial):
+        started = time.perf_counter()
+        self._sum_token_counts()  # the saved state must hold the tokens seen up to this step
+        run_dir = self._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging_root = os.path.join(run_dir, STAGING)
+        staged, final = os.path.join(staging_root, name), os.path.join(run_dir, name)
+        if self.args.should_save:
+            shutil.rmtree(staging_root, ignore_errors=True)  # what a killed save left behind
+            os.makedirs(staging_root)
+        self.accelerator.wait_for_everyone()
+        self._staging_root = staging_root
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_root = None
+        self.accelerator.wait_for_everyone()  # every process has written its shards and RNG state
+        if self.state.best_model_checkpoint == staged:  # the trainer names the best where it was written
+            self.state.best_model_checkpoint = final
+            if self.args.should_save:
+                self.state.save_to_json(os.path.join(staged, TRAINER_STATE))
+        if self.args.should_save:
+            _publish(staged, final)
+            shutil.rmtree(staging_root, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        if self._deferred_push:
+            self._deferred_push = False
+            super()._push_from_checkpoint(final)
+        if self.monitor is not None:
+            self.monitor.pause(time.perf_counter() - started)
+
+
+class CausalLMTrainer(RecipeTrainerMixin, PerplexityMixin, Trainer):
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 

@@ -1,0 +1,271 @@
+"""The Hub end of a run: the final model with a model card that is a reproducible record, and,
+optionally, each checkpoint's weights on its own branch.
+
+The card records the resolved recipe (also pushed as `recipe.yaml`), the base model, every
+data source with its weight and revision (a local file's revision is its content hash), the
+decontamination result when the run was given one, the evaluation table, the hardware, the
+tokens seen and the training time. Credentials never reach it: the recipe's token fields are
+left out, and the finished card is checked for the token in use.
+
+The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
+"""
+
+import datetime
+import glob
+import hashlib
+import logging
+import os
+import shutil
+import sys
+from concurrent.futures import Future
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
+
+from medrecipes.config import resolved_yaml
+from medrecipes.data.sources import BUILDERS, looks_local
+from medrecipes.mirror import snapshot_folder
+
+logger = logging.getLogger(__name__)
+
+CARD_TEMPLATE = Path(__file__).parent / "model_card.md"
+# The trainer pickles its arguments, hub_token included, into every saved folder: never pushed.
+# The resolved recipe (recipe.yaml, card) records the same settings without credentials.
+CREDENTIAL_FILES = ("training_args.bin",)
+# Resume state, not model: a revision branch holds what loads with from_pretrained.
+RESUME_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "global_step*", "trainer_state.json")
+FRAMEWORKS = ("medrecipes", "transformers", "trl", "torch", "accelerate", "datasets", "peft")
+
+
+def hub_repo_id(training_args) -> str:
+    """The repository a run pushes to: `hub_model_id`, or the output folder's name."""
+    return training_args.hub_model_id or Path(training_args.output_dir).absolute().name
+
+
+def _hash_files(paths: list[str]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(os.path.relpath(path).encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _local_files(source) -> list[str]:
+    patterns = source.data_files if source.data_files is not None else [source.path]
+    patterns = [patterns] if isinstance(patterns, str) else patterns
+    files = []
+    for pattern in patterns:
+        for match in glob.glob(pattern, recursive=True):
+            if os.path.isdir(match):
+                files += [os.path.join(d, n) for d, _, names in os.walk(match) for n in names]
+            else:
+                files.append(match)
+    return files
+
+
+def is_hub_dataset(source) -> bool:
+    return source.path not in BUILDERS.values() and not looks_local(source.path) and not os.path.exists(source.path)
+
+
+def source_rows(sources) -> list[dict]:
+    """One row per data source: where it comes from, which revision, its share of the mixture."""
+    total = sum(s.weight for s in sources)
+    rows = []
+    for source in sources:
+        if source.revision:
+            revision = source.revision
+        elif is_hub_dataset(source):
+            revision = "not pinned (the Hub's latest at training time)"
+        else:
+            files = _local_files(source)
+            count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
+            revision = f"sha256:{_hash_files(files)[:16]} ({count})" if files else "files not found"
+        data_files = source.data_files if isinstance(source.data_files, list | type(None)) else [source.data_files]
+        rows.append(
+            {
+                "path": source.path,
+                "name": source.name or "",
+                "split": source.split,
+                "files": ", ".join(data_files or []),
+                "revision": revision,
+                "weight": f"{source.weight / total:.1%}",
+                "format": source.format,
+            }
+        )
+    return rows
+
+
+DISTRIBUTION = {"NO": "one process", "MULTI_GPU": "DDP", "MULTI_CPU": "DDP", "FSDP": "FSDP"}
+
+
+def hardware(trainer) -> str:
+    """'8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3' for the run's accelerator."""
+    import torch
+
+    processes = trainer.accelerator.num_processes
+    nodes = max(1, processes // int(os.environ.get("LOCAL_WORLD_SIZE", processes)))
+    device = torch.cuda.get_device_name() if trainer.args.device.type == "cuda" else "CPU"
+    kind = trainer.accelerator.distributed_type.value
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    distribution = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else DISTRIBUTION.get(kind, kind)
+    return f"{processes} x {device}, {nodes} node{'s' if nodes > 1 else ''}, {distribution}"
+
+
+def _framework_versions() -> str:
+    versions = []
+    for name in FRAMEWORKS:
+        try:
+            versions.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(versions)
+
+
+def training_summary(state) -> dict:
+    """Steps, tokens, time and loss from the trainer state (elapsed time carries over resumptions)."""
+    elapsed = [e["elapsed_hours"] for e in state.log_history if "elapsed_hours" in e]
+    losses = [e["loss"] for e in state.log_history if "loss" in e]
+    runtimes = [e["train_runtime"] for e in state.log_history if "train_runtime" in e]
+    hours = elapsed[-1] if elapsed else (runtimes[-1] / 3600 if runtimes else None)
+    return {
+        "steps": state.global_step,
+        "tokens_seen": state.num_input_tokens_seen,
+        "training_time": str(datetime.timedelta(seconds=round(hours * 3600))) if hours is not None else None,
+        "final_train_loss": losses[-1] if losses else None,
+    }
+
+
+def evaluation_rows(metrics: dict) -> list[tuple[str, str]]:
+    skip = ("runtime", "per_second", "epoch")
+    return [
+        (key.removeprefix("eval_"), f"{value:.4g}" if isinstance(value, float) else str(value))
+        for key, value in metrics.items()
+        if key.startswith("eval_") and not key.endswith(skip)
+    ]
+
+
+def model_card(
+    repo_id: str,
+    method: str,
+    recipe,
+    model_args,
+    training_args,
+    summary: dict,
+    eval_metrics: dict,
+    hardware_line: str,
+    command: str,
+    decontamination: dict | None = None,
+) -> ModelCard:
+    """The model card of a run, from what the run knows about itself."""
+    base = model_args.model_name_or_path
+    scratch = recipe.init_from_scratch
+    sources = recipe.mixture.sources if recipe.mixture else []
+    card_data = ModelCardData(
+        model_name=repo_id.split("/")[-1],
+        base_model=None if scratch or not base or looks_local(base) or os.path.exists(base) else base,
+        datasets=[s.path for s in sources if is_hub_dataset(s)] or None,
+        library_name="peft" if model_args.use_peft else "transformers",
+        pipeline_tag="text-generation",
+        tags=["medrecipes", method, "medical"],
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(CARD_TEMPLATE),
+        model_name=repo_id.split("/")[-1],
+        method=method,
+        base_model=f"the `{recipe.architecture}` architecture, from scratch" if scratch else f"`{base}`",
+        sources=source_rows(sources),
+        decontamination=decontamination,
+        evaluation=evaluation_rows(eval_metrics),
+        summary=summary,
+        hardware=hardware_line,
+        precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+        command=command,
+        script=sys.argv[0],
+        recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
+        versions=_framework_versions(),
+    )
+
+
+def _secrets(training_args) -> list[str]:
+    return [s for s in {training_args.hub_token, get_token(), os.environ.get("HF_TOKEN")} if s]
+
+
+def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict, decontamination=None) -> str | None:
+    """Push `final_dir` with its model card and resolved recipe to the run's Hub repository.
+
+    `decontamination`: the decontamination result of the data the run trained on, as the data
+    build recorded it; the card shows its keys and values. Returns the commit URL.
+    """
+    if not trainer.is_world_process_zero():
+        return None
+    args = trainer.args
+    repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
+    method = Path(sys.argv[0]).stem
+    command = " ".join(["python", *sys.argv])
+    card = model_card(
+        repo_id,
+        method,
+        recipe,
+        model_args,
+        args,
+        training_summary(trainer.state),
+        eval_metrics,
+        hardware(trainer),
+        command,
+        decontamination,
+    )
+    text = str(card)
+    for secret in _secrets(args):
+        if secret in text:  # e.g. a token pasted into a recipe value
+            text = text.replace(secret, "<redacted>")
+    Path(final_dir, "README.md").write_text(text)
+    Path(final_dir, "recipe.yaml").write_text(resolved_yaml(recipe, model_args, args))
+    api = HfApi(token=args.hub_token)
+    repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
+    commit = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=final_dir,
+        revision=args.hub_revision,
+        ignore_patterns=list(CREDENTIAL_FILES),
+        commit_message=f"{method}: {trainer.state.global_step} steps, {trainer.state.num_input_tokens_seen:,} tokens",
+    )
+    logger.info("pushed %s to %s", final_dir, commit.commit_url)
+    return commit.commit_url
+
+
+class CheckpointPusher:
+    """Pushes checkpoints' weights to branches `checkpoint-<step>`, one after another, on
+    huggingface_hub's background worker, from hard-linked snapshots."""
+
+    def __init__(self, repo_id: str, token: str | None = None, private: bool | None = None):
+        self.api = HfApi(token=token)
+        self.repo_id = repo_id
+        self.private = private
+        self.futures: list[Future] = []
+
+    def submit(self, folder: str) -> None:
+        branch = os.path.basename(os.path.normpath(folder))
+        snapshot = snapshot_folder(folder, ignore=shutil.ignore_patterns(*RESUME_STATE, *CREDENTIAL_FILES))
+        self.futures.append(self.api.run_as_future(self._push, snapshot, branch))
+
+    def _push(self, snapshot: str, branch: str):
+        try:
+            repo_id = self.api.create_repo(self.repo_id, private=self.private, exist_ok=True).repo_id
+            self.api.create_branch(repo_id, branch=branch, exist_ok=True)
+            return self.api.upload_folder(
+                repo_id=repo_id, folder_path=snapshot, revision=branch, commit_message=f"weights at {branch}"
+            )
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+
+    def wait(self) -> None:
+        for future in self.futures:
+            try:
+                logger.info("checkpoint pushed: %s", future.result().commit_url)
+            except Exception as err:  # a failed push must not fail the run; the checkpoint is on disk
+                logger.error("pushing a checkpoint to %s failed: %s", self.repo_id, err)
+        self.futures = []

@@ -1,0 +1,45 @@
+"""Trying a trained model: one answer (`medrecipes generate`) or an OpenAI-compatible chat
+endpoint (`medrecipes serve`), from a local folder such as output_dir/final, or a Hub id.
+
+Both stand on transformers: the text-generation pipeline, which applies the model's chat
+template and stops at its end-of-turn tokens, and `transformers serve`, which answers
+/v1/chat/completions (and /v1/responses) for the model it is started with.
+"""
+
+import os
+import sys
+
+from medrecipes.errors import UserError
+
+
+def _check_model(model: str) -> None:
+    from medrecipes.data.sources import looks_local
+
+    if looks_local(model) and not os.path.isdir(model):
+        raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
+
+
+def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:
+    """The model's greedy answer to `prompt`, as a chat turn when the model has a chat template."""
+    from transformers import pipeline
+
+    _check_model(model)
+    pipe = pipeline("text-generation", model=model, dtype="auto")
+    if pipe.tokenizer.chat_template is None:
+        output = pipe(prompt, max_new_tokens=max_new_tokens, do_sample=False, return_full_text=False)
+        return output[0]["generated_text"]
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    output = pipe(messages, max_new_tokens=max_new_tokens, do_sample=False)
+    return output[0]["generated_text"][-1]["content"]
+
+
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Replace this process with `transformers serve MODEL`; it needs the `serve` extra."""
+    from transformers.utils.import_utils import is_serve_available
+
+    _check_model(model)
+    if not is_serve_available():
+        raise UserError("serve: needs fastapi, uvicorn and openai; pip install 'medrecipes[serve]'")
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", model]
+    print(f"serving {model} at http://{host}:{port}/v1/chat/completions (model name: {model})", flush=True)
+    os.execv(sys.executable, [*command, "--host", host, "--port", str(port)])

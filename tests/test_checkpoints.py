@@ -1,0 +1,38 @@
+"""Which checkpoints a run resumes from and which it keeps."""
+
+from types import SimpleNamespace
+
+from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
+from medrecipes.trainer import last_checkpoint
+
+
+def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")  # a save that never finished
+    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert last_checkpoint(str(tmp_path / "absent")) is None
+
+
+def saved(tmp_path, steps, losses, keep_best, keep_last, best=None):
+    for step in steps:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    args = SimpleNamespace(
+        should_save=True, output_dir=str(tmp_path), metric_for_best_model="loss", greater_is_better=False
+    )
+    state = SimpleNamespace(
+        log_history=[{"step": s, "eval_loss": loss} for s, loss in losses.items()],
+        best_model_checkpoint=str(tmp_path / f"checkpoint-{best}") if best else None,
+    )
+    KeepBestCheckpoints(keep_best, keep_last).on_save(args, state, None)
+    return checkpoint_steps(str(tmp_path))
+
+
+def test_keeps_the_last_k_and_the_best_m(tmp_path):
+    losses = {10: 2.0, 20: 1.5, 30: 1.7, 40: 1.9, 50: 1.8, 60: 1.95}
+    assert saved(tmp_path, losses, losses, keep_best=2, keep_last=2) == [20, 30, 50, 60]
+
+
+def test_keeps_the_last_k_without_scores_and_the_trainers_best(tmp_path):
+    assert saved(tmp_path, [5, 10, 15, 20], {}, keep_best=None, keep_last=2, best=5) == [5, 15, 20]

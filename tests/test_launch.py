@@ -1,0 +1,131 @@
+"""Multi-node launch files: the SLURM script run under a stand-in SLURM on one machine (two
+"nodes", one process each, meeting over localhost), and the Kubernetes Job's structure."""
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import NO_EVAL, PYTHON, ROOT
+
+ACCELERATE = Path(sys.executable).parent / "accelerate"
+
+# srun on one machine: each task a background process with its own SLURM_PROCID.
+FAKE_SRUN = """#!/bin/bash
+ntasks=1
+while [[ $# -gt 0 && $1 == -* ]]; do
+    case $1 in --ntasks=*) ntasks=${1#--ntasks=} ;; esac
+    shift
+done
+pids=()
+for ((i = 0; i < ntasks; i++)); do SLURM_PROCID=$i SLURM_NODEID=$i "$@" & pids+=($!); done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+FAKE_SCONTROL = """#!/bin/bash
+case $1 in
+    show) printf '127.0.0.1\\n127.0.0.1\\n' ;;
+    requeue) echo "$2" >> "$(dirname "$0")/requeued" ;;
+esac
+"""
+# DDP over gloo: what accelerate_configs/ddp.yaml is on GPUs.
+CPU_DDP = """compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_GPU
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 1
+rdzv_backend: static
+same_network: true
+use_cpu: false
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_slurm_script_trains_on_two_nodes_with_the_recipe_accumulation(tiny_model, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in [("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)]:
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "ddp.yaml").write_text(CPU_DDP)
+    out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT / "src"),
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "node[0-1]",
+        "SLURM_JOB_ID": "42",
+        "SLURM_SUBMIT_DIR": str(ROOT),
+        "GPUS_PER_NODE": "1",
+        "MAIN_PORT": str(free_port()),
+        "MEDRECIPES": f"{PYTHON} -m medrecipes.cli",
+        "ACCELERATE": str(ACCELERATE),
+    }
+    recipe_args = ["recipes/tiny_cpt.yaml", "--model_name_or_path", tiny_model, "--output_dir", out]
+    budget = ["--global_batch_tokens", "4096", "--total_tokens", "8192", *NO_EVAL]
+    result = subprocess.run(
+        ["bash", ROOT / "recipes" / "launch" / "slurm.sbatch", "recipes/cpt.py", recipe_args[0], tmp_path / "ddp.yaml"]
+        + [
+            str(a)
+            for a in recipe_args[1:] + budget + ["--eval_on_start", "false", "--load_best_model_at_end", "false"]
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    # 8 sequences x 128 tokens x 2 nodes = 2048 tokens per micro-step: the recipe's 4096 needs 2.
+    assert "GRADIENT_ACCUMULATION_STEPS=2" in result.stdout
+    for rank in (0, 1):
+        line = next(x for x in result.stdout.splitlines() if x.startswith(f"node {rank} of 2:"))
+        launch = shlex.split(line.split(":", 1)[1])
+        flags = dict(zip(launch[2::2], launch[3::2], strict=False))
+        assert flags["--machine_rank"] == str(rank) and flags["--num_machines"] == "2"
+        assert flags["--num_processes"] == "2" and flags["--gradient_accumulation_steps"] == "2"
+        assert flags["--main_process_ip"] == "127.0.0.1"
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["num_input_tokens_seen"] == 8192
+    assert (out / "final" / "model.safetensors").is_file()
+    assert not (bin_dir / "requeued").exists()
+
+
+def test_kubernetes_job_runs_one_node_per_pod_with_gpus_and_a_shared_volume():
+    service, job = yaml.safe_load_all((ROOT / "recipes" / "launch" / "k8s-job.yaml").read_text())
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == int(env["NNODES"])
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == int(env["GPUS_PER_NODE"])
+    # Pod 0 answers at <job>-0.<subdomain>, which the headless Service makes resolvable.
+    assert service["spec"]["clusterIP"] == "None" and pod["subdomain"] == service["metadata"]["name"]
+    assert env["MAIN_ADDR"] == f"{job['metadata']['name']}-0.{pod['subdomain']}"
+    script = container["args"][0]
+    assert "NODE_RANK=$JOB_COMPLETION_INDEX exec bash recipes/launch/node.sh" in script
+    words = shlex.split(script)
+    assert (ROOT / words[4]).is_file() and (ROOT / words[5]).is_file() and (ROOT / words[6]).is_file()
+    output_dir = words[words.index("--output_dir") + 1]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert output_dir.startswith(mounts["checkpoints"] + "/")
+    claim = next(v for v in pod["volumes"] if v["name"] == "checkpoints")["persistentVolumeClaim"]
+    assert claim["claimName"]
+    assert pod["terminationGracePeriodSeconds"] > 120  # the recipes' default preemption_grace_seconds
+    assert container["env"][-1]["valueFrom"]["secretKeyRef"]  # the Hub token from a secret, not the file
+    subprocess.run(["bash", "-n", ROOT / "recipes" / "launch" / "node.sh"], check=True)
+    subprocess.run(["bash", "-n", ROOT / "recipes" / "launch" / "slurm.sbatch"], check=True)

@@ -1,0 +1,170 @@
+"""Runs that survive: a tiny CPT run killed, preempted or killed while saving resumes to the
+losses of an uninterrupted run, step for step."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import NO_EVAL, PYTHON, ROOT, run
+from safetensors.torch import load_file
+
+from medrecipes.callbacks import checkpoint_steps
+from medrecipes.trainer import last_checkpoint
+
+pytestmark = pytest.mark.slow
+
+STEPS = 12
+
+
+def recipe_args(model, output_dir, *extra):
+    return [
+        "recipes/tiny_cpt.yaml",
+        "--model_name_or_path",
+        model,
+        "--output_dir",
+        output_dir,
+        "--max_steps",
+        str(STEPS),
+        "--save_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        *NO_EVAL,
+        *extra,
+    ]
+
+
+def finish(model, output_dir, *extra) -> str:
+    result = run(PYTHON, "recipes/cpt.py", *recipe_args(model, output_dir, *extra))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def start(model, output_dir, *extra, hook_dir=None) -> subprocess.Popen:
+    """The recipe as a background process, its output in output_dir.log."""
+    path = [str(hook_dir)] if hook_dir else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "src")])}
+    log = open(f"{output_dir}.log", "w")
+    args = [str(a) for a in recipe_args(model, output_dir, *extra)]
+    return subprocess.Popen([PYTHON, "recipes/cpt.py", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def output_of(output_dir) -> str:
+    return Path(f"{output_dir}.log").read_text()
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before {path} appeared:\n" + output_of(path.parent)[-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.005)
+
+
+def state(output_dir) -> dict:
+    return json.loads((Path(output_dir) / "trainer_state.json").read_text())
+
+
+def losses(output_dir) -> dict[int, float]:
+    return {e["step"]: e["loss"] for e in state(output_dir)["log_history"] if "loss" in e}
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight") / "run"
+    finish(tiny_model, out)
+    return out
+
+
+def assert_same_run(resumed, straight):
+    assert losses(resumed) == losses(straight)  # exact floats, every step
+    assert sorted(losses(resumed)) == list(range(1, STEPS + 1))
+    assert state(resumed)["num_input_tokens_seen"] == state(straight)["num_input_tokens_seen"] == STEPS * 8 * 128
+    weights = load_file(Path(resumed) / "final" / "model.safetensors")
+    for name, tensor in load_file(Path(straight) / "final" / "model.safetensors").items():
+        assert torch.equal(weights[name], tensor), name
+
+
+# Makes the save of checkpoint-8 hang in torch.save of its optimizer state, after the model
+# weights are written, and says so with a marker file: a process killed now dies mid-save.
+SLOW_SAVE = """
+import os, time, torch
+_save = torch.save
+def save(obj, f, *args, **kwargs):
+    if str(f).endswith(os.path.join("checkpoint-8", "optimizer.pt")):
+        open({marker!r}, "w").close()
+        time.sleep(600)
+    return _save(obj, f, *args, **kwargs)
+torch.save = save
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_while_saving(tiny_model, tmp_path_factory):
+    """A run killed with SIGKILL in the middle of saving checkpoint-8: what it left, then resumed."""
+    tmp = tmp_path_factory.mktemp("killed")
+    hook_dir, marker, out = tmp / "hook", tmp / "saving", tmp / "run"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(SLOW_SAVE.format(marker=str(marker)))
+    proc = start(tiny_model, out, hook_dir=hook_dir)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    left = {
+        "returncode": proc.wait(),
+        "staged": sorted(p.name for p in (out / "_staging" / "checkpoint-8").iterdir()),
+        "checkpoints": checkpoint_steps(out),
+        "last_checkpoint": last_checkpoint(str(out)),
+        "final": (out / "final").exists(),
+    }
+    return out, left, finish(tiny_model, out)
+
+
+def test_kill_during_save_leaves_nothing_half_written_to_resume(killed_while_saving):
+    out, left, _ = killed_while_saving
+    assert left["returncode"] == -signal.SIGKILL and not left["final"]
+    # The weights of checkpoint-8 were written, its trainer state not: it stayed in staging.
+    assert "model.safetensors" in left["staged"] and "trainer_state.json" not in left["staged"]
+    assert left["checkpoints"] == [4]
+    assert left["last_checkpoint"] == str(out / "checkpoint-4")
+
+
+def test_resume_after_sigkill_repeats_the_uninterrupted_run(killed_while_saving, straight):
+    out, _, stdout = killed_while_saving
+    assert f"resuming from {out}/checkpoint-4" in stdout
+    assert not (out / "_staging").exists()
+    assert_same_run(out, straight)
+
+
+def test_sigusr1_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path):
+    out = tmp_path / "run"
+    proc = start(tiny_model, out, "--preemption_grace_seconds", "60")
+    wait_for(out / "checkpoint-4", proc)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=60) == 0, output_of(out)[-3000:]
+    stopped = checkpoint_steps(out)[-1]
+    assert 4 < stopped < STEPS and not (out / "final").exists()
+    assert f"SIGUSR1: stopped at step {stopped} with checkpoint-{stopped}" in output_of(out)
+
+    finish(tiny_model, out)
+    assert_same_run(out, straight)
+
+
+# A process whose checkpoint never comes: SIGTERM, then the grace time runs out.
+HANGS = """
+import os, signal, time
+from medrecipes.callbacks import PreemptionHandler
+PreemptionHandler(grace_seconds=1).on_train_begin(None, None, None)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)
+"""
+
+
+def test_grace_time_bounds_a_run_that_cannot_checkpoint():
+    result = run(PYTHON, "-c", HANGS, timeout=60)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
+    assert "SIGTERM: no checkpoint within preemption_grace_seconds (1 s)" in result.stdout + result.stderr

@@ -1,0 +1,158 @@
+"""What a run leaves behind: monitoring in its logs, a mirror of its checkpoints, and on a
+(local stand-in) Hub its model with a card that records how it was made."""
+
+import json
+import math
+import os
+
+import pytest
+import yaml
+from conftest import PYTHON, ROOT
+from hub_standin import HubStandIn
+from huggingface_hub import ModelCard
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from medrecipes.mirror import COMPLETE
+from medrecipes.plan import flops_per_token, model_shape
+
+pytestmark = pytest.mark.slow
+
+SECRET = "hf_standinSecretToken0123456789"
+PRICE, PEAK = 2.5, 0.5
+
+
+@pytest.fixture(scope="module")
+def pushed_run(tiny_model, tmp_path_factory):
+    import subprocess
+
+    tmp = tmp_path_factory.mktemp("record")
+    out, mirror = tmp / "run", tmp / "mirror"
+    with HubStandIn() as hub:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src"),
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+        args = [
+            "recipes/tiny_cpt.yaml",
+            *("--model_name_or_path", tiny_model, "--output_dir", out),
+            *("--max_steps", "8", "--save_steps", "4", "--eval_steps", "4", "--logging_steps", "2"),
+            *("--push_to_hub", "true", "--hub_model_id", "med/tiny-cpt", "--hub_token", SECRET),
+            *("--push_checkpoint_revisions", "true", "--checkpoint_mirror_url", f"file://{mirror}"),
+            *("--gpu_hour_price", str(PRICE), "--peak_tflops", str(PEAK)),
+        ]
+        result = subprocess.run(
+            [PYTHON, "recipes/cpt.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, mirror, hub, result
+
+
+def train_logs(out) -> list[dict]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [e for e in history if "loss" in e and "learning_rate" in e]
+
+
+def test_training_logs_carry_throughput_mfu_time_and_cost(pushed_run, tiny_model):
+    from transformers import AutoConfig
+
+    out, _, _, result = pushed_run
+    logs = train_logs(out)
+    assert [e["step"] for e in logs] == [2, 4, 6, 8]
+    shape = model_shape(AutoConfig.from_pretrained(tiny_model))
+    for entry in logs:
+        assert entry["num_input_tokens_seen"] == entry["step"] * 8 * 128
+        assert entry["tokens_per_second"] > 0 and math.isfinite(entry["grad_norm"])
+        # MFU is the FLOPs of those tokens per second over the peak: 128-token packed blocks.
+        expected = entry["tokens_per_second"] * flops_per_token(shape, 128) / (PEAK * 1e12)
+        assert entry["mfu"] == pytest.approx(expected, rel=1e-6)
+        assert entry["cost_remaining"] == pytest.approx(entry["eta_hours"] * PRICE)
+        assert entry["cost_so_far"] == pytest.approx(entry["elapsed_hours"] * PRICE)
+    assert logs[-1]["eta_hours"] == 0 and logs[0]["eta_hours"] > 0
+    assert "tok/s | MFU" in result.stdout
+    events = EventAccumulator(str(next((out / "runs").iterdir()))).Reload()
+    assert {"train/mfu", "train/tokens_per_second", "train/cost_remaining"} <= set(events.Tags()["scalars"])
+
+
+def test_each_checkpoint_is_mirrored_whole(pushed_run):
+    out, mirror, _, _ = pushed_run
+    assert sorted(p.name for p in mirror.iterdir()) == ["checkpoint-4", "checkpoint-8"]
+    for copy in mirror.iterdir():
+        assert (copy / COMPLETE).is_file() and (copy / "optimizer.pt").is_file()
+    local = out / "checkpoint-8"
+    for file in local.iterdir():
+        assert (mirror / "checkpoint-8" / file.name).read_bytes() == file.read_bytes(), file.name
+    assert not (out / "_snapshots").exists() or not any((out / "_snapshots").iterdir())
+
+
+def test_each_checkpoint_has_its_weights_on_a_branch(pushed_run):
+    _, _, hub, _ = pushed_run
+    revisions = hub.repos["med/tiny-cpt"]
+    for branch in ("checkpoint-4", "checkpoint-8"):
+        assert "model.safetensors" in revisions[branch] and "config.json" in revisions[branch]
+        assert "optimizer.pt" not in revisions[branch]
+
+
+def test_model_card_is_a_record_of_the_run(pushed_run, tiny_model):
+    out, _, hub, result = pushed_run
+    main = hub.repos["med/tiny-cpt"]["main"]
+    assert "model.safetensors" in main and "recipe.yaml" in main
+    text = main["README.md"].decode()
+    card = ModelCard(text)
+    assert {"medrecipes", "cpt", "medical"} <= set(card.data.tags)
+    assert f"CPT of `{tiny_model}`" in text
+    # Data sources with their share of the mixture and a content hash as revision.
+    assert "| `json` |  | train | data/medical_text/train.jsonl | sha256:" in text and "| 80.0% | text |" in text
+    assert "data/usmle_sample/train.jsonl" in text and "| 20.0% | usmle |" in text
+    assert "No decontamination result was recorded for this run" in text
+    assert "| medical_text_loss |" in text and "| usmle_perplexity |" in text
+    assert "| optimizer steps | 8 |" in text and "| tokens seen | 8,192 |" in text
+    assert "on 1 x CPU, 1 node, one process." in text and "python recipes/cpt.py recipe.yaml" in text
+    assert "learning_rate: 0.003" in text and "push_checkpoint_revisions: true" in text
+    assert "recipes/cpt.py recipes/tiny_cpt.yaml" in text
+    # The token authenticated every request and appears nowhere in what was pushed or printed.
+    assert {auth for _, _, auth in hub.requests} == {f"Bearer {SECRET}"}
+    pushed = [content for revision in hub.repos["med/tiny-cpt"].values() for content in revision.values()]
+    for content in [*pushed, result.stdout.encode(), result.stderr.encode()]:
+        assert SECRET.encode() not in content
+    assert not hub.unknown
+
+
+def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path):
+    from medrecipes.config import parse_recipe, resolved_recipe
+
+    _, _, hub, _ = pushed_run
+    text = hub.repos["med/tiny-cpt"]["main"]["recipe.yaml"].decode()
+    assert "hub_token" not in text
+    (tmp_path / "recipe.yaml").write_text(text)
+    parsed = parse_recipe("cpt", [str(tmp_path / "recipe.yaml")])
+    assert parsed[1].max_steps == 8 and parsed[1].learning_rate == 0.003 and parsed[0].checkpoint_mirror_url
+    recipe, args, model_args = parsed
+    assert yaml.safe_load(text) == resolved_recipe(recipe, model_args, args)
+
+
+def test_decontamination_result_goes_into_the_card():
+    from medrecipes.config import parse_recipe
+    from medrecipes.hub import model_card
+
+    recipe, args, model_args = parse_recipe("cpt", ["recipes/tiny_cpt.yaml"])
+    summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:30:00", "final_train_loss": 2.0}
+    text = str(
+        model_card(
+            "med/x",
+            "cpt",
+            recipe,
+            model_args,
+            args,
+            summary,
+            {"eval_medical_text_loss": 2.5},
+            "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3",
+            "python recipes/cpt.py recipes/tiny_cpt.yaml",
+            decontamination={"checked against": "medqa test", "13-gram overlaps removed": 12},
+        )
+    )
+    assert "| checked against | medqa test |" in text and "| 13-gram overlaps removed | 12 |" in text
+    assert "| training time | 0:30:00 |" in text and "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3" in text
+    assert "| medical_text_loss | 2.5 |" in text
