@@ -7,7 +7,9 @@ Usage:
     python recipes/cpt.py recipes/gemma3_4b.yaml --learning_rate 1e-5      # overrides the YAML
 
 The recipe's `dataset_mixture` is tokenised with EOS between documents and packed into
-blocks of `max_length` tokens; each entry of `eval_sets` is reported as its own
+blocks of `max_length` tokens (or read already packed from `built_data`, the folder
+`medrecipes build-data RECIPE` writes); a streaming mixture saves its position with every
+checkpoint and logs tokens per source. Each entry of `eval_sets` is reported as its own
 `eval_<name>_loss` and `eval_<name>_perplexity`. A run whose `output_dir` already holds a
 checkpoint resumes from the last one. The final model and tokenizer go to `output_dir/final`.
 """
@@ -17,14 +19,14 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.callbacks import KeepBestCheckpoints
 from medrecipes.config import parse_recipe
-from medrecipes.data import pretraining_data
+from medrecipes.data import StreamCheckpoint, TokenStream, pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
-    eval_loss_summary,
     end_run,
+    eval_loss_summary,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
@@ -49,7 +51,7 @@ def main(recipe, training_args, model_args):
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 
-    callbacks = []
+    callbacks = [StreamCheckpoint(train_dataset)] if isinstance(train_dataset, TokenStream) else []
     if recipe.keep_best_checkpoints:
         callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints))
     trainer = CausalLMTrainer(

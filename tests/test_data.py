@@ -315,8 +315,9 @@ def test_pretraining_data_packs_train_and_each_eval_set(tmp_path, tokenizer):
     )
     recipe, args, _ = parse_recipe("cpt", [path])
     train, evals = pretraining_data(recipe, tokenizer, args.max_length)
-    assert train.column_names == ["input_ids"]
+    assert train.column_names == ["input_ids", "source_tokens", "source_documents"]
     lengths = [len(block) for block in train["input_ids"]]
+    assert [sum(counts) for counts in train["source_tokens"]] == lengths
     assert len(lengths) > 5
     assert all(n == 24 for n in lengths[:-1])
     assert sorted(evals) == ["notes", "usmle"]

@@ -7,6 +7,8 @@ import os
 from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
+from medrecipes.data.stream import StreamTokensMixin
+
 logger = logging.getLogger(__name__)
 
 
@@ -91,7 +93,7 @@ class MCQAccuracyMixin:
         return output
 
 
-class CausalLMTrainer(PerplexityMixin, Trainer):
+class CausalLMTrainer(PerplexityMixin, StreamTokensMixin, Trainer):
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 
