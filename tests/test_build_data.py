@@ -201,5 +201,6 @@ def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_m
     steps = ["--max_steps", "4", "--eval_steps", "2", "--save_steps", "2"]
     result = run(PYTHON, "recipes/cpt.py", "recipes/tiny_cpt.yaml", *keys, "--output_dir", out, *steps)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"training data from {built}" in result.stdout
     assert (out / "final" / "config.json").is_file()
     assert manifest["train"]["blocks"] > 1000

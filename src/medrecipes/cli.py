@@ -73,8 +73,11 @@ def cmd_decontaminate(args) -> None:
 
     if args.n < 1:
         raise UserError(f"decontaminate: --n must be at least 1, got {args.n}")
+    is_recipe = args.train.endswith((".yaml", ".yml"))
+    if not is_recipe and not args.eval:
+        raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
     benchmarks, streaming = {}, False
-    if args.train.endswith((".yaml", ".yml")):
+    if is_recipe:
         from medrecipes.data.mixture import source_names
 
         recipe, _, _ = _parse(args.train, args.method, args.overrides)
@@ -93,7 +96,7 @@ def cmd_decontaminate(args) -> None:
     if args.drop:
         for name, source in sources.items():
             out = args.drop
-            if len(sources) > 1 or args.train.endswith((".yaml", ".yml")):
+            if is_recipe:
                 os.makedirs(args.drop, exist_ok=True)
                 out = os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl")
             kept = dc.write_kept(source, contaminated[name], out)

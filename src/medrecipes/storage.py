@@ -26,9 +26,7 @@ def copy_to_url(folder: str, url: str, storage_options: dict | None = None) -> l
     except (ImportError, ValueError) as err:
         raise UserError(f"copy: cannot open {url} ({err}); for s3:// or gs:// install medrecipes[cloud]") from None
     root = root.rstrip("/")
-    files = sorted(
-        os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder) for n in names
-    )
+    files = sorted(os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder) for n in names)
     if fs.exists(f"{root}/{COPY_INDEX}"):
         fs.rm(f"{root}/{COPY_INDEX}")  # the copy below replaces an older one: not complete until done
     written = []

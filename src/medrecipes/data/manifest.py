@@ -15,6 +15,7 @@ Neither contains a time, so a rebuild of unchanged data is skipped whenever it i
 import glob
 import hashlib
 import json
+import logging
 import os
 import posixpath
 
@@ -25,6 +26,8 @@ from medrecipes.config import SourceConfig
 from medrecipes.data.sources import BUILDERS, is_url, looks_local, url_files
 from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -142,6 +145,9 @@ def load_built_data(recipe, tokenizer, max_length: int, num_proc: int | None = N
                 f"built_data '{folder}' was built for another {KEY_PARTS[part]} than this recipe has; "
                 "build it again with: medrecipes build-data RECIPE"
             )
+    logger.info(
+        "training data from %s (%d blocks, built from %s)", folder, manifest["train"]["blocks"], manifest["recipe"]
+    )
     train = datasets.load_from_disk(join(folder, "train"))
     if manifest["streaming"]:
         # The blocks were saved in the order the stream handed them out: read them in that order.

@@ -59,9 +59,7 @@ def pack_batch(batch: dict, tokenizer, eos: int, max_length: int, num_sources: i
     return out
 
 
-def pack_documents(
-    documents, tokenizer, max_length: int, num_proc: int | None = None, num_sources: int | None = None
-):
+def pack_documents(documents, tokenizer, max_length: int, num_proc: int | None = None, num_sources: int | None = None):
     """`documents` (a `text` column) as blocks of `max_length` token ids (`input_ids`).
 
     With a `source` column and `num_sources`, each block also has `source_tokens` and
