@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain sft clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data sft clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -15,6 +15,7 @@ export TOKENIZERS_PARALLELISM ?= false
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
 RECIPE ?=
 CONFIG ?=
+NUM_GPUS ?= 1
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
@@ -49,8 +50,16 @@ style: install
 cpt: install
 	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml)
 
-pretrain: install
+# Pretraining recipes train from data built once (skipped when its manifest is up to date).
+pretrain: build-data
 	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
+
+build-data: install
+	$(MEDRECIPES) build-data $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml) --num-gpus $(NUM_GPUS)
+
+# Tokenise + pack throughput against a plain datasets.map baseline; figures in docs/benchmarks.md.
+bench-data: install
+	$(PY) benchmarks/data_pipeline.py
 
 sft: install
 	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)
