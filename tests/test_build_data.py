@@ -9,8 +9,8 @@ import fsspec
 import pytest
 import torch
 import yaml
-from conftest import PYTHON, ROOT, run
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from conftest import PYTHON, ROOT, run, write_jsonl
+from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import SourceConfig, parse_recipe
@@ -25,16 +25,6 @@ QUESTION = (
     "A 67-year-old man with long-standing hypertension presents with exertional chest pain, syncope on climbing "
     "stairs and a harsh crescendo-decrescendo systolic murmur radiating to both carotid arteries."
 )
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture
@@ -168,7 +158,11 @@ def test_object_storage_sources_through_fsspec(tmp_path, monkeypatch):
     assert [row["text"] for row in streamed] == ["first note", "second note", "third note"]
     # datasets copies a URL's files into its cache first, which it counts as going online.
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    assert list(load_source(SourceConfig(path=f"memory://{bucket}/corpus"))["text"]) == ["first note", "second note", "third note"]  # fmt: skip
+    assert list(load_source(SourceConfig(path=f"memory://{bucket}/corpus"))["text"]) == [
+        "first note",
+        "second note",
+        "third note",
+    ]
     local = write_jsonl(tmp_path / "local.jsonl", [{"text": "on disk"}])
     assert list(load_source(SourceConfig(path=f"file://{local}"))["text"]) == ["on disk"]
     with pytest.raises(UserError, match="no such file"):

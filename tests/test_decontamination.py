@@ -5,7 +5,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, SHARED_DATA, run
+from conftest import PYTHON, SHARED_DATA, run, write_jsonl
 
 from medrecipes.data import decontamination as dc
 from medrecipes.usmle import load_mcq
@@ -27,11 +27,6 @@ QUESTIONS = [
     },
     {"id": "q-short", "question": "Which ion flattens T waves?", "options": ["K", "Na"], "answer": "A"},
 ]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
 
 
 def check(texts: list[str], benchmarks: dict, n: int = 13):

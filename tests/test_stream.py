@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from conftest import write_jsonl
+from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import parse_recipe
@@ -17,16 +18,6 @@ from medrecipes.errors import UserError
 from medrecipes.trainer import CausalLMTrainer
 
 WORDS = "aorta valve heparin protamine kidney insulin cortisol sepsis fever anaemia".split()
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture(scope="module")

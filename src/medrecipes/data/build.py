@@ -102,8 +102,9 @@ def _save_stream(stream, blocks: int, folder: str, key: str) -> datasets.Dataset
     return datasets.load_from_disk(folder)
 
 
-def build_data(recipe, args, model_args, recipe_path: str, out: str | None = None, num_processes: int = 1,
-               force: bool = False) -> tuple[dict, bool]:  # fmt: skip
+def build_data(
+    recipe, args, model_args, recipe_path: str, out: str | None = None, num_processes: int = 1, force: bool = False
+) -> tuple[dict, bool]:
     """Build the recipe's data into `out` (default: its `built_data`); returns (manifest, built).
 
     Nothing is built when the folder's manifest has the same content key, unless `force`.
@@ -162,7 +163,12 @@ def build_data(recipe, args, model_args, recipe_path: str, out: str | None = Non
         "recipe_key": rkey,
         "recipe": recipe_path,
         "sources": [
-            {"name": name, **{k: v for k, v in vars(source).items() if v is not None}, "probability": p}
+            # storage_options may hold credentials: they stay out of the manifest.
+            {
+                "name": name,
+                **{k: v for k, v in vars(source).items() if v is not None and k != "storage_options"},
+                "probability": p,
+            }
             for name, source, p in zip(names, mixture.sources, probabilities, strict=True)
         ],
         "weight_unit": mixture.weight_unit,

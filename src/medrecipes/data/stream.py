@@ -104,8 +104,16 @@ class TokenStream(torch.utils.data.IterableDataset):
 
     def _beginning(self) -> dict:
         zeros = [0] * len(self.source_names)
-        return {**self._settings(), "samples": 0, "pass": 0, "window": 0, "inner": None, "skip": 0,
-                "window_tokens": zeros, "tokens": zeros}  # fmt: skip
+        return {
+            **self._settings(),
+            "samples": 0,
+            "pass": 0,
+            "window": 0,
+            "inner": None,
+            "skip": 0,
+            "window_tokens": zeros,
+            "tokens": zeros,
+        }
 
     def state_at(self, samples: int) -> dict:
         """The stream's state after `samples` blocks, for a checkpoint (JSON-serialisable)."""
@@ -133,8 +141,12 @@ class TokenStream(torch.utils.data.IterableDataset):
         return dict(zip(self.source_names, counts, strict=True))
 
     def _settings(self) -> dict:
-        return {"version": 1, "shuffle_buffer": self.window_size if self.shuffle else 0, "seed": self.seed,
-                "sources": self.source_names}  # fmt: skip
+        return {
+            "version": 1,
+            "shuffle_buffer": self.window_size if self.shuffle else 0,
+            "seed": self.seed,
+            "sources": self.source_names,
+        }
 
     def load_state(self, state: dict) -> None:
         """Continue, at the next iteration, from a state that `state_at` returned."""
