@@ -217,7 +217,13 @@ def recipe_benchmarks(recipe) -> Benchmarks:
 
 
 def file_benchmarks(paths: list[str]) -> Benchmarks:
-    return {benchmark_name(path): benchmark_texts(path) for path in paths}
+    benchmarks = {}
+    for path in paths:
+        name = benchmark_name(path)
+        if name in benchmarks:  # test.jsonl of two benchmarks: name them by folder too
+            name = f"{benchmark_name(os.path.dirname(path.rstrip('/')))}/{name}"
+        benchmarks[name] = benchmark_texts(path)
+    return benchmarks
 
 
 def training_file_source(path: str) -> SourceConfig:
