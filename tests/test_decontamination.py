@@ -30,8 +30,7 @@ QUESTIONS = [
 
 
 def check(texts: list[str], benchmarks: dict, n: int = 13):
-    index = dc.EvalIndex({k: v[0] for k, v in benchmarks.items()}, n, {k: v[1] for k, v in benchmarks.items()})
-    return dc.decontaminate({"train": iter([texts])}, index)
+    return dc.decontaminate({"train": iter([texts])}, dc.EvalIndex.of(benchmarks, n))
 
 
 def test_planted_questions_are_found_through_case_and_punctuation_changes():
@@ -57,7 +56,7 @@ def test_planted_questions_are_found_through_case_and_punctuation_changes():
 
 def test_hits_are_reported_per_source_and_per_benchmark():
     benchmarks = {"valve": dc.mcq_texts(QUESTIONS[:1]), "heparin": dc.mcq_texts(QUESTIONS[1:2])}
-    index = dc.EvalIndex({k: v[0] for k, v in benchmarks.items()}, 13, {k: v[1] for k, v in benchmarks.items()})
+    index = dc.EvalIndex.of(benchmarks)
     both = QUESTIONS[0]["question"] + " " + QUESTIONS[1]["question"]
     report, contaminated = dc.decontaminate(
         {"notes": iter([["clean text", both]]), "forum": iter([[QUESTIONS[1]["question"]], ["clean"]])}, index

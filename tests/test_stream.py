@@ -106,7 +106,8 @@ def test_resumed_stream_continues_with_the_next_unseen_block(tmp_path, corpora, 
     assert ends_first_pass >= 1  # one of the positions was in the second pass over the data
 
 
-def test_state_from_other_settings_is_refused(tmp_path, corpora, tiny_model, tokenizer):
+def test_state_from_other_settings_is_refused(tmp_path, corpora, tiny_model, tokenizer, monkeypatch):
+    monkeypatch.setattr(packing, "PACK_BATCH_DOCUMENTS", 50)  # the first blocks come sooner
     recipe, args, _ = stream_recipe(tmp_path, corpora, tiny_model)
     stream, _ = pretraining_data(recipe, tokenizer, args.max_length)
     first_blocks(stream, 10)
@@ -140,7 +141,8 @@ def train(recipe, args, tokenizer, tiny_model, resume=None) -> RecordingTrainer:
     return trainer
 
 
-def test_trainer_resumes_the_stream_without_replay_or_skip(tmp_path, corpora, tiny_model, tokenizer):
+def test_trainer_resumes_the_stream_without_replay_or_skip(tmp_path, corpora, tiny_model, tokenizer, monkeypatch):
+    monkeypatch.setattr(packing, "PACK_BATCH_DOCUMENTS", 200)  # the first blocks come sooner
     overrides = ["--max_steps", "8", "--save_steps", "4", "--logging_steps", "1"]
     overrides += ["--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "2"]
     recipe, args, _ = stream_recipe(tmp_path, corpora, tiny_model, *overrides)

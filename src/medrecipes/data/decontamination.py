@@ -85,6 +85,11 @@ class EvalIndex:
         self.hashes, first = np.unique(hashes, return_index=True)
         self.bits = np.bitwise_or.reduceat(bits, first) if len(bits) else bits
 
+    @classmethod
+    def of(cls, benchmarks: dict[str, tuple[list[str], list[str]]], n: int = DEFAULT_N) -> "EvalIndex":
+        """The index of {name: (texts, item ids)}."""
+        return cls({k: v[0] for k, v in benchmarks.items()}, n, {k: v[1] for k, v in benchmarks.items()})
+
     def lookup(self, grams: np.ndarray) -> np.ndarray:
         """Per n-gram: the bits of the sets it occurs in (0 where none)."""
         if not len(self.hashes):
@@ -247,7 +252,7 @@ def check_sources(
 ) -> tuple[dict, dict[str, list[int]]]:
     """(report, contaminated document numbers per source) for training sources against benchmarks;
     `limits` checks only the first documents of a source (those a stream used)."""
-    index = EvalIndex({k: v[0] for k, v in benchmarks.items()}, n, {k: v[1] for k, v in benchmarks.items()})
+    index = EvalIndex.of(benchmarks, n)
     batches = {
         name: text_batches(training_documents(source, streaming), (limits or {}).get(name))
         for name, source in sources.items()
