@@ -81,10 +81,15 @@ def file_fingerprint(path: str, storage_options: dict | None = None) -> str:
 
 def source_files(source: SourceConfig) -> list[str] | None:
     """The local or object-storage files a source reads, or None for a Hub dataset."""
-    named = source.data_files or source.path
-    named = [named] if isinstance(named, str) else list(named)
+    path = source.path.removeprefix("file://")
+    if path in BUILDERS.values():
+        named = source.data_files or []
+    elif is_url(path) or looks_local(path) or os.path.exists(path):
+        named = path
+    else:
+        return None  # a Hub dataset, whatever data_files pick inside it
     files = []
-    for entry in named:
+    for entry in [named] if isinstance(named, str) else named:
         entry = entry.removeprefix("file://")
         if is_url(entry):
             files += url_files(entry, source.storage_options)
@@ -95,10 +100,8 @@ def source_files(source: SourceConfig) -> list[str] | None:
                 for n in names
                 if os.path.splitext(n)[1] in BUILDERS
             )
-        elif glob.has_magic(entry) or os.path.exists(entry) or looks_local(entry):
-            files += sorted(glob.glob(entry))
         else:
-            return None
+            files += sorted(glob.glob(entry))
     return files
 
 
