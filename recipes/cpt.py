@@ -51,7 +51,7 @@ def main(recipe, training_args, model_args):
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 
-    callbacks = [StreamCheckpoint(train_dataset)] if isinstance(train_dataset, TokenStream) else []
+    callbacks = [StreamCheckpoint(train_dataset, checkpoint)] if isinstance(train_dataset, TokenStream) else []
     if recipe.keep_best_checkpoints:
         callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints))
     trainer = CausalLMTrainer(

@@ -134,7 +134,7 @@ def train(recipe, args, tokenizer, tiny_model, resume=None) -> RecordingTrainer:
         train_dataset=stream,
         processing_class=tokenizer,
         data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
-        callbacks=[StreamCheckpoint(stream)],
+        callbacks=[StreamCheckpoint(stream, resume)],
     )
     trainer.seen = []
     trainer.train(resume_from_checkpoint=resume)

@@ -22,7 +22,7 @@ and the stream keeps the state at the start of its recent windows to answer for 
 Use, in a recipe script (`StreamCheckpoint` saves and restores; `StreamTokensMixin` logs
 `data/tokens/<source>` beside the loss):
 
-    callbacks.append(StreamCheckpoint(train_dataset))        # when train_dataset is a TokenStream
+    callbacks.append(StreamCheckpoint(train_dataset, checkpoint))   # when train_dataset is a TokenStream
     class CausalLMTrainer(StreamTokensMixin, ..., Trainer): ...
 """
 
@@ -167,8 +167,10 @@ class StreamCheckpoint(TrainerCallback):
     top of a restored position it would skip data. So this callback turns it off.
     """
 
-    def __init__(self, stream: TokenStream):
+    def __init__(self, stream: TokenStream, resume_from: str | None = None):
         self.stream = stream
+        # The checkpoint folder the run resumes from; default: output_dir/checkpoint-<resumed step>.
+        self.resume_from = resume_from
         self.base = (0, 0)  # (global step, blocks consumed) the current run started from
 
     @staticmethod
@@ -193,7 +195,8 @@ class StreamCheckpoint(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             return
-        path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}", STATE_FILE)
+        folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        path = os.path.join(folder, STATE_FILE)
         samples = state.global_step * self.blocks_per_step(args)
         if os.path.isfile(path):
             with open(path) as f:
