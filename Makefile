@@ -13,6 +13,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 # Recipe targets: make cpt RECIPE=recipes/gemma3_4b.yaml CONFIG=accelerate_configs/zero3.yaml
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
+#                 make pretrain RECIPE=recipes/gpt2_1b_zero3.yaml CONFIG=accelerate_configs/zero3_offload.yaml NUM_GPUS=8
 RECIPE ?=
 CONFIG ?=
 NUM_GPUS ?= 1
@@ -50,12 +51,16 @@ style: install
 cpt: install
 	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml)
 
-# Pretraining recipes train from data built once (skipped when its manifest is up to date).
+# A pretraining recipe that names built_data trains from data built once (build-data does
+# nothing while the folder's manifest is up to date); one without trains from its sources.
+PRETRAIN_RECIPE = $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
 pretrain: build-data
-	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
+	$(LAUNCH) recipes/cpt.py $(PRETRAIN_RECIPE)
 
 build-data: install
-	$(MEDRECIPES) build-data $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml) --num-gpus $(NUM_GPUS)
+	@if grep -q '^built_data:' $(PRETRAIN_RECIPE); then \
+		$(MEDRECIPES) build-data $(PRETRAIN_RECIPE) --num-gpus $(NUM_GPUS); \
+	else echo "$(PRETRAIN_RECIPE) names no built_data: it trains from its sources"; fi
 
 # Tokenise + pack throughput against a plain datasets.map baseline; figures in docs/benchmarks.md.
 bench-data: install
