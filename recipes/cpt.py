@@ -19,7 +19,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.callbacks import KeepBestCheckpoints
 from medrecipes.config import parse_recipe
-from medrecipes.data import StreamCheckpoint, TokenStream, pretraining_data
+from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
@@ -51,7 +51,7 @@ def main(recipe, training_args, model_args):
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 
-    callbacks = [StreamCheckpoint(train_dataset, checkpoint)] if isinstance(train_dataset, TokenStream) else []
+    callbacks = []
     if recipe.keep_best_checkpoints:
         callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints))
     trainer = CausalLMTrainer(

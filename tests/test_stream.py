@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import parse_recipe
-from medrecipes.data import StreamCheckpoint, TokenStream, load_source, packing, pretraining_data
+from medrecipes.data import TokenStream, load_source, packing, pretraining_data
 from medrecipes.data.mixture import mean_document_tokens
 from medrecipes.data.stream import STATE_FILE
 from medrecipes.errors import UserError
@@ -134,7 +134,6 @@ def train(recipe, args, tokenizer, tiny_model, resume=None) -> RecordingTrainer:
         train_dataset=stream,
         processing_class=tokenizer,
         data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
-        callbacks=[StreamCheckpoint(stream, resume)],
     )
     trainer.seen = []
     trainer.train(resume_from_checkpoint=resume)
@@ -163,6 +162,12 @@ def test_trainer_resumes_the_stream_without_replay_or_skip(tmp_path, corpora, ti
         assert tokens == {k: v for k, v in straight_logged[entry["step"]].items() if k.startswith("data/tokens/")}
         assert entry["loss"] == pytest.approx(straight_logged[entry["step"]]["loss"], abs=1e-6)
     assert sum(v for k, v in logged[-1].items() if k.startswith("data/tokens/")) == 16 * 2 * 32
+
+    # A checkpoint without the position (an older run's) resumes by reading the stream again.
+    (Path(args.output_dir) / "checkpoint-4" / STATE_FILE).unlink()
+    again_args = stream_recipe(tmp_path, corpora, tiny_model, *overrides)[1]
+    again = train(recipe, again_args, tokenizer, tiny_model, resume=str(Path(args.output_dir) / "checkpoint-4"))
+    assert all(torch.equal(a, b) for a, b in zip(again.seen, straight.seen[8:], strict=True))
 
 
 def test_streaming_needs_the_stream_in_the_training_process(tmp_path, corpora, tiny_model, tokenizer):

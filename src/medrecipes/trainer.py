@@ -7,7 +7,7 @@ import os
 from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
-from medrecipes.data.stream import StreamTokensMixin
+from medrecipes.data.stream import StreamTrainerMixin
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class MCQAccuracyMixin:
         return output
 
 
-class CausalLMTrainer(PerplexityMixin, StreamTokensMixin, Trainer):
+class CausalLMTrainer(StreamTrainerMixin, PerplexityMixin, Trainer):
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 

@@ -9,11 +9,10 @@ from medrecipes.data.packing import pack_documents
 from medrecipes.data.pretraining import pretraining_data
 from medrecipes.data.sft import sft_data
 from medrecipes.data.sources import load_source
-from medrecipes.data.stream import StreamCheckpoint, StreamTokensMixin, TokenStream
+from medrecipes.data.stream import StreamTrainerMixin, TokenStream
 
 __all__ = [
-    "StreamCheckpoint",
-    "StreamTokensMixin",
+    "StreamTrainerMixin",
     "TokenStream",
     "build_mixture",
     "decontamination_summary",

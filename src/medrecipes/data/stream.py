@@ -19,11 +19,7 @@ global_step x per-device batch x accumulation x processes (every process reads t
 stream: accelerate dispatches slices from process 0, or shards batches of the full stream),
 and the stream keeps the state at the start of its recent windows to answer for that point.
 
-Use, in a recipe script (`StreamCheckpoint` saves and restores; `StreamTokensMixin` logs
-`data/tokens/<source>` beside the loss):
-
-    callbacks.append(StreamCheckpoint(train_dataset, checkpoint))   # when train_dataset is a TokenStream
-    class CausalLMTrainer(StreamTokensMixin, ..., Trainer): ...
+A trainer gets all of it from `StreamTrainerMixin` in its bases (CausalLMTrainer has it).
 """
 
 import json
@@ -36,7 +32,8 @@ from itertools import islice
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import get_last_checkpoint
 
 from medrecipes.errors import UserError
 
@@ -159,77 +156,82 @@ class TokenStream(torch.utils.data.IterableDataset):
         self._start = state
 
 
-class StreamCheckpoint(TrainerCallback):
-    """Saves a TokenStream's position into each checkpoint folder and restores it on resume.
+def blocks_per_step(args) -> int:
+    """Blocks the stream hands out per optimizer step, over all processes."""
+    per_batch = args.train_batch_size
+    if not (args.accelerator_config and args.accelerator_config.split_batches):
+        per_batch *= args.world_size
+    return per_batch * args.gradient_accumulation_steps
 
-    The Trainer's own way to resume an IterableDataset is to read and discard every batch
-    trained so far (`ignore_data_skip: false`): exact but as slow as the data pipeline; and on
-    top of a restored position it would skip data. So this callback turns it off.
+
+def restore_position(stream: TokenStream, checkpoint: str, args) -> tuple[int, int]:
+    """Make `stream` continue after the blocks trained on up to `checkpoint`; returns (step, blocks)."""
+    path = os.path.join(checkpoint, STATE_FILE)
+    if os.path.isfile(path):
+        with open(path) as f:
+            saved = json.load(f)
+        stream.load_state(saved)
+        logger.info("data stream resumes after %d blocks (pass %d)", saved["samples"], saved["pass"] + 1)
+        return saved["step"], saved["samples"]
+    # A checkpoint without the stream's position: read the stream again up to the same point,
+    # as the Trainer itself would, so that nothing is replayed or skipped.
+    step = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).global_step
+    samples = step * blocks_per_step(args)
+    logger.warning("%s has no %s; reading the data stream again up to block %d", checkpoint, STATE_FILE, samples)
+    stream.load_state({**stream.state_at(0), "skip": samples, "samples": samples})
+    return step, samples
+
+
+class StreamTrainerMixin:
+    """What a trainer does when its training data is a TokenStream (nothing otherwise):
+
+    - on resume, the stream continues after the last block trained on (`data_stream.json` in the
+      checkpoint folder), and the Trainer's own resume for an IterableDataset
+      (`ignore_data_skip: false`: read and discard every batch trained so far, exact but as slow
+      as the pipeline, and on top of a restored position it would skip data) is turned off;
+    - each checkpoint gets the stream's position, written in `_save_checkpoint` into the folder
+      the checkpoint is being written to, so that it is part of the checkpoint from the start
+      (an atomic save that stages and renames the folder, or a copy to object storage, includes it);
+    - each training log gets `data/tokens/<source>`, the tokens trained on per source (in `log`,
+      because callbacks see the logs only after they have been recorded).
     """
 
-    def __init__(self, stream: TokenStream, resume_from: str | None = None):
-        self.stream = stream
-        # The checkpoint folder the run resumes from; default: output_dir/checkpoint-<resumed step>.
-        self.resume_from = resume_from
-        self.base = (0, 0)  # (global step, blocks consumed) the current run started from
+    _stream_base = (0, 0)  # (global step, blocks consumed) the current run started from
 
-    @staticmethod
-    def blocks_per_step(args) -> int:
-        per_batch = args.train_batch_size
-        if not (args.accelerator_config and args.accelerator_config.split_batches):
-            per_batch *= args.world_size
-        return per_batch * args.gradient_accumulation_steps
+    def _token_stream(self) -> TokenStream | None:
+        return self.train_dataset if isinstance(self.train_dataset, TokenStream) else None
 
-    def consumed(self, args, state) -> int:
-        step, samples = self.base
-        return samples + (state.global_step - step) * self.blocks_per_step(args)
+    def _stream_position(self) -> int:
+        step, samples = self._stream_base
+        return samples + (self.state.global_step - step) * blocks_per_step(self.args)
 
-    def on_init_end(self, args, state, control, **kwargs):
-        if args.dataloader_num_workers:
-            raise UserError(
-                "a streaming mixture is read in the training process so that its position can be saved with "
-                "each checkpoint; set dataloader_num_workers: 0, or build the data first (medrecipes build-data)"
-            )
-        args.ignore_data_skip = True
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        stream = self._token_stream()
+        if stream is not None:
+            if self.args.dataloader_num_workers:
+                raise UserError(
+                    "a streaming mixture is read in the training process so that its position can be saved with "
+                    "each checkpoint; set dataloader_num_workers: 0, or build the data first (medrecipes build-data)"
+                )
+            self.args.ignore_data_skip = True
+            if resume_from_checkpoint is True:
+                resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint:
+                self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            return
-        folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        path = os.path.join(folder, STATE_FILE)
-        samples = state.global_step * self.blocks_per_step(args)
-        if os.path.isfile(path):
-            with open(path) as f:
-                saved = json.load(f)
-            self.stream.load_state(saved)
-            self.base = (saved["step"], saved["samples"])
-            logger.info("data stream resumes after %d blocks (pass %d)", saved["samples"], saved["pass"] + 1)
-        else:
-            # A checkpoint without the stream's position: read the stream again up to the same
-            # point, as the Trainer itself would, so that nothing is replayed or skipped.
-            logger.warning("%s has no %s; reading the data stream again up to block %d", path, STATE_FILE, samples)
-            self.stream.load_state({**self.stream.state_at(0), "skip": samples, "samples": samples})
-            self.base = (state.global_step, samples)
-
-    def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        if os.path.isdir(folder):
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        stream = self._token_stream()
+        # Process 0 reads the stream (accelerate dispatches its batches) or reads what all read.
+        if stream is not None and self.is_world_process_zero():
+            folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")
             with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump({**self.stream.state_at(self.consumed(args, state)), "step": state.global_step}, f)
-
-
-class StreamTokensMixin:
-    """Adds `data/tokens/<source>` (tokens trained on, per source) to the training logs.
-
-    In `log` rather than in the callback because callbacks see the logs only after they have
-    been recorded and written to TensorBoard.
-    """
+                json.dump({**stream.state_at(self._stream_position()), "step": self.state.global_step}, f)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        position = next((c for c in self.callback_handler.callbacks if isinstance(c, StreamCheckpoint)), None)
-        if position is not None and "loss" in logs:
-            counts = position.stream.tokens_at(position.consumed(self.args, self.state))
+        stream = self._token_stream()
+        if stream is not None and "loss" in logs:
+            counts = stream.tokens_at(self._stream_position())
             logs.update({f"data/tokens/{name}": count for name, count in counts.items()})
         super().log(logs, start_time)
