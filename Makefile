@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain sft clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data sft clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -13,8 +13,10 @@ export TOKENIZERS_PARALLELISM ?= false
 
 # Recipe targets: make cpt RECIPE=recipes/gemma3_4b.yaml CONFIG=accelerate_configs/zero3.yaml
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
+#                 make pretrain RECIPE=recipes/gpt2_1b_zero3.yaml CONFIG=accelerate_configs/zero3_offload.yaml NUM_GPUS=8
 RECIPE ?=
 CONFIG ?=
+NUM_GPUS ?= 1
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
@@ -49,8 +51,20 @@ style: install
 cpt: install
 	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml)
 
-pretrain: install
-	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
+# A pretraining recipe that names built_data trains from data built once (build-data does
+# nothing while the folder's manifest is up to date); one without trains from its sources.
+PRETRAIN_RECIPE = $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
+pretrain: build-data
+	$(LAUNCH) recipes/cpt.py $(PRETRAIN_RECIPE)
+
+build-data: install
+	@if grep -q '^built_data:' $(PRETRAIN_RECIPE); then \
+		$(MEDRECIPES) build-data $(PRETRAIN_RECIPE) --num-gpus $(NUM_GPUS); \
+	else echo "$(PRETRAIN_RECIPE) names no built_data: it trains from its sources"; fi
+
+# Tokenise + pack throughput against a plain datasets.map baseline; figures in docs/benchmarks.md.
+bench-data: install
+	$(PY) benchmarks/data_pipeline.py
 
 sft: install
 	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)

@@ -7,7 +7,9 @@ Usage:
     python recipes/cpt.py recipes/gemma3_4b.yaml --learning_rate 1e-5      # overrides the YAML
 
 The recipe's `dataset_mixture` is tokenised with EOS between documents and packed into
-blocks of `max_length` tokens; each entry of `eval_sets` is reported as its own
+blocks of `max_length` tokens (or read already packed from `built_data`, the folder
+`medrecipes build-data RECIPE` writes); a streaming mixture saves its position with every
+checkpoint and logs tokens per source. Each entry of `eval_sets` is reported as its own
 `eval_<name>_loss` and `eval_<name>_perplexity`. A run whose `output_dir` already holds a
 checkpoint resumes from the last complete one; SIGTERM or SIGUSR1 saves a checkpoint and exits 0.
 The final model and tokenizer go to `output_dir/final`; with `push_to_hub`, to the Hub with a

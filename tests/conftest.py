@@ -1,5 +1,6 @@
 """Shared test set-up: offline, one thread per process, a tiny model built once per session."""
 
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,20 @@ def tiny_model(tmp_path_factory) -> str:
     from medrecipes.tiny import build_tiny_model
 
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny-model")), [str(CORPUS)], "llama")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model):
+    """The tiny model's tokenizer (byte-level BPE, BOS added, EOS and pad tokens)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    """Write rows as JSON Lines; returns the path as a string."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
 
 
 def run(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess:

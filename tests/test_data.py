@@ -1,11 +1,11 @@
 """Tests for training data: sources, weighted mixtures, upsampling, streaming and packing."""
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import write_jsonl
 from datasets import Dataset, IterableDataset
 
 from medrecipes.config import MixtureConfig, SourceConfig, parse_recipe
@@ -13,11 +13,6 @@ from medrecipes.data import build_mixture, load_source, pack_documents, packing,
 from medrecipes.errors import UserError
 
 BIG_ROWS, SMALL_ROWS = 10_000, 1_000
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +23,6 @@ def corpora(tmp_path_factory) -> dict[str, str]:
         "big": write_jsonl(folder / "big.jsonl", [{"text": f"big {i}"} for i in range(BIG_ROWS)]),
         "small": write_jsonl(folder / "small.jsonl", [{"text": f"small {i}"} for i in range(SMALL_ROWS)]),
     }
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 def mixture(corpora, seed=42, streaming=False, stopping_strategy="all_exhausted", weights=(0.7, 0.3)):
@@ -315,8 +303,9 @@ def test_pretraining_data_packs_train_and_each_eval_set(tmp_path, tokenizer):
     )
     recipe, args, _ = parse_recipe("cpt", [path])
     train, evals = pretraining_data(recipe, tokenizer, args.max_length)
-    assert train.column_names == ["input_ids"]
+    assert train.column_names == ["input_ids", "source_tokens", "source_documents"]
     lengths = [len(block) for block in train["input_ids"]]
+    assert [sum(counts) for counts in train["source_tokens"]] == lengths
     assert len(lengths) > 5
     assert all(n == 24 for n in lengths[:-1])
     assert sorted(evals) == ["notes", "usmle"]

@@ -150,9 +150,9 @@ def test_decontamination_result_goes_into_the_card():
             {"eval_medical_text_loss": 2.5},
             "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3",
             "python recipes/cpt.py recipes/tiny_cpt.yaml",
-            decontamination={"checked against": "medqa test", "13-gram overlaps removed": 12},
+            decontamination="- medqa_us_4opt_test: 3 of 1273 items found in the training data",
         )
     )
-    assert "| checked against | medqa test |" in text and "| 13-gram overlaps removed | 12 |" in text
+    assert "- medqa_us_4opt_test: 3 of 1273 items found in the training data" in text
     assert "| training time | 0:30:00 |" in text and "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3" in text
     assert "| medical_text_loss | 2.5 |" in text

@@ -1,8 +1,11 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter, try a model.
+"""The `medrecipes` command: validate a recipe, plan a run, build and check its data, build a tiny
+model, merge a LoRA adapter, try a model.
 
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
 medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
+medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
+medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
@@ -54,6 +57,59 @@ def cmd_launch_plan(args) -> None:
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
         print(f"{key}={shlex.quote(str(value))}")
+
+
+def cmd_build_data(args) -> None:
+    from medrecipes.data.build import build_data
+    from medrecipes.data.decontamination import format_report
+
+    if args.num_gpus < 1:
+        raise UserError(f"build-data: --num-gpus must be at least 1, got {args.num_gpus}")
+    recipe, training_args, model_args = _parse(args.recipe, "cpt", args.overrides)
+    manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
+    out = args.out or recipe.built_data
+    shares = ", ".join(f"{name} {n:,}" for name, n in manifest["tokens_per_source"].items())
+    print(f"{out}: {'built' if built else 'up to date, not rebuilt'}: {manifest['train']['blocks']:,} training blocks")
+    print(f"tokens per source: {shares}")
+    if manifest["decontamination"]:
+        print(format_report(manifest["decontamination"]))
+
+
+def cmd_decontaminate(args) -> None:
+    import os
+
+    from medrecipes.data import decontamination as dc
+
+    if args.n < 1:
+        raise UserError(f"decontaminate: --n must be at least 1, got {args.n}")
+    is_recipe = args.train.endswith((".yaml", ".yml"))
+    if not is_recipe and not args.eval:
+        raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    benchmarks, streaming = {}, False
+    if is_recipe:
+        from medrecipes.data.mixture import source_names
+
+        recipe, _, _ = _parse(args.train, args.method, args.overrides)
+        if recipe.mixture is None:
+            raise UserError(f"{args.train}: no 'dataset_mixture'; nothing to check")
+        sources = dict(zip(source_names(recipe.mixture), recipe.mixture.sources, strict=True))
+        streaming = recipe.mixture.streaming
+        benchmarks = dc.recipe_benchmarks(recipe)
+    else:
+        sources = {dc.benchmark_name(args.train): dc.training_file_source(args.train)}
+    benchmarks.update(dc.file_benchmarks(args.eval or []))
+    if not benchmarks:
+        raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
+    print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
+    if args.drop:
+        for name, source in sources.items():
+            out = args.drop
+            if is_recipe:
+                os.makedirs(args.drop, exist_ok=True)
+                out = os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl")
+            kept = dc.write_kept(source, contaminated[name], out)
+            print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 
 def cmd_tiny_model(args) -> None:
@@ -114,6 +170,24 @@ def make_parser() -> argparse.ArgumentParser:
     launch.add_argument("--nodes", type=int, required=True)
     launch.add_argument("--gpus-per-node", type=int, default=8)
     launch.set_defaults(func=cmd_launch_plan)
+
+    build = commands.add_parser(
+        "build-data", help="tokenise, pack and save a pretraining recipe's data, with a manifest"
+    )
+    build.add_argument("recipe", help="a CPT or pretraining recipe YAML file")
+    build.set_defaults(func=cmd_build_data, takes_overrides=True)
+    build.add_argument("--out", help="folder to write (default: the recipe's built_data); an fsspec URL works too")
+    build.add_argument("--num-gpus", type=int, default=1, help="processes the run will use (streaming: sets blocks)")
+    build.add_argument("--force", action="store_true", help="build even when the manifest says it is up to date")
+
+    decon = commands.add_parser("decontaminate", help="n-gram overlap between training data and evaluation sets")
+    decon.add_argument("--train", required=True, help="a training file (text or MCQ) or a recipe YAML")
+    decon.add_argument("--eval", action="append", help="an evaluation file or folder (MCQ or text); repeatable")
+    decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
+    decon.add_argument("--drop", metavar="OUT", help="write the training rows without overlap to OUT")
+    decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    decon.add_argument("--method", default="cpt", choices=["cpt", "sft"], help="the recipe script, for a recipe")
+    decon.set_defaults(func=cmd_decontaminate, takes_overrides=True)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")

@@ -38,9 +38,13 @@ class SourceConfig:
     # (messages, or prompt/completion), for SFT.
     format: str = "text"
     weight: float = 1.0
+    # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
+    # anon); passed to `datasets` as `storage_options`.
+    storage_options: dict[str, Any] | None = None
 
 
 SOURCE_FORMATS = ("text", "usmle", "chat")
+WEIGHT_UNITS = ("documents", "tokens")
 
 
 @dataclass
@@ -51,6 +55,11 @@ class MixtureConfig:
     seed: int = 42
     streaming: bool = False
     stopping_strategy: str = "all_exhausted"
+    # "documents": a weight is the share of documents drawn; "tokens": the share of training tokens
+    # (converted with each source's measured mean document length, see data/mixture.py).
+    weight_unit: str = "documents"
+    # Streaming only: packed blocks held and shuffled together before training (0: stream order).
+    shuffle_buffer: int = 1000
 
 
 @dataclass
@@ -108,6 +117,14 @@ class RecipeArguments:
     with_explanation: bool = field(default=False, metadata={"help": "SFT targets carry the explanation."})
     subjects: list[str] | None = field(
         default=None, metadata={"help": "Train only on these subjects (per-subject 'division' training)."}
+    )
+    built_data: str | None = field(
+        default=None,
+        metadata={"help": "Folder written by `medrecipes build-data`: train on its packed blocks, not the sources."},
+    )
+    decontaminate_against: list[str] | None = field(
+        default=None,
+        metadata={"help": "Benchmark files (MCQ) that build-data checks the training data against, beside eval_sets."},
     )
 
     def __post_init__(self):
@@ -270,6 +287,13 @@ def _resolve_data(recipe: RecipeArguments, path: str) -> None:
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
         if recipe.mixture.stopping_strategy not in ("all_exhausted", "first_exhausted"):
             raise UserError(f"{where}: stopping_strategy must be all_exhausted or first_exhausted")
+        if recipe.mixture.weight_unit not in WEIGHT_UNITS:
+            raise UserError(
+                f"{where}: weight_unit '{recipe.mixture.weight_unit}' is unknown"
+                f"{did_you_mean(recipe.mixture.weight_unit, WEIGHT_UNITS)}; use documents or tokens"
+            )
+        if recipe.mixture.shuffle_buffer < 0:
+            raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
     for name, source in (recipe.eval_sets or {}).items():
         recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
 
 from medrecipes.config import resolved_yaml
+from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
 
@@ -157,7 +158,7 @@ def model_card(
     eval_metrics: dict,
     hardware_line: str,
     command: str,
-    decontamination: dict | None = None,
+    decontamination: str | None = None,
 ) -> ModelCard:
     """The model card of a run, from what the run knows about itself."""
     base = model_args.model_name_or_path
@@ -194,11 +195,11 @@ def _secrets(training_args) -> list[str]:
     return [s for s in {training_args.hub_token, get_token(), os.environ.get("HF_TOKEN")} if s]
 
 
-def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict, decontamination=None) -> str | None:
+def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) -> str | None:
     """Push `final_dir` with its model card and resolved recipe to the run's Hub repository.
 
-    `decontamination`: the decontamination result of the data the run trained on, as the data
-    build recorded it; the card shows its keys and values. Returns the commit URL.
+    A run that trained from a built data folder carries that folder's decontamination result
+    into the card. Returns the commit URL.
     """
     if not trainer.is_world_process_zero():
         return None
@@ -216,7 +217,7 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict, de
         eval_metrics,
         hardware(trainer),
         command,
-        decontamination,
+        decontamination_summary(recipe.built_data) if recipe.built_data else None,
     )
     text = str(card)
     for secret in _secrets(args):

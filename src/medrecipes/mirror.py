@@ -51,8 +51,11 @@ def copy_to_url(local_dir: str, url: str) -> None:
         for folder, _, names in os.walk(local_dir)
         for name in names
     ]
-    fs.makedirs(root, exist_ok=True)
-    fs.put([os.path.join(local_dir, f) for f in files], [f"{root}/{f}" for f in files])
+    targets = [f"{root}/{f.replace(os.sep, '/')}" for f in files]
+    # A local or mounted filesystem needs each folder made first; object stores ignore this.
+    for folder in sorted({target.rsplit("/", 1)[0] for target in targets} | {root}):
+        fs.makedirs(folder, exist_ok=True)
+    fs.put([os.path.join(local_dir, f) for f in files], targets)
 
 
 def mark_complete(url: str) -> None:

@@ -13,6 +13,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
+from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.monitoring import ThroughputMonitor
 
 logger = logging.getLogger(__name__)
@@ -257,7 +258,7 @@ class RecipeTrainerMixin:
             self.monitor.pause(time.perf_counter() - started)
 
 
-class CausalLMTrainer(RecipeTrainerMixin, PerplexityMixin, Trainer):
+class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, Trainer):
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 

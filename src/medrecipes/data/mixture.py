@@ -3,24 +3,99 @@
 TRL's DatasetMixtureConfig concatenates datasets: it cannot upsample a small source or
 stream, so the project interleaves by probability instead. With the default
 `all_exhausted` stopping strategy a small source is repeated until every source has been
-seen once, which is what a weight larger than a source's natural share asks for.
+seen once, which is what a weight larger than a source's natural share asks for;
+`first_exhausted` stops at the end of the first source to run out and repeats nothing.
 """
+
+import logging
+import os
+from itertools import islice
 
 import datasets
 
 from medrecipes.config import MixtureConfig
+from medrecipes.data.packing import token_ids
 from medrecipes.data.sources import load_source
+from medrecipes.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Documents per source whose token length is measured to turn token weights into document ones.
+LENGTH_SAMPLE_DOCUMENTS = 1000
 
 
-def build_mixture(mixture: MixtureConfig, render=None, subjects: list[str] | None = None):
-    """The mixture's rows, reproducible for a given seed; `render` and `subjects` as in load_source."""
+def source_names(mixture: MixtureConfig) -> list[str]:
+    """A short unique name per source for logs and manifests: the Hub id or the file's folder/stem."""
+    names = []
+    for source in mixture.sources:
+        files = source.data_files if isinstance(source.data_files, list) else [source.data_files]
+        where = files[0] if source.data_files else source.path
+        stem = os.path.splitext(where.rstrip("/").split("://")[-1])[0]
+        name = "/".join(stem.split("/")[-2:])
+        names.append(name if name not in names else f"{name}#{len(names)}")
+    return names
+
+
+def mean_document_tokens(documents, tokenizer) -> float:
+    """Mean tokens per document (EOS included) over the first LENGTH_SAMPLE_DOCUMENTS documents."""
+    texts = [row["text"] for row in islice(iter(documents), LENGTH_SAMPLE_DOCUMENTS)]
+    if not texts:
+        return 1.0
+    return sum(len(ids) + 1 for ids in token_ids(tokenizer, texts)) / len(texts)
+
+
+def document_probabilities(mixture: MixtureConfig, sets: list, tokenizer=None) -> tuple[list[float], list[float]]:
+    """(probability of drawing each source's next document, measured mean tokens per document).
+
+    Interleaving draws documents. For `weight_unit: tokens`, source i must supply a share w_i
+    of tokens; a draw from it yields L_i tokens on average, so drawing it with probability
+    proportional to w_i / L_i makes its expected token share w_i. L_i is measured on the first
+    documents of each source: a sample, so the shares hold to within its error, and the
+    per-source token counts logged during training show what was actually reached.
+    """
+    weights = [source.weight for source in mixture.sources]
+    lengths = []
+    if mixture.weight_unit == "tokens":
+        if tokenizer is None:
+            raise UserError("dataset_mixture: weight_unit tokens needs a tokenizer; it is for pretraining recipes")
+        lengths = [mean_document_tokens(documents, tokenizer) for documents in sets]
+        weights = [w / length for w, length in zip(weights, lengths, strict=True)]
+    total = sum(weights)
+    return [w / total for w in weights], lengths
+
+
+def _tag(documents, index: int):
+    """Add the source's index as a `source` column, so that packed blocks can count tokens per source."""
+    return documents.map(lambda batch: {"source": [index] * len(batch["text"])}, batched=True)
+
+
+def build_mixture(
+    mixture: MixtureConfig,
+    render=None,
+    subjects: list[str] | None = None,
+    tokenizer=None,
+    tag_sources: bool = False,
+):
+    """The mixture's rows, reproducible for a given seed; `render` and `subjects` as in load_source.
+
+    `tokenizer` measures document lengths for `weight_unit: tokens`; `tag_sources` adds a
+    `source` column with each row's source index. A streaming pretraining mixture is left in
+    source order here: `medrecipes.data.stream.TokenStream` shuffles its packed blocks.
+    """
     sets = [load_source(source, mixture.streaming, render, subjects) for source in mixture.sources]
+    probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
+    if lengths:
+        for name, length, p in zip(source_names(mixture), lengths, probabilities, strict=True):
+            logger.info("source %s: %.1f tokens per document; drawn with probability %.4f", name, length, p)
+    if tag_sources:
+        sets = [_tag(documents, i) for i, documents in enumerate(sets)]
     if len(sets) == 1:
-        return sets[0].shuffle(seed=mixture.seed)
-    total = sum(source.weight for source in mixture.sources)
+        # A tagged stream is a pretraining stream, whose blocks TokenStream shuffles with a
+        # position it can restore; datasets' own shuffle buffer is lost on resume.
+        return sets[0] if mixture.streaming and tag_sources else sets[0].shuffle(seed=mixture.seed)
     return datasets.interleave_datasets(
         sets,
-        probabilities=[source.weight / total for source in mixture.sources],
+        probabilities=probabilities,
         seed=mixture.seed,
         stopping_strategy=mixture.stopping_strategy,
     )

@@ -1,8 +1,9 @@
 """Load one data source as a dataset with a single `text` column.
 
 A source's `path` is a `datasets` builder name (json, parquet, text, csv) used with
-`data_files`, a local file or directory, or a Hub dataset id. `format: usmle` reads
-multiple-choice rows through `medrecipes.usmle` and renders each as a document.
+`data_files`, a local file or directory, an fsspec URL (s3://, gs://, memory://, file://) of a
+file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice rows through
+`medrecipes.usmle` and renders each as a document.
 """
 
 import os
@@ -16,6 +17,11 @@ from medrecipes.errors import UserError
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
 
 
+def is_url(path: str) -> bool:
+    """An fsspec URL such as s3://bucket/corpus/*.jsonl (object storage, memory://, file://)."""
+    return "://" in path
+
+
 def looks_local(path: str) -> bool:
     """A Hub id is "name" or "org/name"; anything else path-like is meant as a local path."""
     if os.path.splitext(path)[1] in BUILDERS or path.startswith((os.sep, ".", "~")):
@@ -24,9 +30,43 @@ def looks_local(path: str) -> bool:
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
-def _load_documents(source: SourceConfig, streaming: bool):
-    path, data_files = source.path, source.data_files
-    if looks_local(path) or os.path.exists(path):
+def url_files(url: str, storage_options: dict | None) -> list[str]:
+    """The data files a URL names: itself, the files a glob matches, or the data files under a folder."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    if any(c in root for c in "*?["):
+        found = fs.glob(root)
+    elif fs.isfile(root):
+        found = [root]
+    else:
+        found = [f for f in fs.find(root) if os.path.splitext(f)[1] in BUILDERS] if fs.isdir(root) else []
+    # url_to_fs drops the protocol; datasets needs it back to pick the filesystem.
+    return sorted(fs.unstrip_protocol(f) for f in found)
+
+
+def _resolve_url(source: SourceConfig) -> tuple[str, list[str]]:
+    files = url_files(source.path, source.storage_options)
+    if not files:
+        raise UserError(f"source '{source.path}': no such file, or no {', '.join(BUILDERS)} files there")
+    extensions = {os.path.splitext(f)[1] for f in files}
+    if len(extensions) > 1 or not extensions <= set(BUILDERS):
+        raise UserError(
+            f"source '{source.path}': files of one type ({', '.join(BUILDERS)}) expected, found {extensions}"
+        )
+    return BUILDERS[extensions.pop()], files
+
+
+def load_documents(source: SourceConfig, streaming: bool):
+    """The source's rows as `datasets` reads them, every column kept."""
+    # file:// is a local path; datasets would treat it as a remote URL (and refuse it offline).
+    path = source.path.removeprefix("file://")
+    data_files = source.data_files
+    if data_files is not None:
+        data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
+    if is_url(path):
+        path, data_files = _resolve_url(source)
+    elif looks_local(path) or os.path.exists(path):
         if not os.path.exists(path):
             raise UserError(f"source '{path}': no such file or directory")
         if os.path.isfile(path):
@@ -38,7 +78,8 @@ def _load_documents(source: SourceConfig, streaming: bool):
         elif not any(os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names):
             raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
     for file in [data_files] if isinstance(data_files, str) else data_files or []:
-        if "*" not in file and "://" not in file and not os.path.exists(file):
+        missing = not url_files(file, source.storage_options) if is_url(file) else not os.path.exists(file)
+        if "*" not in file and missing:
             raise UserError(f"source '{source.path}': data file {file} does not exist")
     try:
         return datasets.load_dataset(
@@ -49,9 +90,14 @@ def _load_documents(source: SourceConfig, streaming: bool):
             data_dir=source.data_dir,
             revision=source.revision,
             streaming=streaming,
+            storage_options=source.storage_options,
         )
     except (FileNotFoundError, ValueError, ConnectionError) as err:
-        raise UserError(f"source '{source.path}': cannot load it ({str(err).splitlines()[0]})") from None
+        hint = ""
+        if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
+            # datasets copies a URL's files into its cache first and counts any URL as the Hub.
+            hint = "; to read object storage unset HF_HUB_OFFLINE or set streaming: true"
+        raise UserError(f"source '{source.path}': cannot load it ({str(err).splitlines()[0]}){hint}") from None
 
 
 def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
@@ -86,7 +132,7 @@ def load_source(
         render = render or (lambda row: {"text": pretraining_text(row)})
         documents = rows.map(render, remove_columns=rows.column_names)
         return documents.to_iterable_dataset() if streaming else documents
-    documents = _load_documents(source, streaming)
+    documents = load_documents(source, streaming)
     if source.format == "chat":
         return documents
     columns = documents.column_names

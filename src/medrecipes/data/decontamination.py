@@ -1,0 +1,296 @@
+"""N-gram overlap between training documents and evaluation sets (benchmark contamination).
+
+Text is normalised (lowercase, punctuation stripped, whitespace collapsed: words are runs of
+letters and digits in any script) and cut into n-grams of `n` words, 13 by default as in the
+GPT-3 and lm-evaluation-harness decontamination. A training document is contaminated when one
+of its n-grams appears in an evaluation item; an evaluation item is contaminated when one of
+its n-grams appears in the training data. Multiple-choice items are checked on their question
+and options (medrecipes.usmle.load_mcq reads MedQA, MedMCQA, PubMedQA, MMLU and local files).
+Items shorter than `n` words cannot be checked and are counted as such.
+
+Speed: every word becomes a 64-bit hash once (a dictionary per scan), the n-gram hashes of a
+whole batch of documents come from numpy arithmetic on those, and membership is a binary
+search in the sorted hashes of the evaluation sets, so no Python loop runs per n-gram.
+"""
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from itertools import chain
+
+import numpy as np
+import xxhash
+
+from medrecipes.config import SourceConfig
+from medrecipes.data.sources import load_documents, load_mcq_source, load_source
+from medrecipes.errors import UserError
+
+DEFAULT_N = 13
+NORMALISATION = "lowercase, punctuation stripped, whitespace collapsed"
+BATCH_DOCUMENTS = 2000
+# Multiplier of the polynomial n-gram hash; odd, so no information is lost modulo 2**64.
+_MULTIPLIER = np.uint64(0x100000001B3)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def words(text: str) -> list[str]:
+    """The normalised words of a text."""
+    return _WORD.findall(text.lower())
+
+
+class _WordHashes(dict):
+    """Word -> 64-bit hash, computed once per distinct word."""
+
+    def __missing__(self, word: str) -> int:
+        value = self[word] = xxhash.xxh64_intdigest(word.encode())
+        return value
+
+
+def ngram_hashes(texts: list[str], n: int, word_hashes: _WordHashes) -> tuple[np.ndarray, np.ndarray]:
+    """(hash of every n-gram of every text, index of the text it is in), as numpy arrays."""
+    per_text = [words(text) for text in texts]
+    lengths = np.fromiter(map(len, per_text), dtype=np.int64, count=len(per_text))
+    flat = np.fromiter(map(word_hashes.__getitem__, chain.from_iterable(per_text)), dtype=np.uint64)
+    count = len(flat) - n + 1
+    if count <= 0:
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
+    grams = np.zeros(count, dtype=np.uint64)
+    for j in range(n):  # h = sum of word[i + j] * M**(n - 1 - j), wrapping modulo 2**64
+        grams = grams * _MULTIPLIER + flat[j : j + count]
+    text_of_word = np.repeat(np.arange(len(texts)), lengths)
+    within = text_of_word[:count] == text_of_word[n - 1 :]  # the n-gram does not cross into the next text
+    return grams[within], text_of_word[:count][within]
+
+
+class EvalIndex:
+    """The n-grams of named evaluation sets, sorted, each with a bit per set it occurs in."""
+
+    def __init__(self, benchmarks: dict[str, list[str]], n: int = DEFAULT_N, ids: dict[str, list[str]] | None = None):
+        if len(benchmarks) > 64:
+            raise ValueError("at most 64 evaluation sets at once")
+        self.n, self.names, self.word_hashes = n, list(benchmarks), _WordHashes()
+        self.rows = {name: len(texts) for name, texts in benchmarks.items()}
+        self.ids = ids or {name: [str(i) for i in range(len(texts))] for name, texts in benchmarks.items()}
+        self.grams, self.row_of = {}, {}
+        for name, texts in benchmarks.items():
+            self.grams[name], self.row_of[name] = ngram_hashes(texts, n, self.word_hashes)
+        self.too_short = {name: self.rows[name] - len(np.unique(self.row_of[name])) for name in self.names}
+        hashes = np.concatenate([self.grams[name] for name in self.names] + [np.empty(0, dtype=np.uint64)])
+        bits = np.concatenate(
+            [np.full(len(self.grams[name]), 1 << b, dtype=np.uint64) for b, name in enumerate(self.names)]
+            + [np.empty(0, dtype=np.uint64)]
+        )
+        order = np.argsort(hashes, kind="stable")
+        hashes, bits = hashes[order], bits[order]
+        self.hashes, first = np.unique(hashes, return_index=True)
+        self.bits = np.bitwise_or.reduceat(bits, first) if len(bits) else bits
+
+    @classmethod
+    def of(cls, benchmarks: dict[str, tuple[list[str], list[str]]], n: int = DEFAULT_N) -> "EvalIndex":
+        """The index of {name: (texts, item ids)}."""
+        return cls({k: v[0] for k, v in benchmarks.items()}, n, {k: v[1] for k, v in benchmarks.items()})
+
+    def lookup(self, grams: np.ndarray) -> np.ndarray:
+        """Per n-gram: the bits of the sets it occurs in (0 where none)."""
+        if not len(self.hashes):
+            return np.zeros(len(grams), dtype=np.uint64)
+        at = np.minimum(np.searchsorted(self.hashes, grams), len(self.hashes) - 1)
+        return np.where(self.hashes[at] == grams, self.bits[at], np.uint64(0))
+
+
+class SourceScan:
+    """The contaminated documents of one training source, and the n-grams that matched."""
+
+    def __init__(self, index: EvalIndex):
+        self.index, self.documents, self.matched = index, 0, []
+        self.contaminated: dict[int, int] = {}  # document number -> bits of the sets it overlaps
+
+    def add(self, texts: list[str]) -> None:
+        grams, text = ngram_hashes(texts, self.index.n, self.index.word_hashes)
+        bits = self.index.lookup(grams)
+        hit = bits != 0
+        if hit.any():
+            self.matched.append(grams[hit])
+            for document, mask in zip(text[hit] + self.documents, bits[hit], strict=True):
+                self.contaminated[int(document)] = self.contaminated.get(int(document), 0) | int(mask)
+        self.documents += len(texts)
+
+    def report(self) -> dict:
+        by_benchmark = {
+            name: sum(1 for mask in self.contaminated.values() if mask >> b & 1)
+            for b, name in enumerate(self.index.names)
+        }
+        return {"documents": self.documents, "contaminated": len(self.contaminated), "by_benchmark": by_benchmark}
+
+
+def text_batches(documents, limit: int | None = None, batch_size: int = BATCH_DOCUMENTS) -> Iterator[list[str]]:
+    """Batches of the `text` column of a Dataset or IterableDataset, at most `limit` documents."""
+    seen = 0
+    for batch in documents.iter(batch_size=batch_size):
+        texts = list(batch["text"])
+        if limit is not None:
+            texts = texts[: limit - seen]
+        seen += len(texts)
+        if texts:
+            yield texts
+        if limit is not None and seen >= limit:
+            return
+
+
+def decontaminate(sources: dict[str, Iterable[list[str]]], index: EvalIndex) -> tuple[dict, dict[str, list[int]]]:
+    """(report, {source: contaminated document numbers}) for batches of training texts per source."""
+    scans = {}
+    for name, batches in sources.items():
+        scans[name] = SourceScan(index)
+        for texts in batches:
+            scans[name].add(texts)
+    matched = np.unique(np.concatenate([g for s in scans.values() for g in s.matched] + [np.empty(0, np.uint64)]))
+    benchmarks = {}
+    for name in index.names:
+        rows = np.unique(index.row_of[name][np.isin(index.grams[name], matched)])
+        benchmarks[name] = {
+            "rows": index.rows[name],
+            "too_short": index.too_short[name],
+            "contaminated_rows": len(rows),
+            "examples": [index.ids[name][r] for r in rows[:10]],
+        }
+    report = {
+        "n": index.n,
+        "normalisation": NORMALISATION,
+        "benchmarks": benchmarks,
+        "sources": {name: scan.report() for name, scan in scans.items()},
+        "contaminated_documents": sum(len(s.contaminated) for s in scans.values()),
+    }
+    return report, {name: sorted(scan.contaminated) for name, scan in scans.items()}
+
+
+def format_report(report: dict) -> str:
+    """The report as lines for a terminal."""
+    lines = [f"{report['n']}-word overlap ({report['normalisation']})", "evaluation sets:"]
+    for name, b in report["benchmarks"].items():
+        short = f", {b['too_short']} too short to check" if b["too_short"] else ""
+        lines.append(f"  {name}: {b['contaminated_rows']} of {b['rows']} items found in training data{short}")
+    lines.append("training sources:")
+    for name, s in report["sources"].items():
+        hits = ", ".join(f"{b}: {c}" for b, c in s["by_benchmark"].items() if c)
+        lines.append(
+            f"  {name}: {s['contaminated']} of {s['documents']} documents overlap" + (f" ({hits})" if hits else "")
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# What is checked: evaluation items and training sources, as texts
+
+
+def mcq_texts(rows) -> tuple[list[str], list[str]]:
+    """(question and options of each multiple-choice row, row ids)."""
+    texts = [row["question"] + "\n" + "\n".join(row["options"]) for row in rows]
+    return texts, [row["id"] or str(i) for i, row in enumerate(rows)]
+
+
+def eval_set_texts(source: SourceConfig) -> tuple[list[str], list[str]]:
+    """The texts of a recipe's eval set: question and options for `format: usmle`, else the documents."""
+    if source.format == "usmle":
+        return mcq_texts(load_mcq_source(source))
+    documents = load_source(source)
+    return list(documents["text"]), [str(i) for i in range(len(documents))]
+
+
+def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
+    """The texts of a benchmark file or folder: MCQ rows when load_mcq reads it, else a `text` column."""
+    from medrecipes.usmle import load_mcq
+
+    try:
+        return mcq_texts(load_mcq(path))
+    except UserError:
+        return eval_set_texts(SourceConfig(path=path))
+
+
+def benchmark_name(path: str) -> str:
+    return os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+
+
+Benchmarks = dict[str, tuple[list[str], list[str]]]  # name -> (texts, item ids)
+
+
+def recipe_benchmarks(recipe) -> Benchmarks:
+    """A recipe's eval sets and its `decontaminate_against` files."""
+    benchmarks = {name: eval_set_texts(source) for name, source in recipe.eval_sources.items()}
+    benchmarks.update(file_benchmarks(recipe.decontaminate_against or []))
+    return benchmarks
+
+
+def file_benchmarks(paths: list[str]) -> Benchmarks:
+    benchmarks = {}
+    for path in paths:
+        name = benchmark_name(path)
+        if name in benchmarks:  # test.jsonl of two benchmarks: name them by folder too
+            name = f"{benchmark_name(os.path.dirname(path.rstrip('/')))}/{name}"
+        benchmarks[name] = benchmark_texts(path)
+    return benchmarks
+
+
+def training_file_source(path: str) -> SourceConfig:
+    """A training file as a source: its `text` column, or its multiple-choice rows when it has none."""
+    source = SourceConfig(path=path)
+    try:
+        load_source(source)
+    except UserError as err:
+        if "no column 'text'" not in str(err):
+            raise
+        return SourceConfig(path=path, format="usmle")
+    return source
+
+
+def check_sources(
+    sources: dict[str, SourceConfig],
+    benchmarks: Benchmarks,
+    n: int = DEFAULT_N,
+    streaming: bool = False,
+    limits: dict[str, int] | None = None,
+) -> tuple[dict, dict[str, list[int]]]:
+    """(report, contaminated document numbers per source) for training sources against benchmarks;
+    `limits` checks only the first documents of a source (those a stream used)."""
+    index = EvalIndex.of(benchmarks, n)
+    batches = {
+        name: text_batches(training_documents(source, streaming), (limits or {}).get(name))
+        for name, source in sources.items()
+    }
+    return decontaminate(batches, index)
+
+
+def training_documents(source: SourceConfig, streaming: bool = False):
+    """A training source as documents with a `text` column, as the recipes train on them."""
+    documents = load_source(source, streaming)
+    if source.format == "chat":
+        # Conversations are trained on as their turns' text; that is what must not hold test items.
+        column = "messages" if "messages" in (documents.column_names or ["messages"]) else None
+        if column is None:
+            return documents.map(lambda row: {"text": f"{row['prompt']}\n{row['completion']}"})
+        return documents.map(lambda row: {"text": "\n".join(str(m["content"]) for m in row["messages"])})
+    return documents
+
+
+def write_kept(source: SourceConfig, contaminated: list[int], out: str) -> int:
+    """Write the rows of `source` that are not contaminated to `out` (.jsonl, .json, .parquet or .csv).
+
+    Text sources keep all their columns; multiple-choice sources are written in the normalised
+    schema of medrecipes.usmle, which load_mcq reads back. Returns the number of rows written.
+    """
+    if source.format == "usmle":
+        rows = load_mcq_source(source)
+    else:
+        rows = load_documents(source, streaming=False)
+    drop = set(contaminated)
+    kept = rows.select([i for i in range(len(rows)) if i not in drop])
+    ext = os.path.splitext(out)[1]
+    if ext in (".jsonl", ".json"):
+        kept.to_json(out, lines=True, force_ascii=False)
+    elif ext == ".parquet":
+        kept.to_parquet(out)
+    elif ext == ".csv":
+        kept.to_csv(out, index=False)
+    else:
+        raise UserError(f"--drop {out}: unsupported file type '{ext}'; use .jsonl, .parquet or .csv")
+    return len(kept)

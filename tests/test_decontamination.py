@@ -1,0 +1,114 @@
+"""Benchmark contamination: n-gram overlap between training documents and evaluation items."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, SHARED_DATA, run, write_jsonl
+
+from medrecipes.data import decontamination as dc
+from medrecipes.usmle import load_mcq
+
+QUESTIONS = [
+    {
+        "id": "q-valve",
+        "question": "A 67-year-old man presents with exertional chest pain, syncope on climbing stairs and a harsh "
+        "crescendo-decrescendo systolic murmur radiating to both carotid arteries. What is the diagnosis?",
+        "options": ["Aortic stenosis", "Mitral regurgitation", "Hypertrophic cardiomyopathy", "Pericarditis"],
+        "answer": "A",
+    },
+    {
+        "id": "q-heparin",
+        "question": "During a vascular procedure a patient given unfractionated heparin starts to bleed heavily from "
+        "every puncture site and the team needs to reverse the anticoagulant effect at once. Which drug?",
+        "options": ["Vitamin K", "Protamine sulfate", "Idarucizumab", "Andexanet alfa"],
+        "answer": "B",
+    },
+    {"id": "q-short", "question": "Which ion flattens T waves?", "options": ["K", "Na"], "answer": "A"},
+]
+
+
+def check(texts: list[str], benchmarks: dict, n: int = 13):
+    return dc.decontaminate({"train": iter([texts])}, dc.EvalIndex.of(benchmarks, n))
+
+
+def test_planted_questions_are_found_through_case_and_punctuation_changes():
+    bench = {"mcq": dc.mcq_texts(QUESTIONS)}
+    valve = QUESTIONS[0]["question"]
+    changed = valve.upper().replace("-", " ").replace(",", " ,,").replace(" ", "\n  ")
+    twelve_words = " ".join(dc.words(QUESTIONS[1]["question"])[3:15])  # 12 consecutive words
+    texts = [
+        "Aortic stenosis is the commonest valve lesion in the elderly.",
+        f"Case: {changed} The echo showed a calcified valve.",
+        f"An unrelated sentence, then: {twelve_words}.",
+    ]
+    report, contaminated = check(texts, bench)
+    assert contaminated == {"train": [1]}
+    assert report["benchmarks"]["mcq"]["contaminated_rows"] == 1
+    assert report["benchmarks"]["mcq"]["examples"] == ["q-valve"]
+    assert report["benchmarks"]["mcq"]["too_short"] == 1  # q-short has fewer than 13 words
+    assert report["sources"]["train"] == {"documents": 3, "contaminated": 1, "by_benchmark": {"mcq": 1}}
+    # With 12-word n-grams the shorter overlap counts too.
+    report, contaminated = check(texts, bench, n=12)
+    assert contaminated == {"train": [1, 2]} and report["benchmarks"]["mcq"]["contaminated_rows"] == 2
+
+
+def test_hits_are_reported_per_source_and_per_benchmark():
+    benchmarks = {"valve": dc.mcq_texts(QUESTIONS[:1]), "heparin": dc.mcq_texts(QUESTIONS[1:2])}
+    index = dc.EvalIndex.of(benchmarks)
+    both = QUESTIONS[0]["question"] + " " + QUESTIONS[1]["question"]
+    report, contaminated = dc.decontaminate(
+        {"notes": iter([["clean text", both]]), "forum": iter([[QUESTIONS[1]["question"]], ["clean"]])}, index
+    )
+    assert report["sources"]["notes"]["by_benchmark"] == {"valve": 1, "heparin": 1}
+    assert report["sources"]["forum"] == {
+        "documents": 2,
+        "contaminated": 1,
+        "by_benchmark": {"valve": 0, "heparin": 1},
+    }
+    assert contaminated == {"notes": [1], "forum": [0]}
+
+
+def test_no_false_hits_on_disjoint_text():
+    # The same 10 words in random orders: real n-grams never repeat across the two sides, so any
+    # hit would be a hashing or boundary error (n-grams across two documents must not count).
+    words = "aorta valve heparin protamine kidney insulin cortisol sepsis fever anaemia".split()
+    rng = random.Random(0)
+    evals = [" ".join(rng.choices(words, k=40)) for _ in range(300)]
+    train = [" ".join(rng.choices(words, k=rng.randint(5, 60))) for _ in range(20_000)]
+    report, contaminated = check(train, {"random": (evals, [str(i) for i in range(300)])})
+    assert report["contaminated_documents"] == 0 and contaminated == {"train": []}
+    assert report["benchmarks"]["random"]["contaminated_rows"] == 0
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "medqa").is_dir(), reason="needs ../shared/data/medqa")
+def test_a_medqa_test_question_in_a_training_file_is_caught(tmp_path):
+    medqa = SHARED_DATA / "medqa" / "medqa_us_4opt_test.jsonl"
+    row = load_mcq(str(medqa))[100]
+    notes = [json.loads(line)["text"] for line in (Path(__file__).parents[1] / "data/medical_text/train.jsonl").open()]
+    planted = f"Forum post: does anyone know this one?? {row['question'].lower()} Thanks!"
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": t} for t in notes[:30]] + [{"text": planted}])
+    source = dc.training_file_source(train)
+    report, contaminated = dc.check_sources({"train": source}, dc.file_benchmarks([str(medqa)]))
+    bench = report["benchmarks"]["medqa_us_4opt_test"]
+    assert bench["rows"] == 1273 and row["id"] in bench["examples"]
+    assert contaminated == {"train": [30]}
+
+
+@pytest.mark.slow
+def test_command_reports_json_and_drops_contaminated_rows(tmp_path):
+    evals = write_jsonl(tmp_path / "bench.jsonl", QUESTIONS)
+    rows = [{"id": i, "text": f"Note {i}: potassium and T waves."} for i in range(5)]
+    rows[3]["text"] += " " + QUESTIONS[1]["question"]
+    train = write_jsonl(tmp_path / "notes.jsonl", rows)
+    kept = tmp_path / "kept.jsonl"
+    medrecipes = Path(PYTHON).parent / "medrecipes"
+    result = run(medrecipes, "decontaminate", "--train", train, "--eval", evals, "--json", "--drop", kept)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["sources"]["notes"]["contaminated"] == 1
+    assert report["benchmarks"]["bench"]["examples"] == ["q-heparin"]
+    assert [json.loads(line)["id"] for line in kept.read_text().splitlines()] == [0, 1, 2, 4]
+    missing = run(medrecipes, "decontaminate", "--train", train)
+    assert missing.returncode == 2 and "--eval" in missing.stderr and "Traceback" not in missing.stderr
