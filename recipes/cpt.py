@@ -23,8 +23,8 @@ from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
-    eval_loss_summary,
     end_run,
+    eval_loss_summary,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
