@@ -21,7 +21,6 @@ from trl import SFTTrainer, get_peft_config
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
 from medrecipes.errors import exit_on_user_error
-from medrecipes.evaluation import format_report
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
 from medrecipes.trainer import (
@@ -67,9 +66,7 @@ def main(recipe, training_args, model_args):
 
     train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
     if eval_datasets:
-        evaluate_and_record(trainer)
-        for name, report in trainer.mcq_reports.items():
-            logger.info(format_report(name, report))
+        evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets
 
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=[source.path for source in recipe.mixture.sources])

@@ -171,9 +171,9 @@ def test_dotted_import_path():
     "name, settings, message",
     [
         ("usmle_acuracy", {}, "unknown reward 'usmle_acuracy' (did you mean 'usmle_accuracy'?)"),
-        ("answer_format", {"styl": "letter"}, "unknown setting 'styl' (did you mean 'style'?)"),
+        ("answer_format", {"styl": "letter"}, "unknown key 'styl' (did you mean 'style'?); valid keys: style"),
         ("answer_format", {"style": "leter"}, "style 'leter' is unknown (did you mean 'letter'?)"),
-        ("usmle_accuracy", {"style": "letter"}, "unknown setting 'style'; it takes no settings"),
+        ("usmle_accuracy", {"style": "letter"}, "unknown key 'style'; it takes no settings"),
         ("overlong_penalty", {"max_tokens": 0}, "max_tokens must be a positive whole number"),
         ("overlong_penalty", {"max_tokens": 8, "buffer_tokens": 9}, "buffer_tokens must be a whole number from 0"),
         ("no_such_pkg.rewards.fn", {}, "cannot import module 'no_such_pkg.rewards'"),
@@ -201,10 +201,13 @@ def test_recipe_entries_give_functions_and_weights():
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ({"name": "answer_format", "wieght": 0.2}, "rewards[0]: unknown key 'wieght' (did you mean 'weight'?)"),
+        (
+            {"name": "answer_format", "wieght": 0.2},
+            "rewards[0]: reward 'answer_format': unknown key 'wieght' (did you mean 'weight'?)",
+        ),
         (
             {"name": "usmle_accuracy", "stlye": "x"},
-            "rewards[0]: unknown key 'stlye'; a usmle_accuracy entry takes only",
+            "rewards[0]: reward 'usmle_accuracy': unknown key 'stlye'; valid keys: name, weight",
         ),
         ({"weight": 1.0}, "rewards[0]: expected a mapping with 'name'"),
         ({"name": "usmle_accuracy", "weight": "high"}, "rewards[0]: weight must be a number"),

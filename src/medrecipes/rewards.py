@@ -82,14 +82,21 @@ def reward_settings(name: str) -> list[str] | None:
     return list(parameters)
 
 
+def _reject_unknown_keys(name: str, keys, also: tuple[str, ...] = ()) -> None:
+    accepted = reward_settings(name)
+    if accepted is None:
+        return
+    valid = [*also, *accepted]
+    for key in keys:
+        if key not in valid:
+            hint = f"valid keys: {', '.join(valid)}" if valid else "it takes no settings"
+            raise UserError(f"reward '{name}': unknown key '{key}'{did_you_mean(key, valid)}; {hint}")
+
+
 def get_reward(name: str, **settings) -> Callable:
     """The reward `name` (a registered name or a dotted import path) built with `settings`."""
     func = _resolve(name)
-    accepted = reward_settings(name)
-    for key in settings:
-        if accepted is not None and key not in accepted:
-            takes = f"its settings are {', '.join(accepted)}" if accepted else "it takes no settings"
-            raise UserError(f"reward '{name}': unknown setting '{key}'{did_you_mean(key, accepted)}; {takes}")
+    _reject_unknown_keys(name, settings)
     if not _is_factory(func):
         return func
     for key, parameter in inspect.signature(func).parameters.items():
@@ -122,13 +129,7 @@ def _from_entry(entry) -> tuple[Callable, float]:
         raise UserError(f"expected a mapping with 'name' (a reward) and optionally 'weight', got {entry!r}")
     name, weight = entry["name"], entry.get("weight", 1.0)
     settings = {k: v for k, v in entry.items() if k not in ("name", "weight")}
-    accepted = reward_settings(name)
-    for key in settings:
-        if accepted is not None and key not in accepted:
-            takes = f"name, weight, {', '.join(accepted)}" if accepted else "only name and weight"
-            raise UserError(
-                f"unknown key '{key}'{did_you_mean(key, ['name', 'weight', *accepted])}; a {name} entry takes {takes}"
-            )
+    _reject_unknown_keys(name, settings, also=("name", "weight"))
     if isinstance(weight, bool) or not isinstance(weight, int | float):
         raise UserError(f"weight must be a number, got {weight!r}")
     return get_reward(name, **settings), float(weight)
