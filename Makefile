@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data sft clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data sft grpo grpo-usmle learn-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -14,9 +14,11 @@ export TOKENIZERS_PARALLELISM ?= false
 # Recipe targets: make cpt RECIPE=recipes/gemma3_4b.yaml CONFIG=accelerate_configs/zero3.yaml
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
 #                 make pretrain RECIPE=recipes/gpt2_1b_zero3.yaml CONFIG=accelerate_configs/zero3_offload.yaml NUM_GPUS=8
+#                 make grpo-usmle MODEL=outputs/pure-transformer-0p4b/final CONFIG=accelerate_configs/zero3.yaml
 RECIPE ?=
 CONFIG ?=
 NUM_GPUS ?= 1
+MODEL ?=
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
@@ -35,7 +37,8 @@ demo: install
 	$(MEDRECIPES) tiny-model outputs/demo/tiny-model --corpus data/medical_text/train.jsonl --hidden-size 128
 	$(PY) recipes/cpt.py recipes/tiny_cpt.yaml
 	$(PY) recipes/sft.py recipes/tiny_sft.yaml
-	@echo "demo: CPT model in outputs/demo/cpt/final, SFT model in outputs/demo/sft/final"
+	$(PY) recipes/grpo.py recipes/tiny_grpo.yaml
+	@echo "demo: CPT model in outputs/demo/cpt/final, SFT in outputs/demo/sft/final, GRPO in outputs/demo/grpo/final"
 
 test: install
 	$(PY) -m pytest tests -q
@@ -68,6 +71,17 @@ bench-data: install
 
 sft: install
 	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)
+
+grpo: install
+	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/tiny_grpo.yaml)
+
+# GRPO on MedQA from the 0.4B pretraining run (make pretrain); MODEL= starts from another checkpoint.
+grpo-usmle: install
+	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL))
+
+# Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
+learn-check: install
+	$(PY) benchmarks/learn_check.py
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

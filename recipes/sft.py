@@ -22,7 +22,6 @@ from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
 from medrecipes.errors import exit_on_user_error
-from medrecipes.evaluation import format_report
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
@@ -72,9 +71,7 @@ def main(recipe, training_args, model_args):
     final_dir = train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
     metrics = {}
     if eval_datasets:
-        metrics = evaluate_and_record(trainer)
-        for name, report in trainer.mcq_reports.items():
-            logger.info(format_report(name, report))
+        metrics = evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets
 
     if training_args.push_to_hub:
         push_run(trainer, recipe, model_args, final_dir, metrics)

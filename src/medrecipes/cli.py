@@ -153,7 +153,7 @@ def make_parser() -> argparse.ArgumentParser:
     def recipe_command(name: str, help: str):
         sub = commands.add_parser(name, help=help)
         sub.add_argument("recipe", help="a recipe YAML file")
-        sub.add_argument("--method", default="cpt", choices=["cpt", "sft"], help="the recipe script it is for")
+        sub.add_argument("--method", default="cpt", choices=["cpt", "sft", "grpo"], help="the recipe script it is for")
         sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
         return sub
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from transformers import TrainingArguments
-from trl import ModelConfig, SFTConfig, TrlParser
+from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from medrecipes.errors import UserError, did_you_mean
 
@@ -177,10 +177,65 @@ class MedSFTConfig(AutoPrecision, SFTConfig):
     """TRL's SFTConfig with bf16/tf32 chosen by the device."""
 
 
+PROMPT_FORMATS = ("chat", "plain")
+
+
+@dataclass
+class MedGRPOConfig(AutoPrecision, GRPOConfig):
+    """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
+    the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
+
+    rewards: list[dict[str, Any]] | None = field(
+        default=None,
+        metadata={"help": "Rewards [{name, weight, <settings>}] (medrecipes.rewards); default usmle_accuracy."},
+    )
+    prompt_format: str = field(
+        default="chat", metadata={"help": "chat: usmle.chat_messages; plain: usmle.completion_prompt."}
+    )
+    prompts_per_step: int | None = field(
+        default=None,
+        metadata={"help": "Prompts per optimizer step over all devices; sets gradient_accumulation_steps."},
+    )
+    embedding_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the input embeddings (and a tied output layer)."}
+    )
+
+    def __post_init__(self):
+        # Before GRPOConfig derives generation_batch_size from the accumulation; WORLD_SIZE is
+        # what accelerate launch and torchrun set for every process, and 1 without them.
+        if self.prompts_per_step is not None:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
+        super().__post_init__()
+
+
+def prompts_per_step_accumulation(args, world_size: int) -> int:
+    """The gradient accumulation that puts `prompts_per_step` prompts, each with
+    `num_generations` completions, in one optimizer step on `world_size` processes."""
+    if args.prompts_per_step < 1:
+        raise UserError(f"prompts_per_step must be at least 1, got {args.prompts_per_step}")
+    completions = args.prompts_per_step * args.num_generations
+    per_pass = args.per_device_train_batch_size * world_size
+    if completions % per_pass:
+        sizes = [d for d in _divisors(completions) if d <= 64 and completions % (d * world_size) == 0]
+        hint = (
+            f"use per_device_train_batch_size {' or '.join(map(str, sizes[-3:]))}"
+            if sizes
+            else f"make prompts_per_step x num_generations a multiple of the {world_size} processes"
+        )
+        raise UserError(
+            f"prompts_per_step {args.prompts_per_step} x num_generations {args.num_generations} = {completions} "
+            f"completions do not divide into per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"{world_size} processes; {hint}"
+        )
+    return completions // per_pass
+
+
 # The dataclasses of each recipe script, in the order the script's main() receives them.
 METHODS = {
     "cpt": (RecipeArguments, CPTConfig, ModelConfig),
     "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
+    "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
 }
 
 
@@ -385,6 +440,28 @@ def _check_long_run_settings(recipe: RecipeArguments, path: str) -> None:
             raise UserError(f"{path}: {key} must be positive")
 
 
+def _resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> None:
+    from medrecipes.rewards import reward_functions
+
+    budget = {"total_tokens", "global_batch_tokens", "warmup_tokens"}
+    if any(getattr(recipe, key) is not None for key in budget):
+        raise UserError(f"{path}: token budgets are for pretraining; count GRPO batches with prompts_per_step")
+    if args.prompt_format not in PROMPT_FORMATS:
+        raise UserError(
+            f"{path}: prompt_format '{args.prompt_format}' is unknown{did_you_mean(args.prompt_format, PROMPT_FORMATS)}; "
+            f"use {' or '.join(PROMPT_FORMATS)}"
+        )
+    if args.prompt_format == "plain" and (recipe.system_prompt or recipe.chain_of_thought):
+        raise UserError(
+            f"{path}: system_prompt and chain_of_thought shape chat prompts; with prompt_format: plain, leave them out"
+        )
+    if args.reward_weights is not None:
+        raise UserError(f"{path}: give each reward its weight in its 'rewards' entry, not in reward_weights")
+    if args.rewards is None:
+        args.rewards = [{"name": "usmle_accuracy"}]
+    _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
+
+
 def parse_recipe(method: str, argv: list[str] | None = None):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order."""
     parser = RecipeParser(METHODS[method])
@@ -398,7 +475,11 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     _resolve_data(recipe, path)
     if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
+    if isinstance(args, MedGRPOConfig):
+        _resolve_grpo(recipe, args, path)
     derived = resolve_token_budget(recipe, args, path)
+    if getattr(args, "prompts_per_step", None) is not None:
+        derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
     _resolve_best_metric(recipe, args, path)
     _check_long_run_settings(recipe, path)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up

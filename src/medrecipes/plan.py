@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from medrecipes.config import RecipeArguments, resolve_token_budget
+from medrecipes.config import RecipeArguments, prompts_per_step_accumulation, resolve_token_budget
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models import load_config, scratch_config
 
@@ -323,7 +323,10 @@ def plan(
     if gpu not in GPUS:
         raise UserError(f"plan: unknown --gpu '{gpu}'{did_you_mean(gpu, GPUS)}; one of {', '.join(GPUS)}")
     resolve_token_budget(recipe, training_args, path, world_size=num_gpus)
-    seq = training_args.max_length
+    if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
+        training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, num_gpus)
+    # GRPO's sequences are counted by their completion alone: a prompt's length is the data's.
+    seq = getattr(training_args, "max_length", None) or training_args.max_completion_length
     sequences_per_step = (
         training_args.per_device_train_batch_size * num_gpus * training_args.gradient_accumulation_steps
     )

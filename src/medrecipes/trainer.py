@@ -1,5 +1,7 @@
-"""The HF Trainer as the recipes use it: checkpoints written atomically, exact resume, the
-long-run callbacks fed, perplexity logged beside every evaluation loss."""
+"""The HF Trainer and TRL's trainers as the recipes use them: checkpoints written atomically,
+exact resume, the long-run callbacks fed, teardown, and mixins for what the recipes log
+(perplexity, MCQ accuracy, GRPO's per-set metrics) and for a learning rate of its own for the
+embeddings."""
 
 import logging
 import math
@@ -81,10 +83,15 @@ def end_run(trainer) -> None:
 
 
 def evaluate_and_record(trainer) -> dict:
-    """Evaluate every eval set once more and record the metrics beside the training ones."""
+    """Evaluate every eval set once more, record the metrics beside the training ones, and log
+    the multiple-choice report (accuracy by subject) of each set that has one."""
+    from medrecipes.evaluation import format_report
+
     metrics = trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
+    for name, report in getattr(trainer, "mcq_reports", {}).items():
+        logger.info(format_report(name, report))
     return metrics
 
 
@@ -256,6 +263,58 @@ class RecipeTrainerMixin:
             super()._push_from_checkpoint(final)
         if self.monitor is not None:
             self.monitor.pause(time.perf_counter() - started)
+
+
+class GRPOEvalMetricsMixin:
+    """Reports GRPO's evaluation metrics (reward per function, KL, completion length, ...) under
+    the eval set's prefix, `eval_<set>_reward`, and returns them from `evaluate`.
+
+    GRPOTrainer keeps them in `_metrics["eval"]` and adds them as `eval_<metric>` in `log`, so
+    with several eval sets they would mix in one series and miss from evaluate()'s result.
+    """
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        for key, values in self._metrics["eval"].items():
+            finite = [v for v in values if not math.isnan(v)]
+            if finite:
+                output.metrics[f"{metric_key_prefix}_{key}"] = sum(finite) / len(finite)
+        self._metrics["eval"].clear()
+        return output
+
+
+class EmbeddingLearningRateMixin:
+    """Trains the input embeddings, and an output layer tied to them, at `args.embedding_learning_rate`.
+
+    The trainer's own optimizer is built first, so that weight-decay groups and optimizer
+    choices stay the trainer's; the embedding parameters then move into groups of their own
+    with the other learning rate. The schedule scales every group alike.
+    """
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        learning_rate = getattr(self.args, "embedding_learning_rate", None)
+        if learning_rate is None:
+            return optimizer
+        model = self.model if model is None else model
+        embedding = {id(p) for p in model.get_input_embeddings().parameters() if p.requires_grad}
+        moved = []
+        for group in optimizer.param_groups:
+            params = [p for p in group["params"] if id(p) in embedding]
+            if params:
+                group["params"] = [p for p in group["params"] if id(p) not in embedding]
+                moved.append({**group, "params": params, "lr": learning_rate})
+        if not moved:
+            logger.warning("embedding_learning_rate is set but the embeddings are not trained; it has no effect")
+            return optimizer
+        optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+        for group in moved:
+            optimizer.add_param_group(group)
+        count = sum(getattr(p, "ds_numel", p.numel()) for g in moved for p in g["params"])
+        logger.info("embeddings (%s parameters) train at learning rate %s", f"{count:,}", learning_rate)
+        return optimizer
 
 
 class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, Trainer):

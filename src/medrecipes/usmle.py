@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 from datasets import Dataset, Features, List, Value, concatenate_datasets, load_dataset
 
-from medrecipes.data.sources import looks_local
 from medrecipes.errors import UserError, did_you_mean
 
 LETTERS = "ABCDEFGHIJ"
@@ -406,6 +405,9 @@ def load_mcq(
     `split` picks the folder, default "test"; for a Hub id it picks the split, default
     "train"; a single file ignores it. `subjects` keeps only rows of those subjects.
     """
+    # Imported here: medrecipes.data's recipe builders import this module.
+    from medrecipes.data.sources import looks_local
+
     if format != "auto" and format not in _FORMATS:
         raise UserError(
             f"format '{format}' is unknown{did_you_mean(format, FORMATS)}; use auto or one of {', '.join(FORMATS)}"

@@ -1,8 +1,9 @@
 """Data loading: one source (sources.py), weighted mixtures (mixture.py), packing (packing.py),
-a resumable stream of packed blocks (stream.py), what the CPT (pretraining.py) and SFT (sft.py)
-recipes train on, built data folders (build.py, manifest.py) and benchmark overlap
+a resumable stream of packed blocks (stream.py), what the CPT (pretraining.py), SFT (sft.py) and
+GRPO (grpo.py) recipes train on, built data folders (build.py, manifest.py) and benchmark overlap
 (decontamination.py)."""
 
+from medrecipes.data.grpo import grpo_data
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.mixture import build_mixture
 from medrecipes.data.packing import pack_documents
@@ -16,6 +17,7 @@ __all__ = [
     "TokenStream",
     "build_mixture",
     "decontamination_summary",
+    "grpo_data",
     "load_source",
     "pack_documents",
     "pretraining_data",

@@ -1,0 +1,99 @@
+"""Reinforcement learning with GRPO (TRL's GRPOTrainer) on medical multiple-choice questions.
+
+Usage:
+
+    python recipes/grpo.py recipes/tiny_grpo.yaml
+    accelerate launch --config_file accelerate_configs/zero3.yaml recipes/grpo.py recipes/grpo_usmle.yaml
+    python recipes/grpo.py recipes/grpo_usmle.yaml --model_name_or_path outputs/pure-transformer-0p4b/final
+
+Every `format: usmle` row becomes a prompt, a chat turn from `medrecipes.usmle.chat_messages`
+(`prompt_format: chat`) or the plain "Question: ... Answer:" of `completion_prompt`
+(`prompt_format: plain`), and keeps its gold letter and option texts for the rewards listed
+under `rewards` (see `medrecipes.rewards`). `beta > 0` adds the KL divergence to the starting
+model; `use_peft` trains a LoRA adapter; `use_vllm` generates with vLLM (colocate or server);
+`embedding_learning_rate` gives the embeddings a learning rate of their own. Each eval set
+reports its mean reward per function, KL and completion length, and for chat prompts the
+greedy accuracy `eval_<name>_acc`. The final model (or adapter) goes to `output_dir/final`.
+"""
+
+from transformers import set_seed
+from trl import GRPOTrainer, get_peft_config
+
+from medrecipes.callbacks import recipe_callbacks
+from medrecipes.config import parse_recipe
+from medrecipes.data import grpo_data
+from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.hub import push_run
+from medrecipes.logs import setup_logging
+from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.rewards import reward_functions
+from medrecipes.trainer import (
+    EmbeddingLearningRateMixin,
+    GRPOEvalMetricsMixin,
+    MCQAccuracyMixin,
+    RecipeTrainerMixin,
+    end_run,
+    evaluate_and_record,
+    last_checkpoint,
+    train_and_save,
+)
+
+
+class MedGRPOTrainer(
+    RecipeTrainerMixin, EmbeddingLearningRateMixin, MCQAccuracyMixin, GRPOEvalMetricsMixin, GRPOTrainer
+):
+    """GRPOTrainer with the recipes' checkpointing, an embedding learning rate, per-set eval
+    metrics and MCQ accuracy."""
+
+
+def main(recipe, training_args, model_args):
+    setup_logging(training_args, recipe)
+    set_seed(training_args.seed)
+
+    checkpoint = last_checkpoint(training_args.output_dir)
+
+    tokenizer = recipe_tokenizer(recipe, model_args)
+    chat = training_args.prompt_format == "chat"
+    if chat and tokenizer.chat_template is None:
+        raise UserError(
+            f"model_name_or_path: the tokenizer of '{model_args.model_name_or_path}' has no chat template; "
+            "use prompt_format: plain for a pretrained model, or start from a chat model (recipes/sft.py)"
+        )
+    with training_args.main_process_first(desc="loading data"):
+        train_dataset, eval_datasets, mcq_sets = grpo_data(recipe, training_args.prompt_format)
+
+    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+    reward_funcs, _ = reward_functions(training_args.rewards)  # weights: training_args.reward_weights
+
+    trainer = MedGRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets or None,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=recipe_callbacks(recipe, training_args),
+    )
+    # Greedy accuracy needs the chat prompt evaluate_mcq asks with; plain-prompt runs report
+    # the sampled accuracy, eval_<name>_rewards/usmle_accuracy/mean.
+    trainer.mcq_sets = mcq_sets if chat else {}
+    trainer.mcq_generation = {
+        "system_prompt": recipe.system_prompt,
+        "chain_of_thought": recipe.chain_of_thought,
+        "max_new_tokens": training_args.max_completion_length,
+    }
+
+    # With use_peft, final/ holds the adapter; a preempted run exits here, resumable.
+    final_dir = train_and_save(trainer, checkpoint)
+    metrics = {}
+    if eval_datasets:
+        metrics = evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets
+
+    if training_args.push_to_hub:
+        push_run(trainer, recipe, model_args, final_dir, metrics)
+    end_run(trainer)
+
+
+if __name__ == "__main__":
+    exit_on_user_error(lambda: main(*parse_recipe("grpo")))()

@@ -1,0 +1,243 @@
+"""Reward functions for GRPO on multiple-choice questions, in a registry filled by `@reward`.
+
+Every reward follows TRL's calling convention: it is called with keyword arguments
+`prompts`, `completions`, `completion_ids`, `trainer_state`, `log_extra`, `log_metric` and
+one list per dataset column (`answer`, the gold letter; `options`, the option texts), and
+returns one float per completion, or None where it does not apply (a row without a gold
+answer). Completions are strings for plain prompts and `[{"role": "assistant", "content":
+...}]` for chat prompts.
+
+A registered function that takes `completions` is a reward; one that does not is a factory
+whose keyword arguments are the reward's settings, and it returns the reward (named like the
+factory, so that TRL logs it under that name). A recipe lists rewards with a weight and
+their settings nested in the entry:
+
+    rewards:
+      - {name: usmle_accuracy, weight: 1.0}
+      - {name: answer_format, weight: 0.2, style: final_answer_line}
+      - {name: overlong_penalty, weight: 0.1, max_tokens: 512}
+
+`name` may also be a dotted import path (`my_pkg.rewards.fn`) to a reward or a factory.
+"""
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable
+
+from medrecipes.errors import UserError, did_you_mean
+from medrecipes.usmle import LETTERS, extract_answer
+
+REWARDS: dict[str, Callable] = {}
+
+
+def reward(func: Callable) -> Callable:
+    """Register a reward (or a factory of one) under its function name."""
+    REWARDS[func.__name__] = func
+    return func
+
+
+def _is_factory(func: Callable) -> bool:
+    try:
+        return "completions" not in inspect.signature(func).parameters
+    except (TypeError, ValueError):  # builtins and C callables have no signature: use them as they are
+        return False
+
+
+def _import(path: str) -> Callable:
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UserError(
+            f"reward '{path}': cannot import module '{module_name}' ({err}); check the dotted path"
+        ) from None
+    if not callable(getattr(module, attribute, None)):
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        raise UserError(
+            f"reward '{path}': module '{module_name}' has no function '{attribute}'{did_you_mean(attribute, names)}"
+        )
+    return getattr(module, attribute)
+
+
+def _resolve(name: str) -> Callable:
+    if name in REWARDS:
+        return REWARDS[name]
+    if "." in name:
+        return _import(name)
+    raise UserError(
+        f"unknown reward '{name}'{did_you_mean(name, REWARDS)}; "
+        f"use one of {', '.join(sorted(REWARDS))} or a dotted import path (my_pkg.rewards.fn)"
+    )
+
+
+def reward_settings(name: str) -> list[str] | None:
+    """The names of the settings reward `name` takes ([] for none), or None when it takes any."""
+    func = _resolve(name)
+    if not _is_factory(func):
+        return []
+    parameters = inspect.signature(func).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return list(parameters)
+
+
+def _reject_unknown_keys(name: str, keys, also: tuple[str, ...] = ()) -> None:
+    accepted = reward_settings(name)
+    if accepted is None:
+        return
+    valid = [*also, *accepted]
+    for key in keys:
+        if key not in valid:
+            hint = f"valid keys: {', '.join(valid)}" if valid else "it takes no settings"
+            raise UserError(f"reward '{name}': unknown key '{key}'{did_you_mean(key, valid)}; {hint}")
+
+
+def get_reward(name: str, **settings) -> Callable:
+    """The reward `name` (a registered name or a dotted import path) built with `settings`."""
+    func = _resolve(name)
+    _reject_unknown_keys(name, settings)
+    if not _is_factory(func):
+        return func
+    for key, parameter in inspect.signature(func).parameters.items():
+        named = parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if named and parameter.default is inspect.Parameter.empty and key not in settings:
+            raise UserError(f"reward '{name}': missing setting '{key}'; add it to the reward's entry")
+    built = func(**settings)
+    if not callable(built):
+        raise UserError(f"reward '{name}': takes no 'completions' argument and does not return a reward function")
+    return built
+
+
+def reward_functions(entries: list, where: str = "rewards") -> tuple[list[Callable], list[float]]:
+    """The reward functions and weights of a recipe's `rewards` entries ({name, weight, <settings>})."""
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{where}: expected a non-empty list of {{name: ..., weight: ...}} entries")
+    functions, weights = [], []
+    for i, entry in enumerate(entries):
+        try:
+            function, weight = _from_entry(entry)
+        except UserError as err:
+            raise UserError(f"{where}[{i}]: {err}") from None
+        functions.append(function)
+        weights.append(weight)
+    return functions, weights
+
+
+def _from_entry(entry) -> tuple[Callable, float]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise UserError(f"expected a mapping with 'name' (a reward) and optionally 'weight', got {entry!r}")
+    name, weight = entry["name"], entry.get("weight", 1.0)
+    settings = {k: v for k, v in entry.items() if k not in ("name", "weight")}
+    _reject_unknown_keys(name, settings, also=("name", "weight"))
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise UserError(f"weight must be a number, got {weight!r}")
+    return get_reward(name, **settings), float(weight)
+
+
+def completion_text(completion) -> str:
+    """The text of a plain completion, or of the assistant turns of a chat completion."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+
+
+def _letters(options) -> str:
+    return LETTERS[: len(options)] if options else "ABCD"
+
+
+def _per_row(values, n: int) -> list:
+    return list(values) if values is not None else [None] * n
+
+
+@reward
+def usmle_accuracy(completions, answer, options=None, **kwargs) -> list[float | None]:
+    """1 when the letter read from the completion (the shared extractor, which also recognises
+    the text of an option) is the gold letter, else 0; None for a row without a gold letter."""
+    rewards = []
+    for completion, gold, opts in zip(completions, answer, _per_row(options, len(completions)), strict=True):
+        if not gold:
+            rewards.append(None)
+            continue
+        given = extract_answer(completion_text(completion), _letters(opts), options=opts)
+        rewards.append(1.0 if given == gold else 0.0)
+    return rewards
+
+
+# The forms the project's prompts ask for (medrecipes.usmle): a last line "Final Answer: X"
+# after reasoning, or the letter first ("C", "C. <option text>", " C" after "Answer:").
+ANSWER_STYLES = {
+    "final_answer_line": r"(?:^|\n)[ \t]*Final Answer:[ \t]*([A-J])[ \t]*\.?\s*\Z",
+    "letter": r"\A\s*([A-J])(?:[.)][ \t]*(?:\S[^\n]*)?)?(?:\n|\Z)",
+}
+
+
+@reward
+def answer_format(style: str = "final_answer_line"):
+    """1 when the completion gives an option letter in the form `style` names, else 0:
+
+    - final_answer_line: its last line is "Final Answer: X" (the chain-of-thought prompt);
+    - letter: it opens with the letter, alone or as "X. <option text>" on the first line.
+    """
+    if style not in ANSWER_STYLES:
+        raise UserError(
+            f"reward 'answer_format': style '{style}' is unknown{did_you_mean(style, ANSWER_STYLES)}; "
+            f"use one of {', '.join(ANSWER_STYLES)}"
+        )
+    pattern = re.compile(ANSWER_STYLES[style])
+
+    def answer_format(completions, options=None, **kwargs) -> list[float]:
+        rewards = []
+        for completion, opts in zip(completions, _per_row(options, len(completions)), strict=True):
+            match = pattern.search(completion_text(completion))
+            rewards.append(1.0 if match and match.group(1) in _letters(opts) else 0.0)
+        return rewards
+
+    return answer_format
+
+
+@reward
+def overlong_penalty(max_tokens: int = 512, buffer_tokens: int | None = None):
+    """0 up to `max_tokens - buffer_tokens` completion tokens, then falling linearly to -1 at
+    `max_tokens` and staying there (DAPO's soft overlong punishment). `buffer_tokens`
+    defaults to a quarter of `max_tokens`; set `max_tokens` to the run's max_completion_length."""
+    buffer_tokens = max_tokens // 4 if buffer_tokens is None else buffer_tokens
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise UserError(f"reward 'overlong_penalty': max_tokens must be a positive whole number, got {max_tokens!r}")
+    if not isinstance(buffer_tokens, int) or not 0 <= buffer_tokens <= max_tokens:
+        raise UserError(
+            f"reward 'overlong_penalty': buffer_tokens must be a whole number from 0 to max_tokens ({max_tokens}), "
+            f"got {buffer_tokens!r}"
+        )
+    start = max_tokens - buffer_tokens
+
+    def overlong_penalty(completions, completion_ids, **kwargs) -> list[float]:
+        rewards = []
+        for ids in completion_ids:
+            over = len(ids) - start
+            rewards.append(-1.0 if len(ids) >= max_tokens else 0.0 if over <= 0 else -over / buffer_tokens)
+        return rewards
+
+    return overlong_penalty
+
+
+_FINAL_ANSWER = re.compile(r"Final Answer\s*:", re.IGNORECASE)
+
+
+@reward
+def reasoning_present(min_words: int = 20):
+    """1 when at least `min_words` words of reasoning come before the answer ("Final Answer:",
+    or the end of a completion without one), else 0: for chain-of-thought prompts."""
+    if not isinstance(min_words, int) or min_words < 1:
+        raise UserError(f"reward 'reasoning_present': min_words must be a positive whole number, got {min_words!r}")
+
+    def reasoning_present(completions, **kwargs) -> list[float]:
+        rewards = []
+        for completion in completions:
+            text = completion_text(completion)
+            match = _FINAL_ANSWER.search(text)
+            reasoning = text[: match.start()] if match else text
+            rewards.append(1.0 if len(re.findall(r"\w+", reasoning)) >= min_words else 0.0)
+        return rewards
+
+    return reasoning_present

@@ -1,0 +1,227 @@
+"""recipes/grpo.py: the learning check, KL to the reference, LoRA and ZeRO-3 runs as a user types
+them; the GRPO keys of a recipe, its prompts and the embedding learning rate in-process."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PYTHON, ROOT, run
+from transformers import AutoModelForCausalLM, Trainer
+
+from medrecipes import cli
+from medrecipes.config import parse_recipe
+from medrecipes.data import grpo_data
+from medrecipes.errors import UserError
+from medrecipes.trainer import EmbeddingLearningRateMixin
+from medrecipes.usmle import completion_prompt, load_mcq
+
+ACCELERATE = Path(sys.executable).parent / "accelerate"
+TINY = "recipes/tiny_grpo.yaml"
+
+
+def grpo(*args, launcher=(PYTHON,)):
+    result = run(*launcher, "recipes/grpo.py", *args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def history(output_dir) -> list[dict]:
+    return json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+
+
+@pytest.fixture(scope="module")
+def learn_check(tmp_path_factory):
+    """The learning check's quick variant: a warmed-up tiny model, then GRPO; returns its folder
+    and result. The warmed-up model answers in form and is right only sometimes, so the other
+    runs below start from it to get rewards that differ within a group."""
+    out = tmp_path_factory.mktemp("learn-check")
+    result = run(PYTHON, "benchmarks/learn_check.py", "--small", "--out", out, "--json")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------
+# End to end
+
+
+@pytest.mark.slow
+def test_grpo_raises_held_out_accuracy(learn_check):
+    out, result = learn_check
+    before, after = result["before_grpo"], result["after_grpo"]
+    # The warm-up knows the rule for half of the findings and guesses the rest; GRPO, told
+    # only whether a letter was right, must raise the held-out accuracy on the guessed half.
+    assert before["warm-up finding"] >= 0.9 and before["new finding"] <= 0.4, before
+    assert after["new finding"] >= before["new finding"] + 0.1, (before, after)
+    assert after["all"] >= before["all"] + 0.05, (before, after)
+    # beta 0: no reference model and no KL term.
+    train_logs = [e for e in history(out / "grpo") if "reward" in e]
+    assert train_logs and all("kl" not in e for e in train_logs)
+
+
+def two_steps(learn_check, output_dir, *args, launcher=(PYTHON,)):
+    """Two steps of the demo's recipe with a KL term (beta 0.04), from the learn check's
+    warmed-up model, whose samples on the bundled questions get different rewards."""
+    out, _ = learn_check
+    model = out / "sft" / "final"
+    common = ["--model_name_or_path", model, "--output_dir", output_dir, "--beta", "0.04", "--max_steps", "2"]
+    return grpo(TINY, *common, *args, launcher=launcher)
+
+
+NO_EVAL = ("--eval_strategy", "no", "--eval_on_start", "false")
+
+
+@pytest.mark.slow
+def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
+    two_steps(learn_check, tmp_path, "--eval_steps", "2", "--eval_on_start", "false")
+    logs = history(tmp_path)
+    kl = {e["step"]: e["kl"] for e in logs if "kl" in e}
+    # Step 1 samples from the reference itself; after one update the policy has moved from it.
+    assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 0
+    evaluation = json.loads((tmp_path / "eval_results.json").read_text())
+    for key in ("acc", "reward", "kl", "completions/mean_length", "rewards/usmle_accuracy/mean"):
+        assert math.isfinite(evaluation[f"eval_usmle_test_{key}"]), key
+    assert 0 <= evaluation["eval_usmle_test_acc"] <= 1
+    assert any("eval_usmle_test_reward" in e and e["step"] == 2 for e in logs)  # the periodic one
+
+
+@pytest.mark.slow
+def test_lora_on_plain_prompts(learn_check, tmp_path):
+    lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "q_proj", "v_proj"]
+    two_steps(learn_check, tmp_path, "--prompt_format", "plain", "--system_prompt", "", *NO_EVAL, *lora)
+    adapter = json.loads((tmp_path / "final" / "adapter_config.json").read_text())
+    assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    assert not (tmp_path / "final" / "model.safetensors").exists()
+    logs = [e for e in history(tmp_path) if "kl" in e]  # the reference is the base, adapter disabled
+    assert len(logs) == 2 and all(math.isfinite(e["kl"]) for e in logs)
+
+
+@pytest.mark.slow
+def test_zero3_with_a_reference_model_on_two_processes(learn_check, tmp_path):
+    zero3 = ("--config_file", "accelerate_configs/zero3.yaml", "--mixed_precision", "no", "--num_processes", "2")
+    result = two_steps(learn_check, tmp_path, *NO_EVAL, launcher=(ACCELERATE, "launch", *zero3))
+    # 4 prompts x 4 completions over 2 processes x 8 per device: one pass per step.
+    assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
+    kl = {e["step"]: e["kl"] for e in history(tmp_path) if "kl" in e}
+    assert sorted(kl) == [1, 2] and kl[2] > 0
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
+
+
+# ---------------------------------------------------------------------------
+# The recipe's GRPO keys
+
+
+def write_recipe(tmp_path, **keys) -> str:
+    data = yaml.safe_load((ROOT / TINY).read_text())
+    data.update(output_dir=str(tmp_path / "out"), **keys)
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def user_error(path: str, *overrides: str) -> str:
+    with pytest.raises(UserError) as info:
+        parse_recipe("grpo", [path, *overrides])
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_rewards_become_functions_and_weights(tmp_path):
+    _, args, _ = parse_recipe("grpo", [write_recipe(tmp_path)])
+    assert args.reward_weights == [1.0, 0.2, 0.1]
+    _, args, _ = parse_recipe("grpo", [write_recipe(tmp_path, rewards=None)])
+    assert args.rewards == [{"name": "usmle_accuracy"}] and args.reward_weights == [1.0]
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"rewards": [{"name": "usmle_acuracy"}]}, "rewards[0]: unknown reward 'usmle_acuracy' (did you mean"),
+        (
+            {"rewards": [{"name": "answer_format", "styel": "letter"}]},
+            "rewards[0]: reward 'answer_format': unknown key 'styel' (did you mean 'style'?)",
+        ),
+        ({"reward_weights": [1.0, 0.2, 0.1]}, "give each reward its weight in its 'rewards' entry"),
+        ({"prompt_format": "chta"}, "prompt_format 'chta' is unknown (did you mean 'chat'?)"),
+        ({"prompt_format": "plain"}, "with prompt_format: plain, leave them out"),
+        ({"total_tokens": 1000}, "token budgets are for pretraining"),
+    ],
+)
+def test_bad_grpo_keys_name_the_file(tmp_path, keys, message):
+    path = write_recipe(tmp_path, **keys)
+    error = user_error(path)
+    assert error.startswith(path) and message in error
+
+
+def test_prompts_per_step_sets_accumulation_and_generation_batch(tmp_path):
+    _, args, _ = parse_recipe("grpo", [write_recipe(tmp_path, prompts_per_step=8)])
+    # 8 prompts x 4 completions = 32 = 8 per pass x 4 passes on one process
+    assert args.gradient_accumulation_steps == 4
+    assert args.generation_batch_size == 32 and args.steps_per_generation == 4
+    with pytest.raises(UserError, match="do not divide into per_device_train_batch_size 8"):
+        parse_recipe("grpo", [write_recipe(tmp_path, prompts_per_step=3)])
+
+
+def test_plan_counts_grpo_batches_for_the_gpus_planned(tmp_path, capsys, tiny_model):
+    path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=8)
+    cli.main(["plan", path, "--method", "grpo", "--num-gpus", "2", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["gradient_accumulation_steps"] == 2 and plan["sequences_per_step"] == 32
+
+
+def test_validate_grpo_recipes(capsys):
+    for recipe in ("recipes/grpo_usmle.yaml", TINY, "recipes/learn_check_grpo.yaml"):
+        cli.main(["validate", str(ROOT / recipe), "--method", "grpo"])
+        assert capsys.readouterr().out.rstrip().endswith("valid grpo recipe")
+    _, args, _ = parse_recipe("grpo", [str(ROOT / "recipes/grpo_usmle.yaml")])
+    assert (args.num_generations, args.generation_batch_size, args.gradient_accumulation_steps) == (16, 256, 16)
+    assert (args.temperature, args.top_k, args.max_completion_length, args.beta) == (1.0, 40, 512, 0.01)
+    assert (args.learning_rate, args.embedding_learning_rate, args.max_grad_norm) == (1e-5, 2e-4, 1.0)
+
+
+# ---------------------------------------------------------------------------
+# Prompts and the embedding learning rate
+
+
+def test_chat_and_plain_prompts_keep_the_columns_rewards_read(tmp_path):
+    rows = load_mcq(ROOT / "data/usmle_sample/test.jsonl")
+    recipe, args, _ = parse_recipe("grpo", [write_recipe(tmp_path)])
+    train, evals, mcq = grpo_data(recipe, "chat")
+    assert set(train.column_names) == {"prompt", "answer", "options"}
+    first = evals["usmle_test"][0]
+    assert first["prompt"][0] == {"role": "system", "content": recipe.system_prompt}
+    assert first["answer"] == rows[0]["answer"] and first["options"] == rows[0]["options"]
+    assert len(mcq["usmle_test"]) == len(rows)
+    recipe, _, _ = parse_recipe("grpo", [write_recipe(tmp_path, prompt_format="plain", system_prompt=None)])
+    _, evals, _ = grpo_data(recipe, "plain")
+    assert evals["usmle_test"][0]["prompt"] == completion_prompt(rows[0])
+
+
+def test_grpo_needs_multiple_choice_sources(tmp_path):
+    source = {"path": "json", "data_files": "data/medical_text/train.jsonl"}
+    recipe, _, _ = parse_recipe("grpo", [write_recipe(tmp_path, dataset_mixture={"sources": [source]})])
+    with pytest.raises(UserError, match="every source needs format: usmle"):
+        grpo_data(recipe, "chat")
+
+
+def test_embeddings_get_their_own_learning_rate(tiny_model, tmp_path):
+    class EmbeddingTrainer(EmbeddingLearningRateMixin, Trainer):
+        pass
+
+    _, args, _ = parse_recipe(
+        "grpo", [write_recipe(tmp_path, embedding_learning_rate=2e-4, learning_rate=1e-5, eval_strategy="no")]
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    trainer = EmbeddingTrainer(model=model, args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    embedding = model.get_input_embeddings().weight
+    groups = trainer.optimizer.param_groups
+    in_groups = [p for g in groups for p in g["params"]]
+    assert len(in_groups) == len({id(p) for p in in_groups}) == len(list(model.parameters()))
+    assert [g["lr"] for g in groups if any(p is embedding for p in g["params"])] == [2e-4]
+    assert {g["lr"] for g in groups if all(p is not embedding for p in g["params"])} == {1e-5}
+    assert model.get_output_embeddings().weight is embedding  # tied: the output layer goes with it
+    assert sorted(trainer.lr_scheduler.get_last_lr()) == sorted(g["lr"] for g in groups)
