@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data sft grpo grpo-usmle learn-check clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo grpo-usmle learn-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -68,6 +68,20 @@ build-data: install
 # Tokenise + pack throughput against a plain datasets.map baseline; figures in docs/benchmarks.md.
 bench-data: install
 	$(PY) benchmarks/data_pipeline.py
+
+# Training throughput of the recipes against the plain trainers (benchmarks/train_throughput.py,
+# docs/benchmarks.md). bench-train: the tiny cases on this machine's CPU (the harness, not a GPU
+# figure). bench-gpu: the four GPU cases on a GPU machine without network, from the wheels that
+# `make wheels` puts in .whl/ (benchmarks/gpu_session.sh; BENCH=ablate switches each setting).
+TINY_CASES = cpt_tiny pretrain_tiny sft_lora_tiny grpo_tiny
+bench-train: install
+	$(PY) benchmarks/train_throughput.py $(TINY_CASES) --device cpu
+
+bench-gpu:
+	bash benchmarks/gpu_session.sh $(BENCH)
+
+wheels:
+	bash benchmarks/download_wheels.sh
 
 sft: install
 	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)

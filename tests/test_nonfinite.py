@@ -1,4 +1,4 @@
-"""The non-finite guard: a model that returns NaN logits at chosen steps, trained by the CPT trainer."""
+"""The non-finite guard: a model whose hidden states turn NaN at chosen steps, trained by the CPT trainer."""
 
 import json
 import logging
@@ -17,13 +17,16 @@ from medrecipes.trainer import CausalLMTrainer, train_and_save
 
 
 class NaNAtSteps(TrainerCallback):
-    """Makes the model's logits NaN during the given (1-based) steps and records the weights
-    before and after each step."""
+    """Makes the model's final hidden states NaN during the given (1-based) steps and records
+    the weights before and after each step. (The final norm, not the output layer: the CPT
+    trainer's chunked LM head reads the output weights without calling that module.)"""
 
     def __init__(self, model, steps):
         self.steps, self.step = set(steps), 0
         self.before, self.after = {}, {}
-        model.lm_head.register_forward_hook(lambda module, args, out: out * float("nan") if self.poisoned() else out)
+        model.model.norm.register_forward_hook(
+            lambda module, args, out: out * float("nan") if self.poisoned() else out
+        )
         self.model = model
 
     def poisoned(self):

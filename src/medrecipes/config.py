@@ -8,6 +8,7 @@ the derived fields (token budget -> steps) once, for the actual world size.
 """
 
 import dataclasses
+import importlib.util
 import math
 import os
 import sys
@@ -135,12 +136,15 @@ class RecipeArguments:
 
 
 @dataclass
-class AutoPrecision:
-    """Defaults of every recipe's trainer config. bf16 and tf32 default to on wherever the
-    device supports them, and off on CPU.
+class DeviceDefaults:
+    """Defaults of every recipe's trainer config, chosen for speed where that is safe.
 
-    TRL's configs default bf16 to True, which fails on a CPU machine even just to validate
-    or plan a GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
+    bf16 and tf32 default to on wherever the device supports them, and off on CPU: TRL's
+    configs default bf16 to True, which fails on a CPU machine even just to validate or plan a
+    GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
+    `logging_nan_inf_filter` defaults to off: the trainer reads every micro-batch's loss on the
+    host to filter it, a device sync per micro-batch, while `NonFiniteGuard` already acts on any
+    non-finite step (a non-finite loss always reaches the gradient norm it reads).
     """
 
     bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
@@ -151,6 +155,9 @@ class AutoPrecision:
     # The recipes push final/ with a model card at the end (medrecipes.hub) and checkpoints to
     # branches (push_checkpoint_revisions); HF's default, every_save, would also push output_dir.
     hub_strategy: str = field(default="end", metadata={"help": "Trainer pushes during training: end, every_save."})
+    logging_nan_inf_filter: bool = field(
+        default=False, metadata={"help": "Replace NaN/inf losses in the logs (a host sync per micro-batch)."}
+    )
 
     def __post_init__(self):
         import torch
@@ -164,24 +171,60 @@ class AutoPrecision:
 
 
 @dataclass
-class CPTConfig(AutoPrecision, TrainingArguments):
-    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults."""
+class CPTConfig(DeviceDefaults, TrainingArguments):
+    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults.
+
+    The loss goes through TRL's chunked LM head (`fused_lm_head`), so the (batch, length,
+    vocabulary) logits are never held: at 8,192 tokens and Gemma 3's 262k vocabulary they
+    would take ~21 GiB per sequence. Liger's kernels (`use_liger_kernel`) default to on where
+    liger-kernel is installed and a GPU trains; their own fused cross-entropy is then left
+    out, since it replaces the forward that carries the chunked head.
+    """
 
     max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    fused_lm_head: bool = field(
+        default=True, metadata={"help": "Loss through TRL's chunked LM head, without the full logits."}
+    )
+    use_liger_kernel: bool | None = field(
+        default=None, metadata={"help": "Liger's Triton kernels (default: on a GPU when liger-kernel is installed)."}
+    )
+
+    def __post_init__(self):
+        if self.use_liger_kernel is None:
+            import torch
+
+            self.use_liger_kernel = (
+                not self.use_cpu and torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
+            )
+        if self.use_liger_kernel and self.fused_lm_head:
+            self.liger_kernel_config = {**(self.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
+        super().__post_init__()
 
 
 @dataclass
-class MedSFTConfig(AutoPrecision, SFTConfig):
-    """TRL's SFTConfig with bf16/tf32 chosen by the device."""
+class MedSFTConfig(DeviceDefaults, SFTConfig):
+    """TRL's SFTConfig with bf16/tf32 chosen by the device and padding-free packing on.
+
+    Packing (best-fit decreasing, TRL's default strategy) puts several examples in each row of
+    `max_length` tokens and trains without padding; each example still attends only to itself,
+    through flash-attention's varlen kernels or, with sdpa and eager attention, the
+    block-diagonal mask transformers builds from the restarting position_ids (tested in
+    tests/test_sft_recipe.py). `per_device_train_batch_size` then counts rows of `max_length`
+    tokens, not examples.
+    """
+
+    packing: bool = field(
+        default=True, metadata={"help": "Pack examples into rows of max_length, padding-free (bfd)."}
+    )
 
 
 PROMPT_FORMATS = ("chat", "plain")
 
 
 @dataclass
-class MedGRPOConfig(AutoPrecision, GRPOConfig):
+class MedGRPOConfig(DeviceDefaults, GRPOConfig):
     """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
     the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
 

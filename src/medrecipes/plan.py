@@ -27,6 +27,8 @@ Memory per device, in GiB, with P parameters, G devices, micro-batch b, sequence
   own r-wide activations are small beside these and left out.
 - logits: s*b*V*10 bytes (bf16 logits, their fp32 copy in the loss and its gradient); for a
   262k vocabulary this term dominates, which is why fused or chunked cross-entropy matters.
+  Through TRL's chunked LM head (TRL's SFT and GRPO trainers always; CPT with `fused_lm_head`,
+  the default) only a tile of them exists at a time, and the term is left out.
 
 It is an estimate for choosing a strategy and batch size: allocator fragmentation, CUDA
 context (~1 GiB) and communication buffers come on top.
@@ -272,11 +274,18 @@ def training_method(model, shape: ModelShape, model_args, training_args, path: s
 
 
 def memory_per_device(
-    shape: ModelShape, num_devices: int, batch: int, seq: int, checkpointing: bool, method: Method | None = None
+    shape: ModelShape,
+    num_devices: int,
+    batch: int,
+    seq: int,
+    checkpointing: bool,
+    method: Method | None = None,
+    fused_loss: bool = False,
 ) -> dict:
     """GiB per device by strategy: {strategy: {weights, gradients, optimizer, activations, total}}.
 
-    `method` defaults to full fine-tuning with AdamW; weights include a frozen base."""
+    `method` defaults to full fine-tuning with AdamW; weights include a frozen base. With
+    `fused_loss` the logits are computed in tiles and not counted."""
     method = method or Method("full", shape.num_parameters)
     h, f, layers = shape.hidden_size, shape.intermediate_size, shape.num_layers
     per_layer = 2 * seq * batch * (6 * h + 4 * f)
@@ -284,7 +293,8 @@ def memory_per_device(
         activations = layers * 2 * seq * batch * h + per_layer
     else:
         activations = layers * per_layer
-    activations += 10 * seq * batch * shape.vocab_size
+    if not fused_loss:
+        activations += 10 * seq * batch * shape.vocab_size
     shards = {"ddp": (1, 1, 1), "zero2": (1, num_devices, num_devices), "zero3": (num_devices,) * 3}
     t = method.trainable_parameters
     estimate = {}
@@ -300,6 +310,12 @@ def memory_per_device(
         parts["total"] = round(sum(parts.values()), 2)
         estimate[strategy] = parts
     return estimate
+
+
+def fused_loss_on(training_args) -> bool:
+    """Whether the loss goes through TRL's chunked LM head: the CPT recipe's `fused_lm_head`;
+    TRL's SFT and GRPO trainers (1.16) always use it and have no such field."""
+    return bool(getattr(training_args, "fused_lm_head", True))
 
 
 def checkpointing_on(training_args) -> bool:
@@ -343,7 +359,10 @@ def plan(
     shape = model_shape(config, model)
     method = training_method(model, shape, model_args, training_args, path)
     checkpointing = checkpointing_on(training_args)
-    memory = memory_per_device(shape, num_gpus, training_args.per_device_train_batch_size, seq, checkpointing, method)
+    fused = fused_loss_on(training_args)
+    memory = memory_per_device(
+        shape, num_gpus, training_args.per_device_train_batch_size, seq, checkpointing, method, fused
+    )
     capacity, _ = GPUS[gpu]
     return {
         "recipe": path,
@@ -359,6 +378,7 @@ def plan(
         "total_steps": total_steps,
         "total_tokens": total_steps * tokens_per_step if total_steps else None,
         "activation_checkpointing": checkpointing,
+        "fused_loss": fused,
         "num_parameters": shape.num_parameters,
         "method": method.name,
         "adapter_parameters": method.adapter_parameters,
@@ -397,7 +417,8 @@ def format_plan(result: dict) -> str:
         f"tokens seen       {num(result['total_tokens'])}",
         f"parameters        {result['num_parameters']:,}",
         f"method            {method}",
-        f"memory per device (GiB; activation checkpointing {'on' if result['activation_checkpointing'] else 'off'}):",
+        f"memory per device (GiB; activation checkpointing {'on' if result['activation_checkpointing'] else 'off'}, "
+        f"logits {'in tiles, not counted' if result['fused_loss'] else 'counted'}):",
         "  strategy   weights  grads  optim  activ  total  fits",
     ]
     for strategy, m in result["memory_breakdown_gb"].items():

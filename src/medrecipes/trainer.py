@@ -317,7 +317,33 @@ class EmbeddingLearningRateMixin:
         return optimizer
 
 
-class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, Trainer):
+class FusedLMHeadMixin:
+    """Computes the causal-LM loss through TRL's chunked LM head when `args.fused_lm_head` is on.
+
+    The head projects the hidden states onto the vocabulary in tiles and keeps only each
+    token's log-probability, so the (batch, length, vocabulary) logits and their fp32 copy are
+    never held; the loss is the same mean over the labelled tokens. TRL's SFT and GRPO trainers
+    use the same head; it gathers a ZeRO-3-sharded output layer and handles FSDP2, which
+    Liger's fused cross-entropy does not. Other forwards (generation, MCQ scoring) are the
+    model's own.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "fused_lm_head", False):
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(self.model)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if getattr(self.args, "fused_lm_head", False) and "labels" in inputs:
+            inputs = {**inputs, "fused_lm_head": True}
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+
+
+class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, FusedLMHeadMixin, Trainer):
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Downloads into .whl/ (ignored by git) the wheels that benchmarks/gpu_session.sh installs on a
+# GPU machine that has no network: Python 3.12 on x86-64 Linux, as on the 'cuda' image of the
+# machines this project is lent.
+#
+# That image holds torch 2.11, transformers 5.17, accelerate, peft, pandas, pyarrow, fsspec,
+# xxhash and aiohttp, but not trl, datasets (nor its dill and multiprocess) or liger-kernel; and
+# its transformers predates TrainingArguments.activation_checkpointing, which the recipes use.
+# The wheels bring the versions constraints.txt pins (transformers, trl, datasets, peft), the two
+# libraries datasets needs beyond the image, and liger-kernel. About 17 MB; the device takes at
+# most 64 MiB of working tree and carried files together.
+#
+#   bash benchmarks/download_wheels.sh          # or: make wheels
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+pinned=$(grep -E '^(transformers|trl|datasets|peft)==' constraints.txt)
+rm -rf .whl
+mkdir -p .whl
+# shellcheck disable=SC2086  # one requirement per word
+"$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl $pinned dill==0.4.1 multiprocess==0.70.19 liger-kernel==0.8.5
+ls -1 .whl
+du -ch .whl/*.whl | tail -1

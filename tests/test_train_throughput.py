@@ -1,0 +1,73 @@
+"""benchmarks/train_throughput.py on CPU: every case runs with its baseline and writes its
+results file; an ablation switches each speed setting. No speed is asserted: the figures of a
+CPU say nothing about a GPU."""
+
+import json
+
+import pytest
+from conftest import PYTHON, run
+
+TINY = ("cpt_tiny", "pretrain_tiny", "sft_lora_tiny", "grpo_tiny")
+KEYS = (
+    "case",
+    "device",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_gb",
+    "baseline_tokens_per_s",
+    "ratio",
+    "command",
+    "versions",
+)
+
+
+def bench(*args):
+    result = run(PYTHON, "benchmarks/train_throughput.py", *args, "--device", "cpu", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_every_case_runs_against_its_baseline_and_writes_results(tmp_path):
+    bench(*TINY, "--out", tmp_path)
+    for case in TINY:
+        result = json.loads((tmp_path / f"{case}-cpu.json").read_text())
+        assert set(KEYS) <= set(result)
+        assert (result["case"], result["device"]) == (case, "cpu")
+        assert result["ratio"] > 0 and result["tokens_per_s"] > 0 and result["baseline_tokens_per_s"] > 0
+        assert result["ratio"] == pytest.approx(result["tokens_per_s"] / result["baseline_tokens_per_s"])
+        assert result["mfu"] is None  # no peak FLOP/s for a CPU
+        assert result["versions"]["torch"] and result["versions"]["transformers"]
+        assert "train_throughput.py" in result["command"] and case in result["command"]
+        ours, baseline = result["ours"], result["baseline"]
+        # The step split adds up to the step; ours and the baseline train on the same tokens.
+        assert sum(ours["split_s"].values()) == pytest.approx(ours["step_s"])
+        assert ours["split_s"]["forward_backward"] > 0
+        assert ours["model_tflops_per_s"] > 0
+        if case != "sft_lora_tiny":  # packed rows and padded batches split the examples differently
+            assert ours["tokens"] == baseline["tokens"]
+    sft = json.loads((tmp_path / "sft_lora_tiny-cpu.json").read_text())
+    assert sft["ours"]["settings"]["packing"] is True and sft["baseline"]["settings"]["packing"] is False
+    assert sft["ours"]["tokens"] == pytest.approx(sft["baseline"]["tokens"], rel=0.25)
+    cpt = json.loads((tmp_path / "cpt_tiny-cpu.json").read_text())
+    assert cpt["ours"]["settings"]["fused_lm_head"] and not cpt["baseline"]["settings"]["fused_lm_head"]
+    grpo = json.loads((tmp_path / "grpo_tiny-cpu.json").read_text())["grpo"]
+    assert grpo["generated_tokens"] > 0 and grpo["generation_s"] > 0 and grpo["training_s"] > 0
+
+
+@pytest.mark.slow
+def test_ablation_switches_each_speed_setting(tmp_path):
+    bench("pretrain_tiny", "--ablate", "--no-baseline", "--out", tmp_path)
+    result = json.loads((tmp_path / "pretrain_tiny-cpu.json").read_text())
+    assert result["baseline"] is None and result["ratio"] is None
+    changes = {key: value for run in result["ablation"] for key, value in run["changes"].items()}
+    assert changes == {
+        "fused_lm_head": False,
+        "activation_checkpointing": True,
+        "logging_nan_inf_filter": True,
+        "optim": "adamw_torch",
+    }
+    for run_record in result["ablation"]:
+        ((key, value),) = run_record["changes"].items()
+        assert run_record["settings"][key] == value
+        assert run_record["ratio_to_ours"] > 0
