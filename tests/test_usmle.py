@@ -166,7 +166,7 @@ def test_pubmedqa_jsonl(tmp_path):
     ds = load_mcq(write_jsonl(tmp_path / "pqal.jsonl", [PUBMEDQA_ROW]))
     row = ds[0]
     assert row["options"] == ["yes", "no", "maybe"] and row["answer"] == "C"
-    assert row["context"] == "Background sentence.\n\nResults sentence."
+    assert row["context"] == "Background sentence.\nResults sentence."
     assert row["explanation"] == "The evidence is mixed."
 
 
