@@ -1,6 +1,7 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build a tiny model, merge a LoRA adapter.
+"""The `medrecipes` command: validate a recipe, plan a run, evaluate a model, build a tiny model, merge a LoRA adapter.
 
 medrecipes validate recipes/gemma3_4b.yaml
+medrecipes eval --model outputs/demo/sft/final --tasks medqa_4opt,mmlu_medical --data-dir ../shared/data
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
@@ -47,6 +48,15 @@ def cmd_plan(args) -> None:
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
 
 
+def cmd_eval(args) -> None:
+    from medrecipes.config import parse_eval_args
+    from medrecipes.evaluation import format_table, run_evaluation
+    from medrecipes.logs import setup_logging
+
+    setup_logging()
+    print(format_table(run_evaluation(parse_eval_args(args.overrides))["tasks"]))
+
+
 def cmd_tiny_model(args) -> None:
     from medrecipes.tiny import build_tiny_model
 
@@ -88,6 +98,10 @@ def make_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--dataset-sequences", type=int, help="packed training sequences, when not known")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
+
+    # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.
+    evaluate = commands.add_parser("eval", help="accuracy on MedQA, MedMCQA, PubMedQA, MMLU-medical", add_help=False)
+    evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")
