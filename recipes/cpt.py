@@ -19,12 +19,13 @@ from medrecipes.callbacks import KeepBestCheckpoints
 from medrecipes.config import parse_recipe
 from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
-    eval_loss_summary,
     end_run,
+    eval_loss_summary,
     evaluate_and_record,
     last_checkpoint,
     train_and_save,
@@ -61,6 +62,7 @@ def main(recipe, training_args, model_args):
         data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
         callbacks=callbacks,
     )
+    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
 
     train_and_save(trainer, checkpoint)
     if eval_datasets:
