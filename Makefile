@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain sft clean
+.PHONY: install demo test quality style cpt pretrain sft eval clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -15,6 +15,11 @@ export TOKENIZERS_PARALLELISM ?= false
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
 RECIPE ?=
 CONFIG ?=
+# make eval MODEL=outputs/demo/sft/final TASKS=medqa_4opt,mmlu_medical [DATA_DIR=../shared/data] [EVAL_ARGS="--limit 100"]
+MODEL ?= outputs/demo/sft/final
+TASKS ?= medqa_4opt
+DATA_DIR ?= $(wildcard ../shared/data)
+EVAL_ARGS ?=
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
@@ -34,6 +39,7 @@ demo: install
 	$(PY) recipes/cpt.py recipes/tiny_cpt.yaml
 	$(PY) recipes/sft.py recipes/tiny_sft.yaml
 	@echo "demo: CPT model in outputs/demo/cpt/final, SFT model in outputs/demo/sft/final"
+	$(PY) recipes/evaluate.py recipes/tiny_eval.yaml
 
 test: install
 	$(PY) -m pytest tests -q
@@ -54,6 +60,9 @@ pretrain: install
 
 sft: install
 	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)
+
+eval: install
+	$(PY) recipes/evaluate.py --model $(MODEL) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(EVAL_ARGS)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

@@ -243,7 +243,9 @@ def test_eval_yaml_and_flags_parse_into_one_set_of_arguments():
     ],
 )
 def test_recipe_eval_tasks_are_checked_when_the_recipe_is_read(overrides, message):
+    with pytest.raises(UserError, match=re.escape("'usmle_test' is an eval set this recipe already scores")):
+        parse_recipe("sft", [str(ROOT / "recipes/tiny_sft.yaml"), "--eval_tasks", "usmle_test"])
     with pytest.raises(UserError, match=re.escape(message)):
         parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), *overrides])
-    recipe, _, _ = parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), "--eval_tasks", "usmle", "medqa_4opt"])
+    recipe, _, _ = parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), "--eval_tasks", "usmle,medqa_4opt"])
     assert recipe.eval_tasks == ["usmle", "medqa_4opt"] and recipe.eval_tasks_mode == "loglik"

@@ -88,7 +88,9 @@ class RecipeArguments:
     # Benchmarks scored at every evaluation (medrecipes.eval_callback), logged as eval_<task>_acc.
     eval_tasks: list[str] | None = field(
         default=None,
-        metadata={"help": "Benchmarks (medqa_4opt, mmlu_medical, ...) or format: usmle eval_sets names to score."},
+        metadata={
+            "help": "Benchmarks (medqa_4opt, mmlu_medical, ...) to score; for CPT also format: usmle eval_sets."
+        },
     )
     eval_tasks_limit: int | None = field(
         default=None, metadata={"help": "Questions per task (per subject for MMLU) at each evaluation; all if unset."}
@@ -184,9 +186,14 @@ class EvalArguments:
     output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
 
     def __post_init__(self):
-        self.tasks = [name for entry in self.tasks for name in entry.split(",") if name]
+        self.tasks = split_names(self.tasks)
         self.data_by_task = _by_task(self.data, self.tasks, "--data")
         self.fewshot_by_task = _by_task(self.fewshot_data, self.tasks, "--fewshot_data")
+
+
+def split_names(entries: list[str]) -> list[str]:
+    """Names given as a list, comma-separated, or both: [a,b c] -> [a, b, c]."""
+    return [name for entry in entries for name in entry.split(",") if name]
 
 
 def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str, str]:
@@ -401,13 +408,23 @@ def _resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path:
             raise UserError(f"{path}: keep_best_checkpoints ranks by eval loss; add eval_sets")
 
 
-def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
     if not recipe.eval_tasks:
         return
+    recipe.eval_tasks = split_names(recipe.eval_tasks)
     from medrecipes.eval_tasks import check_task_names
     from medrecipes.evaluation import MODES
 
     usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
+    if method != "cpt":
+        # SFT and GRPO already log eval_<set>_acc for these sets; a second value would overwrite it.
+        clash = next((name for name in recipe.eval_tasks if name in usmle_sets), None)
+        if clash is not None:
+            raise UserError(
+                f"{path}: eval_tasks: '{clash}' is an eval set this recipe already scores (eval_{clash}_acc); "
+                "list benchmarks (medqa_4opt, mmlu_medical, ...) in eval_tasks, or rename the eval set"
+            )
+        usmle_sets = []
     check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
     if recipe.eval_tasks_mode not in MODES:
         raise UserError(
@@ -437,6 +454,6 @@ def parse_recipe(method: str, argv: list[str] | None = None):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
     derived = resolve_token_budget(recipe, args, path)
     _resolve_best_metric(recipe, args, path)
-    _check_eval_tasks(recipe, args, path)
+    _check_eval_tasks(recipe, args, path, method)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)

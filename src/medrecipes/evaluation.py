@@ -271,8 +271,8 @@ def evaluate_task(
         for cs in choices:
             grouped.append(flat[start : start + len(cs)])
             start += len(cs)
-        report = score_loglik(rows, choices, grouped)
-        example = f"{contexts[0]}{{' ' + one of {choices[0]}}}"
+        report = {**score_loglik(rows, choices, grouped), "example_continuations": [f" {c}" for c in choices[0]]}
+        example = contexts[0]
     elif mode == "generate":
         settings = {"batch_size": batch_size, **(generation or {})}
         report = score(rows, generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
