@@ -227,8 +227,8 @@ def test_directory_of_mixed_formats(tmp_path):
 def test_hub_id_goes_to_load_dataset(monkeypatch):
     calls = []
 
-    def fake_load_dataset(name, split):
-        calls.append((name, split))
+    def fake_load_dataset(path, name, split):
+        calls.append((path, name, split))
         return Dataset.from_list(
             [
                 {
@@ -244,7 +244,8 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
 
     monkeypatch.setattr(usmle, "load_dataset", fake_load_dataset)
     ds = load_mcq("GBaker/MedQA-USMLE-4-options-hf", split="test")
-    assert calls == [("GBaker/MedQA-USMLE-4-options-hf", "test")]
+    load_mcq("cais/mmlu", split="dev", config="anatomy")
+    assert calls == [("GBaker/MedQA-USMLE-4-options-hf", None, "test"), ("cais/mmlu", "anatomy", "dev")]
     assert ds[0]["answer"] == "B" and ds[0]["id"] == "GBaker_MedQA-USMLE-4-options-hf-0"
 
 
