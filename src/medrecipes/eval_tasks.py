@@ -47,7 +47,6 @@ def _mmlu_description(subject: str) -> str:
 class Task:
     name: str
     reference: str  # the lm-evaluation-harness task whose prompt and scoring it reproduces
-    measures: str
     prompt: Callable[[Row], str] = completion_prompt
     local: str | None = None  # a file, or an MMLU-style folder with dev/ val/ test/, under --data_dir
     hub: str | None = None
@@ -75,7 +74,6 @@ TASKS = {
         Task(
             "medqa_4opt",
             "medqa_4options",
-            "USMLE-style clinical vignettes (MedQA US test), 4 options",
             local="medqa/medqa_us_4opt_test.jsonl",
             hub="GBaker/MedQA-USMLE-4-options-hf",
             fewshot_split="train",
@@ -83,13 +81,11 @@ TASKS = {
         Task(
             "medqa_5opt",
             "medqa_4options with a fifth option E",
-            "the same 1,273 MedQA questions with the original 5 options",
             local="medqa/medqa_us_5opt_test.jsonl",
         ),
         Task(
             "medmcqa",
             "medmcqa",
-            "Indian medical entrance exam questions (AIIMS/NEET PG), validation split, 4 options",
             prompt=_medmcqa_prompt,
             local="medmcqa/dev.json",
             hub="openlifescienceai/medmcqa",
@@ -99,7 +95,6 @@ TASKS = {
         Task(
             "pubmedqa",
             "pubmedqa",
-            "yes/no/maybe answers to research questions from a PubMed abstract (PQA-L)",
             prompt=_pubmedqa_prompt,
             local="pubmedqa/ori_pqal.json",
             hub="qiaojin/PubMedQA",
@@ -110,8 +105,6 @@ TASKS = {
         Task(
             "mmlu_medical",
             "mmlu_anatomy, mmlu_clinical_knowledge, ... (the six medical MMLU subjects)",
-            "MMLU's six medical subjects: anatomy, clinical knowledge, college biology, college "
-            "medicine, medical genetics, professional medicine",
             prompt=_mmlu_prompt,
             local="mmlu_medical",
             hub="cais/mmlu",
@@ -137,7 +130,7 @@ def check_task_names(names: list[str], own_data: list[str], where: str) -> None:
 
 def task_for(name: str) -> Task:
     """The registry task, or a MedQA-prompted task for a name that brings its own questions."""
-    return TASKS.get(name) or Task(name, "medqa_4options", "questions from the given file")
+    return TASKS.get(name) or Task(name, "medqa_4options")
 
 
 @dataclass

@@ -131,7 +131,13 @@ def score(rows, completions: list[str]) -> dict:
     for row, completion in zip(rows, completions, strict=True):
         predicted = extract_answer(completion, letters_for(row), options=list(option_map(row).values()))
         predictions.append(
-            {"id": row["id"], "answer": row["answer"], "predicted": predicted, "completion": completion}
+            {
+                "id": row["id"],
+                "subject": row["subject"],
+                "answer": row["answer"],
+                "predicted": predicted,
+                "completion": completion,
+            }
         )
     n = len(predictions)
     report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
