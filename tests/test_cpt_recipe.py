@@ -183,7 +183,7 @@ def test_two_processes(tiny_model, tmp_path, launcher):
     losses = train_losses(tmp_path)
     assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) and v > 0 for v in losses.values())
     # Every process scores the questions with the sharded model; the log has one value per evaluation.
-    assert [e["step"] for e in history(tmp_path) if "eval_usmle_acc" in e] == [0, 3, 3]
+    assert [e["step"] for e in history(tmp_path) if "eval_usmle_acc" in e] == [0, 3]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
 
 
