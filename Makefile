@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo grpo-usmle learn-check clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo eval grpo-usmle learn-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,7 +18,12 @@ export TOKENIZERS_PARALLELISM ?= false
 RECIPE ?=
 CONFIG ?=
 NUM_GPUS ?= 1
+# make eval MODEL=outputs/demo/sft/final TASKS=medqa_4opt,mmlu_medical [DATA_DIR=../shared/data] [EVAL_ARGS="--limit 100"]
+# (MODEL is also the starting checkpoint of grpo-usmle)
 MODEL ?=
+TASKS ?= medqa_4opt
+DATA_DIR ?= $(wildcard ../shared/data)
+EVAL_ARGS ?=
 LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
@@ -38,6 +43,7 @@ demo: install
 	$(PY) recipes/cpt.py recipes/tiny_cpt.yaml
 	$(PY) recipes/sft.py recipes/tiny_sft.yaml
 	$(PY) recipes/grpo.py recipes/tiny_grpo.yaml
+	$(PY) recipes/evaluate.py recipes/tiny_eval.yaml
 	@echo "demo: CPT model in outputs/demo/cpt/final, SFT in outputs/demo/sft/final, GRPO in outputs/demo/grpo/final"
 
 test: install
@@ -96,6 +102,9 @@ grpo-usmle: install
 # Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
 learn-check: install
 	$(PY) benchmarks/learn_check.py
+
+eval: install
+	$(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(EVAL_ARGS)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

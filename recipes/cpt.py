@@ -23,6 +23,7 @@ from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
@@ -63,6 +64,7 @@ def main(recipe, training_args, model_args):
         data_collator=DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id),
         callbacks=recipe_callbacks(recipe, training_args),
     )
+    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
 
     final_dir = train_and_save(trainer, checkpoint)  # a preempted run exits here, resumable
     metrics = {}

@@ -13,7 +13,8 @@ under `rewards` (see `medrecipes.rewards`). `beta > 0` adds the KL divergence to
 model; `use_peft` trains a LoRA adapter; `use_vllm` generates with vLLM (colocate or server);
 `embedding_learning_rate` gives the embeddings a learning rate of their own. Each eval set
 reports its mean reward per function, KL and completion length, and for chat prompts the
-greedy accuracy `eval_<name>_acc`. The final model (or adapter) goes to `output_dir/final`.
+greedy accuracy `eval_<name>_acc`; `eval_tasks` adds benchmark accuracy
+(`medrecipes.eval_callback`). The final model (or adapter) goes to `output_dir/final`.
 """
 
 from transformers import set_seed
@@ -23,6 +24,7 @@ from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
@@ -76,13 +78,15 @@ def main(recipe, training_args, model_args):
         callbacks=recipe_callbacks(recipe, training_args),
     )
     # Greedy accuracy needs the chat prompt evaluate_mcq asks with; plain-prompt runs report
-    # the sampled accuracy, eval_<name>_rewards/usmle_accuracy/mean.
+    # the sampled accuracy, eval_<name>_rewards/usmle_accuracy/mean, and can list their eval
+    # sets or benchmarks in eval_tasks for loglik accuracy.
     trainer.mcq_sets = mcq_sets if chat else {}
     trainer.mcq_generation = {
         "system_prompt": recipe.system_prompt,
         "chain_of_thought": recipe.chain_of_thought,
         "max_new_tokens": training_args.max_completion_length,
     }
+    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
 
     # With use_peft, final/ holds the adapter; a preempted run exits here, resumable.
     final_dir = train_and_save(trainer, checkpoint)

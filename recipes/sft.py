@@ -22,6 +22,7 @@ from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
 from medrecipes.errors import exit_on_user_error
+from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
@@ -66,6 +67,7 @@ def main(recipe, training_args, model_args):
     )
     trainer.mcq_sets = mcq_sets
     trainer.mcq_generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
+    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
     align_generation_eos(trainer.model, trainer.processing_class, training_args.eos_token)
 
     final_dir = train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter

@@ -46,6 +46,10 @@ def tiny_run(tiny_model, tmp_path_factory):
         "4",
         "--logging_steps",
         "2",
+        "--eval_tasks",
+        "usmle",
+        "--eval_tasks_limit",
+        "8",
     )
     return out
 
@@ -59,6 +63,20 @@ def test_each_eval_set_reports_loss_and_perplexity(tiny_run):
         for entry in entries:
             assert entry[f"eval_{name}_perplexity"] == pytest.approx(math.exp(entry[f"eval_{name}_loss"]), rel=1e-6)
     assert evals[-1]["eval_medical_text_loss"] < evals[0]["eval_medical_text_loss"] - 0.3
+
+
+def test_eval_tasks_log_their_accuracy_at_each_evaluation(tiny_run):
+    scores = [e for e in history(tiny_run) if "eval_usmle_acc" in e]
+    assert [e["step"] for e in scores] == [0, 4, 8, 12]  # eval_on_start, then every 4 steps
+    assert all(e["eval_usmle_acc"] in {k / 8 for k in range(9)} and "eval_usmle_acc_norm" in e for e in scores)
+    assert "eval_usmle_acc" in json.loads((Path(tiny_run) / "eval_results.json").read_text())
+    report = json.loads((Path(tiny_run) / "eval_tasks" / "step-4.json").read_text())["tasks"]["usmle"]
+    assert report["n"] == 8 and report["accuracy"] == scores[1]["eval_usmle_acc"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next(Path(tiny_run).glob("runs/*")))).Reload()
+    # ... and once more in the evaluation after training, which trainer_state.json predates
+    assert [e.step for e in events.Scalars("eval/usmle_acc")] == [0, 4, 8, 12, 12]
 
 
 def test_keeps_best_checkpoints_plus_last(tiny_run):
@@ -120,12 +138,18 @@ def test_two_processes(tiny_model, tmp_path, launcher):
         "3",
         "--logging_steps",
         "1",
+        "--eval_tasks",
+        "usmle",
+        "--eval_tasks_limit",
+        "4",
         launcher=(ACCELERATE, "launch", *launcher, "--num_processes", "2"),
     )
     # 8 sequences x 128 tokens x 2 processes fill the 2048-token step without accumulation.
     assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
     losses = train_losses(tmp_path)
     assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) and v > 0 for v in losses.values())
+    # Every process scores the questions with the sharded model; the log has one value per evaluation.
+    assert [e["step"] for e in history(tmp_path) if "eval_usmle_acc" in e] == [0, 3]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
 
 

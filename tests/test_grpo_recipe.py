@@ -88,14 +88,20 @@ def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
 
 
 @pytest.mark.slow
-def test_lora_on_plain_prompts(learn_check, tmp_path):
+def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
     lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "q_proj", "v_proj"]
-    two_steps(learn_check, tmp_path, "--prompt_format", "plain", "--system_prompt", "", *NO_EVAL, *lora)
+    # A plain-prompt run samples its eval answers; eval_tasks adds the loglik accuracy of the set.
+    evaluation = ["--eval_tasks", "usmle_test", "--eval_steps", "2", "--eval_on_start", "false"]
+    two_steps(learn_check, tmp_path, "--prompt_format", "plain", "--system_prompt", "", *evaluation, *lora)
     adapter = json.loads((tmp_path / "final" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert not (tmp_path / "final" / "model.safetensors").exists()
-    logs = [e for e in history(tmp_path) if "kl" in e]  # the reference is the base, adapter disabled
-    assert len(logs) == 2 and all(math.isfinite(e["kl"]) for e in logs)
+    logs = history(tmp_path)
+    kl_logs = [e for e in logs if "kl" in e and "loss" in e]  # the reference is the base, adapter disabled
+    assert len(kl_logs) == 2 and all(math.isfinite(e["kl"]) for e in kl_logs)
+    accuracy = [e["eval_usmle_test_acc"] for e in logs if "eval_usmle_test_acc" in e]
+    report = json.loads((tmp_path / "eval_tasks" / "step-2.json").read_text())["tasks"]["usmle_test"]
+    assert accuracy and accuracy[0] == pytest.approx(report["accuracy"]) and report["n"] == 20, report
 
 
 @pytest.mark.slow

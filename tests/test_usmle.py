@@ -9,6 +9,7 @@ from datasets import Dataset
 
 from medrecipes import usmle
 from medrecipes.errors import UserError
+from medrecipes.eval_tasks import MMLU_MEDICAL
 from medrecipes.usmle import (
     COLUMNS,
     chat_messages,
@@ -166,7 +167,7 @@ def test_pubmedqa_jsonl(tmp_path):
     ds = load_mcq(write_jsonl(tmp_path / "pqal.jsonl", [PUBMEDQA_ROW]))
     row = ds[0]
     assert row["options"] == ["yes", "no", "maybe"] and row["answer"] == "C"
-    assert row["context"] == "Background sentence.\n\nResults sentence."
+    assert row["context"] == "Background sentence.\nResults sentence."
     assert row["explanation"] == "The evidence is mixed."
 
 
@@ -227,8 +228,8 @@ def test_directory_of_mixed_formats(tmp_path):
 def test_hub_id_goes_to_load_dataset(monkeypatch):
     calls = []
 
-    def fake_load_dataset(name, split):
-        calls.append((name, split))
+    def fake_load_dataset(path, name, split):
+        calls.append((path, name, split))
         return Dataset.from_list(
             [
                 {
@@ -244,7 +245,8 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
 
     monkeypatch.setattr(usmle, "load_dataset", fake_load_dataset)
     ds = load_mcq("GBaker/MedQA-USMLE-4-options-hf", split="test")
-    assert calls == [("GBaker/MedQA-USMLE-4-options-hf", "test")]
+    load_mcq("cais/mmlu", split="dev", config="anatomy")
+    assert calls == [("GBaker/MedQA-USMLE-4-options-hf", None, "test"), ("cais/mmlu", "anatomy", "dev")]
     assert ds[0]["answer"] == "B" and ds[0]["id"] == "GBaker_MedQA-USMLE-4-options-hf-0"
 
 
@@ -499,14 +501,7 @@ def test_real_medqa_5_options():
 def test_real_mmlu_medical():
     ds = load_mcq(SHARED_DATA / "mmlu_medical", split="test")
     assert len(ds) == 1089
-    assert set(ds["subject"]) == {
-        "anatomy",
-        "clinical_knowledge",
-        "college_biology",
-        "college_medicine",
-        "medical_genetics",
-        "professional_medicine",
-    }
+    assert set(ds["subject"]) == set(MMLU_MEDICAL)
     anatomy = load_mcq(SHARED_DATA / "mmlu_medical", subjects=["anatomy"])
     assert len(anatomy) == 135 and set(anatomy["subject"]) == {"anatomy"}
     assert len(load_mcq(SHARED_DATA / "mmlu_medical", split="dev")) == 30

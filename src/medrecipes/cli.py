@@ -1,7 +1,8 @@
-"""The `medrecipes` command: validate a recipe, plan a run, build and check its data, build a tiny
-model, merge a LoRA adapter, try a model.
+"""The `medrecipes` command: validate a recipe, plan a run, build and check its data, evaluate a
+model, build a tiny model, merge a LoRA adapter, try a model.
 
 medrecipes validate recipes/gemma3_4b.yaml
+medrecipes eval --model outputs/demo/sft/final --tasks medqa_4opt,mmlu_medical --data-dir ../shared/data
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
 medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
@@ -112,6 +113,15 @@ def cmd_decontaminate(args) -> None:
             print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 
+def cmd_eval(args) -> None:
+    from medrecipes.config import parse_eval_args
+    from medrecipes.evaluation import format_table, run_evaluation
+    from medrecipes.logs import setup_logging
+
+    setup_logging()
+    print(format_table(run_evaluation(parse_eval_args(args.overrides))["tasks"]))
+
+
 def cmd_tiny_model(args) -> None:
     from medrecipes.tiny import build_tiny_model
 
@@ -188,6 +198,10 @@ def make_parser() -> argparse.ArgumentParser:
     decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
     decon.add_argument("--method", default="cpt", choices=["cpt", "sft"], help="the recipe script, for a recipe")
     decon.set_defaults(func=cmd_decontaminate, takes_overrides=True)
+
+    # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.
+    evaluate = commands.add_parser("eval", help="accuracy on MedQA, MedMCQA, PubMedQA, MMLU-medical", add_help=False)
+    evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")

@@ -127,6 +127,22 @@ class RecipeArguments:
         default=None,
         metadata={"help": "Benchmark files (MCQ) that build-data checks the training data against, beside eval_sets."},
     )
+    # Benchmarks scored at every evaluation (medrecipes.eval_callback), logged as eval_<task>_acc.
+    eval_tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Benchmarks (medqa_4opt, mmlu_medical, ...) to score; for CPT also format: usmle eval_sets."
+        },
+    )
+    eval_tasks_limit: int | None = field(
+        default=None, metadata={"help": "Questions per task (per subject for MMLU) at each evaluation; all if unset."}
+    )
+    eval_tasks_data_dir: str | None = field(
+        default=None, metadata={"help": "Folder of local benchmark files (the ../shared/data layout); else the Hub."}
+    )
+    eval_tasks_mode: str = field(
+        default="loglik", metadata={"help": "loglik (as lm-evaluation-harness) or generate (chat, extracted letter)."}
+    )
 
     def __post_init__(self):
         # Filled by parse_recipe from the raw dicts above, after key checks.
@@ -272,6 +288,90 @@ def prompts_per_step_accumulation(args, world_size: int) -> int:
             f"{world_size} processes; {hint}"
         )
     return completions // per_pass
+
+
+@dataclass
+class EvalArguments:
+    """`medrecipes eval` and recipes/evaluate.py: which model, which benchmarks, how to score them."""
+
+    model_name_or_path: str = field(metadata={"aliases": ["--model"], "help": "Hub id, local folder or .gguf file."})
+    tasks: list[str] = field(
+        default_factory=lambda: ["medqa_4opt"],
+        metadata={"help": "Comma- or space-separated: medqa_4opt, medqa_5opt, medmcqa, pubmedqa, mmlu_medical."},
+    )
+    mode: str = field(default="loglik", metadata={"help": "loglik (as lm-evaluation-harness) or generate."})
+    data: list[str] | None = field(
+        default=None,
+        metadata={"help": "TASK=PATH (file, folder or Hub id) for a task's questions; PATH alone with one task."},
+    )
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder with the benchmark files laid out as in ../shared/data."}
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "First N questions of each task (of each MMLU subject)."}
+    )
+    num_fewshot: int = field(default=0, metadata={"help": "Solved examples before each question (MMLU: dev split)."})
+    fewshot_data: list[str] | None = field(
+        default=None, metadata={"help": "TASK=PATH of few-shot examples for tasks without a dev split."}
+    )
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass."})
+    max_length: int | None = field(
+        default=None, metadata={"help": "Context length; longer inputs lose tokens on the left (default: model's)."}
+    )
+    model_revision: str | None = field(default=None, metadata={"help": "Hub revision of the model."})
+    dtype: str = field(default="auto", metadata={"help": "auto (the checkpoint's), bfloat16, float16 or float32."})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1 (default: cuda when available)."})
+    system_prompt: str | None = field(default=None, metadata={"help": "generate: system turn before each question."})
+    chain_of_thought: bool = field(default=False, metadata={"help": "generate: reason, then 'Final Answer: X'."})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "generate: 16, or 512 with chain of thought."})
+    temperature: float = field(default=0.0, metadata={"help": "generate: 0 is greedy; above 0 samples."})
+    top_p: float = field(default=1.0, metadata={"help": "generate: nucleus sampling when temperature > 0."})
+    seed: int = field(default=42, metadata={"help": "Seed for sampling."})
+    output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
+
+    def __post_init__(self):
+        self.tasks = split_names(self.tasks)
+        self.data_by_task = _by_task(self.data, self.tasks, "--data")
+        self.fewshot_by_task = _by_task(self.fewshot_data, self.tasks, "--fewshot_data")
+
+
+def split_names(entries: list[str]) -> list[str]:
+    """Names given as a list, comma-separated, or both: [a,b c] -> [a, b, c]."""
+    return [name for entry in entries for name in entry.split(",") if name]
+
+
+def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str, str]:
+    """{task: path} from TASK=PATH entries; a bare PATH belongs to the only task."""
+    result = {}
+    for entry in entries or []:
+        name, sep, path = entry.partition("=")
+        if not sep:
+            if len(tasks) != 1:
+                raise UserError(f"{flag} {entry}: name the task it is for, as {flag} TASK={entry}")
+            name, path = tasks[0], entry
+        result[name] = path
+    return result
+
+
+def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
+    """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
+    from medrecipes.eval_tasks import check_task_names
+    from medrecipes.evaluation import MODES
+
+    (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
+    where = path or "command line"
+    check_task_names(args.tasks, list(args.data_by_task), where)
+    check_task_names(list(args.fewshot_by_task), args.tasks, where)
+    if args.mode not in MODES:
+        raise UserError(
+            f"{where}: mode '{args.mode}' is unknown{did_you_mean(args.mode, MODES)}; use loglik or generate"
+        )
+    for key in ("limit", "batch_size"):
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
+    if args.num_fewshot < 0:
+        raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    return args
 
 
 # The dataclasses of each recipe script, in the order the script's main() receives them.
@@ -505,6 +605,38 @@ def _resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> No
     _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
 
 
+def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+    if not recipe.eval_tasks:
+        return
+    recipe.eval_tasks = split_names(recipe.eval_tasks)
+    from medrecipes.eval_tasks import check_task_names
+    from medrecipes.evaluation import MODES
+
+    usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
+    if method == "sft" or getattr(args, "prompt_format", None) == "chat":
+        # SFT and chat-prompt GRPO already log eval_<set>_acc for these sets; a second value would
+        # overwrite it. CPT and plain-prompt GRPO can score them here.
+        clash = next((name for name in recipe.eval_tasks if name in usmle_sets), None)
+        if clash is not None:
+            raise UserError(
+                f"{path}: eval_tasks: '{clash}' is an eval set this recipe already scores (eval_{clash}_acc); "
+                "list benchmarks (medqa_4opt, mmlu_medical, ...) in eval_tasks, or rename the eval set"
+            )
+        usmle_sets = []
+    check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
+    if recipe.eval_tasks_mode not in MODES:
+        raise UserError(
+            f"{path}: eval_tasks_mode '{recipe.eval_tasks_mode}' is unknown"
+            f"{did_you_mean(recipe.eval_tasks_mode, MODES)}; use loglik or generate"
+        )
+    if recipe.eval_tasks_limit is not None and recipe.eval_tasks_limit < 1:
+        raise UserError(f"{path}: eval_tasks_limit must be at least 1, got {recipe.eval_tasks_limit}")
+    if args.eval_strategy == "no":
+        raise UserError(
+            f"{path}: eval_tasks are scored at each evaluation, but eval_strategy is 'no'; set eval_strategy: steps and eval_steps"
+        )
+
+
 def parse_recipe(method: str, argv: list[str] | None = None):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order."""
     parser = RecipeParser(METHODS[method])
@@ -525,6 +657,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
         derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
     _resolve_best_metric(recipe, args, path)
     _check_long_run_settings(recipe, path)
+    _check_eval_tasks(recipe, args, path, method)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
 

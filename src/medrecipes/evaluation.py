@@ -1,20 +1,36 @@
-"""Multiple-choice accuracy of a chat model: generate an answer, extract its letter, score it.
+"""Multiple-choice accuracy of a model, scored two ways, overall and by subject.
 
-Questions are asked with the project's chat prompt (`usmle.chat_messages`), answered greedily,
-and read with the shared extractor; an answer the extractor cannot read counts as wrong and
-is reported as unparseable. Accuracy comes with a Wilson 95% interval, overall and by subject.
+`loglik` reproduces lm-evaluation-harness 0.4's multiple-choice scoring: the log-likelihood
+of each answer string (" A", " B", ...) after the task's prompt (`medrecipes.eval_tasks`);
+the prediction is the first option with the highest sum (acc), or with the highest sum per
+character of the answer string (acc_norm). `generate` asks the question with the chat
+template (`usmle.chat_messages`), lets the model answer (greedy unless a temperature is set)
+and reads the letter with the shared extractor; an answer it cannot read counts as wrong and
+is reported as unparseable. Accuracies come with a Wilson 95% interval.
 """
 
+import json
+import logging
 import math
+import os
+import platform
+import time
 from collections import defaultdict
 
 import torch
+from tqdm.auto import tqdm
 
-from medrecipes.usmle import chat_messages, extract_answer, letters_for, option_map
+from medrecipes.errors import UserError
+from medrecipes.usmle import LETTERS, chat_messages, extract_answer, letters_for, option_map, sft_target
+
+logger = logging.getLogger(__name__)
 
 # Enough for "C. <option text>"; chain-of-thought answers need room to reason first.
 LETTER_TOKENS = 16
 REASONING_TOKENS = 512
+# lm-eval's length when neither the model config nor the tokenizer gives one.
+DEFAULT_MAX_LENGTH = 2048
+MODES = ("loglik", "generate")
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -26,64 +42,107 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def _accuracy(hits: list[bool]) -> dict:
+    n = len(hits)
+    return {"accuracy": sum(hits) / n if n else 0.0, "n": n, "ci95": list(wilson_interval(sum(hits), n))}
+
+
+def by_subject(rows, hits: list[bool]) -> dict:
+    """Accuracy, n and 95% interval overall and for each subject (rows without one count as "all")."""
+    groups = defaultdict(list)
+    for row, hit in zip(rows, hits, strict=True):
+        groups[row["subject"] or "all"].append(hit)
+    return {**_accuracy(hits), "subjects": {s: _accuracy(h) for s, h in sorted(groups.items())}}
+
+
+# ---------------------------------------------------------------------------
+# generate: chat prompt, completion, extracted letter
+
+
+def chat_prompt(tokenizer, row, shots=(), system_prompt=None, chain_of_thought=False) -> str:
+    """The row asked through the chat template; few-shot examples come first as earlier turns."""
+    messages = chat_messages(row, system_prompt=system_prompt, chain_of_thought=chain_of_thought)
+    examples = []
+    for shot in shots:
+        examples.append(chat_messages(shot, chain_of_thought=chain_of_thought)[-1])
+        examples.append({"role": "assistant", "content": sft_target(shot, chain_of_thought=chain_of_thought)})
+    return tokenizer.apply_chat_template(
+        messages[:-1] + examples + messages[-1:], add_generation_prompt=True, tokenize=False
+    )
+
+
 @torch.no_grad()
 def generate_answers(
-    model, tokenizer, rows, system_prompt=None, chain_of_thought=False, max_new_tokens=None, batch_size=16
+    model,
+    tokenizer,
+    rows,
+    system_prompt=None,
+    chain_of_thought=False,
+    max_new_tokens=None,
+    batch_size=16,
+    shots=None,
+    temperature=0.0,
+    top_p=1.0,
+    progress=False,
 ) -> list[str]:
-    """Greedy completions of each row's chat prompt, in row order."""
+    """Completions of each row's chat prompt, in row order; greedy unless `temperature` > 0.
+    `shots[i]` are the few-shot examples of row i."""
+    if tokenizer.chat_template is None:
+        raise UserError("generate mode needs a chat template and the tokenizer has none; use --mode loglik")
     max_new_tokens = max_new_tokens or (REASONING_TOKENS if chain_of_thought else LETTER_TOKENS)
+    shots = shots or [()] * len(rows)
     prompts = [
-        tokenizer.apply_chat_template(
-            chat_messages(row, system_prompt=system_prompt, chain_of_thought=chain_of_thought),
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        for row in rows
+        chat_prompt(tokenizer, row, row_shots, system_prompt, chain_of_thought)
+        for row, row_shots in zip(rows, shots, strict=True)
     ]
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
+    # Longest first: a batch of similar lengths wastes little on padding.
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    completions = [""] * len(prompts)
     was_training = model.training
     model.eval()
-    completions = []
-    for start in range(0, len(prompts), batch_size):
+    for start in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress):
+        indices = order[start : start + batch_size]
         # The template already holds BOS; left padding keeps every prompt's end at the same place.
         batch = tokenizer(
-            prompts[start : start + batch_size],
+            [prompts[i] for i in indices],
             add_special_tokens=False,
             padding=True,
             padding_side="left",
             return_tensors="pt",
         ).to(model.device)
         output = model.generate(
-            **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            **batch,
+            max_new_tokens=max_new_tokens,
+            do_sample=bool(sampling),
+            pad_token_id=tokenizer.pad_token_id,
+            **sampling,
         )
-        completions += tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        for i, text in zip(indices, texts, strict=True):
+            completions[i] = text
     model.train(was_training)
     return completions
 
 
 def score(rows, completions: list[str]) -> dict:
     """Accuracy, its 95% interval, the unparseable rate and the same by subject, with each prediction."""
-    by_subject = defaultdict(lambda: [0, 0])
     predictions = []
-    correct = unparseable = 0
     for row, completion in zip(rows, completions, strict=True):
         predicted = extract_answer(completion, letters_for(row), options=list(option_map(row).values()))
-        hit = predicted is not None and predicted == row["answer"]
-        correct += hit
-        unparseable += predicted is None
-        by_subject[row["subject"] or "all"][0] += hit
-        by_subject[row["subject"] or "all"][1] += 1
         predictions.append(
-            {"id": row["id"], "answer": row["answer"], "predicted": predicted, "completion": completion}
+            {
+                "id": row["id"],
+                "subject": row["subject"],
+                "answer": row["answer"],
+                "predicted": predicted,
+                "completion": completion,
+            }
         )
     n = len(predictions)
-    return {
-        "accuracy": correct / n if n else 0.0,
-        "n": n,
-        "ci95": list(wilson_interval(correct, n)),
-        "unparseable": unparseable / n if n else 0.0,
-        "subjects": {s: {"accuracy": c / t, "n": t} for s, (c, t) in sorted(by_subject.items())},
-        "predictions": predictions,
-    }
+    report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
+    unparseable = sum(p["predicted"] is None for p in predictions)
+    return {**report, "unparseable": unparseable / n if n else 0.0, "predictions": predictions}
 
 
 def evaluate_mcq(model, tokenizer, rows, **generation) -> dict:
@@ -91,12 +150,297 @@ def evaluate_mcq(model, tokenizer, rows, **generation) -> dict:
     return score(rows, generate_answers(model, tokenizer, rows, **generation))
 
 
+# ---------------------------------------------------------------------------
+# loglik: lm-evaluation-harness's multiple-choice scoring
+
+
+def max_context_length(model, tokenizer) -> int:
+    """The model's context length as lm-eval resolves it: the (text) config, then the tokenizer."""
+    config = getattr(model.config, "text_config", None) or model.config
+    for attribute in ("n_positions", "max_position_embeddings", "n_ctx"):
+        if getattr(config, attribute, None) is not None:
+            return int(getattr(config, attribute))
+    # Tokenizers without a limit report a huge sentinel (int(1e30)).
+    limit = getattr(tokenizer, "model_max_length", None)
+    return int(limit) if limit is not None and limit < 1e29 else DEFAULT_MAX_LENGTH
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    # The tokenizer's own special tokens (its BOS, if it adds one), unless the text starts with it already.
+    prefix_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    starts_with_prefix = prefix_id is not None and text.startswith(tokenizer.decode([prefix_id]))
+    return tokenizer.encode(text, add_special_tokens=not starts_with_prefix)
+
+
+def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Context and continuation tokens as lm-eval makes them: the context's trailing spaces move
+    to the continuation, and the continuation is what the joint encoding adds after the context's
+    own tokens, so that " A" is tokenized as it would be in running text."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = _encode(tokenizer, context + continuation)
+    context_ids = _encode(tokenizer, context)
+    return context_ids, whole[len(context_ids) :]
+
+
+@torch.no_grad()
+def continuation_logliks(
+    model, tokenizer, requests: list[tuple[str, str]], batch_size: int = 8, max_length=None, progress=False
+) -> list[tuple[float, bool]]:
+    """(sum of log-probabilities, is greedy) of each continuation after its context, as lm-eval's
+    HF model computes it: input truncated from the left to `max_length`, one forward pass per
+    distinct input (all one-token answers to a question share one), right padding, first argmax."""
+    max_length = max_length or max_context_length(model, tokenizer)
+    wanted = defaultdict(list)  # model input -> [(request index, continuation tokens)]
+    for index, (context, continuation) in enumerate(requests):
+        context_ids, continuation_ids = encode_pair(tokenizer, context, continuation)
+        tokens = (context_ids + continuation_ids)[-(max_length + 1) :][:-1]
+        wanted[tuple(tokens)].append((index, continuation_ids))
+    inputs = sorted(wanted, key=len, reverse=True)  # longest first, as lm-eval orders them
+    results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    for start in tqdm(range(0, len(inputs), batch_size), desc="scoring answers", disable=not progress):
+        batch = inputs[start : start + batch_size]
+        ids = torch.zeros(len(batch), len(batch[0]), dtype=torch.long)
+        for row, tokens in enumerate(batch):
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+        # No attention mask, as lm-eval: right padding never reaches the real tokens of a causal model.
+        logits = model(input_ids=ids.to(device), use_cache=False).logits
+        for row, tokens in enumerate(batch):
+            for index, continuation_ids in wanted[tokens]:
+                span = logits[row, len(tokens) - len(continuation_ids) : len(tokens)]
+                # lm-eval takes log-softmax in the logits' own dtype; so do we, to match it.
+                logprobs = torch.log_softmax(span, dim=-1)
+                target = torch.tensor(continuation_ids, device=device)
+                greedy = bool((logprobs.argmax(dim=-1) == target).all())
+                results[index] = (float(logprobs.gather(1, target[:, None]).sum()), greedy)
+    model.train(was_training)
+    return results
+
+
+def _first_argmax(values: list[float]) -> int:
+    return max(range(len(values)), key=values.__getitem__)
+
+
+def score_loglik(rows, choices: list[list[str]], results: list[list[tuple[float, bool]]]) -> dict:
+    """acc (highest log-likelihood) and acc_norm (highest per character of the answer string, as
+    lm-eval's acc_norm) overall and by subject, with each question's log-likelihoods."""
+    predictions = []
+    for row, row_choices, row_results in zip(rows, choices, results, strict=True):
+        logliks = [loglik for loglik, _ in row_results]
+        normalised = [loglik / len(choice) for loglik, choice in zip(logliks, row_choices, strict=True)]
+        predictions.append(
+            {
+                "id": row["id"],
+                "subject": row["subject"],
+                "answer": row["answer"],
+                "predicted": LETTERS[_first_argmax(logliks)],
+                "predicted_norm": LETTERS[_first_argmax(normalised)],
+                "logliks": logliks,
+                "is_greedy": [greedy for _, greedy in row_results],
+            }
+        )
+    report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
+    norm = by_subject(rows, [p["predicted_norm"] == p["answer"] for p in predictions])
+    for subject, result in report["subjects"].items():
+        result["acc_norm"] = norm["subjects"][subject]["accuracy"]
+    return {**report, "acc_norm": norm["accuracy"], "acc_norm_ci95": norm["ci95"], "predictions": predictions}
+
+
+# ---------------------------------------------------------------------------
+# Tasks
+
+
+def evaluate_task(
+    model,
+    tokenizer,
+    data,
+    mode: str = "loglik",
+    num_fewshot: int = 0,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    generation: dict | None = None,
+    progress: bool = False,
+) -> dict:
+    """Score one `eval_tasks.TaskData`; the report also records the source, mode and one full prompt."""
+    task, rows = data.task, data.rows
+    shots = [data.shots(row, num_fewshot) for row in rows]
+    if mode == "loglik":
+        contexts = [task.context(row, row_shots) for row, row_shots in zip(rows, shots, strict=True)]
+        choices = [task.choices(row) for row in rows]
+        requests = [(context, f" {choice}") for context, cs in zip(contexts, choices, strict=True) for choice in cs]
+        flat = continuation_logliks(model, tokenizer, requests, batch_size, max_length, progress)
+        grouped, start = [], 0
+        for cs in choices:
+            grouped.append(flat[start : start + len(cs)])
+            start += len(cs)
+        report = {**score_loglik(rows, choices, grouped), "example_continuations": [f" {c}" for c in choices[0]]}
+        example = contexts[0]
+    elif mode == "generate":
+        settings = {"batch_size": batch_size, **(generation or {})}
+        report = score(rows, generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
+        example = chat_prompt(
+            tokenizer,
+            rows[0],
+            shots[0],
+            settings.get("system_prompt"),
+            settings.get("chain_of_thought", False),
+        )
+    else:
+        raise UserError(f"mode '{mode}' is unknown; use loglik or generate")
+    return {**report, "mode": mode, "reference": task.reference, "source": data.source, "example_prompt": example}
+
+
+def evaluate_tasks(model, tokenizer, tasks: dict, **settings) -> dict[str, dict]:
+    """`evaluate_task` for each named TaskData, in order."""
+    return {name: evaluate_task(model, tokenizer, data, **settings) for name, data in tasks.items()}
+
+
+def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
+    """The scalars a trainer logs for each task: <prefix>_<task>_acc, and _acc_norm or _unparseable."""
+    metrics = {}
+    for name, report in reports.items():
+        metrics[f"{prefix}_{name}_acc"] = report["accuracy"]
+        for key in ("acc_norm", "unparseable"):
+            if key in report:
+                metrics[f"{prefix}_{name}_{key}"] = report[key]
+    return metrics
+
+
 def format_report(name: str, report: dict) -> str:
     lo, hi = report["ci95"]
-    lines = [
-        f"{name}: accuracy {report['accuracy']:.1%} (95% CI {lo:.1%}-{hi:.1%}) on {report['n']} questions, "
-        f"{report['unparseable']:.1%} unparseable"
-    ]
+    extra = f", {report['unparseable']:.1%} unparseable" if "unparseable" in report else ""
+    extra += f", acc_norm {report['acc_norm']:.1%}" if "acc_norm" in report else ""
+    lines = [f"{name}: accuracy {report['accuracy']:.1%} (95% CI {lo:.1%}-{hi:.1%}) on {report['n']} questions{extra}"]
     for subject, result in report["subjects"].items():
         lines.append(f"  {subject:<24} {result['accuracy']:6.1%}  n={result['n']}")
     return "\n".join(lines)
+
+
+def format_table(reports: dict[str, dict]) -> str:
+    """A markdown table: one line per task, then one per subject when a task has several."""
+    lines = [
+        "| task | mode | n | accuracy | 95% CI | acc_norm | unparseable |",
+        "|---|---|---:|---:|---|---:|---:|",
+    ]
+
+    def line(name: str, mode: str, result: dict) -> str:
+        lo, hi = result["ci95"]
+        norm = f"{result['acc_norm']:.1%}" if "acc_norm" in result else ""
+        unparseable = f"{result['unparseable']:.1%}" if "unparseable" in result else ""
+        return f"| {name} | {mode} | {result['n']} | {result['accuracy']:.1%} | {lo:.1%}-{hi:.1%} | {norm} | {unparseable} |"
+
+    for name, report in reports.items():
+        lines.append(line(name, report["mode"], report))
+        if len(report["subjects"]) > 1:
+            lines += [line(f"  {name} / {s}", report["mode"], r) for s, r in report["subjects"].items()]
+    return "\n".join(lines)
+
+
+def lm_eval_agreement(report: dict, samples: list[dict]) -> dict:
+    """How a loglik report agrees with lm-eval's logged samples (`--log_samples`) of the same
+    questions in the same order: identical predictions and the largest loglik difference."""
+    if len(samples) != len(report["predictions"]):
+        raise UserError(f"lm-eval logged {len(samples)} samples but the report has {len(report['predictions'])}")
+    identical, largest = 0, 0.0
+    for prediction, sample in zip(report["predictions"], sorted(samples, key=lambda s: s["doc_id"]), strict=True):
+        theirs = [float(response[0]) for response in sample["filtered_resps"]]
+        identical += LETTERS[_first_argmax(theirs)] == prediction["predicted"]
+        largest = max(largest, *(abs(a - b) for a, b in zip(theirs, prediction["logliks"], strict=True)))
+    n = len(samples)
+    theirs_acc = sum(float(s["acc"]) for s in samples) / n
+    return {"n": n, "identical_predictions": identical, "max_loglik_difference": largest, "lm_eval_acc": theirs_acc}
+
+
+# ---------------------------------------------------------------------------
+# The `medrecipes eval` command and recipes/evaluate.py
+
+
+def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=None):
+    """(model, tokenizer) as the recipes load them: Hub id, local folder or .gguf file."""
+    from trl import ModelConfig
+
+    from medrecipes.config import RecipeArguments
+    from medrecipes.models import load_model, load_tokenizer
+
+    if os.path.isfile(os.path.join(name_or_path, "adapter_config.json")):
+        raise UserError(
+            f"model: {name_or_path} is a LoRA adapter; fold it into its base first with "
+            f"`medrecipes merge-lora {name_or_path} OUT_DIR` and evaluate OUT_DIR"
+        )
+    tokenizer = load_tokenizer(name_or_path, revision)
+    model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype)
+    model = load_model(model_args, RecipeArguments(), tokenizer)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), tokenizer
+
+
+def _versions() -> dict:
+    import transformers
+
+    import medrecipes
+
+    return {
+        "medrecipes": medrecipes.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_evaluation(args) -> dict:
+    """Load the tasks and the model of `args` (config.EvalArguments), score every task, write
+    `args.output` when set, and return {"tasks": {name: report}, "settings": ..., ...}."""
+    from transformers import set_seed
+
+    from medrecipes.eval_tasks import load_task
+
+    started = time.time()
+    set_seed(args.seed)
+    tasks = {
+        name: load_task(
+            name,
+            data=args.data_by_task.get(name),
+            data_dir=args.data_dir,
+            limit=args.limit,
+            num_fewshot=args.num_fewshot,
+            fewshot_data=args.fewshot_by_task.get(name),
+        )
+        for name in args.tasks
+    }
+    model, tokenizer = load_for_evaluation(args.model_name_or_path, args.model_revision, args.dtype, args.device)
+    generation = {
+        "system_prompt": args.system_prompt,
+        "chain_of_thought": args.chain_of_thought,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+    }
+    reports = {}
+    for name, data in tasks.items():
+        logger.info("%s: %d questions from %s, %s mode", name, len(data.rows), data.source, args.mode)
+        reports[name] = evaluate_task(
+            model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True
+        )
+    settings = {
+        "model": args.model_name_or_path,
+        "mode": args.mode,
+        "num_fewshot": args.num_fewshot,
+        "limit": args.limit,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length or max_context_length(model, tokenizer),
+        "dtype": str(next(model.parameters()).dtype),
+        "device": str(next(model.parameters()).device),
+        "seed": args.seed,
+        **(generation if args.mode == "generate" else {}),
+    }
+    results = {"tasks": reports, "settings": settings, "versions": _versions(), "wall_time_s": time.time() - started}
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(results, f, indent=1)
+        logger.info("results written to %s", args.output)
+    return results

@@ -7,9 +7,10 @@ import datasets
 import transformers
 
 
-def setup_logging(training_args, recipe=None) -> logging.Logger:
-    """Configure logging for this process and log the fields the recipe derived."""
-    level = training_args.get_process_log_level()
+def setup_logging(training_args=None, recipe=None) -> logging.Logger:
+    """Configure logging for this process and log the fields the recipe derived; without
+    training arguments (evaluation): the project's lines only, the libraries' warnings."""
+    level = training_args.get_process_log_level() if training_args else logging.WARNING
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
@@ -17,7 +18,8 @@ def setup_logging(training_args, recipe=None) -> logging.Logger:
         level=level,
     )
     # The project's own lines (derived fields, model, resume, results) on the main process.
-    logging.getLogger("medrecipes").setLevel(logging.INFO if training_args.should_log else level)
+    main_process = training_args is None or training_args.should_log
+    logging.getLogger("medrecipes").setLevel(logging.INFO if main_process else level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     logger = logging.getLogger("medrecipes")

@@ -200,7 +200,8 @@ def _from_pubmedqa(row: Row, where: Where, **_: Any) -> Row:
     if decision not in PUBMEDQA_OPTIONS:
         raise UserError(f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; fix the row")
     contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
-    context = "\n\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
+    # One newline between the abstract's sections, as lm-evaluation-harness's pubmedqa prompt has it.
+    context = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
     answer = LETTERS[PUBMEDQA_OPTIONS.index(decision)]
     return _row(
         question,
@@ -369,9 +370,9 @@ def _load_path(path: Path, fmt: str, split: str | None) -> Dataset:
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
-def _load_hub(source: str, fmt: str, split: str | None) -> Dataset:
+def _load_hub(source: str, fmt: str, split: str | None, name: str | None = None) -> Dataset:
     try:
-        raw = load_dataset(source, split=split or "train")
+        raw = load_dataset(source, name, split=split or "train")
     except Exception as err:  # the Hub client raises many types for "cannot get this"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
@@ -397,15 +398,17 @@ def load_mcq(
     format: str = "auto",
     split: str | None = None,
     subjects: list[str] | None = None,
+    config: str | None = None,
 ) -> Dataset:
     """Load MCQ data from a file, a directory or a Hub id into the normalised schema.
 
     `format` is "auto" (detected per file from its first row) or one of `FORMATS`; every
     row is validated against it. For a directory with dev/ val/ test/ folders (MMLU style)
     `split` picks the folder, default "test"; for a Hub id it picks the split, default
-    "train"; a single file ignores it. `subjects` keeps only rows of those subjects.
+    "train", and `config` picks the Hub configuration (e.g. an MMLU subject); a single file
+    ignores both. `subjects` keeps only rows of those subjects.
     """
-    # Imported here: medrecipes.data's recipe builders import this module.
+    # Imported here: medrecipes.data imports this module, so a top-level import would be circular.
     from medrecipes.data.sources import looks_local
 
     if format != "auto" and format not in _FORMATS:
@@ -421,7 +424,7 @@ def load_mcq(
     elif looks_local(name):
         raise UserError(f"{name}: no such file or directory; check the path")
     else:
-        ds = _load_hub(name, format, split)
+        ds = _load_hub(name, format, split, config)
     return _filter_subjects(ds, subjects, name) if subjects else ds
 
 
@@ -429,14 +432,15 @@ def load_mcq(
 # Prompts and targets
 
 
-def _options_block(row: Row) -> str:
+def options_block(row: Row) -> str:
+    """The options as lines "A. text", in letter order."""
     return "\n".join(f"{letter}. {text}" for letter, text in option_map(row).items())
 
 
 def completion_prompt(row: Row) -> str:
     """The lm-evaluation-harness medqa_4options prompt, scored on " A", " B", ... after it."""
     context = f"Context: {row['context']}\n" if row.get("context") else ""
-    return f"{context}Question: {row['question']}\n{_options_block(row)}\nAnswer:"
+    return f"{context}Question: {row['question']}\n{options_block(row)}\nAnswer:"
 
 
 def _instruction(row: Row, chain_of_thought: bool) -> str:
@@ -453,7 +457,7 @@ def chat_messages(row: Row, system_prompt: str | None = None, chain_of_thought: 
     """Chat messages asking the question: an optional system turn and one user turn."""
     context = f"Context: {row['context']}\n\n" if row.get("context") else ""
     instruction = _instruction(row, chain_of_thought)
-    user = f"{context}{row['question']}\n\n{_options_block(row)}\n\n{instruction}"
+    user = f"{context}{row['question']}\n\n{options_block(row)}\n\n{instruction}"
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return messages + [{"role": "user", "content": user}]
 

@@ -1,0 +1,86 @@
+"""Benchmark accuracy during training: a recipe's `eval_tasks` scored at every evaluation.
+
+Any trainer of the recipes (HF Trainer, SFTTrainer, GRPOTrainer) takes it in one line:
+
+    add_task_evaluation(trainer, recipe)
+
+At each evaluation it scores the tasks (`eval_tasks_mode`: loglik as lm-evaluation-harness
+does, or generate) on at most `eval_tasks_limit` questions each, adds `eval_<task>_acc` (and
+`eval_<task>_acc_norm` or `eval_<task>_unparseable`) to the evaluation's metrics, so that
+`metric_for_best_model` can name them, logs them through the trainer (trainer_state.json,
+TensorBoard), and writes the full reports to output_dir/eval_tasks/step-<N>.json.
+"""
+
+import json
+import logging
+import os
+
+from transformers import TrainerCallback
+
+from medrecipes.eval_tasks import TASKS, eval_set_task, load_task
+from medrecipes.evaluation import evaluate_tasks, format_report, task_metrics
+
+logger = logging.getLogger(__name__)
+
+
+class TaskEvaluationCallback(TrainerCallback):
+    """Scores `tasks` ({name: eval_tasks.TaskData}) with the trainer's model at each evaluation.
+
+    It holds the trainer because a callback cannot log by itself: `trainer.log` is what records
+    a value in the state and sends it to TensorBoard. Every process scores every question: the
+    sets are small, and a model sharded by ZeRO-3 or FSDP needs all processes in each forward.
+    """
+
+    def __init__(self, trainer, tasks: dict, mode: str = "loglik", generation: dict | None = None):
+        self.trainer = trainer
+        self.tasks = tasks
+        self.mode = mode
+        self.generation = generation or {}
+        self.reports: dict[str, dict] = {}
+
+    def _first_of_this_evaluation(self, metrics: dict) -> bool:
+        # With several eval sets the trainer evaluates (and calls on_evaluate) once per set.
+        eval_dataset = self.trainer.eval_dataset
+        if not isinstance(eval_dataset, dict):
+            return True
+        return f"eval_{next(iter(eval_dataset))}_runtime" in metrics
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics is None or not self._first_of_this_evaluation(metrics):
+            return
+        self.reports = evaluate_tasks(
+            self.trainer.model,
+            self.trainer.processing_class,
+            self.tasks,
+            mode=self.mode,
+            batch_size=args.per_device_eval_batch_size,
+            generation=self.generation,
+            progress=state.is_world_process_zero,
+        )
+        scores = task_metrics(self.reports)
+        metrics.update(scores)  # the dict the trainer ranks checkpoints by
+        self.trainer.log(dict(scores))
+        if state.is_world_process_zero:
+            for name, report in self.reports.items():
+                logger.info("step %d: %s", state.global_step, format_report(name, report))
+            folder = os.path.join(args.output_dir, "eval_tasks")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"step-{state.global_step}.json"), "w") as f:
+                json.dump({"step": state.global_step, "tasks": self.reports}, f, indent=1)
+
+
+def add_task_evaluation(trainer, recipe) -> TaskEvaluationCallback | None:
+    """Load the recipe's `eval_tasks` now (a missing file fails before training) and add the
+    callback that scores them to `trainer`; nothing when the recipe names no tasks."""
+    if not recipe.eval_tasks:
+        return None
+    tasks = {
+        name: load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit)
+        if name in TASKS
+        else eval_set_task(name, recipe.eval_sources[name], recipe.eval_tasks_limit)
+        for name in recipe.eval_tasks
+    }
+    generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
+    callback = TaskEvaluationCallback(trainer, tasks, recipe.eval_tasks_mode, generation)
+    trainer.add_callback(callback)
+    return callback

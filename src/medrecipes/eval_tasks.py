@@ -1,0 +1,242 @@
+"""The benchmarks that `medrecipes eval` and the training-time evaluation know, in one registry.
+
+Each task says where its questions come from (a Hub id, or a path under a local data folder
+laid out like ../shared/data) and how lm-evaluation-harness 0.4 prompts it for log-likelihood
+scoring: the text of its `doc_to_text`, the answer strings of its `doc_to_choice` (scored
+after one space), MMLU's description line, and few-shot examples taken in order from the
+few-shot split (lm-eval's `first_n` sampler, which its MMLU tasks use). A name that is not in
+the registry but comes with its own questions (`--data NAME=FILE`, or a recipe's
+`format: usmle` eval set) is prompted like MedQA.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from medrecipes.data.sources import load_mcq_source, looks_local
+from medrecipes.errors import UserError, did_you_mean
+from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block
+
+MMLU_MEDICAL = (
+    "anatomy",
+    "clinical_knowledge",
+    "college_biology",
+    "college_medicine",
+    "medical_genetics",
+    "professional_medicine",
+)
+
+
+def _medmcqa_prompt(row: Row) -> str:
+    return f"Question: {row['question']}\nChoices:\n{options_block(row)}\nAnswer:"
+
+
+def _pubmedqa_prompt(row: Row) -> str:
+    return f"Abstract: {row['context']}\nQuestion: {row['question']}\nAnswer:"
+
+
+def _mmlu_prompt(row: Row) -> str:
+    return f"{row['question']}\n{options_block(row)}\nAnswer:"
+
+
+def _mmlu_description(subject: str) -> str:
+    return f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    reference: str  # the lm-evaluation-harness task whose prompt and scoring it reproduces
+    prompt: Callable[[Row], str] = completion_prompt
+    local: str | None = None  # a file, or an MMLU-style folder with dev/ val/ test/, under --data_dir
+    hub: str | None = None
+    hub_configs: tuple[str | None, ...] = (None,)
+    split: str = "test"  # the Hub split, or the MMLU-style folder, of the questions
+    fewshot_split: str | None = None  # where few-shot examples come from, in the same source
+    score_option_text: bool = False  # PubMedQA scores " yes"/" no"/" maybe", not letters
+    subjects: tuple[str, ...] = ()  # keep these subjects only; few-shot examples match the subject
+    description: Callable[[str], str] | None = None
+
+    def choices(self, row: Row) -> list[str]:
+        """The strings whose log-likelihood is scored after the prompt (lm-eval's doc_to_choice)."""
+        return list(row["options"]) if self.score_option_text else list(letters_for(row))
+
+    def context(self, row: Row, shots: list[Row]) -> str:
+        """The text before the answer: description, few-shot examples with their answers, the prompt."""
+        description = self.description(row["subject"]) if self.description else ""
+        examples = "".join(f"{self.prompt(s)} {self.choices(s)[LETTERS.index(s['answer'])]}\n\n" for s in shots)
+        return description + examples + self.prompt(row)
+
+
+TASKS = {
+    task.name: task
+    for task in [
+        Task(
+            "medqa_4opt",
+            "medqa_4options",
+            local="medqa/medqa_us_4opt_test.jsonl",
+            hub="GBaker/MedQA-USMLE-4-options-hf",
+            fewshot_split="train",
+        ),
+        Task(
+            "medqa_5opt",
+            "medqa_4options with a fifth option E",
+            local="medqa/medqa_us_5opt_test.jsonl",
+        ),
+        Task(
+            "medmcqa",
+            "medmcqa",
+            prompt=_medmcqa_prompt,
+            local="medmcqa/dev.json",
+            hub="openlifescienceai/medmcqa",
+            split="validation",
+            fewshot_split="train",
+        ),
+        Task(
+            "pubmedqa",
+            "pubmedqa",
+            prompt=_pubmedqa_prompt,
+            local="pubmedqa/ori_pqal.json",
+            hub="qiaojin/PubMedQA",
+            hub_configs=("pqa_labeled",),
+            split="train",
+            score_option_text=True,
+        ),
+        Task(
+            "mmlu_medical",
+            "mmlu_anatomy, mmlu_clinical_knowledge, ... (the six medical MMLU subjects)",
+            prompt=_mmlu_prompt,
+            local="mmlu_medical",
+            hub="cais/mmlu",
+            hub_configs=MMLU_MEDICAL,
+            fewshot_split="dev",
+            subjects=MMLU_MEDICAL,
+            description=_mmlu_description,
+        ),
+    ]
+}
+
+
+def check_task_names(names: list[str], own_data: list[str], where: str) -> None:
+    """Every name is a registry task or one of `own_data` (names that come with their questions)."""
+    known = [*TASKS, *own_data]
+    for name in names:
+        if name not in known:
+            raise UserError(
+                f"{where}: unknown task '{name}'{did_you_mean(name, known)}; "
+                f"tasks: {', '.join(TASKS)}, or give a name its own questions with --data NAME=FILE"
+            )
+
+
+def task_for(name: str) -> Task:
+    """The registry task, or a MedQA-prompted task for a name that brings its own questions."""
+    return TASKS.get(name) or Task(name, "medqa_4options")
+
+
+@dataclass
+class TaskData:
+    """A task's questions in the normalised MCQ schema and the few-shot examples for each."""
+
+    task: Task
+    rows: list[Row]
+    source: str
+    fewshot: list[Row]
+
+    def shots(self, row: Row, k: int) -> list[Row]:
+        pool = [r for r in self.fewshot if r["subject"] == row["subject"]] if self.task.subjects else self.fewshot
+        return pool[:k]
+
+
+def _source(task: Task, data: str | None, data_dir: str | None) -> str:
+    if data:
+        return data
+    if data_dir and task.local:
+        path = Path(data_dir) / task.local
+        if not path.exists():
+            raise UserError(
+                f"{task.name}: no {path} under --data_dir {data_dir}; put the file there or pass --data {task.name}=FILE"
+            )
+        return str(path)
+    if task.hub:
+        return task.hub
+    raise UserError(f"{task.name}: has no Hub copy; pass --data_dir (with {task.local}) or --data {task.name}=FILE")
+
+
+def _load(task: Task, source: str, split: str | None) -> list[Row]:
+    subjects = list(task.subjects) or None
+    if looks_local(source) or Path(source).exists():
+        return load_mcq(source, split=split, subjects=subjects).to_list()
+    configs = task.hub_configs if source == task.hub else (None,)
+    return [row for config in configs for row in load_mcq(source, split=split, subjects=subjects, config=config)]
+
+
+def _first_per_subject(rows: list[Row], limit: int | None, per_subject: bool) -> list[Row]:
+    if limit is None:
+        return rows
+    if not per_subject:
+        return rows[:limit]
+    # lm-eval's --limit applies to each MMLU subject task on its own.
+    seen: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        seen[row["subject"]] = seen.get(row["subject"], 0) + 1
+        if seen[row["subject"]] <= limit:
+            kept.append(row)
+    return kept
+
+
+def load_task(
+    name: str,
+    data: str | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    num_fewshot: int = 0,
+    fewshot_data: str | None = None,
+) -> TaskData:
+    """The questions of task `name`, from `data` (a file, folder or Hub id), else from
+    `data_dir` (the ../shared/data layout), else from the Hub; the first `limit` of them (per
+    subject for MMLU), and `num_fewshot` examples each from `fewshot_data` or the task's dev split."""
+    task = task_for(name)
+    if data is None and name not in TASKS:
+        raise UserError(f"{name}: not a known task; pass its questions with --data {name}=FILE")
+    source = _source(task, data, data_dir)
+    loaded = _task_data(task, _load(task, source, task.split), source, limit)
+    if num_fewshot > 0:
+        loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data))
+        short = next((r for r in loaded.rows if len(loaded.shots(r, num_fewshot)) < num_fewshot), None)
+        if short is not None:
+            raise UserError(
+                f"{name}: fewer than {num_fewshot} few-shot examples"
+                + (f" for subject '{short['subject']}'" if task.subjects else "")
+                + f" in {fewshot_data or source}; lower --num_fewshot"
+            )
+    return loaded
+
+
+def _task_data(task: Task, rows: list[Row], source: str, limit: int | None) -> TaskData:
+    rows = _first_per_subject(rows, limit, bool(task.subjects))
+    if not rows:
+        raise UserError(f"{task.name}: {source} holds no questions; check the file")
+    missing = next((r for r in rows if not r["answer"]), None)
+    if missing is not None:
+        raise UserError(
+            f"{task.name}: question '{missing['id']}' in {source} has no gold answer; use a labelled split"
+        )
+    return TaskData(task, rows, source, [])
+
+
+def eval_set_task(name: str, source, limit: int | None = None) -> TaskData:
+    """A recipe's `format: usmle` eval set (a config.SourceConfig) as a MedQA-prompted task."""
+    return _task_data(task_for(name), load_mcq_source(source).to_list(), str(source.data_files or source.path), limit)
+
+
+def _fewshot_source(task: Task, source: str, fewshot_data: str | None) -> tuple[str, str | None]:
+    if fewshot_data:
+        return fewshot_data, None
+    # The few-shot split of the same Hub dataset or MMLU-style folder; never the test file itself.
+    local = looks_local(source) or Path(source).exists()
+    if task.fewshot_split and (not local or (Path(source) / task.fewshot_split).is_dir()):
+        return source, task.fewshot_split
+    raise UserError(
+        f"{task.name}: {source} has no few-shot split; pass --fewshot_data {task.name}=FILE or --num_fewshot 0"
+    )

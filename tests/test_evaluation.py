@@ -1,0 +1,256 @@
+"""medrecipes.evaluation and `medrecipes eval`: loglik scoring as lm-evaluation-harness does it,
+generate mode on a model with known answers, subjects, the command, real benchmark files."""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+from conftest import ROOT, SHARED_DATA
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from medrecipes import cli
+from medrecipes.config import parse_eval_args, parse_recipe
+from medrecipes.errors import UserError
+from medrecipes.eval_tasks import TASKS, load_task
+from medrecipes.evaluation import (
+    by_subject,
+    chat_prompt,
+    continuation_logliks,
+    evaluate_task,
+    format_table,
+    generate_answers,
+    score,
+    wilson_interval,
+)
+
+needs_shared_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"real benchmark files not present at {SHARED_DATA}"
+)
+
+
+def mcq(id, question, options, answer, subject="", context=""):
+    return {
+        "id": id,
+        "question": question,
+        "options": options,
+        "answer": answer,
+        "subject": subject,
+        "explanation": "",
+        "context": context,
+    }
+
+
+ROWS = [
+    mcq("q1", "Which organ pumps blood?", ["Heart", "Lung", "Liver", "Kidney"], "A", "cardiology"),
+    mcq("q2", "Which drug lowers cholesterol?", ["Aspirin", "Statin", "Insulin", "Heparin"], "B", "pharmacology"),
+    mcq("q3", "Which organ filters blood?", ["Heart", "Lung", "Kidney", "Skin"], "C", "nephrology"),
+    mcq(
+        "q4", "Which vessel carries blood from the heart?", ["Vein", "Capillary", "Lymph", "Artery"], "D", "cardiology"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return AutoModelForCausalLM.from_pretrained(tiny_model).eval(), AutoTokenizer.from_pretrained(tiny_model)
+
+
+def write_jsonl_rows(rows, folder):
+    path = folder / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def by_hand(model, tokenizer, context: str, answer: str, max_length: int = 2048) -> float:
+    """log P(answer | context) from the model's logits: the joint encoding split at the context."""
+    context_ids = tokenizer.encode(context)
+    answer_ids = tokenizer.encode(context + answer)[len(context_ids) :]
+    tokens = (context_ids + answer_ids)[-(max_length + 1) :]
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens[:-1]])).logits[0]
+    total = 0.0
+    for offset, token in enumerate(answer_ids):
+        position = len(tokens) - 1 - len(answer_ids) + offset
+        row = logits[position].double()
+        total += float(row[token] - torch.logsumexp(row, dim=0))
+    return total
+
+
+def test_loglik_equals_the_hand_computed_log_probability(tiny):
+    model, tokenizer = tiny
+    task = TASKS["medqa_4opt"]
+    context = task.context(ROWS[0], [])
+    assert context == "Question: Which organ pumps blood?\nA. Heart\nB. Lung\nC. Liver\nD. Kidney\nAnswer:"
+    requests = [(context, " A"), (context, " B"), (context, " Heart failure"), ("Question: x  ", "y")]
+    got = continuation_logliks(model, tokenizer, requests, batch_size=3)
+    for (ctx, answer), (loglik, _) in zip(requests[:3], got, strict=False):
+        assert loglik == pytest.approx(by_hand(model, tokenizer, ctx, answer), abs=1e-4)
+    # Trailing spaces of the context belong to the continuation, as in lm-eval.
+    assert got[3][0] == pytest.approx(by_hand(model, tokenizer, "Question: x", "  y"), abs=1e-4)
+    # Too long for the model: the input loses tokens on the left.
+    (short, _), (full, _) = continuation_logliks(model, tokenizer, [(context, " C")], max_length=8)[0], got[0]
+    assert short == pytest.approx(by_hand(model, tokenizer, context, " C", max_length=8), abs=1e-4)
+    assert short != pytest.approx(full)
+
+
+def test_loglik_report_takes_the_best_answer_and_normalises_by_length(tiny, tmp_path):
+    model, tokenizer = tiny
+    pubmed = [mcq("p1", "Does aspirin prevent stroke?", ["yes", "no", "maybe"], "A", context="A trial. It worked.")]
+    data = load_task("pubmedqa", data=str(write_jsonl_rows(pubmed, tmp_path)))
+    report = evaluate_task(model, tokenizer, data)
+    context = "Abstract: A trial. It worked.\nQuestion: Does aspirin prevent stroke?\nAnswer:"
+    expected = [by_hand(model, tokenizer, context, f" {word}") for word in ("yes", "no", "maybe")]
+    prediction = report["predictions"][0]
+    assert prediction["logliks"] == pytest.approx(expected, abs=1e-4)
+    best = max(range(3), key=lambda i: expected[i])
+    best_per_char = max(range(3), key=lambda i: expected[i] / len(("yes", "no", "maybe")[i]))
+    assert prediction["predicted"] == "ABC"[best] and prediction["predicted_norm"] == "ABC"[best_per_char]
+    assert report["accuracy"] == (best == 0) and report["acc_norm"] == (best_per_char == 0)
+
+
+def test_subject_breakdown():
+    rows = [ROWS[0], ROWS[1], ROWS[3], {**ROWS[2], "subject": ""}]
+    report = by_subject(rows, [True, False, False, True])
+    assert report["accuracy"] == 0.5 and report["n"] == 4
+    assert report["ci95"] == list(wilson_interval(2, 4))
+    assert report["subjects"]["cardiology"] == {"accuracy": 0.5, "n": 2, "ci95": list(wilson_interval(1, 2))}
+    assert report["subjects"]["pharmacology"]["accuracy"] == 0.0 and report["subjects"]["all"]["n"] == 1
+    lo, hi = wilson_interval(2, 4)
+    assert lo < 0.5 < hi and math.isclose(lo + hi, 1.0)  # symmetric at p = 0.5
+
+
+def train_to_answer(model, tokenizer, rows, answers, max_steps=400):
+    """Fine-tune `model` until it gives `answers` (its chat turns) to `rows`; loss on the answers only."""
+    pairs = []
+    for row, answer in zip(rows, answers, strict=True):
+        prompt = tokenizer(chat_prompt(tokenizer, row), add_special_tokens=False).input_ids
+        target = tokenizer(answer + "<|im_end|>", add_special_tokens=False).input_ids
+        pairs.append((prompt, target))
+    width = max(len(p) + len(t) for p, t in pairs)
+    ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+    labels = torch.full((len(pairs), width), -100)
+    for i, (prompt, target) in enumerate(pairs):
+        ids[i, : len(prompt) + len(target)] = torch.tensor(prompt + target)
+        labels[i, len(prompt) : len(prompt) + len(target)] = torch.tensor(target)
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-2)
+    model.train()
+    for _ in range(max_steps):
+        loss = model(input_ids=ids, labels=labels).loss
+        if loss.item() < 0.02:
+            break
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    return loss.item()
+
+
+def test_generate_mode_reads_the_answers_the_model_gives(tiny_model):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    answers = ["A. Heart", "The answer is (B).", "D", "Unsure."]
+    assert train_to_answer(model, tokenizer, ROWS, answers) < 0.02
+    completions = generate_answers(model, tokenizer, ROWS, batch_size=3)
+    assert completions == answers
+    report = score(ROWS, completions)
+    assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "D", None]
+    assert report["accuracy"] == 0.5 and report["unparseable"] == 0.25
+    assert report["subjects"]["cardiology"]["accuracy"] == 0.5  # q1 right, q4 unparseable
+
+
+def test_chat_prompt_puts_few_shot_examples_before_the_question(tiny):
+    _, tokenizer = tiny
+    prompt = chat_prompt(tokenizer, ROWS[1], shots=[ROWS[0]], system_prompt="Be brief.")
+    assert prompt.index("Be brief.") < prompt.index("pumps blood") < prompt.index("A. Heart<|im_end|>")
+    assert prompt.index("A. Heart<|im_end|>") < prompt.index("lowers cholesterol")
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_eval_command_writes_reports_and_prints_the_table(tiny_model, tmp_path, capsys):
+    data = write_jsonl_rows(ROWS, tmp_path)
+    output = tmp_path / "out" / "results.json"
+    cli.main(["eval", "--model", tiny_model, "--tasks", "mine", "--data", f"mine={data}", "--output", str(output)])
+    table = capsys.readouterr().out
+    assert "| mine | loglik | 4 |" in table and "|   mine / cardiology | loglik | 2 |" in table
+    results = json.loads(output.read_text())
+    report = results["tasks"]["mine"]
+    assert report["n"] == 4 and len(report["predictions"]) == 4 and report["source"] == str(data)
+    assert report["example_prompt"].startswith("Question: Which organ pumps blood?\nA. Heart")
+    assert results["settings"]["mode"] == "loglik" and results["settings"]["model"] == tiny_model
+    assert table.strip() == format_table(results["tasks"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tasks", "medqa_4op"], "unknown task 'medqa_4op' (did you mean 'medqa_4opt'"),
+        (["--tasks", "medqa_5opt"], "medqa_5opt: has no Hub copy; pass --data_dir"),
+        (["--tasks", "medqa_4opt,mmlu_medical", "--data", "x.jsonl"], "--data x.jsonl: name the task"),
+        (["--tasks", "medqa_4opt", "--data_dir", "/nonexistent"], "no /nonexistent/medqa/medqa_us_4opt_test.jsonl"),
+        (["--mode", "generat"], "mode 'generat' is unknown (did you mean 'generate'?)"),
+        (["--tasks", "mine", "--data", "mine=data/usmle_sample/test.jsonl", "--num_fewshot", "1"], "no few-shot"),
+    ],
+)
+def test_eval_command_errors_are_one_line(tiny_model, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["eval", "--model", tiny_model, *argv])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@needs_shared_data
+def test_real_benchmark_files_load_with_their_subjects_and_few_shot_examples(tiny):
+    model, tokenizer = tiny
+    medqa = load_task("medqa_4opt", data_dir=str(SHARED_DATA))
+    assert len(medqa.rows) == 1273 and {r["subject"] for r in medqa.rows} == {"step1", "step2&3"}
+    assert [r["answer"] for r in medqa.rows].count("A") == 353  # the README's gold letter counts
+    five = load_task("medqa_5opt", data_dir=str(SHARED_DATA), limit=2)
+    assert [len(r["options"]) for r in five.rows] == [5, 5]
+    mmlu = load_task("mmlu_medical", data_dir=str(SHARED_DATA), limit=2, num_fewshot=5)
+    assert len(mmlu.rows) == 12 and sorted({r["subject"] for r in mmlu.rows}) == sorted(TASKS["mmlu_medical"].subjects)
+    anatomy = mmlu.rows[0]
+    shots = mmlu.shots(anatomy, 5)
+    assert [s["subject"] for s in shots] == ["anatomy"] * 5
+    context = mmlu.task.context(anatomy, shots)
+    assert context.startswith("The following are multiple choice questions (with answers) about anatomy.\n\n")
+    assert context.count("\nAnswer: ") == 5 and context.endswith("\nAnswer:")
+    report = evaluate_task(model, tokenizer, five)
+    assert all(len(p["logliks"]) == 5 for p in report["predictions"])
+
+
+def test_eval_yaml_and_flags_parse_into_one_set_of_arguments():
+    args = parse_eval_args(
+        [str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "loglik", "--tasks", "usmle_test,pubmedqa"]
+    )
+    assert args.tasks == ["usmle_test", "pubmedqa"] and args.mode == "loglik"
+    assert args.data_by_task == {"usmle_test": "data/usmle_sample/test.jsonl"}
+    assert args.system_prompt.startswith("You are a careful medical expert")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--eval_tasks", "medqa_4op"], "eval_tasks: unknown task 'medqa_4op' (did you mean 'medqa_4opt'"),
+        (["--eval_tasks", "usmle", "--eval_tasks_mode", "gen"], "eval_tasks_mode 'gen' is unknown"),
+        (
+            ["--eval_tasks", "usmle", "--eval_strategy", "no", "--load_best_model_at_end", "false"],
+            "eval_strategy is 'no'",
+        ),
+    ],
+)
+def test_recipe_eval_tasks_are_checked_when_the_recipe_is_read(overrides, message):
+    with pytest.raises(UserError, match=re.escape("'usmle_test' is an eval set this recipe already scores")):
+        parse_recipe("sft", [str(ROOT / "recipes/tiny_sft.yaml"), "--eval_tasks", "usmle_test"])
+    grpo = [str(ROOT / "recipes/tiny_grpo.yaml"), "--eval_tasks", "usmle_test"]
+    with pytest.raises(UserError, match=re.escape("'usmle_test' is an eval set this recipe already scores")):
+        parse_recipe("grpo", grpo)  # chat prompts: greedy accuracy already logged
+    recipe, _, _ = parse_recipe("grpo", [*grpo, "--prompt_format", "plain", "--system_prompt", ""])
+    assert recipe.eval_tasks == ["usmle_test"]
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), *overrides])
+    recipe, _, _ = parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), "--eval_tasks", "usmle,medqa_4opt"])
+    assert recipe.eval_tasks == ["usmle", "medqa_4opt"] and recipe.eval_tasks_mode == "loglik"
