@@ -71,6 +71,7 @@ REFERENCE_GPU = "h100-80gb"
 # Recipe keys set for every measured run: no evaluation, saving or logging inside the window.
 PLUMBING = {
     "eval_strategy": "no",
+    "eval_tasks": "",
     "eval_on_start": "false",
     "save_strategy": "no",
     "load_best_model_at_end": "false",

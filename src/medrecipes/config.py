@@ -606,9 +606,9 @@ def _resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> No
 
 
 def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+    recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
         return
-    recipe.eval_tasks = split_names(recipe.eval_tasks)
     from medrecipes.eval_tasks import check_task_names
     from medrecipes.evaluation import MODES
 
