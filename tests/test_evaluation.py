@@ -227,7 +227,7 @@ def test_eval_yaml_and_flags_parse_into_one_set_of_arguments():
         [str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "loglik", "--tasks", "usmle_test,pubmedqa"]
     )
     assert args.tasks == ["usmle_test", "pubmedqa"] and args.mode == "loglik"
-    assert args.data_by_task == {"usmle_test": "data/usmle_sample/test.jsonl"}
+    assert args.data_by_task["usmle_test"] == "data/usmle_sample/test.jsonl"
     assert args.system_prompt.startswith("You are a careful medical expert")
 
 
