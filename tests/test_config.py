@@ -1,14 +1,15 @@
 """Tests for recipe parsing: YAML and overrides, strict keys, the token budget and the CLI's validate."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, run
+from conftest import PYTHON, ROOT, run
 
 from medrecipes import cli
-from medrecipes.config import parse_recipe, resolve_token_budget
+from medrecipes.config import parse_eval_args, parse_recipe, resolve_token_budget
 from medrecipes.errors import UserError
 
 BASE = {"model_name_or_path": "some/model", "use_cpu": True, "report_to": "none"}
@@ -364,3 +365,26 @@ def test_validate_as_a_command(tmp_path):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error:")
     assert path in lines[0]
+
+
+def _recipe_table() -> dict[str, str]:
+    """{recipe YAML: the script that runs it} from the table in recipes/README.md."""
+    scripts = {}
+    for line in (ROOT / "recipes" / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:3]] if line.startswith("| `") else []
+        if cells:
+            names, runners = (re.findall(r"`([^`]+)`", cell) for cell in cells)
+            scripts.update(zip(names, runners * len(names) if len(runners) == 1 else runners, strict=True))
+    return scripts
+
+
+def test_every_shipped_recipe_is_documented_and_parses_for_its_script():
+    scripts = _recipe_table()
+    shipped = sorted(path.name for path in (ROOT / "recipes").glob("*.yaml"))
+    assert sorted(scripts) == shipped  # recipes/README.md lists every recipe, and no other
+    for name, script in scripts.items():
+        path = str(ROOT / "recipes" / name)
+        if script == "evaluate.py":
+            assert parse_eval_args([path]).model_name_or_path
+        else:
+            parse_recipe(script.removesuffix(".py"), [path])
