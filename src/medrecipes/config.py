@@ -20,7 +20,7 @@ import yaml
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, check_choice, did_you_mean
 
 
 @dataclass
@@ -362,10 +362,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     where = path or "command line"
     check_task_names(args.tasks, list(args.data_by_task), where)
     check_task_names(list(args.fewshot_by_task), args.tasks, where)
-    if args.mode not in MODES:
-        raise UserError(
-            f"{where}: mode '{args.mode}' is unknown{did_you_mean(args.mode, MODES)}; use loglik or generate"
-        )
+    check_choice(args.mode, MODES, f"{where}: mode")
     for key in ("limit", "batch_size"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
@@ -464,11 +461,7 @@ def build_dataclass(cls, data: Any, where: str):
 
 def _build_source(data: Any, where: str) -> SourceConfig:
     source = build_dataclass(SourceConfig, data, where)
-    if source.format not in SOURCE_FORMATS:
-        raise UserError(
-            f"{where}: format '{source.format}' is unknown{did_you_mean(source.format, SOURCE_FORMATS)}; "
-            f"use {', '.join(SOURCE_FORMATS)}"
-        )
+    check_choice(source.format, SOURCE_FORMATS, f"{where}: format")
     if source.weight <= 0:
         raise UserError(f"{where}: weight must be positive, got {source.weight}")
     return source
@@ -485,11 +478,7 @@ def _resolve_data(recipe: RecipeArguments, path: str) -> None:
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
         if recipe.mixture.stopping_strategy not in ("all_exhausted", "first_exhausted"):
             raise UserError(f"{where}: stopping_strategy must be all_exhausted or first_exhausted")
-        if recipe.mixture.weight_unit not in WEIGHT_UNITS:
-            raise UserError(
-                f"{where}: weight_unit '{recipe.mixture.weight_unit}' is unknown"
-                f"{did_you_mean(recipe.mixture.weight_unit, WEIGHT_UNITS)}; use documents or tokens"
-            )
+        check_choice(recipe.mixture.weight_unit, WEIGHT_UNITS, f"{where}: weight_unit")
         if recipe.mixture.shuffle_buffer < 0:
             raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
     for name, source in (recipe.eval_sets or {}).items():
@@ -569,11 +558,7 @@ NONFINITE_POLICIES = ("skip", "stop")
 
 
 def _check_long_run_settings(recipe: RecipeArguments, path: str) -> None:
-    if recipe.nonfinite_policy not in NONFINITE_POLICIES:
-        raise UserError(
-            f"{path}: nonfinite_policy '{recipe.nonfinite_policy}' is unknown"
-            f"{did_you_mean(recipe.nonfinite_policy, NONFINITE_POLICIES)}; use skip or stop"
-        )
+    check_choice(recipe.nonfinite_policy, NONFINITE_POLICIES, f"{path}: nonfinite_policy")
     if recipe.max_nonfinite_skips < 0:
         raise UserError(f"{path}: max_nonfinite_skips must be 0 or more")
     if recipe.preemption_grace_seconds <= 0:
@@ -589,11 +574,7 @@ def _resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> No
     budget = {"total_tokens", "global_batch_tokens", "warmup_tokens"}
     if any(getattr(recipe, key) is not None for key in budget):
         raise UserError(f"{path}: token budgets are for pretraining; count GRPO batches with prompts_per_step")
-    if args.prompt_format not in PROMPT_FORMATS:
-        raise UserError(
-            f"{path}: prompt_format '{args.prompt_format}' is unknown{did_you_mean(args.prompt_format, PROMPT_FORMATS)}; "
-            f"use {' or '.join(PROMPT_FORMATS)}"
-        )
+    check_choice(args.prompt_format, PROMPT_FORMATS, f"{path}: prompt_format")
     if args.prompt_format == "plain" and (recipe.system_prompt or recipe.chain_of_thought):
         raise UserError(
             f"{path}: system_prompt and chain_of_thought shape chat prompts; with prompt_format: plain, leave them out"
@@ -624,11 +605,7 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
             )
         usmle_sets = []
     check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
-    if recipe.eval_tasks_mode not in MODES:
-        raise UserError(
-            f"{path}: eval_tasks_mode '{recipe.eval_tasks_mode}' is unknown"
-            f"{did_you_mean(recipe.eval_tasks_mode, MODES)}; use loglik or generate"
-        )
+    check_choice(recipe.eval_tasks_mode, MODES, f"{path}: eval_tasks_mode")
     if recipe.eval_tasks_limit is not None and recipe.eval_tasks_limit < 1:
         raise UserError(f"{path}: eval_tasks_limit must be at least 1, got {recipe.eval_tasks_limit}")
     if args.eval_strategy == "no":

@@ -6,7 +6,7 @@ without a traceback; anything else is a bug and keeps its traceback.
 """
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from difflib import get_close_matches
 from functools import wraps
 
@@ -21,6 +21,14 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     if not close:
         return ""
     return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
+
+
+def check_choice(value: str, choices: Sequence[str], where: str) -> None:
+    """Raise the one-line error for a setting (`where`: "file: key") whose value is not one of
+    `choices`, with the closest names and the valid ones."""
+    if value not in choices:
+        valid = " or ".join(choices) if len(choices) == 2 else ", ".join(choices)
+        raise UserError(f"{where} '{value}' is unknown{did_you_mean(value, choices)}; use {valid}")
 
 
 def exit_on_user_error(main: Callable) -> Callable:
