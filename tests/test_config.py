@@ -9,7 +9,7 @@ import yaml
 from conftest import PYTHON, ROOT, run
 
 from medrecipes import cli
-from medrecipes.config import parse_eval_args, parse_recipe, resolve_token_budget
+from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget
 from medrecipes.errors import UserError
 
 BASE = {"model_name_or_path": "some/model", "use_cpu": True, "report_to": "none"}
@@ -341,7 +341,7 @@ def test_validate_prints_resolved_recipe(tmp_path, capsys):
     assert resolved["gradient_accumulation_steps"] == 4
     assert resolved["max_steps"] == 5
     assert "# derived: max_steps = 5" in out
-    assert out.rstrip().endswith(f"# {path}: valid cpt recipe")
+    assert out.rstrip().endswith(f"# {path}: valid cpt recipe (recipes/cpt.py)")
 
 
 def test_validate_bad_key_exits_2_with_one_line(tmp_path, capsys):
@@ -367,6 +367,22 @@ def test_validate_as_a_command(tmp_path):
     assert path in lines[0]
 
 
+def test_validate_takes_sft_grpo_and_evaluation_recipes_without_method(capsys):
+    for name, method in (("tiny_sft.yaml", "sft"), ("tiny_grpo.yaml", "grpo"), ("tiny_eval.yaml", "eval")):
+        cli.main(["validate", str(ROOT / "recipes" / name)])
+        out = capsys.readouterr().out
+        assert out.rstrip().endswith(f"valid {method} recipe ({cli.SCRIPTS[method]})"), out
+    cli.main(["validate", str(ROOT / "recipes/tiny_eval.yaml"), "--limit", "3"])
+    assert yaml.safe_load(capsys.readouterr().out)["limit"] == 3
+
+
+def test_plan_refuses_an_evaluation_recipe(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", str(ROOT / "recipes/tiny_eval.yaml")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "a recipe for recipes/evaluate.py; this command takes a cpt, sft or grpo" in err
+
+
 def _recipe_table() -> dict[str, str]:
     """{recipe YAML: the script that runs it} from the table in recipes/README.md."""
     scripts = {}
@@ -384,6 +400,7 @@ def test_every_shipped_recipe_is_documented_and_parses_for_its_script():
     assert sorted(scripts) == shipped  # recipes/README.md lists every recipe, and no other
     for name, script in scripts.items():
         path = str(ROOT / "recipes" / name)
+        assert cli.SCRIPTS[recipe_method(path)] == f"recipes/{script}", name  # what validate and plan infer
         if script == "evaluate.py":
             assert parse_eval_args([path]).model_name_or_path
         else:

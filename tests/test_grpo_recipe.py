@@ -181,7 +181,7 @@ def test_plan_counts_grpo_batches_for_the_gpus_planned(tmp_path, capsys, tiny_mo
 def test_validate_grpo_recipes(capsys):
     for recipe in ("recipes/grpo_usmle.yaml", TINY, "recipes/learn_check_grpo.yaml"):
         cli.main(["validate", str(ROOT / recipe), "--method", "grpo"])
-        assert capsys.readouterr().out.rstrip().endswith("valid grpo recipe")
+        assert capsys.readouterr().out.rstrip().endswith("valid grpo recipe (recipes/grpo.py)")
     _, args, _ = parse_recipe("grpo", [str(ROOT / "recipes/grpo_usmle.yaml")])
     assert (args.num_generations, args.generation_batch_size, args.gradient_accumulation_steps) == (16, 256, 16)
     assert (args.temperature, args.top_k, args.max_completion_length, args.beta) == (1.0, 40, 512, 0.01)

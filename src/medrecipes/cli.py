@@ -22,6 +22,21 @@ from medrecipes.errors import UserError, exit_on_user_error
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 
 
+SCRIPTS = {"cpt": "recipes/cpt.py", "sft": "recipes/sft.py", "grpo": "recipes/grpo.py", "eval": "recipes/evaluate.py"}
+
+
+def _method(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> str:
+    """--method as given, or the script the recipe's keys are for (config.recipe_method)."""
+    from medrecipes.config import recipe_method
+
+    method = given or recipe_method(path)
+    if method not in allowed:
+        raise UserError(
+            f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {', '.join(allowed[:-1])} or {allowed[-1]} recipe"
+        )
+    return method
+
+
 def _parse(recipe_path: str, method: str, overrides: list[str]):
     from medrecipes.config import parse_recipe
 
@@ -29,13 +44,18 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 
 
 def cmd_validate(args) -> None:
-    from medrecipes.config import resolved_yaml
+    from medrecipes.config import parse_eval_args, resolved_yaml
 
-    recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
-    print(resolved_yaml(recipe, model_args, training_args), end="")
-    for key, value in recipe.derived.items():
+    method = _method(args.recipe, args.method, ("cpt", "sft", "grpo", "eval"))
+    if method == "eval":
+        parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
+    else:
+        recipe, training_args, model_args = _parse(args.recipe, method, args.overrides)
+        parsed, derived = (recipe, model_args, training_args), recipe.derived
+    print(resolved_yaml(*parsed), end="")
+    for key, value in derived.items():
         print(f"# derived: {key} = {value}")
-    print(f"# {args.recipe}: valid {args.method} recipe")
+    print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
 
 
 def cmd_plan(args) -> None:
@@ -43,7 +63,7 @@ def cmd_plan(args) -> None:
 
     if args.num_gpus < 1:
         raise UserError(f"plan: --num-gpus must be at least 1, got {args.num_gpus}")
-    recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
+    recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
     result = plan(recipe, training_args, model_args, args.recipe, args.num_gpus, args.gpu, args.dataset_sequences)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
 
@@ -53,7 +73,7 @@ def cmd_launch_plan(args) -> None:
 
     from medrecipes.plan import launch_plan
 
-    recipe, training_args, model_args = _parse(args.recipe, args.method, args.overrides)
+    recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
     values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
@@ -90,7 +110,7 @@ def cmd_decontaminate(args) -> None:
     if is_recipe:
         from medrecipes.data.mixture import source_names
 
-        recipe, _, _ = _parse(args.train, args.method, args.overrides)
+        recipe, _, _ = _parse(args.train, _method(args.train, args.method, ("cpt", "sft")), args.overrides)
         if recipe.mixture is None:
             raise UserError(f"{args.train}: no 'dataset_mixture'; nothing to check")
         sources = dict(zip(source_names(recipe.mixture), recipe.mixture.sources, strict=True))
@@ -163,7 +183,9 @@ def make_parser() -> argparse.ArgumentParser:
     def recipe_command(name: str, help: str):
         sub = commands.add_parser(name, help=help)
         sub.add_argument("recipe", help="a recipe YAML file")
-        sub.add_argument("--method", default="cpt", choices=["cpt", "sft", "grpo"], help="the recipe script it is for")
+        sub.add_argument(
+            "--method", choices=["cpt", "sft", "grpo"], help="the recipe script it is for (default: from its keys)"
+        )
         sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
         return sub
 
@@ -196,7 +218,9 @@ def make_parser() -> argparse.ArgumentParser:
     decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
     decon.add_argument("--drop", metavar="OUT", help="write the training rows without overlap to OUT")
     decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    decon.add_argument("--method", default="cpt", choices=["cpt", "sft"], help="the recipe script, for a recipe")
+    decon.add_argument(
+        "--method", choices=["cpt", "sft"], help="the recipe script, for a recipe (default: from its keys)"
+    )
     decon.set_defaults(func=cmd_decontaminate, takes_overrides=True)
 
     # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.

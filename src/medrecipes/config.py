@@ -361,7 +361,13 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
     where = path or "command line"
     check_task_names(args.tasks, list(args.data_by_task), where)
-    check_task_names(list(args.fewshot_by_task), args.tasks, where)
+    for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):
+        extra = next((name for name in by_task if name not in args.tasks), None)
+        if extra is not None:
+            raise UserError(
+                f"{where}: {flag} names task '{extra}', which is not in tasks{did_you_mean(extra, args.tasks)}; "
+                f"add it to tasks or drop its {flag} entry"
+            )
     check_choice(args.mode, MODES, f"{where}: mode")
     for key in ("limit", "batch_size"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
@@ -416,7 +422,7 @@ class RecipeParser(TrlParser):
         return outputs, path
 
     def _keys(self) -> list[str]:
-        return [f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.init]
+        return field_names(self.dataclass_types)
 
     def _check_yaml_keys(self, path: str) -> None:
         if not os.path.isfile(path):
@@ -429,6 +435,11 @@ class RecipeParser(TrlParser):
         if not isinstance(data, dict):
             raise UserError(f"{path}: a recipe must be a mapping of keys to values")
         reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
+
+
+def field_names(classes) -> list[str]:
+    """The keys a recipe may set for these dataclasses."""
+    return [f.name for cls in classes for f in dataclasses.fields(cls) if f.init]
 
 
 def reject_unknown_keys(data: dict, valid: set[str], where: str) -> None:
@@ -612,6 +623,24 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
         raise UserError(
             f"{path}: eval_tasks are scored at each evaluation, but eval_strategy is 'no'; set eval_strategy: steps and eval_steps"
         )
+
+
+def recipe_method(path: str) -> str:
+    """The script a recipe YAML is for, from its keys: "cpt", "sft", "grpo" (the first whose
+    dataclasses take every key, so a recipe with only shared keys is a CPT recipe) or "eval"
+    (recipes/evaluate.py). A file that fits none gets the method nearest to it, whose parse
+    then names the key that does not fit."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError:
+            data = None  # the parse reports it, in its own words
+    if not isinstance(data, dict):
+        return "cpt"
+    keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
+    return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
 def parse_recipe(method: str, argv: list[str] | None = None):
