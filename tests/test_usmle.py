@@ -5,6 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from datasets import Dataset
 
 from medrecipes import usmle
@@ -161,6 +162,20 @@ def test_mmlu_directory_split_picks_subfolder(tmp_path):
     assert len(dev) == 4 and all(" dev " in q for q in dev["question"])
     with pytest.raises(UserError, match="no 'val' split folder"):
         load_mcq(tmp_path, split="val")
+    assert load_mcq(tmp_path, split="test[:4]")["question"] == load_mcq(tmp_path)["question"][:4]
+
+
+def test_a_slice_in_split_takes_those_rows_of_a_file():
+    path = ROOT / "data/usmle_sample/train.jsonl"  # 60 questions
+    whole = load_mcq(path)["id"]
+    assert load_mcq(path, split="train[:32]")["id"] == whole[:32]
+    assert load_mcq(path, split="test[10%:20%]")["id"] == whole[6:12]  # a file is one split, whatever its name
+    assert load_mcq(path, split="train[-5:]")["id"] == whole[-5:]
+    assert load_mcq(path, split="validation")["id"] == whole
+    with pytest.raises(
+        UserError, match=r"split 'train\[:x\]' is not a slice of one split .* write e.g. train\[:100\]"
+    ):
+        load_mcq(path, split="train[:x]")
 
 
 def test_pubmedqa_jsonl(tmp_path):

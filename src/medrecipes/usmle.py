@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from datasets import Dataset, Features, List, Value, concatenate_datasets, load_dataset
+from datasets import Dataset, Features, List, ReadInstruction, Value, concatenate_datasets, load_dataset
 
 from medrecipes.errors import UserError, did_you_mean
 
@@ -361,13 +361,30 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
 
 
 def _load_path(path: Path, fmt: str, split: str | None) -> Dataset:
-    files = _files_in(path, split) if path.is_dir() else [path]
+    folder = split.partition("[")[0] if split else None  # "test[:50]": the test folder, first 50 rows
+    files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
     for file in files:
         raw = _read_file(file, fmt)
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
         parts.append(_normalise(raw, fmt, str(file), file.stem, subject))
-    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    ds = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    return _slice(ds, split, str(path)) if split and "[" in split else ds
+
+
+def _slice(ds: Dataset, split: str, source: str) -> Dataset:
+    """The rows of a local source that the slice in `split` names ("train[:32]", "test[10%:]"),
+    counted as `datasets` counts them in a Hub split; the name before it is not checked, a
+    file being one split whatever it is called."""
+    name = split.partition("[")[0]
+    try:
+        spans = ReadInstruction.from_spec(split).to_absolute({name: len(ds)})
+    except (AssertionError, KeyError, ValueError) as err:
+        raise UserError(
+            f"{source}: split '{split}' is not a slice of one split ({str(err).splitlines()[0] if str(err) else err!r}); "
+            "write e.g. train[:100] or train[10%:20%]"
+        ) from None
+    return ds.select([i for span in spans for i in range(span.from_, span.to)])
 
 
 def _load_hub(source: str, fmt: str, split: str | None, name: str | None = None) -> Dataset:
@@ -405,8 +422,10 @@ def load_mcq(
     `format` is "auto" (detected per file from its first row) or one of `FORMATS`; every
     row is validated against it. For a directory with dev/ val/ test/ folders (MMLU style)
     `split` picks the folder, default "test"; for a Hub id it picks the split, default
-    "train", and `config` picks the Hub configuration (e.g. an MMLU subject); a single file
-    ignores both. `subjects` keeps only rows of those subjects.
+    "train", and `config` picks the Hub configuration (e.g. an MMLU subject). A slice in
+    `split` ("train[:32]", "test[10%:]") takes those rows of a file or folder as of a Hub
+    split; a single file ignores the split's name and `config`. `subjects` keeps only rows of
+    those subjects.
     """
     # Imported here: medrecipes.data imports this module, so a top-level import would be circular.
     from medrecipes.data.sources import looks_local
