@@ -15,16 +15,17 @@ export TOKENIZERS_PARALLELISM ?= false
 #                 make sft RECIPE=recipes/medgemma_4b_qlora.yaml CONFIG=accelerate_configs/ddp.yaml
 #                 make pretrain RECIPE=recipes/gpt2_1b_zero3.yaml CONFIG=accelerate_configs/zero3_offload.yaml NUM_GPUS=8
 #                 make grpo-usmle MODEL=outputs/pure-transformer-0p4b/final CONFIG=accelerate_configs/zero3.yaml
+# ARGS= adds options, for a recipe keys that override its YAML: make grpo-usmle ARGS="--max_steps 5 --save_steps 5"
 RECIPE ?=
 CONFIG ?=
+ARGS ?=
 NUM_GPUS ?= 1
-# make eval MODEL=outputs/demo/sft/final TASKS=medqa_4opt,mmlu_medical [DATA_DIR=../shared/data] [EVAL_ARGS="--limit 100"]
+# make eval MODEL=outputs/demo/sft/final TASKS=medqa_4opt,mmlu_medical [DATA_DIR=../shared/data] [ARGS="--limit 100"]
 # (MODEL is also the starting checkpoint of grpo-usmle)
 MODEL ?=
 TASKS ?= medqa_4opt
 DATA_DIR ?= $(wildcard ../shared/data)
-EVAL_ARGS ?=
-LAUNCH = $(if $(CONFIG),$(VENV)/bin/accelerate launch --config_file $(CONFIG),$(PY))
+LAUNCH = $(if $(CONFIG),$(PY) -m accelerate.commands.launch --config_file $(CONFIG),$(PY))
 
 install: $(STAMP)
 
@@ -58,13 +59,13 @@ style: install
 	$(VENV)/bin/ruff format src recipes tests benchmarks
 
 cpt: install
-	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml)
+	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml) $(ARGS)
 
 # A pretraining recipe that names built_data trains from data built once (build-data does
 # nothing while the folder's manifest is up to date); one without trains from its sources.
 PRETRAIN_RECIPE = $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
 pretrain: build-data
-	$(LAUNCH) recipes/cpt.py $(PRETRAIN_RECIPE)
+	$(LAUNCH) recipes/cpt.py $(PRETRAIN_RECIPE) $(ARGS)
 
 build-data: install
 	@if grep -q '^built_data:' $(PRETRAIN_RECIPE); then \
@@ -90,21 +91,21 @@ wheels:
 	bash benchmarks/download_wheels.sh
 
 sft: install
-	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml)
+	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml) $(ARGS)
 
 grpo: install
-	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/tiny_grpo.yaml)
+	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/tiny_grpo.yaml) $(ARGS)
 
 # GRPO on MedQA from the 0.4B pretraining run (make pretrain); MODEL= starts from another checkpoint.
 grpo-usmle: install
-	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL))
+	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL)) $(ARGS)
 
 # Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
 learn-check: install
 	$(PY) benchmarks/learn_check.py
 
 eval: install
-	$(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(EVAL_ARGS)
+	$(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

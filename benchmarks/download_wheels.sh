@@ -7,8 +7,9 @@
 # xxhash and aiohttp, but not trl, datasets (nor its dill and multiprocess) or liger-kernel; and
 # its transformers predates TrainingArguments.activation_checkpointing, which the recipes use.
 # The wheels bring the versions constraints.txt pins (transformers, trl, datasets, peft), the two
-# libraries datasets needs beyond the image, and liger-kernel. About 17 MB; the device takes at
-# most 64 MiB of working tree and carried files together.
+# libraries datasets needs beyond the image, and liger-kernel; and a copy of the MedQA test file
+# from ../shared/data (2 MB, never committed). About 19 MB; the device takes at most 64 MiB of
+# working tree and carried files together.
 #
 #   bash benchmarks/download_wheels.sh          # or: make wheels
 set -euo pipefail
@@ -21,5 +22,8 @@ mkdir -p .whl
 "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl $pinned dill==0.4.1 multiprocess==0.70.19 liger-kernel==0.8.5
+# The MedQA questions `gpu_session.sh grpo-usmle` trains on, the recipe's Hub dataset being out of reach.
+medqa=../shared/data/medqa/medqa_us_4opt_test.jsonl
+if [ -f "$medqa" ]; then cp "$medqa" .whl/; else echo "no $medqa: gpu_session.sh grpo-usmle will need MEDQA=FILE"; fi
 ls -1 .whl
-du -ch .whl/*.whl | tail -1
+du -ch .whl/* | tail -1

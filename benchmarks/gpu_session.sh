@@ -8,8 +8,16 @@
 #   bash benchmarks/gpu_session.sh                       # the four cases, each against its baseline
 #   bash benchmarks/gpu_session.sh ablate                # each speed setting switched in turn (no baseline)
 #   bash benchmarks/gpu_session.sh cases pretrain_0p4b   # named cases, against their baselines
+#   bash benchmarks/gpu_session.sh grpo-usmle            # `make grpo-usmle` for a few steps (below)
 #
 # CASE_TIMEOUT (seconds, default 420) bounds each case.
+#
+# grpo-usmle runs `make grpo-usmle` as a user would, from a checkpoint of the pretraining recipe's
+# 0.4B preset: a few steps of recipes/tiny_pretrain.yaml with `--architecture medium-large` on the
+# bundled text, with a tokenizer trained there (no hub). The recipe's Hub dataset is out of reach,
+# so a copy of grpo_usmle.yaml reads the MedQA file `make wheels` puts in .whl/ (MEDQA= another)
+# and evaluates on its first EVAL_QUESTIONS (default 32). STEPS (default 5) GRPO steps; ARCH
+# (default medium-large) and GRPO_ARGS (more overrides) size it down for a CPU run, REQUIRE_GPU=0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results}
@@ -27,6 +35,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHO
 
 python3 - <<'PY' 2>&1 | tee -a "$LOG" || exit 1
 import importlib.metadata as md
+import os
 import sys
 
 import torch
@@ -41,18 +50,45 @@ def version(name):
 
 names = ("torch", "transformers", "trl", "datasets", "accelerate", "peft", "pyarrow", "liger-kernel", "flash-attn")
 print("versions:", {name: version(name) for name in names})
-if not torch.cuda.is_available():
+if torch.cuda.is_available():
+    print("device:", torch.cuda.get_device_name(), f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
+elif os.environ.get("REQUIRE_GPU", "1") != "0":
     sys.exit("error: no GPU visible")
-print("device:", torch.cuda.get_device_name(), f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
 import datasets  # noqa: E402,F401  datasets 5.2 needs pyarrow 24 or newer
 import trl  # noqa: E402,F401
 PY
 
+grpo_usmle_check() {
+    local medqa=${MEDQA:-.whl/medqa_us_4opt_test.jsonl} work=/tmp/grpo-usmle-check
+    [ -f "$medqa" ] || { echo "error: no $medqa; make wheels copies it from ../shared/data"; return 1; }
+    rm -rf "$work" && mkdir -p "$work"
+    python3 -m medrecipes.cli tiny-model "$work/tokenizer" || return 1
+    python3 recipes/cpt.py recipes/tiny_pretrain.yaml --architecture "${ARCH:-medium-large}" --use_cpu false \
+        --tokenizer_name_or_path "$work/tokenizer" --output_dir "$work/pretrain" --save_strategy no --report_to none \
+        || return 1
+    sed -e "s|path: GBaker/MedQA-USMLE-4-options-hf, split: train|path: $medqa, split: train|" \
+        -e "s|path: GBaker/MedQA-USMLE-4-options-hf, split: \"test\[:256\]\"|path: $medqa, split: \"train[:${EVAL_QUESTIONS:-32}]\"|" \
+        recipes/grpo_usmle.yaml >"$work/grpo_usmle.yaml"
+    if grep -q GBaker "$work/grpo_usmle.yaml"; then
+        echo "error: recipes/grpo_usmle.yaml no longer names its data as this check expects"
+        return 1
+    fi
+    local steps=${STEPS:-5}
+    make -o install grpo-usmle PY=python3 MODEL="$work/pretrain/final" RECIPE="$work/grpo_usmle.yaml" \
+        ARGS="--max_steps $steps --eval_steps $steps --save_steps $steps --output_dir $work/grpo --report_to none ${GRPO_ARGS:-}" \
+        || return 1
+    cp "$work/grpo/checkpoint-$steps/trainer_state.json" "$OUT/grpo-usmle-trainer_state.json"
+    ls "$work/grpo/final"
+}
+
 case "${1:-all}" in
+    grpo-usmle)
+        grpo_usmle_check 2>&1 | grep --line-buffered -v -E "it/s\]|s/it\]|examples/s\]" | tee -a "$LOG"
+        exit "${PIPESTATUS[0]}" ;;
     all) cases="pretrain_0p4b sft_lora_4b grpo_0p4b cpt_gemma3_4b"; extra=() ;;
     ablate) cases="pretrain_0p4b sft_lora_4b cpt_gemma3_4b"; extra=(--ablate --no-baseline) ;;
     cases) shift; cases="$*"; extra=() ;;
-    *) echo "usage: $0 [all | ablate | cases NAME...]"; exit 2 ;;
+    *) echo "usage: $0 [all | ablate | cases NAME... | grpo-usmle]"; exit 2 ;;
 esac
 status=0
 for name in $cases; do

@@ -40,9 +40,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
-def run(*args: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run a command as a user types it, from the project root, and capture its output."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def run(*args: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a command as a user types it, from the project root, and capture its output; `env`
+    adds to the environment."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -3,6 +3,7 @@ results file; an ablation switches each speed setting. No speed is asserted: the
 CPU say nothing about a GPU."""
 
 import json
+import os
 
 import pytest
 from conftest import PYTHON, run
@@ -71,3 +72,19 @@ def test_ablation_switches_each_speed_setting(tmp_path):
         ((key, value),) = run_record["changes"].items()
         assert run_record["settings"][key] == value
         assert run_record["ratio_to_ours"] > 0
+
+
+def gpu_session(*args, **env):
+    """benchmarks/gpu_session.sh with this environment's python3 first on PATH."""
+    path = f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}"
+    return run("bash", "benchmarks/gpu_session.sh", *args, env={"PATH": path, **env}, timeout=300)
+
+
+def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
+    for script in ("gpu_session.sh", "download_wheels.sh"):
+        assert run("bash", "-n", f"benchmarks/{script}").returncode == 0
+    result = gpu_session("grpo-usmle", OUT=str(tmp_path))
+    assert result.returncode != 0 and "error: no GPU visible" in result.stdout + result.stderr
+    result = gpu_session("grpo-usmle", OUT=str(tmp_path), REQUIRE_GPU="0", MEDQA=str(tmp_path / "none.jsonl"))
+    assert result.returncode == 1 and f"error: no {tmp_path / 'none.jsonl'}; make wheels copies it" in result.stdout
+    assert "error: no GPU visible" in (tmp_path / "gpu_session.log").read_text()
