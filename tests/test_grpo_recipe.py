@@ -178,6 +178,30 @@ def test_plan_counts_grpo_batches_for_the_gpus_planned(tmp_path, capsys, tiny_mo
     assert plan["gradient_accumulation_steps"] == 2 and plan["sequences_per_step"] == 32
 
 
+def test_plan_counts_prompts_the_reference_model_and_the_generation(tmp_path, capsys, tiny_model):
+    path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=8, beta=0.01)
+    cli.main(["plan", path, "--prompt-tokens", "100000", "--json"])  # long enough for a KV cache of GiBs
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["sequence_length"] == 100000 + plan_args(path).max_completion_length
+    assert plan["reference_model"] and plan["generation_sequences"] == 32  # 8 prompts x 4 on one process
+    ddp = plan["memory_breakdown_gb"]["ddp"]
+    assert ddp["generation"] > 0.1
+    held = ddp["weights"] + ddp["optimizer"] + ddp["reference"]
+    assert ddp["total"] == pytest.approx(
+        held + max(ddp["gradients"] + ddp["activations"], ddp["generation"]), abs=0.02
+    )
+    cli.main(["plan", path, "--use_peft", "true", "--use_vllm", "true", "--json"])  # LoRA: the base is the reference
+    plan = json.loads(capsys.readouterr().out)
+    assert not plan["reference_model"] and plan["generation_sequences"] is None and plan["prompt_tokens"] is None
+    cli.main(["plan", path])
+    out = capsys.readouterr().out
+    assert "prompts not counted (pass --prompt-tokens)" in out and "  strategy  weights  grads" in out
+
+
+def plan_args(path):
+    return parse_recipe("grpo", [path])[1]
+
+
 def test_validate_grpo_recipes(capsys):
     for recipe in ("recipes/grpo_usmle.yaml", TINY, "recipes/learn_check_grpo.yaml"):
         cli.main(["validate", str(ROOT / recipe), "--method", "grpo"])

@@ -152,6 +152,24 @@ def test_model_states_follow_the_zero_paper():
     assert states == {"ddp": (2, 2, 12), "zero2": (2, 0.25, 1.5), "zero3": (0.25, 0.25, 1.5)}
 
 
+def test_grpo_reference_model_and_kv_cache():
+    shape = ModelShape(2**30, 4096, 16384, num_layers=32, vocab_size=2**15, kv_width=1024)
+    # 8 sequences of 1,024 tokens: 2 (k, v) x 32 layers x 1,024 x 1,024 x 8 x 2 bytes = 1 GiB.
+    one = memory_per_device(shape, 1, 1, 1024, True, reference_bytes=2 * 2**30, generation=(8, 1024))["ddp"]
+    assert (one["reference"], one["generation"]) == (2, 1)
+    assert one["total"] == 2 + 12 + 2 + max(2 + one["activations"], 1)  # gradients are freed while generating
+    eight = memory_per_device(shape, 8, 1, 1024, True, reference_bytes=2 * 2**30, generation=(8, 1024))
+    assert eight["zero2"]["reference"] == 2 and eight["zero3"]["reference"] == 0.25  # only ZeRO-3 shards it
+    assert eight["zero3"]["generation"] == 1 + 2 - 0.25  # the rest of the bf16 weights, gathered to generate
+    assert memory_per_device(shape, 1, 1, 1024, True)["ddp"]["generation"] == 0
+
+
+def test_plan_takes_prompt_tokens_for_grpo_only(gemma_cpt, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", gemma_cpt, "--prompt-tokens", "300"])
+    assert info.value.code == 2 and "--prompt-tokens 300: is for GRPO recipes" in capsys.readouterr().err
+
+
 def test_zero3_model_states_scale_with_one_over_devices():
     one = memory_per_device(SHAPE, 1, batch=1, seq=4096, checkpointing=True)
     eight = memory_per_device(SHAPE, 8, batch=1, seq=4096, checkpointing=True)

@@ -64,7 +64,16 @@ def cmd_plan(args) -> None:
     if args.num_gpus < 1:
         raise UserError(f"plan: --num-gpus must be at least 1, got {args.num_gpus}")
     recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
-    result = plan(recipe, training_args, model_args, args.recipe, args.num_gpus, args.gpu, args.dataset_sequences)
+    result = plan(
+        recipe,
+        training_args,
+        model_args,
+        args.recipe,
+        args.num_gpus,
+        args.gpu,
+        args.dataset_sequences,
+        args.prompt_tokens,
+    )
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
 
 
@@ -195,6 +204,7 @@ def make_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--num-gpus", type=int, default=1)
     plan_parser.add_argument("--gpu", default="h100-80gb", help="h100-80gb, a100-80gb, a100-40gb, l40s-48gb, ...")
     plan_parser.add_argument("--dataset-sequences", type=int, help="packed training sequences, when not known")
+    plan_parser.add_argument("--prompt-tokens", type=int, help="GRPO: tokens per prompt, typical of the data")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
 

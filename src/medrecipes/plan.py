@@ -30,6 +30,17 @@ Memory per device, in GiB, with P parameters, G devices, micro-batch b, sequence
   Through TRL's chunked LM head (TRL's SFT and GRPO trainers always; CPT with `fused_lm_head`,
   the default) only a tile of them exists at a time, and the term is left out.
 
+- GRPO: a sequence is a prompt (`--prompt-tokens`, the data's length, which the recipe does not
+  fix) and its completion (`max_completion_length`). With `beta > 0` and no LoRA, TRL loads a
+  reference model in the policy's dtype (4P bytes for float32, else 2P), sharded by ZeRO-3 only.
+  Generation with transformers (not vLLM, whose share is `vllm_gpu_memory_utilization`) runs
+  on the whole generation batch of a process at once, per_device_train_batch_size x
+  gradient_accumulation_steps sequences (TRL's default steps_per_generation), and keeps their
+  KV cache: 2 (keys, values) x layers x kv_width x tokens x sequences x 2 bytes (bf16), kv_width
+  being key/value heads x head dimension. ZeRO-3 gathers the whole model's weights for it (TRL's
+  `ds3_gather_for_generation`). Gradients are freed between steps, so the peak is weights +
+  optimizer + reference + the larger of (gradients + activations) and (the generation's share).
+
 It is an estimate for choosing a strategy and batch size: allocator fragmentation, CUDA
 context (~1 GiB) and communication buffers come on top.
 """
@@ -40,7 +51,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from medrecipes.config import RecipeArguments, prompts_per_step_accumulation, resolve_token_budget
+from medrecipes.config import MedGRPOConfig, RecipeArguments, prompts_per_step_accumulation, resolve_token_budget
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models import load_config, scratch_config
 
@@ -78,6 +89,7 @@ class ModelShape:
     # The input token embedding when it is not also the output layer: a lookup, no matmul.
     embedding_parameters: int = 0
     attention_width: int = 0  # heads x head dimension, the width of q and of the attention output
+    kv_width: int = 0  # key/value heads x head dimension, the width of each of k and v (the KV cache)
 
 
 @dataclass
@@ -127,6 +139,7 @@ def model_shape(config, model=None) -> ModelShape:
     embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
     untied = output is None or output.weight is not embedding.weight
     heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return ModelShape(
         num_parameters=sum(full_numel(p) for p in model.parameters()),
         hidden_size=config.hidden_size,
@@ -137,7 +150,8 @@ def model_shape(config, model=None) -> ModelShape:
         num_layers=config.num_hidden_layers,
         vocab_size=config.vocab_size,
         embedding_parameters=full_numel(embedding.weight) if untied else 0,
-        attention_width=heads * (getattr(config, "head_dim", None) or config.hidden_size // heads),
+        attention_width=heads * head_dim,
+        kv_width=(getattr(config, "num_key_value_heads", None) or heads) * head_dim,
     )
 
 
@@ -281,11 +295,15 @@ def memory_per_device(
     checkpointing: bool,
     method: Method | None = None,
     fused_loss: bool = False,
+    reference_bytes: float = 0.0,
+    generation: tuple[int, int] | None = None,
 ) -> dict:
-    """GiB per device by strategy: {strategy: {weights, gradients, optimizer, activations, total}}.
+    """GiB per device by strategy: {strategy: {weights, gradients, optimizer, activations,
+    reference, generation, total}}.
 
     `method` defaults to full fine-tuning with AdamW; weights include a frozen base. With
-    `fused_loss` the logits are computed in tiles and not counted."""
+    `fused_loss` the logits are computed in tiles and not counted. GRPO: `reference_bytes`, a
+    reference model's weights; `generation`, (sequences, tokens each) generated at once."""
     method = method or Method("full", shape.num_parameters)
     h, f, layers = shape.hidden_size, shape.intermediate_size, shape.num_layers
     per_layer = 2 * seq * batch * (6 * h + 4 * f)
@@ -297,17 +315,25 @@ def memory_per_device(
         activations += 10 * seq * batch * shape.vocab_size
     shards = {"ddp": (1, 1, 1), "zero2": (1, num_devices, num_devices), "zero3": (num_devices,) * 3}
     t = method.trainable_parameters
+    sequences, tokens = generation or (0, 0)
+    kv_cache = 2 * layers * shape.kv_width * tokens * sequences * 2
     estimate = {}
     for strategy in STRATEGIES:
         w, g, o = shards[strategy]
+        whole = method.frozen_weight_bytes + 2 * t
         parts = {
-            "weights": (method.frozen_weight_bytes + 2 * t) / w,
+            "weights": whole / w,
             "gradients": 2 * t / g,
             "optimizer": method.optimizer_bytes * t / o,
             "activations": activations,
+            "reference": reference_bytes / w,
+            # ZeRO-3 gathers the whole model to generate: its other shards come on top.
+            "generation": kv_cache + (whole - whole / w if generation else 0),
         }
         parts = {k: round(v / GIB, 2) for k, v in parts.items()}
-        parts["total"] = round(sum(parts.values()), 2)
+        training = parts["gradients"] + parts["activations"]
+        held = parts["weights"] + parts["optimizer"] + parts["reference"]
+        parts["total"] = round(held + max(training, parts["generation"]), 2)
         estimate[strategy] = parts
     return estimate
 
@@ -334,15 +360,22 @@ def plan(
     num_gpus: int = 1,
     gpu: str = "h100-80gb",
     dataset_sequences: int | None = None,
+    prompt_tokens: int | None = None,
 ) -> dict:
-    """Sequences and tokens per step, steps, tokens seen, parameters and memory for `num_gpus` devices."""
+    """Sequences and tokens per step, steps, tokens seen, parameters and memory for `num_gpus`
+    devices; for GRPO, prompts of `prompt_tokens` tokens."""
     if gpu not in GPUS:
         raise UserError(f"plan: unknown --gpu '{gpu}'{did_you_mean(gpu, GPUS)}; one of {', '.join(GPUS)}")
+    grpo = isinstance(training_args, MedGRPOConfig)
+    if prompt_tokens is not None and (not grpo or prompt_tokens < 0):
+        raise UserError(
+            f"plan: --prompt-tokens {prompt_tokens}: "
+            + ("must be 0 or more" if grpo else "is for GRPO recipes; a CPT or SFT sequence is max_length")
+        )
     resolve_token_budget(recipe, training_args, path, world_size=num_gpus)
     if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
         training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, num_gpus)
-    # GRPO's sequences are counted by their completion alone: a prompt's length is the data's.
-    seq = getattr(training_args, "max_length", None) or training_args.max_completion_length
+    seq = (prompt_tokens or 0) + training_args.max_completion_length if grpo else training_args.max_length
     sequences_per_step = (
         training_args.per_device_train_batch_size * num_gpus * training_args.gradient_accumulation_steps
     )
@@ -360,8 +393,20 @@ def plan(
     method = training_method(model, shape, model_args, training_args, path)
     checkpointing = checkpointing_on(training_args)
     fused = fused_loss_on(training_args)
+    reference = grpo and training_args.beta > 0 and method.name == "full"  # LoRA: the base, adapters off
+    generation = None
+    if grpo and not training_args.use_vllm:
+        generation = (training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps, seq)
     memory = memory_per_device(
-        shape, num_gpus, training_args.per_device_train_batch_size, seq, checkpointing, method, fused
+        shape,
+        num_gpus,
+        training_args.per_device_train_batch_size,
+        seq,
+        checkpointing,
+        method,
+        fused,
+        reference_bytes=(4 if model_args.dtype == "float32" else 2) * shape.num_parameters if reference else 0,
+        generation=generation,
     )
     capacity, _ = GPUS[gpu]
     return {
@@ -369,6 +414,10 @@ def plan(
         "num_gpus": num_gpus,
         "gpu": gpu,
         "sequence_length": seq,
+        "grpo": grpo,
+        "prompt_tokens": prompt_tokens,
+        "reference_model": reference,
+        "generation_sequences": generation[0] if generation else None,
         "per_device_batch_size": training_args.per_device_train_batch_size,
         "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
         "sequences_per_step": sequences_per_step,
@@ -389,6 +438,10 @@ def plan(
         "fits": {s: m["total"] <= capacity for s, m in memory.items()},
         "fits_by_gpu": {str(size): memory["ddp"]["total"] <= size for size in CARD_SIZES},
     }
+
+
+# Column headings of the memory table, in memory_per_device's order.
+LABELS = ("weights", "grads", "optim", "activ", "ref", "gen")
 
 
 def format_plan(result: dict) -> str:
@@ -417,14 +470,39 @@ def format_plan(result: dict) -> str:
         f"tokens seen       {num(result['total_tokens'])}",
         f"parameters        {result['num_parameters']:,}",
         f"method            {method}",
+    ]
+    columns = ["weights", "gradients", "optimizer", "activations"]
+    if result["grpo"]:
+        columns += ["reference", "generation"]
+        prompts = (
+            f"prompts of {result['prompt_tokens']:,} tokens"
+            if result["prompt_tokens"] is not None
+            else "prompts not counted (pass --prompt-tokens)"
+        )
+        generated = (
+            f"{result['generation_sequences']:,} sequences at once per device (gen: their KV cache)"
+            if result["generation_sequences"]
+            else "by vLLM, in its own memory share (vllm_gpu_memory_utilization)"
+        )
+        lines += [
+            f"GRPO sequences    {prompts} + completions",
+            f"reference model   {'yes, in ref' if result['reference_model'] else 'none (beta 0, or LoRA: the base)'}",
+            f"generation        {generated}",
+        ]
+    lines += [
         f"memory per device (GiB; activation checkpointing {'on' if result['activation_checkpointing'] else 'off'}, "
-        f"logits {'in tiles, not counted' if result['fused_loss'] else 'counted'}):",
-        "  strategy   weights  grads  optim  activ  total  fits",
+        f"logits {'in tiles, not counted' if result['fused_loss'] else 'counted'}"
+        + ("; total: the larger of grads + activ and gen" if result["grpo"] else "")
+        + "):",
+        f"  {'strategy':<9}"
+        + "".join(f"{label:>{8 if label == 'weights' else 7}}" for label in LABELS[: len(columns)])
+        + "  total  fits",
     ]
     for strategy, m in result["memory_breakdown_gb"].items():
         lines.append(
-            f"  {strategy:<9}{m['weights']:>8.1f}{m['gradients']:>7.1f}{m['optimizer']:>7.1f}"
-            f"{m['activations']:>7.1f}{m['total']:>7.1f}  {'yes' if result['fits'][strategy] else 'no'}"
+            f"  {strategy:<9}"
+            + "".join(f"{m[name]:>{8 if name == 'weights' else 7}.1f}" for name in columns)
+            + f"{m['total']:>7.1f}  {'yes' if result['fits'][strategy] else 'no'}"
         )
     lines.append(f"ddp fits on       {fits}")
     return "\n".join(lines)
