@@ -25,7 +25,7 @@ import inspect
 import re
 from collections.abc import Callable
 
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, check_choice, did_you_mean
 from medrecipes.usmle import LETTERS, extract_answer
 
 REWARDS: dict[str, Callable] = {}
@@ -179,11 +179,7 @@ def answer_format(style: str = "final_answer_line"):
     - final_answer_line: its last line is "Final Answer: X" (the chain-of-thought prompt);
     - letter: it opens with the letter, alone or as "X. <option text>" on the first line.
     """
-    if style not in ANSWER_STYLES:
-        raise UserError(
-            f"reward 'answer_format': style '{style}' is unknown{did_you_mean(style, ANSWER_STYLES)}; "
-            f"use one of {', '.join(ANSWER_STYLES)}"
-        )
+    check_choice(style, list(ANSWER_STYLES), "reward 'answer_format': style")
     pattern = re.compile(ANSWER_STYLES[style])
 
     def answer_format(completions, options=None, **kwargs) -> list[float]:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from datasets import Dataset, Features, List, ReadInstruction, Value, concatenate_datasets, load_dataset
 
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, check_choice, did_you_mean
 
 LETTERS = "ABCDEFGHIJ"
 COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
@@ -430,10 +430,7 @@ def load_mcq(
     # Imported here: medrecipes.data imports this module, so a top-level import would be circular.
     from medrecipes.data.sources import looks_local
 
-    if format != "auto" and format not in _FORMATS:
-        raise UserError(
-            f"format '{format}' is unknown{did_you_mean(format, FORMATS)}; use auto or one of {', '.join(FORMATS)}"
-        )
+    check_choice(format, ["auto", *FORMATS], "format")
     name = os.fspath(source)
     path = Path(name).expanduser()
     if path.exists():
