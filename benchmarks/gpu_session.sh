@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu_session.sh cases pretrain_0p4b   # named cases, against their baselines
 #   bash benchmarks/gpu_session.sh grpo-usmle            # `make grpo-usmle` for a few steps (below)
 #
-# CASE_TIMEOUT (seconds, default 420) bounds each case.
+# CASE_TIMEOUT (seconds, default 420) bounds each case, SESSION_SECONDS (default 570) the whole call.
 #
 # grpo-usmle runs `make grpo-usmle` as a user would, from a checkpoint of the pretraining recipe's
 # 0.4B preset: a few steps of recipes/tiny_pretrain.yaml with `--architecture medium-large` on the
@@ -90,10 +90,20 @@ case "${1:-all}" in
     cases) shift; cases="$*"; extra=() ;;
     *) echo "usage: $0 [all | ablate | cases NAME... | grpo-usmle]"; exit 2 ;;
 esac
+# A call of the device tool ends at 600 s: no case starts with less than a minute of SESSION_SECONDS
+# (default 570, counted from the script's start) left, and none runs past its end.
 status=0
 for name in $cases; do
-    timeout "${CASE_TIMEOUT:-420}" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 \
-        | grep -v -E "it/s\]|examples/s\]" | tee -a "$LOG"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish" | tee -a "$LOG"; status=1; }
+    left=$(( ${SESSION_SECONDS:-570} - SECONDS ))
+    if [ "$left" -lt 60 ]; then
+        echo "case $name not started: ${left}s of the session left; run it with: $0 cases $name" | tee -a "$LOG"
+        status=1
+        continue
+    fi
+    limit=${CASE_TIMEOUT:-420}
+    [ "$limit" -le "$left" ] || limit=$left
+    timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 \
+        | grep --line-buffered -v -E "it/s\]|examples/s\]" | tee -a "$LOG"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish within ${limit}s" | tee -a "$LOG"; status=1; }
 done
 exit $status

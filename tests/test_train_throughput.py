@@ -88,3 +88,6 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     result = gpu_session("grpo-usmle", OUT=str(tmp_path), REQUIRE_GPU="0", MEDQA=str(tmp_path / "none.jsonl"))
     assert result.returncode == 1 and f"error: no {tmp_path / 'none.jsonl'}; make wheels copies it" in result.stdout
     assert "error: no GPU visible" in (tmp_path / "gpu_session.log").read_text()
+    result = gpu_session("cases", "pretrain_0p4b", OUT=str(tmp_path), REQUIRE_GPU="0", SESSION_SECONDS="30")
+    assert result.returncode == 1
+    assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
