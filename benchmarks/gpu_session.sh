@@ -24,9 +24,10 @@ OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_session.log"
 
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || { echo "error: installing .whl/ failed" | tee -a "$LOG"; exit 1; }
+WHEELS=${WHEELS:-.whl}  # the folder of wheels to install first; a missing one installs none
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
+        || { echo "error: installing $WHEELS/ failed" | tee -a "$LOG"; exit 1; }
     export PYTHONPATH="/tmp/site:src"
 else
     export PYTHONPATH="src"

@@ -75,9 +75,11 @@ def test_ablation_switches_each_speed_setting(tmp_path):
 
 
 def gpu_session(*args, **env):
-    """benchmarks/gpu_session.sh with this environment's python3 first on PATH."""
+    """benchmarks/gpu_session.sh with this environment's python3 first on PATH and no wheels to install."""
     path = f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}"
-    return run("bash", "benchmarks/gpu_session.sh", *args, env={"PATH": path, **env}, timeout=300)
+    return run(
+        "bash", "benchmarks/gpu_session.sh", *args, env={"PATH": path, "WHEELS": "/nonexistent", **env}, timeout=300
+    )
 
 
 def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
