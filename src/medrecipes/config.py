@@ -361,13 +361,16 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
     where = path or "command line"
     check_task_names(args.tasks, list(args.data_by_task), where)
+    # An entry for a task not run is fine (a YAML's data for several tasks, --tasks picking some),
+    # unless its name is a misspelling of a task that runs without an entry of its own.
     for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):
-        extra = next((name for name in by_task if name not in args.tasks), None)
-        if extra is not None:
-            raise UserError(
-                f"{where}: {flag} names task '{extra}', which is not in tasks{did_you_mean(extra, args.tasks)}; "
-                f"add it to tasks or drop its {flag} entry"
-            )
+        for name in by_task:
+            hint = "" if name in args.tasks else did_you_mean(name, [t for t in args.tasks if t not in by_task])
+            if hint:
+                raise UserError(
+                    f"{where}: {flag} names task '{name}', which is not in tasks{hint}; "
+                    f"name the task as in tasks, or drop the {flag} entry"
+                )
     check_choice(args.mode, MODES, f"{where}: mode")
     for key in ("limit", "batch_size"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
