@@ -59,6 +59,9 @@ import datasets  # noqa: E402,F401  datasets 5.2 needs pyarrow 24 or newer
 import trl  # noqa: E402,F401
 PY
 
+# The log without progress-bar lines, line by line as they come.
+quiet() { grep --line-buffered -v -E "it/s\]|s/it\]|examples/s\]" | tee -a "$LOG"; }
+
 grpo_usmle_check() {
     local medqa=${MEDQA:-.whl/medqa_us_4opt_test.jsonl} work=/tmp/grpo-usmle-check
     [ -f "$medqa" ] || { echo "error: no $medqa; make wheels copies it from ../shared/data"; return 1; }
@@ -84,7 +87,7 @@ grpo_usmle_check() {
 
 case "${1:-all}" in
     grpo-usmle)
-        grpo_usmle_check 2>&1 | grep --line-buffered -v -E "it/s\]|s/it\]|examples/s\]" | tee -a "$LOG"
+        grpo_usmle_check 2>&1 | quiet
         exit "${PIPESTATUS[0]}" ;;
     all) cases="pretrain_0p4b sft_lora_4b grpo_0p4b cpt_gemma3_4b"; extra=() ;;
     ablate) cases="pretrain_0p4b sft_lora_4b cpt_gemma3_4b"; extra=(--ablate --no-baseline) ;;
@@ -103,8 +106,7 @@ for name in $cases; do
     fi
     limit=${CASE_TIMEOUT:-420}
     [ "$limit" -le "$left" ] || limit=$left
-    timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 \
-        | grep --line-buffered -v -E "it/s\]|examples/s\]" | tee -a "$LOG"
+    timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 | quiet
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish within ${limit}s" | tee -a "$LOG"; status=1; }
 done
 exit $status

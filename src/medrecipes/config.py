@@ -428,16 +428,21 @@ class RecipeParser(TrlParser):
         return field_names(self.dataclass_types)
 
     def _check_yaml_keys(self, path: str) -> None:
-        if not os.path.isfile(path):
-            raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
-        try:
-            with open(path) as f:
-                data = yaml.safe_load(f)
-        except yaml.YAMLError as err:
-            raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{path}: a recipe must be a mapping of keys to values")
-        reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
+        reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
+
+
+def read_recipe_yaml(path: str) -> dict:
+    """A recipe file's mapping of keys to values, or the one-line error of a missing or bad file."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a recipe must be a mapping of keys to values")
+    return data
 
 
 def field_names(classes) -> list[str]:
@@ -633,15 +638,7 @@ def recipe_method(path: str) -> str:
     dataclasses take every key, so a recipe with only shared keys is a CPT recipe) or "eval"
     (recipes/evaluate.py). A file that fits none gets the method nearest to it, whose parse
     then names the key that does not fit."""
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError:
-            data = None  # the parse reports it, in its own words
-    if not isinstance(data, dict):
-        return "cpt"
+    data = read_recipe_yaml(path)
     keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 

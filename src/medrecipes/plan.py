@@ -317,10 +317,10 @@ def memory_per_device(
     t = method.trainable_parameters
     sequences, tokens = generation or (0, 0)
     kv_cache = 2 * layers * shape.kv_width * tokens * sequences * 2
+    whole = method.frozen_weight_bytes + 2 * t  # every weight, before sharding
     estimate = {}
     for strategy in STRATEGIES:
         w, g, o = shards[strategy]
-        whole = method.frozen_weight_bytes + 2 * t
         parts = {
             "weights": whole / w,
             "gradients": 2 * t / g,
@@ -440,8 +440,15 @@ def plan(
     }
 
 
-# Column headings of the memory table, in memory_per_device's order.
-LABELS = ("weights", "grads", "optim", "activ", "ref", "gen")
+# The memory table's columns: memory_per_device's part, its heading and width; GRPO adds the last two.
+COLUMNS = (
+    ("weights", "weights", 8),
+    ("gradients", "grads", 7),
+    ("optimizer", "optim", 7),
+    ("activations", "activ", 7),
+    ("reference", "ref", 7),
+    ("generation", "gen", 7),
+)
 
 
 def format_plan(result: dict) -> str:
@@ -471,9 +478,8 @@ def format_plan(result: dict) -> str:
         f"parameters        {result['num_parameters']:,}",
         f"method            {method}",
     ]
-    columns = ["weights", "gradients", "optimizer", "activations"]
+    columns = COLUMNS if result["grpo"] else COLUMNS[:4]
     if result["grpo"]:
-        columns += ["reference", "generation"]
         prompts = (
             f"prompts of {result['prompt_tokens']:,} tokens"
             if result["prompt_tokens"] is not None
@@ -494,14 +500,12 @@ def format_plan(result: dict) -> str:
         f"logits {'in tiles, not counted' if result['fused_loss'] else 'counted'}"
         + ("; total: the larger of grads + activ and gen" if result["grpo"] else "")
         + "):",
-        f"  {'strategy':<9}"
-        + "".join(f"{label:>{8 if label == 'weights' else 7}}" for label in LABELS[: len(columns)])
-        + "  total  fits",
+        f"  {'strategy':<9}" + "".join(f"{label:>{width}}" for _, label, width in columns) + "  total  fits",
     ]
     for strategy, m in result["memory_breakdown_gb"].items():
         lines.append(
             f"  {strategy:<9}"
-            + "".join(f"{m[name]:>{8 if name == 'weights' else 7}.1f}" for name in columns)
+            + "".join(f"{m[part]:>{width}.1f}" for part, _, width in columns)
             + f"{m['total']:>7.1f}  {'yes' if result['fits'][strategy] else 'no'}"
         )
     lines.append(f"ddp fits on       {fits}")
