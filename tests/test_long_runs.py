@@ -168,3 +168,39 @@ def test_grace_time_bounds_a_run_that_cannot_checkpoint():
     result = run(PYTHON, "-c", HANGS, timeout=60)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
     assert "SIGTERM: no checkpoint within preemption_grace_seconds (1 s)" in result.stdout + result.stderr
+
+
+# Two processes end a run through end_run; the script's argument is the status to end with.
+ENDS = """
+import atexit, sys, threading, time
+from pathlib import Path
+from types import SimpleNamespace
+import torch
+from accelerate import Accelerator, PartialState
+from medrecipes.trainer import end_run
+
+out, status = Path(sys.argv[1]), sys.argv[2]
+PartialState(backend="gloo")  # as the trainer's arguments set it up on CPU
+accelerator = Accelerator()
+torch.distributed.all_reduce(torch.ones(1))
+rank = accelerator.process_index
+atexit.register(lambda: (out / f"atexit-{rank}").touch())
+threading.Thread(target=lambda: (time.sleep(1), (out / f"thread-{rank}").touch())).start()
+print(f"rank {rank} ended", end="")  # no newline: still in the buffer of a piped stdout
+end_run(SimpleNamespace(accelerator=accelerator), int(status) if status.isdigit() else status)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("status, code", [("0", 0), ("error: the run stopped", 1)], ids=["ok", "message"])
+def test_several_processes_end_with_the_status_after_exit_handlers_threads_and_output(tmp_path, status, code):
+    script = tmp_path / "ends.py"
+    script.write_text(ENDS)
+    launch = (PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2")
+    result = run(*launch, script, tmp_path, status, timeout=120)
+    assert result.returncode == code, result.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} ended" in result.stdout
+        assert (tmp_path / f"atexit-{rank}").exists() and (tmp_path / f"thread-{rank}").exists()
+    assert "not reached" not in result.stdout
+    assert (status in result.stderr) == (code == 1)

@@ -117,6 +117,12 @@ class PreemptionHandler(StopsRun):
             for sig, previous in self._previous.items():
                 signal.signal(sig, previous)
             self._previous = {}
+        if self._group is not None:
+            # Destroyed now, not when the interpreter exits: a gloo group's worker threads live
+            # as long as the group object, and one freed during interpreter shutdown can abort
+            # the process ("terminate called without an active exception") after a good run.
+            dist.destroy_process_group(self._group)
+            self._group = None
 
 
 class NonFiniteGuard(StopsRun):

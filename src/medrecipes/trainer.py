@@ -3,12 +3,16 @@ exact resume, the long-run callbacks fed, teardown, and mixins for what the reci
 (perplexity, MCQ accuracy, GRPO's per-set metrics) and for a learning rate of its own for the
 embeddings."""
 
+import atexit
 import logging
 import math
 import os
 import shutil
+import sys
+import threading
 import time
 from collections.abc import Mapping
+from typing import NoReturn
 
 import torch
 from transformers import Trainer
@@ -54,11 +58,10 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
-        end_run(trainer)
         if stopped[0].exit_code == 0:
             logger.warning(stopped[0].stop_reason)
-            raise SystemExit(0)
-        raise SystemExit(f"error: {stopped[0].stop_reason}")
+            end_run(trainer)
+        end_run(trainer, f"error: {stopped[0].stop_reason}")
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
@@ -72,14 +75,33 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     return final_dir
 
 
-def end_run(trainer) -> None:
-    """Tear the process group down while the interpreter is still whole.
+def end_run(trainer, status: int | str = 0) -> NoReturn:
+    """End the process with `status` (an exit code, or a message for stderr and exit code 1,
+    as SystemExit takes them) once the process group is torn down.
 
-    Left to interpreter shutdown, gloo's worker threads (DeepSpeed and DDP on CPU) can still
-    hold tensors; freeing them then aborts the process now and then with "terminate called
-    without an active exception", and the launcher reports the whole run as failed.
+    A run of several processes ends without the interpreter's shutdown. gloo's worker threads
+    (DeepSpeed, DDP and FSDP on CPU) live as long as their process group object, which
+    `destroy_process_group` does not free while the wrapped model still holds it. A worker
+    that drops the last reference to a Python tensor while the interpreter shuts down is
+    stopped by Python in the middle of a C++ frame: the process aborts with "terminate called
+    without an active exception" after a good run, and the launcher reports the run as
+    failed. So the exit handlers run (loggers, trackers, temporary folders), other threads
+    are waited for, output is flushed, and the process leaves with os._exit.
     """
+    several = trainer.accelerator.num_processes > 1
     trainer.accelerator.end_training()
+    if not several:
+        raise SystemExit(status)
+    if isinstance(status, str):
+        print(status, file=sys.stderr)
+        status = 1
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # what the interpreter's shutdown would run first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def evaluate_and_record(trainer) -> dict:
