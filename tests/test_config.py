@@ -9,7 +9,7 @@ import yaml
 from conftest import PYTHON, ROOT, run
 
 from medrecipes import cli
-from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget
+from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
 from medrecipes.errors import UserError
 
 BASE = {"model_name_or_path": "some/model", "use_cpu": True, "report_to": "none"}
@@ -394,7 +394,7 @@ def _recipe_table() -> dict[str, str]:
     return scripts
 
 
-def test_every_shipped_recipe_is_documented_and_parses_for_its_script():
+def test_every_shipped_recipe_is_documented_and_parses_for_its_script(tmp_path):
     scripts = _recipe_table()
     shipped = sorted(path.name for path in (ROOT / "recipes").glob("*.yaml"))
     assert sorted(scripts) == shipped  # recipes/README.md lists every recipe, and no other
@@ -403,5 +403,10 @@ def test_every_shipped_recipe_is_documented_and_parses_for_its_script():
         assert cli.SCRIPTS[recipe_method(path)] == f"recipes/{script}", name  # what validate and plan infer
         if script == "evaluate.py":
             assert parse_eval_args([path]).model_name_or_path
-        else:
-            parse_recipe(script.removesuffix(".py"), [path])
+            continue
+        method = script.removesuffix(".py")
+        resolved = resolved_recipe(*parse_recipe(method, [path]))
+        # What validate prints and the model card records gives the same run when parsed again.
+        again = tmp_path / name
+        again.write_text(yaml.safe_dump(resolved))
+        assert resolved_recipe(*parse_recipe(method, [str(again)])) == resolved, name

@@ -178,6 +178,21 @@ def test_plan_counts_grpo_batches_for_the_gpus_planned(tmp_path, capsys, tiny_mo
     assert plan["gradient_accumulation_steps"] == 2 and plan["sequences_per_step"] == 32
 
 
+@pytest.mark.parametrize(
+    "overrides, sequences",
+    [((), 16), (("--steps_per_generation", "4"), 32), (("--generation_batch_size", "96"), 48)],
+    ids=["accumulation", "steps_per_generation", "generation_batch_size"],
+)
+def test_plan_generates_the_batch_grpo_derives_for_the_gpus_planned(
+    tmp_path, capsys, tiny_model, overrides, sequences
+):
+    path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=8)
+    # 8 prompts x 4 completions on 2 processes of 8: accumulation 2; a generation batch of 96
+    # is 96 / (8 x 2) = 6 micro-batches per process.
+    cli.main(["plan", path, *overrides, "--num-gpus", "2", "--json"])
+    assert json.loads(capsys.readouterr().out)["generation_sequences"] == sequences
+
+
 def test_plan_counts_prompts_the_reference_model_and_the_generation(tmp_path, capsys, tiny_model):
     path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=8, beta=0.01)
     cli.main(["plan", path, "--prompt-tokens", "100000", "--json"])  # long enough for a KV cache of GiBs

@@ -265,7 +265,31 @@ class MedGRPOConfig(DeviceDefaults, GRPOConfig):
         if self.prompts_per_step is not None:
             world = int(os.environ.get("WORLD_SIZE", "1"))
             self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
+        # Values derived after this point, kept as the recipe set them: GRPOConfig derives each of
+        # steps_per_generation and generation_batch_size from the other (or from the
+        # accumulation) and refuses both set, and reward_weights come from `rewards`. The
+        # resolved recipe gives these back, and `plan` derives the first two again for another
+        # number of devices.
+        self.set_by_recipe = {
+            name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
+        }
         super().__post_init__()
+
+    def steps_per_generation_on(self, world_size: int) -> int:
+        """Micro-batches a process generates at once on `world_size` processes, as GRPOConfig
+        derives them there."""
+        steps, batch = self.set_by_recipe["steps_per_generation"], self.set_by_recipe["generation_batch_size"]
+        if steps is not None:
+            return steps
+        if batch is None:
+            return self.gradient_accumulation_steps
+        per_pass = self.per_device_train_batch_size * world_size
+        if batch % per_pass:
+            raise UserError(
+                f"generation_batch_size {batch} does not divide into per_device_train_batch_size "
+                f"{self.per_device_train_batch_size} x {world_size} processes"
+            )
+        return batch // per_pass
 
 
 def prompts_per_step_accumulation(args, world_size: int) -> int:
@@ -690,9 +714,10 @@ def resolved_recipe(*parsed) -> dict[str, Any]:
     again, it gives the same run."""
     resolved = {}
     for obj in parsed:
+        own = getattr(obj, "set_by_recipe", {})  # fields whose derived values may not be given back
         for f in dataclasses.fields(obj):
             if f.init and f.name not in resolved and f.name not in SECRET_FIELDS:
-                resolved[f.name] = _plain(getattr(obj, f.name))
+                resolved[f.name] = _plain(own.get(f.name, getattr(obj, f.name)))
     return resolved
 
 

@@ -35,11 +35,12 @@ Memory per device, in GiB, with P parameters, G devices, micro-batch b, sequence
   reference model in the policy's dtype (4P bytes for float32, else 2P), sharded by ZeRO-3 only.
   Generation with transformers (not vLLM, whose share is `vllm_gpu_memory_utilization`) runs
   on the whole generation batch of a process at once, per_device_train_batch_size x
-  gradient_accumulation_steps sequences (TRL's default steps_per_generation), and keeps their
-  KV cache: 2 (keys, values) x layers x kv_width x tokens x sequences x 2 bytes (bf16), kv_width
-  being key/value heads x head dimension. ZeRO-3 gathers the whole model's weights for it (TRL's
-  `ds3_gather_for_generation`). Gradients are freed between steps, so the peak is weights +
-  optimizer + reference + the larger of (gradients + activations) and (the generation's share).
+  steps_per_generation sequences (the accumulation, unless the recipe sets steps_per_generation
+  or generation_batch_size), and keeps their KV cache: 2 (keys, values) x layers x kv_width x
+  tokens x sequences x 2 bytes (bf16), kv_width being key/value heads x head dimension. ZeRO-3
+  gathers the whole model's weights for it (TRL's `ds3_gather_for_generation`). Gradients are
+  freed between steps, so the peak is weights + optimizer + reference + the larger of
+  (gradients + activations) and (the generation's share).
 
 It is an estimate for choosing a strategy and batch size: allocator fragmentation, CUDA
 context (~1 GiB) and communication buffers come on top.
@@ -396,7 +397,8 @@ def plan(
     reference = grpo and training_args.beta > 0 and method.name == "full"  # LoRA: the base, adapters off
     generation = None
     if grpo and not training_args.use_vllm:
-        generation = (training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps, seq)
+        per_device = training_args.per_device_train_batch_size * training_args.steps_per_generation_on(num_gpus)
+        generation = (per_device, seq)
     memory = memory_per_device(
         shape,
         num_gpus,
