@@ -48,6 +48,26 @@ def run(*args: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = Non
 
 
 PYTHON = sys.executable
+ACCELERATE = Path(sys.executable).parent / "accelerate"
+
+
+def run_ok(*args, **kwargs) -> subprocess.CompletedProcess:
+    """`run`, requiring exit code 0; a failure shows the tail of the output."""
+    result = run(*args, **kwargs)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def run_recipe(script: str, *args, launcher=(PYTHON,)) -> subprocess.CompletedProcess:
+    """Run a recipe script (under `launcher`, e.g. `accelerate launch ...`); it must succeed."""
+    return run_ok(*launcher, script, *args)
+
+
+def log_history(output_dir) -> list[dict]:
+    """The trainer's log history saved in output_dir."""
+    return json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+
+
 # Recipe overrides for runs that train only: no evaluation, so no best model to load back.
 NO_EVAL = ["--eval_strategy", "no", "--eval_on_start", "false", "--load_best_model_at_end", "false"]
 

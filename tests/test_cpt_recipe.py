@@ -4,29 +4,21 @@ test_long_runs.py)."""
 import json
 import math
 import re
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, run
+from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_recipe
 from transformers import AutoConfig, AutoModelForCausalLM
 
-ACCELERATE = Path(sys.executable).parent / "accelerate"
 TINY = "recipes/tiny_cpt.yaml"
 
 
-def cpt(*args, launcher=(PYTHON,)):
-    result = run(*launcher, "recipes/cpt.py", *args)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
-def history(output_dir) -> list[dict]:
-    return json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+cpt = partial(run_recipe, "recipes/cpt.py")
 
 
 def train_losses(output_dir) -> dict[int, float]:
-    return {e["step"]: e["loss"] for e in history(output_dir) if "loss" in e}
+    return {e["step"]: e["loss"] for e in log_history(output_dir) if "loss" in e}
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +47,10 @@ def tiny_run(tiny_model, tmp_path_factory):
 
 
 def test_each_eval_set_reports_loss_and_perplexity(tiny_run):
-    evals = [e for e in history(tiny_run) if "eval_medical_text_loss" in e]
+    evals = [e for e in log_history(tiny_run) if "eval_medical_text_loss" in e]
     assert [e["step"] for e in evals] == [0, 4, 8, 12]  # eval_on_start, then every 4 steps
     for name in ("medical_text", "usmle"):
-        entries = [e for e in history(tiny_run) if f"eval_{name}_loss" in e]
+        entries = [e for e in log_history(tiny_run) if f"eval_{name}_loss" in e]
         assert len(entries) == 4
         for entry in entries:
             assert entry[f"eval_{name}_perplexity"] == pytest.approx(math.exp(entry[f"eval_{name}_loss"]), rel=1e-6)
@@ -66,7 +58,7 @@ def test_each_eval_set_reports_loss_and_perplexity(tiny_run):
 
 
 def test_eval_tasks_log_their_accuracy_at_each_evaluation(tiny_run):
-    scores = [e for e in history(tiny_run) if "eval_usmle_acc" in e]
+    scores = [e for e in log_history(tiny_run) if "eval_usmle_acc" in e]
     assert [e["step"] for e in scores] == [0, 4, 8, 12]  # eval_on_start, then every 4 steps
     assert all(e["eval_usmle_acc"] in {k / 8 for k in range(9)} and "eval_usmle_acc_norm" in e for e in scores)
     assert "eval_usmle_acc" in json.loads((Path(tiny_run) / "eval_results.json").read_text())
@@ -80,7 +72,7 @@ def test_eval_tasks_log_their_accuracy_at_each_evaluation(tiny_run):
 
 
 def test_keeps_best_checkpoints_plus_last(tiny_run):
-    scores = {e["step"]: e["eval_medical_text_loss"] for e in history(tiny_run) if "eval_medical_text_loss" in e}
+    scores = {e["step"]: e["eval_medical_text_loss"] for e in log_history(tiny_run) if "eval_medical_text_loss" in e}
     best_two = sorted((s for s in (4, 8, 12)), key=scores.get)[:2]
     kept = sorted(int(p.name.split("-")[1]) for p in Path(tiny_run).glob("checkpoint-*"))
     assert kept == sorted(set(best_two) | {12})
@@ -149,7 +141,7 @@ def test_two_processes(tiny_model, tmp_path, launcher):
     losses = train_losses(tmp_path)
     assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) and v > 0 for v in losses.values())
     # Every process scores the questions with the sharded model; the log has one value per evaluation.
-    assert [e["step"] for e in history(tmp_path) if "eval_usmle_acc" in e] == [0, 3]
+    assert [e["step"] for e in log_history(tmp_path) if "eval_usmle_acc" in e] == [0, 3]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
 
 

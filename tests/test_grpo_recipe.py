@@ -3,12 +3,11 @@ them; the GRPO keys of a recipe, its prompts and the embedding learning rate in-
 
 import json
 import math
-import sys
-from pathlib import Path
+from functools import partial
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT, run
+from conftest import ACCELERATE, PYTHON, ROOT, log_history, run_ok, run_recipe
 from transformers import AutoModelForCausalLM, Trainer
 
 from medrecipes import cli
@@ -18,18 +17,10 @@ from medrecipes.errors import UserError
 from medrecipes.trainer import EmbeddingLearningRateMixin
 from medrecipes.usmle import completion_prompt, load_mcq
 
-ACCELERATE = Path(sys.executable).parent / "accelerate"
 TINY = "recipes/tiny_grpo.yaml"
 
 
-def grpo(*args, launcher=(PYTHON,)):
-    result = run(*launcher, "recipes/grpo.py", *args)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
-def history(output_dir) -> list[dict]:
-    return json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+grpo = partial(run_recipe, "recipes/grpo.py")
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +29,7 @@ def learn_check(tmp_path_factory):
     and result. The warmed-up model answers in form and is right only sometimes, so the other
     runs below start from it to get rewards that differ within a group."""
     out = tmp_path_factory.mktemp("learn-check")
-    result = run(PYTHON, "benchmarks/learn_check.py", "--small", "--out", out, "--json")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_ok(PYTHON, "benchmarks/learn_check.py", "--small", "--out", out, "--json")
     return out, json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -57,7 +47,7 @@ def test_grpo_raises_held_out_accuracy(learn_check):
     assert after["new finding"] >= before["new finding"] + 0.1, (before, after)
     assert after["all"] >= before["all"] + 0.05, (before, after)
     # beta 0: no reference model and no KL term.
-    train_logs = [e for e in history(out / "grpo") if "reward" in e]
+    train_logs = [e for e in log_history(out / "grpo") if "reward" in e]
     assert train_logs and all("kl" not in e for e in train_logs)
 
 
@@ -76,7 +66,7 @@ NO_EVAL = ("--eval_strategy", "no", "--eval_on_start", "false")
 @pytest.mark.slow
 def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
     two_steps(learn_check, tmp_path, "--eval_steps", "2", "--eval_on_start", "false")
-    logs = history(tmp_path)
+    logs = log_history(tmp_path)
     kl = {e["step"]: e["kl"] for e in logs if "kl" in e}
     # Step 1 samples from the reference itself; after one update the policy has moved from it.
     assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 0
@@ -96,7 +86,7 @@ def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
     adapter = json.loads((tmp_path / "final" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert not (tmp_path / "final" / "model.safetensors").exists()
-    logs = history(tmp_path)
+    logs = log_history(tmp_path)
     kl_logs = [e for e in logs if "kl" in e and "loss" in e]  # the reference is the base, adapter disabled
     assert len(kl_logs) == 2 and all(math.isfinite(e["kl"]) for e in kl_logs)
     accuracy = [e["eval_usmle_test_acc"] for e in logs if "eval_usmle_test_acc" in e]
@@ -110,7 +100,7 @@ def test_zero3_with_a_reference_model_on_two_processes(learn_check, tmp_path):
     result = two_steps(learn_check, tmp_path, *NO_EVAL, launcher=(ACCELERATE, "launch", *zero3))
     # 4 prompts x 4 completions over 2 processes x 8 per device: one pass per step.
     assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
-    kl = {e["step"]: e["kl"] for e in history(tmp_path) if "kl" in e}
+    kl = {e["step"]: e["kl"] for e in log_history(tmp_path) if "kl" in e}
     assert sorted(kl) == [1, 2] and kl[2] > 0
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
 

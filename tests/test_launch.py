@@ -6,14 +6,10 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import NO_EVAL, PYTHON, ROOT
-
-ACCELERATE = Path(sys.executable).parent / "accelerate"
+from conftest import ACCELERATE, NO_EVAL, PYTHON, ROOT
 
 # srun on one machine: each task a background process with its own SLURM_PROCID.
 FAKE_SRUN = """#!/bin/bash

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import NO_EVAL, PYTHON, ROOT, run
+from conftest import NO_EVAL, PYTHON, ROOT, run, run_recipe
 from safetensors.torch import load_file
 
 from medrecipes.callbacks import checkpoint_steps
@@ -40,9 +40,7 @@ def recipe_args(model, output_dir, *extra):
 
 
 def finish(model, output_dir, *extra) -> str:
-    result = run(PYTHON, "recipes/cpt.py", *recipe_args(model, output_dir, *extra))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    return run_recipe("recipes/cpt.py", *recipe_args(model, output_dir, *extra)).stdout
 
 
 def start(model, output_dir, *extra, hook_dir=None) -> subprocess.Popen:

@@ -1,13 +1,12 @@
 """What a run leaves behind: monitoring in its logs, a mirror of its checkpoints, and on a
 (local stand-in) Hub its model with a card that records how it was made."""
 
-import json
 import math
 import os
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, log_history
 from hub_standin import HubStandIn
 from huggingface_hub import ModelCard
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -51,8 +50,7 @@ def pushed_run(tiny_model, tmp_path_factory):
 
 
 def train_logs(out) -> list[dict]:
-    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    return [e for e in history if "loss" in e and "learning_rate" in e]
+    return [e for e in log_history(out) if "loss" in e and "learning_rate" in e]
 
 
 def test_training_logs_carry_throughput_mfu_time_and_cost(pushed_run, tiny_model):

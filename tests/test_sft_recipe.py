@@ -1,26 +1,22 @@
 """recipes/sft.py: full, LoRA and QLoRA runs as a user types them, and what the trainer is fed."""
 
 import json
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, run
+from conftest import ACCELERATE, log_history, run_recipe
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
 
-ACCELERATE = Path(sys.executable).parent / "accelerate"
 TINY = "recipes/tiny_sft.yaml"
 
 
-def sft(*args, launcher=(PYTHON,)):
-    result = run(*launcher, "recipes/sft.py", *args)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+sft = partial(run_recipe, "recipes/sft.py")
 
 
 def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path):
@@ -131,9 +127,7 @@ def test_padding_free_packing(chat_model, tmp_path):
         "--logging_steps",
         "1",
     )
-    losses = [
-        e["loss"] for e in json.loads((tmp_path / "trainer_state.json").read_text())["log_history"] if "loss" in e
-    ]
+    losses = [e["loss"] for e in log_history(tmp_path) if "loss" in e]
     assert losses and all(loss > 0 for loss in losses)
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import PYTHON, run
+from conftest import PYTHON, run, run_ok
 
 TINY = ("cpt_tiny", "pretrain_tiny", "sft_lora_tiny", "grpo_tiny")
 KEYS = (
@@ -23,9 +23,7 @@ KEYS = (
 
 
 def bench(*args):
-    result = run(PYTHON, "benchmarks/train_throughput.py", *args, "--device", "cpu", timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+    return run_ok(PYTHON, "benchmarks/train_throughput.py", *args, "--device", "cpu", timeout=600)
 
 
 @pytest.mark.slow
