@@ -58,10 +58,10 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
-        if stopped[0].exit_code == 0:
-            logger.warning(stopped[0].stop_reason)
-            end_run(trainer)
-        end_run(trainer, f"error: {stopped[0].stop_reason}")
+        reason, code = stopped[0].stop_reason, stopped[0].exit_code
+        if code == 0:
+            logger.warning(reason)
+        end_run(trainer, 0 if code == 0 else f"error: {reason}")
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
