@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_session.sh ablate                # each speed setting switched in turn (no baseline)
 #   bash benchmarks/gpu_session.sh cases pretrain_0p4b   # named cases, against their baselines
 #   bash benchmarks/gpu_session.sh grpo-usmle            # `make grpo-usmle` for a few steps (below)
+#   bash benchmarks/gpu_session.sh tests                 # the tests marked gpu (pytest -m gpu)
 #
 # CASE_TIMEOUT (seconds, default 420) bounds each case, SESSION_SECONDS (default 570) the whole call.
 #
@@ -85,14 +86,24 @@ grpo_usmle_check() {
     ls "$work/grpo/final"
 }
 
+# The tests marked gpu, from the files that have some (the others may import what is not carried).
+gpu_tests() {
+    # shellcheck disable=SC2046  # one file per word
+    timeout "$(( ${SESSION_SECONDS:-570} - SECONDS ))" python3 -m pytest -m gpu -q -rs -p no:cacheprovider \
+        --junitxml "$OUT/gpu-tests.xml" $(grep -l "mark.gpu" tests/test_*.py)
+}
+
 case "${1:-all}" in
     grpo-usmle)
         grpo_usmle_check 2>&1 | quiet
         exit "${PIPESTATUS[0]}" ;;
+    tests)
+        gpu_tests 2>&1 | quiet
+        exit "${PIPESTATUS[0]}" ;;
     all) cases="pretrain_0p4b sft_lora_4b grpo_0p4b cpt_gemma3_4b"; extra=() ;;
     ablate) cases="pretrain_0p4b sft_lora_4b cpt_gemma3_4b"; extra=(--ablate --no-baseline) ;;
     cases) shift; cases="$*"; extra=() ;;
-    *) echo "usage: $0 [all | ablate | cases NAME... | grpo-usmle]"; exit 2 ;;
+    *) echo "usage: $0 [all | ablate | cases NAME... | grpo-usmle | tests]"; exit 2 ;;
 esac
 # A call of the device tool ends at 600 s: no case starts with less than a minute of SESSION_SECONDS
 # (default 570, counted from the script's start) left, and none runs past its end.

@@ -18,6 +18,19 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run where CUDA is visible (`pytest -m gpu` on a GPU machine) and are
+    skipped elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
     """A random 2-layer llama with a tokenizer trained on the bundled medical text."""
@@ -43,7 +56,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 def run(*args: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a command as a user types it, from the project root, and capture its output; `env`
     adds to the environment."""
-    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT / "src")}
+    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

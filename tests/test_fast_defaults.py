@@ -1,5 +1,8 @@
 """The recipes' speed settings leave the training maths alone: the chunked LM head gives the
-model's own loss, and packed examples attend only to themselves with every attention."""
+model's own loss, and packed examples attend only to themselves with every attention. The cases
+marked `gpu` check the CUDA paths (TRL's Triton LM head, sdpa's CUDA kernels) on a GPU, in float32
+with TF32 off and in bfloat16; Liger's kernels, which patch model classes for the process, are
+checked in subprocesses (test_gpu.py)."""
 
 import pytest
 import torch
@@ -9,11 +12,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from medrecipes.config import MedSFTConfig, parse_recipe
+from medrecipes.config import parse_recipe
 from medrecipes.trainer import CausalLMTrainer
 
+# Where each test runs: (device, model dtype); the GPU's float32 runs with TF32 off.
+ON_CPU = pytest.param("cpu", torch.float32, id="cpu")
+ON_GPU = [
+    pytest.param("cuda", torch.float32, id="cuda-fp32", marks=pytest.mark.gpu),
+    pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=pytest.mark.gpu),
+]
 
-def cpt_trainer(tiny_model, tmp_path, *overrides):
+
+def device_flags(device: str) -> list[str]:
+    """Recipe keys for a trainer on `device` whose loss is called directly: no autocast, no TF32,
+    no Liger (its patches would stay for the rest of the process)."""
+    if device == "cpu":
+        return ["--use_cpu", "true"]
+    return ["--use_cpu", "false", "--bf16", "false", "--tf32", "false", "--use_liger_kernel", "false"]
+
+
+def cpt_trainer(tiny_model, tmp_path, *overrides, dtype=torch.float32):
     _, args, _ = parse_recipe(
         "cpt",
         [
@@ -30,7 +48,7 @@ def cpt_trainer(tiny_model, tmp_path, *overrides):
     )
     torch.manual_seed(0)
     return CausalLMTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model),
+        model=AutoModelForCausalLM.from_pretrained(tiny_model, dtype=dtype),
         args=args,
         train_dataset=Dataset.from_dict({"input_ids": [[5, 6, 7]]}),
         processing_class=AutoTokenizer.from_pretrained(tiny_model),
@@ -51,45 +69,65 @@ def test_recipe_defaults_are_the_fast_ones(tmp_path):
     assert not off.fused_lm_head
 
 
-def test_chunked_lm_head_gives_the_models_own_loss(tiny_model, tmp_path):
+@pytest.mark.parametrize("device,dtype", [ON_CPU, *ON_GPU])
+def test_chunked_lm_head_gives_the_models_own_loss(tiny_model, tmp_path, device, dtype):
     generator = torch.Generator().manual_seed(0)
     batch = DataCollatorForLanguageModeling(pad_token_id=0)(
         [{"input_ids": torch.randint(5, 1000, (n,), generator=generator).tolist()} for n in (24, 17)]
     )
     losses = {}
     for fused in ("true", "false"):
-        trainer = cpt_trainer(tiny_model, tmp_path / fused, "--fused_lm_head", fused)
-        loss, outputs = trainer.compute_loss(trainer.model, dict(batch), return_outputs=True)
+        flags = ["--fused_lm_head", fused, *device_flags(device)]
+        trainer = cpt_trainer(tiny_model, tmp_path / fused, *flags, dtype=dtype)
+        loss, outputs = trainer.compute_loss(trainer.model, trainer._prepare_inputs(dict(batch)), return_outputs=True)
         loss.backward()
-        grad = trainer.model.lm_head.weight.grad.clone()
+        grad = trainer.model.lm_head.weight.grad.float().cpu()
         losses[fused] = (loss.item(), grad, getattr(outputs, "logits", None))
     assert losses["true"][2] is None  # no (batch, length, vocabulary) tensor was made
     assert losses["false"][2] is not None
-    assert losses["true"][0] == pytest.approx(losses["false"][0], rel=1e-5)
-    torch.testing.assert_close(losses["true"][1], losses["false"][1], rtol=1e-4, atol=1e-6)
+    if dtype == torch.float32:
+        assert losses["true"][0] == pytest.approx(losses["false"][0], rel=1e-5)
+        torch.testing.assert_close(losses["true"][1], losses["false"][1], rtol=1e-4, atol=1e-6)
+    else:
+        # The chunked head sums its logits in float32 where the plain head rounds them to bf16 first.
+        assert losses["true"][0] == pytest.approx(losses["false"][0], rel=1e-2)
+        scale = losses["false"][1].abs().max().item()
+        torch.testing.assert_close(losses["true"][1], losses["false"][1], rtol=5e-2, atol=2e-2 * scale)
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_packed_examples_attend_only_to_themselves(chat_model, tmp_path, attention):
+@pytest.mark.parametrize(
+    "device,attention",
+    [("cpu", "sdpa"), ("cpu", "eager"), pytest.param("cuda", "sdpa", id="cuda-sdpa", marks=pytest.mark.gpu)],
+)
+def test_packed_examples_attend_only_to_themselves(chat_model, tmp_path, device, attention):
     """A padding-free row (TRL's collator: restarting position_ids, no attention mask) gives
     each example the loss it has alone: transformers builds the block-diagonal mask, as long
-    as no KV cache is made, and TRL's SFT loss asks for none."""
+    as no KV cache is made, and TRL's SFT loss asks for none. In float32: the leak it rules out
+    is smaller than bfloat16's rounding."""
     tokenizer = AutoTokenizer.from_pretrained(chat_model)
     model = AutoModelForCausalLM.from_pretrained(chat_model, attn_implementation=attention)
     generator = torch.Generator().manual_seed(0)
     examples = [{"input_ids": torch.randint(5, 1000, (n,), generator=generator).tolist()} for n in (23, 9, 31)]
-    args = MedSFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_length=64)
+    _, args, _ = parse_recipe(
+        "sft",
+        ["--model_name_or_path", chat_model, "--output_dir", str(tmp_path), "--report_to", "none"]
+        + ["--max_length", "64", *device_flags(device)],
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer)
     packed = trainer.data_collator(examples)
     assert "attention_mask" not in packed and packed["input_ids"].shape == (1, 63)
 
+    def loss_of(batch) -> float:
+        return trainer.compute_loss(model, trainer._prepare_inputs(dict(batch))).item()
+
     with torch.no_grad():
-        alone = [trainer.compute_loss(model, trainer.data_collator([e])).item() for e in examples]
-        together = trainer.compute_loss(model, dict(packed)).item()
+        alone = [loss_of(trainer.data_collator([e])) for e in examples]
+        together = loss_of(packed)
         # The same row with a mask of ones lets each example see the ones before it.
-        leaking = trainer.compute_loss(model, {**packed, "attention_mask": torch.ones_like(packed["input_ids"])})
+        leaking = loss_of({**packed, "attention_mask": torch.ones_like(packed["input_ids"])})
     targets = [len(e["input_ids"]) - 1 for e in examples]  # each example's first token has no label
     expected = sum(loss * n for loss, n in zip(alone, targets, strict=True)) / sum(targets)
-    # A random model's predictions barely depend on context, so the leak is small, but far above rounding.
-    assert abs(together - expected) < 1e-6 * expected
-    assert abs(leaking.item() - expected) > 2e-5 * expected
+    # A random model's predictions barely depend on context, so the leak (about 1e-4 of the loss)
+    # is small, but far above the rounding of either device.
+    assert abs(together - expected) < (1e-6 if device == "cpu" else 1e-5) * expected
+    assert abs(leaking - expected) > 2e-5 * expected

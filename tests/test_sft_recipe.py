@@ -19,7 +19,15 @@ TINY = "recipes/tiny_sft.yaml"
 sft = partial(run_recipe, "recipes/sft.py")
 
 
-def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path):
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param([], id="cpu"),
+        # On a GPU: bf16, TF32, fused AdamW and Liger by default, and padding-free packing.
+        pytest.param(["--use_cpu", "false", "--packing", "true"], id="cuda-packed", marks=pytest.mark.gpu),
+    ],
+)
+def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path, device):
     result = sft(
         TINY,
         "--model_name_or_path",
@@ -32,6 +40,7 @@ def test_full_sft_lifts_accuracy_on_its_training_questions(chat_model, tmp_path)
         "10000",
         "--eval_on_start",
         "true",
+        *device,
     )
     state = json.loads((tmp_path / "trainer_state.json").read_text())
     before = next(e["eval_usmle_train_acc"] for e in state["log_history"] if "eval_usmle_train_acc" in e)
