@@ -1,12 +1,14 @@
-"""benchmarks/train_throughput.py on CPU: every case runs with its baseline and writes its
-results file; an ablation switches each speed setting. No speed is asserted: the figures of a
-CPU say nothing about a GPU."""
+"""benchmarks/train_throughput.py on CPU: every tiny case runs with its baseline and writes its
+results file; an ablation switches each speed setting; the GPU cases set up as far as a CPU can
+take them. No speed is asserted: the figures of a CPU say nothing about a GPU."""
 
+import dataclasses
+import importlib.util
 import json
 import os
 
 import pytest
-from conftest import PYTHON, run, run_ok
+from conftest import PYTHON, ROOT, run, run_ok
 
 TINY = ("cpt_tiny", "pretrain_tiny", "sft_lora_tiny", "grpo_tiny")
 KEYS = (
@@ -20,6 +22,9 @@ KEYS = (
     "command",
     "versions",
 )
+
+
+GPU_CASES = sorted(p.stem for p in (ROOT / "benchmarks" / "configs").glob("*.json") if not p.stem.endswith("_tiny"))
 
 
 def bench(*args):
@@ -91,3 +96,23 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     result = gpu_session("cases", "pretrain_0p4b", OUT=str(tmp_path), REQUIRE_GPU="0", SESSION_SECONDS="30")
     assert result.returncode == 1
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
+
+
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_every_gpu_case_sets_up_on_a_cpu(name, tmp_path):
+    """What a GPU session would otherwise find first: each case's recipe, keys and architecture
+    parse, its data is made and its model counted (on the meta device), every ablation's change
+    parses, and the baseline's keys are the plain trainer's."""
+    spec = importlib.util.spec_from_file_location("train_throughput", ROOT / "benchmarks" / "train_throughput.py")
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    from transformers import TrainingArguments
+    from trl import GRPOConfig, SFTConfig
+
+    case = throughput.load_case(name)
+    bench = throughput.Bench(case, "cpu", str(tmp_path))
+    assert bench.shape.num_parameters > 3e8 and len(bench.data) > 0
+    for change in bench.knobs():
+        bench.parse(change)
+    plain = {"cpt": TrainingArguments, "sft": SFTConfig, "grpo": GRPOConfig}[case["method"]]
+    assert set(case.get("baseline", {})) <= {f.name for f in dataclasses.fields(plain)}
