@@ -1,6 +1,7 @@
 """The `medrecipes` command: validate a recipe, plan a run, build and check its data, evaluate a
 model, build a tiny model, merge a LoRA adapter, try a model.
 
+examples:
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes eval --model outputs/demo/sft/final --tasks medqa_4opt,mmlu_medical --data-dir ../shared/data
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
@@ -186,7 +187,13 @@ def cmd_serve(args) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="medrecipes", description=__doc__.splitlines()[0])
+    summary, examples = __doc__.split("\n\n", 1)
+    parser = argparse.ArgumentParser(
+        prog="medrecipes",
+        description=summary,
+        epilog=examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def recipe_command(name: str, help: str):
