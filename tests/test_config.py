@@ -165,6 +165,25 @@ def test_stray_positional_argument(tmp_path):
     assert "unknown argument 'extra'" in user_error(write_recipe(tmp_path), "extra")
 
 
+def test_a_recipe_needs_a_model_to_start_from(tmp_path):
+    path = write_recipe(tmp_path)
+    data = yaml.safe_load(Path(path).read_text())
+    del data["model_name_or_path"]
+    Path(path).write_text(yaml.safe_dump(data))
+    assert f"{path}: no 'model_name_or_path'; name the model" in user_error(path)
+    assert "init_from_scratch needs 'architecture'" in user_error(path, "--init_from_scratch", "true")
+
+
+@pytest.mark.parametrize("script", ["cpt", "sft", "grpo"])
+def test_a_recipe_script_without_a_recipe_says_how_to_run_it(script):
+    result = run(PYTHON, f"recipes/{script}.py", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: no recipe: run `python recipes/{script}.py RECIPE.yaml [--key value ...]` (see recipes/)"
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_value_type_is_a_user_error_not_an_exit(tmp_path):
     path = write_recipe(tmp_path)
     try:

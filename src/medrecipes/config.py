@@ -674,9 +674,19 @@ def parse_recipe(method: str, argv: list[str] | None = None):
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError) as err:  # a dataclass __post_init__ refusing a value
         raise UserError(f"recipe: {str(err).splitlines()[0]}") from None
-    path = path or "command line"
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
+    model_args = next(o for o in outputs if isinstance(o, ModelConfig))
+    if not (recipe.init_from_scratch or model_args.model_name_or_path):
+        if path is None:
+            raise UserError(
+                f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)"
+            )
+        raise UserError(
+            f"{path}: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
+            "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
+        )
+    path = path or "command line"
     _resolve_data(recipe, path)
     if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
