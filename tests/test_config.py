@@ -161,6 +161,20 @@ def test_truncated_command_line_key_is_an_error(tmp_path):
     assert "did you mean 'learning_rate'" in message
 
 
+def test_a_mixture_on_the_command_line_is_one_yaml_value(tmp_path):
+    mixture = {"sources": [{"path": "json", "data_files": "b.jsonl", "weight": 2}], "seed": 7}
+    from_yaml, _, _ = parse(write_recipe(tmp_path, dataset_mixture=mixture))
+    from_command_line, _, _ = parse(
+        write_recipe(tmp_path, name="other.yaml"),
+        "--dataset_mixture",
+        yaml.safe_dump(mixture, default_flow_style=True),
+    )
+    assert from_command_line.dataset_mixture == from_yaml.dataset_mixture
+    assert from_command_line.mixture == from_yaml.mixture and from_yaml.mixture.sources[0].weight == 2
+    message = user_error(write_recipe(tmp_path), "--dataset_mixture", "b.jsonl")
+    assert "argument --dataset_mixture/--dataset-mixture: expected a YAML dict such as '{key: value, ...}'" in message
+
+
 def test_stray_positional_argument(tmp_path):
     assert "unknown argument 'extra'" in user_error(write_recipe(tmp_path), "extra")
 

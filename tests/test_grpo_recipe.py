@@ -130,6 +130,10 @@ def test_rewards_become_functions_and_weights(tmp_path):
     assert args.reward_weights == [1.0, 0.2, 0.1]
     _, args, _ = parse_recipe("grpo", [write_recipe(tmp_path, rewards=None)])
     assert args.rewards == [{"name": "usmle_accuracy"}] and args.reward_weights == [1.0]
+    # On the command line, the list is one YAML (or JSON) value.
+    rewards = "[{name: usmle_accuracy, weight: 2.0}, {name: answer_format, style: letter}]"
+    _, args, _ = parse_recipe("grpo", [write_recipe(tmp_path), "--rewards", rewards])
+    assert args.rewards == yaml.safe_load(rewards) and args.reward_weights == [2.0, 1.0]
 
 
 @pytest.mark.parametrize(
@@ -150,6 +154,17 @@ def test_bad_grpo_keys_name_the_file(tmp_path, keys, message):
     path = write_recipe(tmp_path, **keys)
     error = user_error(path)
     assert error.startswith(path) and message in error
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("{name: usmle_accuracy}", "argument --rewards: expected a YAML list such as '[{key: value, ...}, ...]'"),
+        ("[{name: ", "argument --rewards: not valid YAML"),
+    ],
+)
+def test_bad_rewards_on_the_command_line(tmp_path, value, message):
+    assert message in user_error(write_recipe(tmp_path), "--rewards", value)
 
 
 def test_prompts_per_step_sets_accumulation_and_generation_batch(tmp_path):

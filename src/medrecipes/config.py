@@ -12,6 +12,9 @@ import importlib.util
 import math
 import os
 import sys
+import types
+import typing
+from argparse import ArgumentTypeError
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -419,6 +422,13 @@ class RecipeParser(TrlParser):
         # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
         super().__init__(dataclass_types, allow_abbrev=False)
         self.recipe_path = "command line"
+        # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
+        # config) and take a list of mappings (rewards) word by word: both take one YAML value.
+        kinds = {name: _structured_kind(hint) for cls in dataclass_types for name, hint in _type_hints(cls).items()}
+        for action in self._actions:
+            kind = kinds.get(action.dest)
+            if kind is not None:
+                action.type, action.nargs = _yaml_value(kind), None
 
     def error(self, message):  # argparse calls this for bad values and types
         raise UserError(f"{self.recipe_path}: {message}")
@@ -453,6 +463,40 @@ class RecipeParser(TrlParser):
 
     def _check_yaml_keys(self, path: str) -> None:
         reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
+
+
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+
+
+def _structured_kind(hint) -> type | None:
+    """dict for a mapping field, list for a list of mappings, None for the others (Optional
+    stripped)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = options[0] if len(options) == 1 else None
+    origin = typing.get_origin(hint) or hint
+    if origin is dict:
+        return dict
+    if origin is list and (typing.get_origin(typing.get_args(hint)[0]) or typing.get_args(hint)[0]) is dict:
+        return list
+    return None
+
+
+def _yaml_value(kind: type):
+    """An argparse type: the text as YAML (so JSON too), which must be a `kind` or null."""
+
+    def parse(text: str):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ArgumentTypeError(f"not valid YAML ({str(err).splitlines()[0]})") from None
+        if value is not None and not isinstance(value, kind):
+            example = "'{key: value, ...}'" if kind is dict else "'[{key: value, ...}, ...]'"
+            raise ArgumentTypeError(f"expected a YAML {kind.__name__} such as {example}, got {text!r}")
+        return value
+
+    return parse
 
 
 def read_recipe_yaml(path: str) -> dict:
