@@ -140,8 +140,16 @@ def test_missing_gguf_file(tmp_path):
         split_gguf(str(tmp_path / "absent.gguf"))
 
 
-def test_other_paths_load_as_they_are():
+def test_other_paths_load_as_they_are(tmp_path):
     assert split_gguf("google/gemma-3-4b-pt") == ("google/gemma-3-4b-pt", {})
+    assert split_gguf(str(tmp_path)) == (str(tmp_path), {})
+
+
+@pytest.mark.parametrize("path", ["/no/such/model", "./no-model", "outputs/no-run/final"])
+def test_a_missing_local_path_is_not_taken_for_a_hub_id(path):
+    with pytest.raises(UserError) as info:
+        split_gguf(path)
+    assert str(info.value) == f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)"
 
 
 def test_dtype_names():

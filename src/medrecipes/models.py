@@ -100,11 +100,16 @@ def preset_config(name: str, vocab_size: int = PRESET_VOCAB_SIZE, max_position_e
 
 
 def split_gguf(path: str) -> tuple[str, dict]:
-    """A local .gguf file loads from its folder with `gguf_file=`; anything else loads as is."""
+    """A local .gguf file loads from its folder with `gguf_file=`; anything else loads as is. A
+    path that cannot be a Hub id (org/name) must exist here."""
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
             raise UserError(f"model: no such file {path}")
         return str(Path(path).parent), {"gguf_file": Path(path).name}
+    if path.startswith(("/", ".", "~")) or path.count("/") > 1:
+        if not os.path.exists(os.path.expanduser(path)):
+            raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
+        path = os.path.expanduser(path)
     return path, {}
 
 
