@@ -203,6 +203,21 @@ def test_missing_text_field_names_it_and_the_columns(tmp_path):
     assert "text_field" in message
 
 
+def test_rows_without_their_text_are_named_before_training(tmp_path):
+    path = write_jsonl(tmp_path / "notes.jsonl", [{"text": "a"}, {"text": "b"}, {"title": "no text"}, {"text": None}])
+    with pytest.raises(UserError) as info:
+        load_source(SourceConfig(path="json", data_files=path))
+    assert str(info.value) == (f"source 'json' ({path}): 2 row(s) without 'text' (the first: row 3); fix or drop them")
+
+
+def test_a_file_that_does_not_parse_is_named(tmp_path):
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"text": "a"}\nnot json\n')
+    with pytest.raises(UserError) as info:
+        load_source(SourceConfig(path=str(path)))
+    assert str(info.value).startswith(f"source '{path}': cannot read it (JSON parse error")
+
+
 # ---------------------------------------------------------------------------
 # Packing
 

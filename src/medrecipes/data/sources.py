@@ -30,6 +30,12 @@ def looks_local(path: str) -> bool:
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
+def named(source: SourceConfig) -> str:
+    """How an error names a source: its path, and its data files when a builder reads them."""
+    files = [source.data_files] if isinstance(source.data_files, str) else source.data_files
+    return f"source '{source.path}'" + (f" ({', '.join(files)})" if files else "")
+
+
 def url_files(url: str, storage_options: dict | None) -> list[str]:
     """The data files a URL names: itself, the files a glob matches, or the data files under a folder."""
     import fsspec
@@ -92,6 +98,9 @@ def load_documents(source: SourceConfig, streaming: bool):
             streaming=streaming,
             storage_options=source.storage_options,
         )
+    except datasets.exceptions.DatasetGenerationError as err:  # a file the builder cannot parse
+        cause = str(err.__cause__ or err).splitlines()[0]
+        raise UserError(f"{named(source)}: cannot read it ({cause}); fix or drop the bad rows") from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
@@ -142,6 +151,23 @@ def load_source(
         )
     if columns is not None:
         documents = documents.select_columns([source.text_field])
+        _check_no_missing_text(documents, source)
     if source.text_field != "text":
         documents = documents.rename_column(source.text_field, "text")
     return documents
+
+
+def _check_no_missing_text(documents, source: SourceConfig) -> None:
+    """A row without its text (null, or the key absent from a JSON line) would stop the
+    tokenizer mid-run with a TypeError; Arrow counts the nulls without reading the rows."""
+    if not isinstance(documents, datasets.Dataset):
+        return  # a stream is read once, as it trains
+    column = documents.data.column(source.text_field)
+    if column.null_count:
+        import pyarrow.compute as pc
+
+        first = pc.index(pc.is_null(column), True).as_py()
+        raise UserError(
+            f"{named(source)}: {column.null_count} row(s) without '{source.text_field}' "
+            f"(the first: row {first + 1}); fix or drop them"
+        )
