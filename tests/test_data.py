@@ -210,6 +210,18 @@ def test_rows_without_their_text_are_named_before_training(tmp_path):
     assert str(info.value) == (f"source 'json' ({path}): 2 row(s) without 'text' (the first: row 3); fix or drop them")
 
 
+def test_chat_rows_without_their_messages_are_named_before_training(tmp_path):
+    turn = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": turn}, {"messages": None}])
+    with pytest.raises(UserError, match=r"1 row\(s\) without 'messages' \(the first: row 2\)"):
+        load_source(SourceConfig(path=path, format="chat"))
+    path = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "q"}])
+    with pytest.raises(
+        UserError, match="no column 'completion' .*a chat source has messages, or prompt and completion"
+    ):
+        load_source(SourceConfig(path=path, format="chat"))
+
+
 def test_a_file_that_does_not_parse_is_named(tmp_path):
     path = tmp_path / "notes.jsonl"
     path.write_text('{"text": "a"}\nnot json\n')

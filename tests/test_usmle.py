@@ -314,6 +314,14 @@ def test_missing_local_path(source):
         load_mcq(source)
 
 
+def test_a_file_that_does_not_parse_is_named(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    path.write_text("not json\n")
+    with pytest.raises(UserError) as info:
+        load_mcq(str(path))
+    assert str(info.value).startswith(f"{path}: cannot read it (JSON parse error")
+
+
 def test_unknown_format_suggests_one():
     with pytest.raises(UserError, match="did you mean 'medmcqa'"):
         load_mcq("x.jsonl", format="medmcq")

@@ -31,6 +31,13 @@ def check_choice(value: str, choices: Sequence[str], where: str) -> None:
         raise UserError(f"{where} '{value}' is unknown{did_you_mean(value, choices)}; use {valid}")
 
 
+def unreadable(where: str, err: BaseException) -> UserError:
+    """The one line for a data file that `datasets` could not parse (a DatasetGenerationError,
+    whose cause says what and where)."""
+    cause = str(err.__cause__ or err).splitlines()[0]
+    return UserError(f"{where}: cannot read it ({cause}); fix or drop the bad rows")
+
+
 def exit_on_user_error(main: Callable) -> Callable:
     """Run `main`; turn a UserError into its one line on stderr and exit code 2."""
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import datasets
 
 from medrecipes.config import SourceConfig
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, unreadable
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
 
@@ -99,8 +99,7 @@ def load_documents(source: SourceConfig, streaming: bool):
             storage_options=source.storage_options,
         )
     except datasets.exceptions.DatasetGenerationError as err:  # a file the builder cannot parse
-        cause = str(err.__cause__ or err).splitlines()[0]
-        raise UserError(f"{named(source)}: cannot read it ({cause}); fix or drop the bad rows") from None
+        raise unreadable(named(source), err) from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
@@ -142,32 +141,41 @@ def load_source(
         documents = rows.map(render, remove_columns=rows.column_names)
         return documents.to_iterable_dataset() if streaming else documents
     documents = load_documents(source, streaming)
-    if source.format == "chat":
-        return documents
     columns = documents.column_names
+    if source.format == "chat":
+        if columns is not None:
+            _check_no_missing(documents, ["messages"] if "messages" in columns else ["prompt", "completion"], source)
+        return documents
     if columns is not None and source.text_field not in columns:
         raise UserError(
             f"source '{source.path}': no column '{source.text_field}' (columns: {', '.join(columns)}); set text_field"
         )
     if columns is not None:
         documents = documents.select_columns([source.text_field])
-        _check_no_missing_text(documents, source)
+        _check_no_missing(documents, [source.text_field], source)
     if source.text_field != "text":
         documents = documents.rename_column(source.text_field, "text")
     return documents
 
 
-def _check_no_missing_text(documents, source: SourceConfig) -> None:
-    """A row without its text (null, or the key absent from a JSON line) would stop the
-    tokenizer mid-run with a TypeError; Arrow counts the nulls without reading the rows."""
+def _check_no_missing(documents, fields: list[str], source: SourceConfig) -> None:
+    """A row without one of `fields` (a null, or the key absent from a JSON line) would stop the
+    run mid-way (the tokenizer's TypeError, TRL's "not conversational"); Arrow counts the nulls
+    without reading the rows. A chat source needs `messages`, or `prompt` and `completion`."""
     if not isinstance(documents, datasets.Dataset):
         return  # a stream is read once, as it trains
-    column = documents.data.column(source.text_field)
-    if column.null_count:
-        import pyarrow.compute as pc
+    for name in fields:
+        if name not in documents.column_names:
+            raise UserError(
+                f"{named(source)}: no column '{name}' (columns: {', '.join(documents.column_names)}); "
+                "a chat source has messages, or prompt and completion"
+            )
+        column = documents.data.column(name)
+        if column.null_count:
+            import pyarrow.compute as pc
 
-        first = pc.index(pc.is_null(column), True).as_py()
-        raise UserError(
-            f"{named(source)}: {column.null_count} row(s) without '{source.text_field}' "
-            f"(the first: row {first + 1}); fix or drop them"
-        )
+            first = pc.index(pc.is_null(column), True).as_py()
+            raise UserError(
+                f"{named(source)}: {column.null_count} row(s) without '{name}' (the first: row {first + 1}); "
+                "fix or drop them"
+            )
