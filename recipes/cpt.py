@@ -29,10 +29,10 @@ from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.trainer import (
     CausalLMTrainer,
+    checkpoint_to_resume,
     end_run,
     eval_loss_summary,
     evaluate_and_record,
-    last_checkpoint,
     train_and_save,
 )
 
@@ -41,7 +41,7 @@ def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    checkpoint = last_checkpoint(training_args.output_dir)
+    checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     with training_args.main_process_first(desc="tokenising and packing"):

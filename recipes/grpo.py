@@ -34,9 +34,9 @@ from medrecipes.trainer import (
     GRPOEvalMetricsMixin,
     MCQAccuracyMixin,
     RecipeTrainerMixin,
+    checkpoint_to_resume,
     end_run,
     evaluate_and_record,
-    last_checkpoint,
     train_and_save,
 )
 
@@ -52,7 +52,7 @@ def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    checkpoint = last_checkpoint(training_args.output_dir)
+    checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     chat = training_args.prompt_format == "chat"

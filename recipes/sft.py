@@ -30,9 +30,9 @@ from medrecipes.trainer import (
     MCQAccuracyMixin,
     PerplexityMixin,
     RecipeTrainerMixin,
+    checkpoint_to_resume,
     end_run,
     evaluate_and_record,
-    last_checkpoint,
     train_and_save,
 )
 
@@ -45,7 +45,7 @@ def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    checkpoint = last_checkpoint(training_args.output_dir)
+    checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     if tokenizer.chat_template is None and training_args.chat_template_path is None:

@@ -2,8 +2,11 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
-from medrecipes.trainer import last_checkpoint
+from medrecipes.errors import UserError
+from medrecipes.trainer import checkpoint_to_resume, last_checkpoint
 
 
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
@@ -13,6 +16,23 @@ def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
     (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")  # a save that never finished
     assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert last_checkpoint(str(tmp_path / "absent")) is None
+
+
+def test_resume_from_checkpoint_names_where_to_start(tmp_path):
+    run, other = tmp_path / "run", tmp_path / "other"
+    for folder in (run / "checkpoint-2", other / "checkpoint-8", other / "checkpoint-9"):
+        folder.mkdir(parents=True)
+    for folder in (run / "checkpoint-2", other / "checkpoint-8"):
+        (folder / "trainer_state.json").write_text("{}")
+
+    def start(named):
+        return checkpoint_to_resume(SimpleNamespace(output_dir=str(run), resume_from_checkpoint=named))
+
+    assert start(None) == start(True) == start("true") == str(run / "checkpoint-2")  # the newest here
+    assert start(str(other / "checkpoint-8")) == str(other / "checkpoint-8")
+    for incomplete in (other / "checkpoint-9", tmp_path / "absent"):
+        with pytest.raises(UserError, match=f"resume_from_checkpoint: {incomplete} is not a complete checkpoint"):
+            start(str(incomplete))
 
 
 def saved(tmp_path, steps, losses, keep_best, keep_last, best=None):

@@ -20,6 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
+from medrecipes.errors import UserError
 from medrecipes.monitoring import ThroughputMonitor
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,22 @@ def last_checkpoint(output_dir: str) -> str | None:
             return path
         logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
     return None
+
+
+def checkpoint_to_resume(args) -> str | None:
+    """The checkpoint a run starts from: the one `resume_from_checkpoint` names (a checkpoint
+    folder of this run or another), else the newest complete one in output_dir (also with
+    `resume_from_checkpoint: true`)."""
+    named = args.resume_from_checkpoint
+    if named is None or named is True or str(named).lower() == "true":
+        return last_checkpoint(args.output_dir)
+    if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
+        raise UserError(
+            f"resume_from_checkpoint: {named} is not a complete checkpoint (no {TRAINER_STATE}); "
+            "name a checkpoint-<step> folder, or leave the key out to resume from output_dir's newest"
+        )
+    logger.info("resuming from %s (resume_from_checkpoint)", named)
+    return named
 
 
 def train_and_save(trainer, checkpoint: str | None) -> str:
