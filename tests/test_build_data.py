@@ -143,6 +143,16 @@ def test_build_is_skipped_until_the_data_changes(tmp_path, files, tiny_model, to
         pretraining_data(recipe, tokenizer, args.max_length)
 
 
+def test_folders_to_write_that_are_files_are_refused(tmp_path, files, tiny_model):
+    path = recipe_file(tmp_path, tiny_model, files, False)
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(UserError, match=f"build-data: {taken} is a file; name a folder to write into"):
+        build(path, "--built_data", str(taken))
+    with pytest.raises(UserError, match=f"output_dir: {taken} is a file; name a folder to write into"):
+        parse_recipe("cpt", [path, "--output_dir", str(taken)])
+
+
 def test_training_from_a_folder_that_was_never_built(tmp_path, files, tiny_model, tokenizer):
     recipe, args, _ = parse_recipe("cpt", [recipe_file(tmp_path, tiny_model, files, False)])
     with pytest.raises(UserError, match="medrecipes build-data"):

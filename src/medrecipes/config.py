@@ -23,7 +23,7 @@ import yaml
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
-from medrecipes.errors import UserError, check_choice, did_you_mean
+from medrecipes.errors import UserError, check_choice, check_output_folder, did_you_mean
 
 
 @dataclass
@@ -731,6 +731,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
             "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
         )
     path = path or "command line"
+    check_output_folder(args.output_dir, f"{path}: output_dir")
     _resolve_data(recipe, path)
     if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")

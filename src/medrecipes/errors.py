@@ -5,6 +5,7 @@ what to do. The recipe scripts and the `medrecipes` command print it and exit wi
 without a traceback; anything else is a bug and keeps its traceback.
 """
 
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from difflib import get_close_matches
@@ -29,6 +30,12 @@ def check_choice(value: str, choices: Sequence[str], where: str) -> None:
     if value not in choices:
         valid = " or ".join(choices) if len(choices) == 2 else ", ".join(choices)
         raise UserError(f"{where} '{value}' is unknown{did_you_mean(value, choices)}; use {valid}")
+
+
+def check_output_folder(path: str, where: str) -> None:
+    """A folder a run will write into must not be an existing file (a URL is not checked here)."""
+    if "://" not in path and os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{where}: {path} is a file; name a folder to write into")
 
 
 def unreadable(where: str, err: BaseException) -> UserError:

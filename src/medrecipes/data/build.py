@@ -35,7 +35,7 @@ from medrecipes.data.manifest import (
 from medrecipes.data.mixture import document_probabilities, source_names
 from medrecipes.data.pretraining import source_data
 from medrecipes.data.sources import load_source
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, check_output_folder
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ def build_data(
     out = out or recipe.built_data
     if not out:
         raise UserError(f"{recipe_path}: no built_data folder; set built_data in the recipe or pass --out DIR")
+    check_output_folder(out, "build-data")
     if recipe.mixture is None:
         raise UserError(f"{recipe_path}: no 'dataset_mixture'; add one with at least one source")
     tokenizer = recipe_tokenizer(recipe, model_args)
