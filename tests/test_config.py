@@ -175,6 +175,18 @@ def test_a_mixture_on_the_command_line_is_one_yaml_value(tmp_path):
     assert "argument --dataset_mixture/--dataset-mixture: expected a YAML dict such as '{key: value, ...}'" in message
 
 
+def test_outputs_inside_a_file_or_onto_a_folder_are_refused_before_running(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(UserError, match=f"output: {taken} is a file; name a folder to write into"):
+        parse_eval_args(["--model", "m", "--output", str(taken / "deeper" / "results.json")])
+    with pytest.raises(UserError, match=f"output {tmp_path} is a folder; name the JSON file to write"):
+        parse_eval_args(["--model", "m", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit) as info:
+        cli.main(["tiny-model", str(taken / "model")])
+    assert info.value.code == 2
+
+
 def test_stray_positional_argument(tmp_path):
     assert "unknown argument 'extra'" in user_error(write_recipe(tmp_path), "extra")
 

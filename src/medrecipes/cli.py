@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.errors import UserError, check_output_folder, exit_on_user_error
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 
@@ -155,6 +155,7 @@ def cmd_eval(args) -> None:
 def cmd_tiny_model(args) -> None:
     from medrecipes.tiny import build_tiny_model
 
+    check_output_folder(args.out_dir, "tiny-model")
     build_tiny_model(
         args.out_dir,
         args.corpus or DEFAULT_CORPUS,

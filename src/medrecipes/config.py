@@ -404,6 +404,10 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    if args.output:  # written at the end: a bad path must not cost the evaluation
+        if os.path.isdir(args.output):
+            raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
+        check_output_folder(os.path.dirname(os.path.abspath(args.output)), f"{where}: output")
     return args
 
 

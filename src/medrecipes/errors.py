@@ -33,9 +33,16 @@ def check_choice(value: str, choices: Sequence[str], where: str) -> None:
 
 
 def check_output_folder(path: str, where: str) -> None:
-    """A folder a run will write into must not be an existing file (a URL is not checked here)."""
-    if "://" not in path and os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"{where}: {path} is a file; name a folder to write into")
+    """A folder a run will write into (made if need be) must not be, or be inside, an existing
+    file (a URL is not checked here)."""
+    if "://" in path:
+        return
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        file = path if existing == os.path.abspath(path) else existing
+        raise UserError(f"{where}: {file} is a file; name a folder to write into")
 
 
 def unreadable(where: str, err: BaseException) -> UserError:

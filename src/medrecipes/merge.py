@@ -12,7 +12,7 @@ import json
 import logging
 import os
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, check_output_folder
 from medrecipes.models import resolve_dtype, split_gguf
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None) -> str:
     base, revision = adapter_base(adapter_dir)
     if os.path.abspath(out_dir) == os.path.abspath(adapter_dir):
         raise UserError(f"merge-lora: the output folder {out_dir} is the adapter folder; pass another OUT_DIR")
+    check_output_folder(out_dir, "merge-lora")
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
