@@ -290,8 +290,9 @@ def test_packing_a_stream(tokenizer):
 def test_packing_needs_an_eos_token(tokenizer):
     class NoEos:
         eos_token_id = None
+        name_or_path = "some/tokenizer"
 
-    with pytest.raises(ValueError, match="EOS"):
+    with pytest.raises(UserError, match="tokenizer some/tokenizer: no EOS token"):
         pack_documents(Dataset.from_dict({"text": ["a"]}), NoEos(), 8)
 
 

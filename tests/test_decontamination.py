@@ -112,3 +112,8 @@ def test_command_reports_json_and_drops_contaminated_rows(tmp_path):
     assert [json.loads(line)["id"] for line in kept.read_text().splitlines()] == [0, 1, 2, 4]
     missing = run(medrecipes, "decontaminate", "--train", train)
     assert missing.returncode == 2 and "--eval" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_at_most_64_evaluation_sets_at_once():
+    with pytest.raises(dc.UserError, match="at most 64 evaluation sets at once, got 65; run it in parts"):
+        dc.EvalIndex({f"set{i}": ["the same words in every set"] for i in range(65)})

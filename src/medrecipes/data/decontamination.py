@@ -67,7 +67,9 @@ class EvalIndex:
 
     def __init__(self, benchmarks: dict[str, list[str]], n: int = DEFAULT_N, ids: dict[str, list[str]] | None = None):
         if len(benchmarks) > 64:
-            raise ValueError("at most 64 evaluation sets at once")
+            raise UserError(
+                f"decontaminate: at most 64 evaluation sets at once, got {len(benchmarks)}; run it in parts"
+            )
         self.n, self.names, self.word_hashes = n, list(benchmarks), _WordHashes()
         self.rows = {name: len(texts) for name, texts in benchmarks.items()}
         self.ids = ids or {name: [str(i) for i in range(len(texts))] for name, texts in benchmarks.items()}

@@ -18,6 +18,8 @@ a `source` column (the mixture's source index), each block also gets `source_tok
 import numpy as np
 import pyarrow as pa
 
+from medrecipes.errors import UserError
+
 # Documents per packing batch: one short block per this many documents.
 PACK_BATCH_DOCUMENTS = 10_000
 
@@ -67,7 +69,10 @@ def pack_documents(documents, tokenizer, max_length: int, num_proc: int | None =
     """
     eos = tokenizer.eos_token_id
     if eos is None:
-        raise ValueError("the tokenizer has no EOS token; documents could not be separated")
+        raise UserError(
+            f"tokenizer {tokenizer.name_or_path}: no EOS token, so packed documents could not be separated; "
+            "use a tokenizer that has one (tokenizer_name_or_path)"
+        )
     map_kwargs = {"num_proc": num_proc} if num_proc and hasattr(documents, "num_rows") else {}
     return documents.map(
         pack_batch,
