@@ -11,6 +11,7 @@ from conftest import PYTHON, ROOT, run
 from medrecipes import cli
 from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
 from medrecipes.errors import UserError
+from medrecipes.models import recipe_tokenizer
 
 BASE = {"model_name_or_path": "some/model", "use_cpu": True, "report_to": "none"}
 
@@ -196,7 +197,9 @@ def test_a_recipe_needs_a_model_to_start_from(tmp_path):
     data = yaml.safe_load(Path(path).read_text())
     del data["model_name_or_path"]
     Path(path).write_text(yaml.safe_dump(data))
-    assert f"{path}: no 'model_name_or_path'; name the model" in user_error(path)
+    recipe, _, model_args = parse(path)  # a data-only recipe parses (decontaminate reads its data)
+    with pytest.raises(UserError, match="recipe: no 'model_name_or_path'; name the model to start from"):
+        recipe_tokenizer(recipe, model_args)
     assert "init_from_scratch needs 'architecture'" in user_error(path, "--init_from_scratch", "true")
 
 

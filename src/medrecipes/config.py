@@ -479,10 +479,10 @@ def _structured_kind(hint) -> type | None:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         hint = options[0] if len(options) == 1 else None
-    origin = typing.get_origin(hint) or hint
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
     if origin is dict:
         return dict
-    if origin is list and (typing.get_origin(typing.get_args(hint)[0]) or typing.get_args(hint)[0]) is dict:
+    if origin is list and args and (typing.get_origin(args[0]) or args[0]) is dict:
         return list
     return None
 
@@ -725,15 +725,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
-    if not (recipe.init_from_scratch or model_args.model_name_or_path):
-        if path is None:
-            raise UserError(
-                f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)"
-            )
-        raise UserError(
-            f"{path}: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
-            "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
-        )
+    if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
+        raise UserError(f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)")
     path = path or "command line"
     check_output_folder(args.output_dir, f"{path}: output_dir")
     _resolve_data(recipe, path)

@@ -136,9 +136,20 @@ def resolve_attention(requested: str | None) -> str:
     return "sdpa"
 
 
+def starting_model(model_args) -> str:
+    """The model a recipe starts from; a recipe that names none (a data-only recipe is fine for
+    `medrecipes decontaminate`) gets its one line here, where a model is needed."""
+    if not model_args.model_name_or_path:
+        raise UserError(
+            "recipe: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
+            "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
+        )
+    return model_args.model_name_or_path
+
+
 def recipe_tokenizer(recipe, model_args):
     """The tokenizer a recipe names: its own `tokenizer_name_or_path`, else the model's."""
-    return load_tokenizer(recipe.tokenizer_name_or_path or model_args.model_name_or_path, model_args.model_revision)
+    return load_tokenizer(recipe.tokenizer_name_or_path or starting_model(model_args), model_args.model_revision)
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None):
@@ -169,7 +180,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         )
         origin = f"scratch architecture '{recipe.architecture}'"
     else:
-        source, kwargs = split_gguf(model_args.model_name_or_path)
+        source, kwargs = split_gguf(starting_model(model_args))
         quantization = get_quantization_config(model_args)  # QLoRA: 4-bit NF4 base weights
         if quantization is not None:
             kwargs.update(quantization_config=quantization, device_map=get_kbit_device_map())
