@@ -428,7 +428,11 @@ class RecipeParser(TrlParser):
         self.recipe_path = "command line"
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
-        kinds = {name: _structured_kind(hint) for cls in dataclass_types for name, hint in _type_hints(cls).items()}
+        kinds = {
+            name: _structured_kind(hint)
+            for cls in dataclass_types
+            for name, hint in typing.get_type_hints(cls).items()
+        }
         for action in self._actions:
             kind = kinds.get(action.dest)
             if kind is not None:
@@ -467,10 +471,6 @@ class RecipeParser(TrlParser):
 
     def _check_yaml_keys(self, path: str) -> None:
         reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
-
-
-def _type_hints(cls) -> dict:
-    return typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
 
 
 def _structured_kind(hint) -> type | None:

@@ -106,7 +106,9 @@ def split_gguf(path: str) -> tuple[str, dict]:
         if not os.path.isfile(path):
             raise UserError(f"model: no such file {path}")
         return str(Path(path).parent), {"gguf_file": Path(path).name}
-    if path.startswith(("/", ".", "~")) or path.count("/") > 1:
+    from medrecipes.data.sources import looks_local
+
+    if looks_local(path):
         if not os.path.exists(os.path.expanduser(path)):
             raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
         path = os.path.expanduser(path)

@@ -53,7 +53,7 @@ def checkpoint_to_resume(args) -> str | None:
     folder of this run or another), else the newest complete one in output_dir (also with
     `resume_from_checkpoint: true`)."""
     named = args.resume_from_checkpoint
-    if named is None or named is True or str(named).lower() == "true":
+    if named is None or str(named).lower() == "true":
         return last_checkpoint(args.output_dir)
     if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
         raise UserError(

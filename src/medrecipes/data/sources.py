@@ -141,35 +141,31 @@ def load_source(
         documents = rows.map(render, remove_columns=rows.column_names)
         return documents.to_iterable_dataset() if streaming else documents
     documents = load_documents(source, streaming)
-    columns = documents.column_names
     if source.format == "chat":
-        if columns is not None:
-            _check_no_missing(documents, ["messages"] if "messages" in columns else ["prompt", "completion"], source)
+        fields = ["messages"] if "messages" in (documents.column_names or []) else ["prompt", "completion"]
+        _check_fields(documents, fields, source, "a chat source has messages, or prompt and completion")
         return documents
-    if columns is not None and source.text_field not in columns:
-        raise UserError(
-            f"source '{source.path}': no column '{source.text_field}' (columns: {', '.join(columns)}); set text_field"
-        )
-    if columns is not None:
+    _check_fields(documents, [source.text_field], source, "set text_field")
+    if documents.column_names is not None:
         documents = documents.select_columns([source.text_field])
-        _check_no_missing(documents, [source.text_field], source)
     if source.text_field != "text":
         documents = documents.rename_column(source.text_field, "text")
     return documents
 
 
-def _check_no_missing(documents, fields: list[str], source: SourceConfig) -> None:
-    """A row without one of `fields` (a null, or the key absent from a JSON line) would stop the
-    run mid-way (the tokenizer's TypeError, TRL's "not conversational"); Arrow counts the nulls
-    without reading the rows. A chat source needs `messages`, or `prompt` and `completion`."""
-    if not isinstance(documents, datasets.Dataset):
-        return  # a stream is read once, as it trains
+def _check_fields(documents, fields: list[str], source: SourceConfig, hint: str) -> None:
+    """Every row has each of `fields`: the column is there (`hint` says what to do if not), and,
+    unless streamed (a stream is read once, as it trains), no row lacks it (a null, or the key
+    absent from a JSON line), which would stop the run mid-way (the tokenizer's TypeError,
+    TRL's "not conversational"). Arrow counts the nulls without reading the rows."""
+    columns = documents.column_names
+    if columns is None:
+        return
     for name in fields:
-        if name not in documents.column_names:
-            raise UserError(
-                f"{named(source)}: no column '{name}' (columns: {', '.join(documents.column_names)}); "
-                "a chat source has messages, or prompt and completion"
-            )
+        if name not in columns:
+            raise UserError(f"{named(source)}: no column '{name}' (columns: {', '.join(columns)}); {hint}")
+        if not isinstance(documents, datasets.Dataset):
+            continue
         column = documents.data.column(name)
         if column.null_count:
             import pyarrow.compute as pc
