@@ -176,6 +176,17 @@ def test_a_mixture_on_the_command_line_is_one_yaml_value(tmp_path):
     assert "argument --dataset_mixture/--dataset-mixture: expected a YAML dict such as '{key: value, ...}'" in message
 
 
+@pytest.mark.parametrize("method", ["sft", "grpo"])
+def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_path, method, recwarn):
+    path = write_recipe(tmp_path)
+    args = parse_recipe(method, [path])[1]
+    assert args.activation_checkpointing is True  # TRL's default, under its current name
+    assert not [w for w in recwarn if "gradient_checkpointing" in str(w.message)]
+    assert parse_recipe(method, [path, "--activation_checkpointing", "false"])[1].activation_checkpointing is False
+    with pytest.warns(FutureWarning, match="gradient_checkpointing"):  # the old name is still honoured
+        assert parse_recipe(method, [path, "--gradient_checkpointing", "false"])[1].activation_checkpointing is False
+
+
 def test_outputs_inside_a_file_or_onto_a_folder_are_refused_before_running(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("")

@@ -223,7 +223,24 @@ class CPTConfig(DeviceDefaults, TrainingArguments):
 
 
 @dataclass
-class MedSFTConfig(DeviceDefaults, SFTConfig):
+class CheckpointingOnByDefault:
+    """TRL's configs turn activation checkpointing on through its deprecated name,
+    `gradient_checkpointing`, so a recipe that sets neither gets transformers' FutureWarning
+    about a key it never wrote. The same default (on) is given here under the new name; a
+    recipe that still writes the old name is honoured, with the warning."""
+
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated name of activation_checkpointing."}
+    )
+
+    def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
+        super().__post_init__()
+
+
+@dataclass
+class MedSFTConfig(DeviceDefaults, CheckpointingOnByDefault, SFTConfig):
     """TRL's SFTConfig with bf16/tf32 chosen by the device and padding-free packing on.
 
     Packing (best-fit decreasing, TRL's default strategy) puts several examples in each row of
@@ -243,7 +260,7 @@ PROMPT_FORMATS = ("chat", "plain")
 
 
 @dataclass
-class MedGRPOConfig(DeviceDefaults, GRPOConfig):
+class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
     """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
     the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
 
