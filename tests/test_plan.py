@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT
 
 from medrecipes import cli
 from medrecipes.plan import GIB, GPUS, ModelShape, flops_per_token, gpu_type, memory_per_device, model_shape
@@ -132,6 +133,21 @@ def test_plan_of_a_recipe_without_model(tmp_path, capsys):
         cli.main(["plan", write_recipe(tmp_path)])
     assert info.value.code == 2
     assert "model_name_or_path" in capsys.readouterr().err
+
+
+def test_a_recipe_starting_from_a_run_not_trained_yet_is_planned_with_its_architecture(capsys):
+    # grpo_usmle.yaml starts from the 0.4B pretraining run's final checkpoint.
+    recipe = str(ROOT / "recipes" / "grpo_usmle.yaml")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["plan", recipe, "--model_name_or_path", "outputs/not-trained-yet/final"])
+    message = capsys.readouterr().err
+    assert info.value.code == 2
+    assert "outputs/not-trained-yet/final: no such folder; train it first" in message and "--architecture" in message
+    result = plan_json(
+        capsys, recipe, "--model_name_or_path", "outputs/not-trained-yet/final", "--architecture", "medium-large"
+    )
+    assert result["num_parameters"] == 401_717_376  # the 0.4B preset, "401M" in its table
+    assert result["grpo"] and result["reference_model"]
 
 
 # ---------------------------------------------------------------------------
