@@ -102,7 +102,8 @@ def main() -> None:
     import tokenizers
     import transformers
 
-    from medrecipes.data import pack_documents, packing
+    from medrecipes.config import SourceConfig
+    from medrecipes.data import load_source, pack_documents, packing
     from medrecipes.data.stream import TokenStream
     from medrecipes.tiny import train_tokenizer
 
@@ -126,8 +127,7 @@ def main() -> None:
     tokens = len(ours.flatten())
     same = np.array_equal(ours.offsets, theirs.offsets) and np.array_equal(ours.flatten(), theirs.flatten())
 
-    source = datasets.load_dataset("json", data_files=str(sample), split="train", streaming=True)
-    source = source.map(lambda batch: {"source": [0] * len(batch["text"])}, batched=True)  # as a mixture tags it
+    source = load_source(SourceConfig(path=str(sample)), streaming=True, tag=0)  # checked and tagged as in a mixture
     stream = TokenStream(pack_documents(source, tokenizer, args.max_length, num_sources=1), ["sample"], 0)
     read = zip(range(len(blocks)), stream, strict=False)
     stream_s, stream_cpu, streamed = timed(lambda: sum(len(block["input_ids"]) for _, block in read))

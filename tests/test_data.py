@@ -222,6 +222,22 @@ def test_chat_rows_without_their_messages_are_named_before_training(tmp_path):
         load_source(SourceConfig(path=path, format="chat"))
 
 
+def test_streamed_rows_without_their_fields_are_named_as_they_are_read(tmp_path):
+    rows = [{"body": f"note {i}"} for i in range(2500)]
+    rows[1733] = {"body": None}
+    path = write_jsonl(tmp_path / "notes.jsonl", rows)
+    documents = load_source(SourceConfig(path=path, text_field="body"), streaming=True)
+    read = []
+    with pytest.raises(UserError) as info:
+        read.extend(row["text"] for row in documents)
+    assert str(info.value) == f"source '{path}': row 1734 has no 'body' (found as it streamed); fix or drop it"
+    assert read == [f"note {i}" for i in range(1000)]  # checked a batch of 1,000 rows at a time
+    turn = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": turn}, {"messages": turn}, {"id": 3}])
+    with pytest.raises(UserError, match="row 3 has no 'messages'"):
+        list(load_source(SourceConfig(path=path, format="chat"), streaming=True))
+
+
 def test_a_file_that_does_not_parse_is_named(tmp_path):
     path = tmp_path / "notes.jsonl"
     path.write_text('{"text": "a"}\nnot json\n')

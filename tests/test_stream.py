@@ -174,3 +174,18 @@ def test_streaming_needs_the_stream_in_the_training_process(tmp_path, corpora, t
     recipe, args, _ = stream_recipe(tmp_path, corpora, tiny_model, "--dataloader_num_workers", "2", "--max_steps", "2")
     with pytest.raises(UserError, match="dataloader_num_workers"):
         train(recipe, args, tokenizer, tiny_model)
+
+
+def test_a_streamed_row_without_text_stops_the_run_there_and_keeps_its_checkpoints(
+    tmp_path, tiny_model, tokenizer, monkeypatch
+):
+    monkeypatch.setattr(packing, "PACK_BATCH_DOCUMENTS", 200)
+    rows = [{"text": f"note {i:05d} " + " ".join(WORDS[(i + k) % 10] for k in range(8))} for i in range(3000)]
+    rows[1500] = {"title": "no text"}
+    notes = write_jsonl(tmp_path / "notes.jsonl", rows)
+    overrides = ["--max_steps", "1000", "--save_steps", "10", "--per_device_train_batch_size", "8"]
+    recipe, args, _ = stream_recipe(tmp_path, {"short": notes, "long": notes}, tiny_model, *overrides)
+    with pytest.raises(UserError) as info:
+        train(recipe, args, tokenizer, tiny_model)
+    assert str(info.value) == f"source 'json' ({notes}): row 1501 has no 'text' (found as it streamed); fix or drop it"
+    assert (Path(args.output_dir) / "checkpoint-10").is_dir()  # trained on the rows before it

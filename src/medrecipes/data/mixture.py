@@ -64,11 +64,6 @@ def document_probabilities(mixture: MixtureConfig, sets: list, tokenizer=None) -
     return [w / total for w in weights], lengths
 
 
-def _tag(documents, index: int):
-    """Add the source's index as a `source` column, so that packed blocks can count tokens per source."""
-    return documents.map(lambda batch: {"source": [index] * len(batch["text"])}, batched=True)
-
-
 def build_mixture(
     mixture: MixtureConfig,
     render=None,
@@ -82,13 +77,14 @@ def build_mixture(
     `source` column with each row's source index. A streaming pretraining mixture is left in
     source order here: `medrecipes.data.stream.TokenStream` shuffles its packed blocks.
     """
-    sets = [load_source(source, mixture.streaming, render, subjects) for source in mixture.sources]
+    sets = [
+        load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
+        for i, source in enumerate(mixture.sources)
+    ]
     probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
     if lengths:
         for name, length, p in zip(source_names(mixture), lengths, probabilities, strict=True):
             logger.info("source %s: %.1f tokens per document; drawn with probability %.4f", name, length, p)
-    if tag_sources:
-        sets = [_tag(documents, i) for i, documents in enumerate(sets)]
     if len(sets) == 1:
         # A tagged stream is a pretraining stream, whose blocks TokenStream shuffles with a
         # position it can restore; datasets' own shuffle buffer is lost on resume.
