@@ -6,7 +6,7 @@ import pytest
 
 from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
 from medrecipes.errors import UserError
-from medrecipes.trainer import checkpoint_to_resume, last_checkpoint
+from medrecipes.trainer import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
 
 
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
@@ -33,6 +33,32 @@ def test_resume_from_checkpoint_names_where_to_start(tmp_path):
     for incomplete in (other / "checkpoint-9", tmp_path / "absent"):
         with pytest.raises(UserError, match=f"resume_from_checkpoint: {incomplete} is not a complete checkpoint"):
             start(str(incomplete))
+
+
+def test_a_checkpoint_of_another_model_is_named_before_training(tmp_path):
+    from peft import LoraConfig
+    from transformers import LlamaConfig
+
+    def model(hidden: int, r: int | None = None):
+        config = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, vocab_size=1024)
+        adapters = {"default": LoraConfig(r=r, target_modules=["q_proj", "v_proj"])} if r else {}
+        return SimpleNamespace(config=config, peft_config=adapters)
+
+    full, lora = tmp_path / "checkpoint-4", tmp_path / "lora" / "checkpoint-4"
+    model(64).config.save_pretrained(full)
+    model(64, r=4).peft_config["default"].save_pretrained(lora)
+    assert checkpoint_mismatch(str(full), model(64)) is None
+    assert checkpoint_mismatch(str(full), model(128)) == (
+        "hidden_size 64, here 128; intermediate_size 128, here 256; head_dim 2, here 4"
+    )
+    assert checkpoint_mismatch(str(lora), model(64, r=4)) is None  # target modules in another order
+    assert checkpoint_mismatch(str(lora), model(64, r=8)) == "r 4, here 8"
+    assert checkpoint_mismatch(str(lora), model(64)) == "a LoRA adapter, here full fine-tuning"
+    assert checkpoint_mismatch(str(full), model(64, r=4)) == "full fine-tuning, here a LoRA adapter"
+    with pytest.raises(UserError, match=r"^output_dir: .*checkpoint-4, the checkpoint this run would resume from, "):
+        check_resumable(str(full), model(128), SimpleNamespace(resume_from_checkpoint=None))
+    with pytest.raises(UserError, match=r"^resume_from_checkpoint: .*checkpoint-4 does not fit this run's model"):
+        check_resumable(str(full), model(128), SimpleNamespace(resume_from_checkpoint=str(full)))
 
 
 def saved(tmp_path, steps, losses, keep_best, keep_last, best=None):

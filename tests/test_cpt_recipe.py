@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_recipe
+from conftest import ACCELERATE, NO_EVAL, PYTHON, ROOT, log_history, run, run_recipe
 from transformers import AutoConfig, AutoModelForCausalLM
 
 TINY = "recipes/tiny_cpt.yaml"
@@ -152,3 +152,18 @@ def test_bad_recipe_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip() and "Warning" not in line]
     assert len(lines) == 1 and re.search(r"unknown key 'learning_rat' \(did you mean 'learning_rate'", lines[0])
+
+
+def test_resuming_a_checkpoint_of_another_model_is_one_line_before_training(tiny_run, tmp_path):
+    from medrecipes.tiny import build_tiny_model
+
+    wider = build_tiny_model(str(tmp_path / "wider"), [str(ROOT / "data/medical_text/train.jsonl")], hidden_size=96)
+    checkpoint = Path(tiny_run) / "checkpoint-12"
+    result = run(PYTHON, "recipes/cpt.py", TINY, "--model_name_or_path", wider, "--output_dir", tmp_path / "out",
+                 "--resume_from_checkpoint", checkpoint, *NO_EVAL)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: resume_from_checkpoint: {checkpoint} does not fit this run's model "
+        "(hidden_size 64, here 96; intermediate_size 128, here 192; head_dim 16, here 24); name a checkpoint of this model"
+    )
+    assert not (tmp_path / "out" / "checkpoint-1").exists()

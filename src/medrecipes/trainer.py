@@ -4,6 +4,7 @@ exact resume, the long-run callbacks fed, teardown, and mixins for what the reci
 embeddings."""
 
 import atexit
+import json
 import logging
 import math
 import os
@@ -64,6 +65,68 @@ def checkpoint_to_resume(args) -> str | None:
     return named
 
 
+# Config keys that fix the shapes of a checkpoint's tensors, for a model and for a LoRA adapter.
+SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+)
+ADAPTER_KEYS = ("peft_type", "r", "target_modules")
+
+
+def _saved_config(path: str) -> dict | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _comparable(config: dict, keys: tuple[str, ...]) -> dict:
+    config = {**config, **(config.get("text_config") or {})}  # a multimodal model's language model
+    return {k: sorted(v) if isinstance(v, list | set) else v for k, v in config.items() if k in keys}
+
+
+def checkpoint_mismatch(checkpoint: str, model) -> str | None:
+    """How `checkpoint` differs from `model` in what fixes its tensors' shapes ("hidden_size 64,
+    here 128"), or None. Resuming another model's checkpoint (a run given an output_dir that an
+    earlier run with another model used) would fail deep in loading, a size mismatch per tensor."""
+    peft = getattr(model, "peft_config", {}).get("default")
+    adapter = _saved_config(os.path.join(checkpoint, "adapter_config.json"))
+    if (adapter is None) != (peft is None):
+        kinds = ("a LoRA adapter", "full fine-tuning")
+        return f"{kinds[adapter is None]}, here {kinds[peft is None]}"
+    pairs = [(_saved_config(os.path.join(checkpoint, "config.json")), model.config.to_dict(), SHAPE_KEYS)]
+    if peft is not None:
+        pairs.append((adapter, peft.to_dict(), ADAPTER_KEYS))
+    differences = []
+    for saved, ours, keys in pairs:
+        if saved is None:
+            continue
+        saved, ours = _comparable(saved, keys), _comparable(ours, keys)
+        differences += [f"{k} {saved.get(k)}, here {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
+    return "; ".join(differences) or None
+
+
+def check_resumable(checkpoint: str, model, args) -> None:
+    """One line, before training, for a checkpoint of another model."""
+    mismatch = checkpoint_mismatch(checkpoint, model)
+    if mismatch is None:
+        return
+    if args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true":
+        raise UserError(
+            f"output_dir: {checkpoint}, the checkpoint this run would resume from, does not fit its model "
+            f"({mismatch}); give this run its own output_dir, or delete that run's checkpoints to start over"
+        )
+    raise UserError(
+        f"resume_from_checkpoint: {checkpoint} does not fit this run's model ({mismatch}); name a checkpoint of this model"
+    )
+
+
 def train_and_save(trainer, checkpoint: str | None) -> str:
     """Train (resuming from `checkpoint`), record the metrics and state, and save the model
     and its tokenizer to output_dir/final; returns that folder.
@@ -72,6 +135,8 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     here instead, with the callback's exit code: what follows the training (final model,
     evaluation, push) belongs to the run that finishes.
     """
+    if checkpoint is not None:
+        check_resumable(checkpoint, trainer.model, trainer.args)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
