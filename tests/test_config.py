@@ -187,6 +187,26 @@ def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_
         assert parse_recipe(method, [path, "--gradient_checkpointing", "false"])[1].activation_checkpointing is False
 
 
+@pytest.mark.parametrize(
+    "method, key, value, words",
+    [
+        ("cpt", "per_device_train_batch_size", "0", "at least 1, got 0"),
+        ("cpt", "gradient_accumulation_steps", "0", "at least 1, got 0"),
+        ("cpt", "max_length", "0", "at least 1, got 0"),
+        ("sft", "per_device_eval_batch_size", "0", "at least 1, got 0"),
+        ("sft", "learning_rate", "-0.5", "0 or more, got -0.5"),
+        ("grpo", "per_device_train_batch_size", "0", "at least 1, got 0"),  # GRPOConfig divides by it
+        ("grpo", "max_completion_length", "0", "at least 1, got 0"),
+        ("grpo", "embedding_learning_rate", "-1", "0 or more, got -1.0"),
+    ],
+)
+def test_settings_out_of_range_are_one_line_at_parse(tmp_path, method, key, value, words):
+    path = write_recipe(tmp_path)
+    with pytest.raises(UserError) as info:
+        parse_recipe(method, [path, f"--{key}", value])
+    assert str(info.value) == f"{path}: {key} must be {words}"
+
+
 def test_outputs_inside_a_file_or_onto_a_folder_are_refused_before_running(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("")

@@ -154,6 +154,27 @@ class RecipeArguments:
         self.derived: dict[str, Any] = {}
 
 
+# Trainer settings that, out of range, fail only once training runs (a division by zero, a
+# DataLoader's or an optimizer's ValueError), or in GRPOConfig's own derivations.
+AT_LEAST_ONE = (
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "max_completion_length",
+)
+NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
+
+
+def check_ranges(args) -> None:
+    """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
+    for keys, low, words in ((AT_LEAST_ONE, 1, "at least 1"), (NOT_NEGATIVE, 0, "0 or more")):
+        for key in keys:
+            value = getattr(args, key, None)
+            if value is not None and value < low:
+                raise ValueError(f"{key} must be {words}, got {value}")
+
+
 @dataclass
 class DeviceDefaults:
     """Defaults of every recipe's trainer config, chosen for speed where that is safe.
@@ -181,6 +202,7 @@ class DeviceDefaults:
     def __post_init__(self):
         import torch
 
+        check_ranges(self)
         gpu = not self.use_cpu and torch.cuda.is_available()
         if self.bf16 is None:
             self.bf16 = gpu and torch.cuda.is_bf16_supported()
@@ -280,6 +302,7 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
     )
 
     def __post_init__(self):
+        check_ranges(self)  # first: the accumulation below divides by the batch size
         # Before GRPOConfig derives generation_batch_size from the accumulation; WORLD_SIZE is
         # what accelerate launch and torchrun set for every process, and 1 without them.
         if self.prompts_per_step is not None:
@@ -738,7 +761,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     try:
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError) as err:  # a dataclass __post_init__ refusing a value
-        raise UserError(f"recipe: {str(err).splitlines()[0]}") from None
+        raise UserError(f"{parser.recipe_path}: {str(err).splitlines()[0]}") from None
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
