@@ -77,7 +77,10 @@ class RecipeArguments:
         default=None, metadata={"help": "Named evaluation sets {name: source}; each logs eval_<name>_loss."}
     )
     init_from_scratch: bool = field(default=False, metadata={"help": "Random weights from `architecture`."})
-    architecture: str | None = field(default=None, metadata={"help": "Scratch preset: tiny ... xlarge."})
+    architecture: str | None = field(
+        default=None,
+        metadata={"help": "Scratch preset: tiny ... xlarge (plan: the shapes of a start model not trained yet)."},
+    )
     tokenizer_name_or_path: str | None = field(
         default=None, metadata={"help": "Tokenizer when it differs from the model (always set for scratch)."}
     )

@@ -49,12 +49,17 @@ def last_checkpoint(output_dir: str) -> str | None:
     return None
 
 
+def resumes_from_output_dir(args) -> bool:
+    """Whether the run resumes from output_dir's newest checkpoint (no checkpoint named)."""
+    return args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true"
+
+
 def checkpoint_to_resume(args) -> str | None:
     """The checkpoint a run starts from: the one `resume_from_checkpoint` names (a checkpoint
     folder of this run or another), else the newest complete one in output_dir (also with
     `resume_from_checkpoint: true`)."""
     named = args.resume_from_checkpoint
-    if named is None or str(named).lower() == "true":
+    if resumes_from_output_dir(args):
         return last_checkpoint(args.output_dir)
     if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
         raise UserError(
@@ -117,7 +122,7 @@ def check_resumable(checkpoint: str, model, args) -> None:
     mismatch = checkpoint_mismatch(checkpoint, model)
     if mismatch is None:
         return
-    if args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true":
+    if resumes_from_output_dir(args):
         raise UserError(
             f"output_dir: {checkpoint}, the checkpoint this run would resume from, does not fit its model "
             f"({mismatch}); give this run its own output_dir, or delete that run's checkpoints to start over"
