@@ -196,6 +196,7 @@ def test_eval_command_writes_reports_and_prints_the_table(tiny_model, tmp_path, 
         (["--tasks", "mine", "--data", "mine=x.jsonl", "--fewshot_data", "mien=y"], "fewshot_data names task 'mien'"),
         (["--tasks", "medqa_4opt", "--data_dir", "/nonexistent"], "no /nonexistent/medqa/medqa_us_4opt_test.jsonl"),
         (["--mode", "generat"], "mode 'generat' is unknown (did you mean 'generate'?)"),
+        (["--max_new_tokens", "0"], "max_new_tokens must be at least 1, got 0"),
         (["--tasks", "mine", "--data", "mine=data/usmle_sample/test.jsonl", "--num_fewshot", "1"], "no few-shot"),
     ],
 )

@@ -442,7 +442,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
                     f"name the task as in tasks, or drop the {flag} entry"
                 )
     check_choice(args.mode, MODES, f"{where}: mode")
-    for key in ("limit", "batch_size"):
+    for key in ("limit", "batch_size", "max_new_tokens"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:
