@@ -133,12 +133,37 @@ def test_mixture_without_sources(tmp_path):
     [
         ({"path": "json", "weight": 0}, ["sources[0]", "weight must be positive"]),
         ({"path": "json", "format": "markdown"}, ["format", "'markdown'"]),
+        ({"path": "json", "weight": "abc"}, ["sources[0]: weight must be a number, got 'abc'"]),
+        ({"path": "json", "data_files": 5}, ["data_files must be text or a list or null, got 5"]),
+        ({"path": "json", "split": True}, ["split must be text, got True"]),
     ],
 )
 def test_bad_source_values(tmp_path, source, words):
     message = user_error(write_recipe(tmp_path, dataset_mixture={"sources": [source]}))
     for word in words:
         assert word in message
+
+
+def test_nested_values_of_the_wrong_type_are_one_line(tmp_path):
+    mixture = {"seed": "x", "sources": [{"path": "json"}]}
+    assert user_error(write_recipe(tmp_path, dataset_mixture=mixture)).endswith(
+        "dataset_mixture: seed must be a whole number, got 'x'"
+    )
+    # YAML reads 1e-2 as text; a number is meant.
+    recipe, _, _ = parse(write_recipe(tmp_path, "", dataset_mixture={"sources": [{"path": "json", "weight": "1e-2"}]}))
+    assert recipe.mixture.sources[0].weight == 0.01
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--attn_implementation", "flash"], "attn_implementation 'flash' is unknown; use eager, flash_attention_4"),
+        (["--use_peft", "true", "--lora_r", "0"], "lora_r must be at least 1, got 0"),
+    ],
+)
+def test_model_settings_that_would_fail_at_load_are_one_line_at_parse(tmp_path, overrides, message):
+    assert message in user_error(write_recipe(tmp_path), *overrides)
+    assert parse(write_recipe(tmp_path), "--attn_implementation", "kernels-community/flash-attn")  # a Hub kernel
 
 
 def test_unknown_stopping_strategy(tmp_path):

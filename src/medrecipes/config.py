@@ -590,7 +590,46 @@ def build_dataclass(cls, data: Any, where: str):
     ]
     if missing:
         raise UserError(f"{where}: missing key '{missing[0]}'")
+    hints = typing.get_type_hints(cls)
+    data = dict(data)
+    for key, value in data.items():
+        if isinstance(value, str) and _fits(1.0, hints[key]) and not _fits("", hints[key]):
+            data[key] = value = _yaml_number(value)  # YAML reads 1e-2 as text
+        if not _fits(value, hints[key]):
+            raise UserError(f"{where}: {key} must be {_kind(hints[key])}, got {value!r}")
     return cls(**data)
+
+
+KINDS = {float: "a number", int: "a whole number", str: "text", bool: "true or false", type(None): "null"}
+
+
+def _kind(hint) -> str:
+    """A field's type in a user's words: "text or a list or null"."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_kind(arg) for arg in typing.get_args(hint))
+    origin = typing.get_origin(hint) or hint
+    return KINDS.get(origin) or {list: "a list", dict: "a mapping"}.get(origin, getattr(origin, "__name__", str(hint)))
+
+
+def _yaml_number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _fits(value, hint) -> bool:
+    """Whether a YAML value has the type a nested recipe entry's field declares (a float field
+    takes an int; containers are checked by kind, not item by item)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if hint is Any:
+        return True
+    if isinstance(value, bool) and hint is not bool:
+        return False
+    if hint is float:
+        return isinstance(value, int | float)
+    return isinstance(value, typing.get_origin(hint) or hint)
 
 
 def _build_source(data: Any, where: str) -> SourceConfig:
@@ -748,6 +787,21 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
         )
 
 
+def _check_model_args(model_args: ModelConfig, path: str) -> None:
+    """What transformers or PEFT would refuse only once the model loads, after the data is built."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    attention = model_args.attn_implementation
+    known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+    if attention and "/" not in attention and attention not in known:  # org/name: a Hub kernel
+        raise UserError(
+            f"{path}: attn_implementation '{attention}' is unknown{did_you_mean(attention, known)}; "
+            f"use {', '.join(known)} or a Hub kernel (org/name)"
+        )
+    if model_args.use_peft and model_args.lora_r < 1:
+        raise UserError(f"{path}: lora_r must be at least 1, got {model_args.lora_r}")
+
+
 def recipe_method(path: str) -> str:
     """The script a recipe YAML is for, from its keys: "cpt", "sft", "grpo" (the first whose
     dataclasses take every key, so a recipe with only shared keys is a CPT recipe) or "eval"
@@ -782,6 +836,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
         derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
     _resolve_best_metric(recipe, args, path)
     _check_long_run_settings(recipe, path)
+    _check_model_args(model_args, path)
     _check_eval_tasks(recipe, args, path, method)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
