@@ -17,6 +17,8 @@ greedy accuracy `eval_<name>_acc`; `eval_tasks` adds benchmark accuracy
 (`medrecipes.eval_callback`). The final model (or adapter) goes to `output_dir/final`.
 """
 
+import importlib.util
+
 from transformers import set_seed
 from trl import GRPOTrainer, get_peft_config
 
@@ -53,6 +55,11 @@ def main(recipe, training_args, model_args):
     set_seed(training_args.seed)
 
     checkpoint = checkpoint_to_resume(training_args)
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:  # a recipe plans without it
+        raise UserError(
+            "use_vllm: vLLM is not installed; pip install 'trl[vllm]' (a GPU machine), "
+            "or set use_vllm: false to generate with transformers"
+        )
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     chat = training_args.prompt_format == "chat"

@@ -159,9 +159,10 @@ def test_nested_values_of_the_wrong_type_are_one_line(tmp_path):
     [
         (["--attn_implementation", "flash"], "attn_implementation 'flash' is unknown; use eager, flash_attention_4"),
         (["--use_peft", "true", "--lora_r", "0"], "lora_r must be at least 1, got 0"),
+        (["--report_to", "wandbb"], "report_to 'wandbb' is unknown (did you mean 'wandb'"),
     ],
 )
-def test_model_settings_that_would_fail_at_load_are_one_line_at_parse(tmp_path, overrides, message):
+def test_settings_that_would_fail_once_loaded_are_one_line_at_parse(tmp_path, overrides, message):
     assert message in user_error(write_recipe(tmp_path), *overrides)
     assert parse(write_recipe(tmp_path), "--attn_implementation", "kernels-community/flash-attn")  # a Hub kernel
 

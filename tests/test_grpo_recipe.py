@@ -1,13 +1,14 @@
 """recipes/grpo.py: the learning check, KL to the reference, LoRA and ZeRO-3 runs as a user types
 them; the GRPO keys of a recipe, its prompts and the embedding learning rate in-process."""
 
+import importlib.util
 import json
 import math
 from functools import partial
 
 import pytest
 import yaml
-from conftest import ACCELERATE, PYTHON, ROOT, log_history, run_ok, run_recipe
+from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_ok, run_recipe
 from transformers import AutoModelForCausalLM, Trainer
 
 from medrecipes import cli
@@ -148,6 +149,12 @@ def test_rewards_become_functions_and_weights(tmp_path):
         ({"prompt_format": "chta"}, "prompt_format 'chta' is unknown (did you mean 'chat'?)"),
         ({"prompt_format": "plain"}, "with prompt_format: plain, leave them out"),
         ({"total_tokens": 1000}, "token budgets are for pretraining"),
+        ({"temperature": 0.0}, "temperature must be positive (GRPO samples its completions), got 0.0"),
+        ({"beta": -0.1}, "beta must be 0 or more, got -0.1"),
+        (
+            {"vllm_mode": "colocat"},
+            "vllm_mode 'colocat' is unknown (did you mean 'colocate'?); use colocate or server",
+        ),
     ],
 )
 def test_bad_grpo_keys_name_the_file(tmp_path, keys, message):
@@ -275,3 +282,11 @@ def test_embeddings_get_their_own_learning_rate(tiny_model, tmp_path):
     assert {g["lr"] for g in groups if all(p is not embedding for p in g["params"])} == {1e-5}
     assert model.get_output_embeddings().weight is embedding  # tied: the output layer goes with it
     assert sorted(trainer.lr_scheduler.get_last_lr()) == sorted(g["lr"] for g in groups)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_use_vllm_without_vllm_is_one_line_before_anything_loads(tmp_path):
+    result = run(PYTHON, "recipes/grpo.py", write_recipe(tmp_path), "--use_vllm", "true")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: use_vllm: vLLM is not installed; pip install")
+    assert not (tmp_path / "out").exists()

@@ -282,6 +282,7 @@ class MedSFTConfig(DeviceDefaults, CheckpointingOnByDefault, SFTConfig):
 
 
 PROMPT_FORMATS = ("chat", "plain")
+VLLM_MODES = ("colocate", "server")
 
 
 @dataclass
@@ -754,6 +755,11 @@ def _resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> No
         )
     if args.reward_weights is not None:
         raise UserError(f"{path}: give each reward its weight in its 'rewards' entry, not in reward_weights")
+    if args.temperature <= 0:
+        raise UserError(f"{path}: temperature must be positive (GRPO samples its completions), got {args.temperature}")
+    if args.beta < 0:
+        raise UserError(f"{path}: beta must be 0 or more, got {args.beta}")
+    check_choice(args.vllm_mode, VLLM_MODES, f"{path}: vllm_mode")
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
     _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
@@ -785,6 +791,14 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
         raise UserError(
             f"{path}: eval_tasks are scored at each evaluation, but eval_strategy is 'no'; set eval_strategy: steps and eval_steps"
         )
+
+
+def _check_loggers(args: TrainingArguments, path: str) -> None:
+    """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    for name in args.report_to:
+        check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
 
 
 def _check_model_args(model_args: ModelConfig, path: str) -> None:
@@ -837,6 +851,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     _resolve_best_metric(recipe, args, path)
     _check_long_run_settings(recipe, path)
     _check_model_args(model_args, path)
+    _check_loggers(args, path)
     _check_eval_tasks(recipe, args, path, method)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
