@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from medrecipes import cli
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
+from medrecipes.errors import UserError
 
 TINY = "recipes/tiny_sft.yaml"
 
@@ -83,6 +84,21 @@ def test_subjects_select_the_training_rows(tmp_path):
     rows = [json.loads(line) for line in Path("data/usmle_sample/train.jsonl").read_text().splitlines()]
     assert len(train) == sum(r["subject"] in ("cardiology", "neurology") for r in rows)
     assert len(mcq["usmle_train"]) == len(rows)  # evaluation still covers every subject
+
+
+def test_plain_documents_with_assistant_only_loss_are_one_line_at_parse(tmp_path):
+    text = "{sources: [{path: data/medical_text/train.jsonl}]}"
+    with pytest.raises(UserError, match=r"dataset_mixture.sources\[0\]: format text has no assistant turns"):
+        parse_recipe("sft", [TINY, "--output_dir", str(tmp_path), "--dataset_mixture", text])
+    with pytest.raises(UserError, match=r"eval_sets.notes: format text has no assistant turns"):
+        parse_recipe(
+            "sft",
+            [TINY, "--output_dir", str(tmp_path), "--eval_sets", "{notes: {path: data/medical_text/eval.jsonl}}"],
+        )
+    recipe, args, _ = parse_recipe(
+        "sft", [TINY, "--output_dir", str(tmp_path), "--dataset_mixture", text, "--assistant_only_loss", "false"]
+    )
+    assert not args.assistant_only_loss and recipe.mixture.sources[0].format == "text"
 
 
 @pytest.mark.parametrize("quantized", [False, True], ids=["lora", "qlora"])

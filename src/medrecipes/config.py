@@ -793,6 +793,20 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
         )
 
 
+def _check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
+    """assistant_only_loss needs conversations: TRL refuses plain documents once it is built."""
+    sources = {
+        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
+    }
+    sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    for where, source in sources.items():
+        if args.assistant_only_loss and source.format == "text":
+            raise UserError(
+                f"{path}: {where}: format text has no assistant turns for assistant_only_loss; use format chat "
+                "or usmle, set assistant_only_loss: false, or train on documents with recipes/cpt.py"
+            )
+
+
 def _check_loggers(args: TrainingArguments, path: str) -> None:
     """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
@@ -852,6 +866,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     _check_long_run_settings(recipe, path)
     _check_model_args(model_args, path)
     _check_loggers(args, path)
+    if isinstance(args, MedSFTConfig):
+        _check_sft_sources(recipe, args, path)
     _check_eval_tasks(recipe, args, path, method)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
