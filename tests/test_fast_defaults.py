@@ -62,6 +62,7 @@ def test_recipe_defaults_are_the_fast_ones(tmp_path):
     assert cpt.fused_lm_head and not cpt.logging_nan_inf_filter
     assert cpt.use_liger_kernel is False  # Liger needs a GPU
     assert sft.packing and sft.packing_strategy == "bfd" and not sft.logging_nan_inf_filter
+    assert cpt.report_to == sft.report_to == ["tensorboard"]  # the default, also for a recipe without the key
     _, off, _ = parse_recipe(
         "cpt",
         ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--use_cpu", "true", "--fused_lm_head", "false"],

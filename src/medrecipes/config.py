@@ -206,6 +206,9 @@ class DeviceDefaults:
         import torch
 
         check_ranges(self)
+        # argparse gives a list-typed key that the recipe leaves out None, not the default above.
+        if self.report_to is None:
+            self.report_to = "tensorboard"
         gpu = not self.use_cpu and torch.cuda.is_available()
         if self.bf16 is None:
             self.bf16 = gpu and torch.cuda.is_bf16_supported()
@@ -795,12 +798,14 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
 
 def _check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """assistant_only_loss needs conversations: TRL refuses plain documents once it is built."""
+    if not args.assistant_only_loss:
+        return
     sources = {
         f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
     }
     sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
     for where, source in sources.items():
-        if args.assistant_only_loss and source.format == "text":
+        if source.format == "text":
             raise UserError(
                 f"{path}: {where}: format text has no assistant turns for assistant_only_loss; use format chat "
                 "or usmle, set assistant_only_loss: false, or train on documents with recipes/cpt.py"
