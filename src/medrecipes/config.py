@@ -520,10 +520,15 @@ class RecipeParser(TrlParser):
         reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
 
 
+def _is_union(hint) -> bool:
+    """`a | b` or `Optional[a]`: a field that takes more than one type."""
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
 def _structured_kind(hint) -> type | None:
     """dict for a mapping field, list for a list of mappings, None for the others (Optional
     stripped)."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+    if _is_union(hint):
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         hint = options[0] if len(options) == 1 else None
     origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
@@ -609,7 +614,7 @@ KINDS = {float: "a number", int: "a whole number", str: "text", bool: "true or f
 
 def _kind(hint) -> str:
     """A field's type in a user's words: "text or a list or null"."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    if _is_union(hint):
         return " or ".join(_kind(arg) for arg in typing.get_args(hint))
     origin = typing.get_origin(hint) or hint
     return KINDS.get(origin) or {list: "a list", dict: "a mapping"}.get(origin, getattr(origin, "__name__", str(hint)))
@@ -625,7 +630,7 @@ def _yaml_number(text: str) -> float | str:
 def _fits(value, hint) -> bool:
     """Whether a YAML value has the type a nested recipe entry's field declares (a float field
     takes an int; containers are checked by kind, not item by item)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    if _is_union(hint):
         return any(_fits(value, arg) for arg in typing.get_args(hint))
     if hint is Any:
         return True

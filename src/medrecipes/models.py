@@ -106,13 +106,16 @@ def split_gguf(path: str) -> tuple[str, dict]:
         if not os.path.isfile(path):
             raise UserError(f"model: no such file {path}")
         return str(Path(path).parent), {"gguf_file": Path(path).name}
+    if missing_local_model(path):
+        raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
+    return os.path.expanduser(path), {}  # a Hub id has no "~" to expand
+
+
+def missing_local_model(path: str) -> bool:
+    """A model path that cannot be a Hub id (org/name) and does not exist here."""
     from medrecipes.data.sources import looks_local
 
-    if looks_local(path):
-        if not os.path.exists(os.path.expanduser(path)):
-            raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
-        path = os.path.expanduser(path)
-    return path, {}
+    return looks_local(path) and not os.path.exists(os.path.expanduser(path))
 
 
 def resolve_dtype(name: str | None) -> torch.dtype | str:

@@ -47,16 +47,14 @@ context (~1 GiB) and communication buffers come on top.
 """
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass
 
 import torch
 
 from medrecipes.config import MedGRPOConfig, RecipeArguments, prompts_per_step_accumulation, resolve_token_budget
-from medrecipes.data.sources import looks_local
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.models import PRESETS, load_config, scratch_config
+from medrecipes.models import PRESETS, load_config, missing_local_model, scratch_config
 
 GIB = 2**30
 # Usable memory per device (GiB) and dense bf16 peak (TFLOP/s) by GPU type (vendor data sheets,
@@ -115,7 +113,7 @@ def model_config(recipe: RecipeArguments, model_name_or_path: str | None):
         return scratch_config(recipe.architecture)
     if not model_name_or_path:
         raise UserError("plan: the recipe names no model_name_or_path")
-    if looks_local(model_name_or_path) and not os.path.exists(os.path.expanduser(model_name_or_path)):
+    if missing_local_model(model_name_or_path):
         raise UserError(
             f"plan: {model_name_or_path}: no such folder; train it first, or plan with the architecture it "
             f"will have: --architecture NAME (a preset: {', '.join(PRESETS)}; a packaged config; a config.json)"
