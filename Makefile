@@ -25,7 +25,11 @@ NUM_GPUS ?= 1
 MODEL ?=
 TASKS ?= medqa_4opt
 DATA_DIR ?= $(wildcard ../shared/data)
-LAUNCH = $(if $(CONFIG),$(PY) -m accelerate.commands.launch --config_file $(CONFIG),$(PY))
+# $(call recipe,SCRIPT,RECIPE AND OVERRIDES): the script on one process, or with CONFIG under accelerate;
+# there the recipe is validated first (a few seconds), so a mistake in it is one line and exit 2
+# before the launcher starts a process per device (docs/multinode.md says why that matters).
+recipe = $(if $(CONFIG),$(MEDRECIPES) validate --method $(1) $(2) > /dev/null && \
+	$(PY) -m accelerate.commands.launch --config_file $(CONFIG) recipes/$(1).py $(2),$(PY) recipes/$(1).py $(2))
 
 install: $(STAMP)
 
@@ -59,13 +63,13 @@ style: install
 	$(VENV)/bin/ruff format src recipes tests benchmarks
 
 cpt: install
-	$(LAUNCH) recipes/cpt.py $(or $(RECIPE),recipes/tiny_cpt.yaml) $(ARGS)
+	$(call recipe,cpt,$(or $(RECIPE),recipes/tiny_cpt.yaml) $(ARGS))
 
 # A pretraining recipe that names built_data trains from data built once (build-data does
 # nothing while the folder's manifest is up to date); one without trains from its sources.
 PRETRAIN_RECIPE = $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
 pretrain: build-data
-	$(LAUNCH) recipes/cpt.py $(PRETRAIN_RECIPE) $(ARGS)
+	$(call recipe,cpt,$(PRETRAIN_RECIPE) $(ARGS))
 
 build-data: install
 	@if grep -q '^built_data:' $(PRETRAIN_RECIPE); then \
@@ -91,14 +95,14 @@ wheels:
 	bash benchmarks/download_wheels.sh
 
 sft: install
-	$(LAUNCH) recipes/sft.py $(or $(RECIPE),recipes/tiny_sft.yaml) $(ARGS)
+	$(call recipe,sft,$(or $(RECIPE),recipes/tiny_sft.yaml) $(ARGS))
 
 grpo: install
-	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/tiny_grpo.yaml) $(ARGS)
+	$(call recipe,grpo,$(or $(RECIPE),recipes/tiny_grpo.yaml) $(ARGS))
 
 # GRPO on MedQA from the 0.4B pretraining run (make pretrain); MODEL= starts from another checkpoint.
 grpo-usmle: install
-	$(LAUNCH) recipes/grpo.py $(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL)) $(ARGS)
+	$(call recipe,grpo,$(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL)) $(ARGS))
 
 # Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
 learn-check: install

@@ -16,9 +16,6 @@ The final model and tokenizer go to `output_dir/final`; with `push_to_hub`, to t
 model card that records the run.
 """
 
-from transformers import set_seed
-from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import pretraining_data
@@ -35,6 +32,9 @@ from medrecipes.trainer import (
     evaluate_and_record,
     train_and_save,
 )
+
+from transformers import set_seed
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 
 def main(recipe, training_args, model_args):

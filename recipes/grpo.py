@@ -19,9 +19,6 @@ greedy accuracy `eval_<name>_acc`; `eval_tasks` adds benchmark accuracy
 
 import importlib.util
 
-from transformers import set_seed
-from trl import GRPOTrainer, get_peft_config
-
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import grpo_data
@@ -41,6 +38,9 @@ from medrecipes.trainer import (
     evaluate_and_record,
     train_and_save,
 )
+
+from transformers import set_seed
+from trl import GRPOTrainer, get_peft_config
 
 
 class MedGRPOTrainer(

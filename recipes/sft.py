@@ -15,9 +15,6 @@ trains on those subjects only. Every `format: usmle` eval set also reports answe
 model is the adapter; `medrecipes merge-lora` folds it into its base.
 """
 
-from transformers import set_seed
-from trl import SFTTrainer, get_peft_config
-
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data import sft_data
@@ -35,6 +32,9 @@ from medrecipes.trainer import (
     evaluate_and_record,
     train_and_save,
 )
+
+from transformers import set_seed
+from trl import SFTTrainer, get_peft_config
 
 
 class MedSFTTrainer(RecipeTrainerMixin, MCQAccuracyMixin, PerplexityMixin, SFTTrainer):

@@ -14,6 +14,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # two torch threads on two loaded
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+# Caches (datasets, DeepSpeed's compiled CPU ops) in the checkout, not under HOME, which may be
+# read-only or another user's; kept between runs, so the ops compile once per checkout.
+os.environ.setdefault("XDG_CACHE_HOME", str(ROOT / ".cache"))
+os.environ.setdefault("HF_HOME", str(ROOT / ".cache" / "huggingface"))
 SHARED_DATA = ROOT.parent / "shared" / "data"
 CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
 
@@ -55,13 +59,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 
 def run(*args: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a command as a user types it, from the project root, and capture its output; `env`
-    adds to the environment."""
-    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
+    adds to the environment (its PYTHONPATH goes before the project's)."""
+    env = env or {}
+    path = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **env, "PYTHONPATH": path}
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 PYTHON = sys.executable
+# A command run with this environment meets bitsandbytes as on a CPU with AVX512-BF16 (see the
+# folder's sitecustomize.py): its import then prints a line, whatever this machine's CPU.
+AVX512_BF16_CPU = {"PYTHONPATH": str(ROOT / "tests" / "avx512_bf16_cpu")}
+BNB_LINE = "Failed to load CPU gemm_4bit_forward"
 ACCELERATE = Path(sys.executable).parent / "accelerate"
 
 

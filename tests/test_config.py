@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT, run
+from conftest import AVX512_BF16_CPU, PYTHON, ROOT, run
 
 from medrecipes import cli
 from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
@@ -462,14 +462,27 @@ def test_validate_bad_key_exits_2_with_one_line(tmp_path, capsys):
     assert "Traceback" not in captured.err + captured.out
 
 
-def test_validate_as_a_command(tmp_path):
+def test_validate_as_a_command_is_one_line_on_any_cpu(tmp_path):
     path = write_recipe(tmp_path, learning_rte=1e-4)
-    result = run(PYTHON, "-m", "medrecipes.cli", "validate", path, timeout=120)
+    result = run(PYTHON, "-m", "medrecipes.cli", "validate", path, timeout=120, env=AVX512_BF16_CPU)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error:")
     assert path in lines[0]
+
+
+def test_commands_that_only_read_recipes_import_no_training_back_end():
+    # A GPU recipe (torch_compile, bf16, 4-bit) read on this CPU: the imports are listed by -X importtime.
+    for command in (["validate"], ["plan", "--num-gpus", "8"]):
+        recipe = str(ROOT / "recipes/medgemma_4b_qlora.yaml")
+        result = run(PYTHON, "-X", "importtime", "-m", "medrecipes.cli", *command, recipe, env=AVX512_BF16_CPU)
+        assert result.returncode == 0, result.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+        assert "transformers" in imported  # the recipe schema is read with it
+        assert not imported & {"peft", "bitsandbytes", "deepspeed"}, command
+        noise = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+        assert noise == [], noise
 
 
 def test_validate_takes_sft_grpo_and_evaluation_recipes_without_method(capsys):

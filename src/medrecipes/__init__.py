@@ -1,3 +1,8 @@
 """medrecipes: training recipes for medical language models on the Hugging Face stack."""
 
+from medrecipes.libraries import drop_harmless_lines
+
 __version__ = "0.1.0"
+
+# First, before any library loads: some of the lines dropped are printed while one is imported.
+drop_harmless_lines()

@@ -19,9 +19,15 @@ import json
 import sys
 
 from medrecipes.errors import UserError, check_output_folder, exit_on_user_error
+from medrecipes.libraries import keep_out
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 
+
+# Commands that read recipes and data but never build or train a model: in a process of their own
+# they keep the training back ends out (libraries.keep_out), which the recipe schema's imports
+# (transformers' trainer utilities) would otherwise load, with lines some CPUs print.
+READ_ONLY_COMMANDS = ("validate", "plan", "launch-plan", "decontaminate")
 
 SCRIPTS = {"cpt": "recipes/cpt.py", "sft": "recipes/sft.py", "grpo": "recipes/grpo.py", "eval": "recipes/evaluate.py"}
 
@@ -288,5 +294,13 @@ def main(argv: list[str] | None = None) -> None:
     args.func(args)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `medrecipes` console command: `main` in a process of its own."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    if command in READ_ONLY_COMMANDS:
+        keep_out()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -52,15 +52,37 @@ def unreadable(where: str, err: BaseException) -> UserError:
     return UserError(f"{where}: cannot read it ({cause}); fix or drop the bad rows")
 
 
+def first_to_report() -> bool:
+    """Whether this process prints the user error it found: under torchrun (and so `accelerate
+    launch`), only the first rank of a node to find one, so that an error every rank finds, such
+    as a recipe's typo, is printed once and not once per rank. The ranks of a node share the folder
+    of their launch attempt (the parent of each rank's TORCHELASTIC_ERROR_FILE folder, removed by
+    the launcher when it ends); the first to create a marker there reports. Any other process
+    reports its own error."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file:
+        return True
+    marker = os.path.join(os.path.dirname(os.path.dirname(error_file)), "medrecipes-user-error")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # no shared folder after all: better twice than not at all
+        return True
+    return True
+
+
 def exit_on_user_error(main: Callable) -> Callable:
-    """Run `main`; turn a UserError into its one line on stderr and exit code 2."""
+    """Run `main`; turn a UserError into its one line on stderr (once per launch, see
+    first_to_report) and exit code 2."""
 
     @wraps(main)
     def wrapper(*args, **kwargs):
         try:
             return main(*args, **kwargs)
         except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
+            if first_to_report():
+                print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper

@@ -2,7 +2,6 @@
 
 import logging
 import sys
-import warnings
 
 import datasets
 import transformers
@@ -23,9 +22,6 @@ def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     logging.getLogger("medrecipes").setLevel(logging.INFO if main_process else level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
-    # TRL's generation and PEFT read the model's deprecated `is_gradient_checkpointing`: a warning
-    # about the libraries' code that no recipe setting changes.
-    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     logger = logging.getLogger("medrecipes")
     for key, value in getattr(recipe, "derived", {}).items():
         logger.info("derived from the recipe: %s = %s", key, value)

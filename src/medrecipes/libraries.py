@@ -1,0 +1,75 @@
+"""How the project treats the libraries it loads: lines they print that no user can act on are
+dropped, and back ends a command does not use are kept out of its process.
+
+Each dropped line is named exactly (its logger or warning category and its first words), so a
+real warning from the same library still shows; nothing is done to stderr as a whole. The filters
+are installed when the `medrecipes` package is first imported, which the recipe scripts and the
+command do before any library: some of these lines are printed while a library is imported.
+"""
+
+import logging
+import sys
+import warnings
+
+# (logger, first words of the message); the comment under each says why no user can act on it.
+HARMLESS_LOG_LINES = (
+    (
+        "bitsandbytes.backends.cpu.ops",
+        "Failed to load CPU gemm_4bit_forward from kernels-community",
+        # Printed at import on CPUs with AVX512-BF16, by every process that imports peft (which
+        # imports bitsandbytes), quantised or not. The optional kernel comes from a hub at run time;
+        # without it bitsandbytes uses its own 4-bit CPU kernel, and results are the same.
+    ),
+    (
+        "DeepSpeed",
+        "Setting accelerator to CPU",
+        # DeepSpeed's guess on a machine without a GPU, once per process; the launcher's
+        # config already chose the device.
+    ),
+    (
+        "transformers.training_args",
+        "The speedups for torchdynamo mostly come with",
+        # A recipe for GPUs with torch_compile validated or planned on a CPU: true of the machine,
+        # not of the recipe, and nothing to change.
+    ),
+)
+
+# (category, first words of the message): warnings about the libraries' own code.
+HARMLESS_WARNINGS = (
+    # TRL's generation and PEFT read the model's deprecated `is_gradient_checkpointing`; no recipe
+    # setting changes that.
+    (FutureWarning, "`is_gradient_checkpointing` is deprecated"),
+)
+
+# Back ends that only building or training a model uses: peft (transformers' trainer utilities
+# import it, and it imports bitsandbytes) and DeepSpeed.
+TRAINING_BACKENDS = ("peft", "bitsandbytes", "deepspeed")
+
+
+class _DropLines(logging.Filter):
+    """Drops the records of one logger whose message starts with `start`."""
+
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.start)
+
+
+def drop_harmless_lines() -> None:
+    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS (once per process)."""
+    for name, start in HARMLESS_LOG_LINES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLines) and f.start == start for f in logger.filters):
+            logger.addFilter(_DropLines(start))
+    for category, start in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=start, category=category)
+
+
+def keep_out(modules=TRAINING_BACKENDS) -> None:
+    """Make `import` of these modules fail in this process, as if they were not installed, so the
+    libraries that import them when present (transformers, TRL) skip them. For a process that
+    never builds or trains a model; a module already imported stays."""
+    for name in modules:
+        sys.modules.setdefault(name, None)

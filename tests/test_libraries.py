@@ -1,0 +1,39 @@
+"""The libraries' known-harmless lines are dropped by name, and nothing else is."""
+
+import logging
+import warnings
+
+from conftest import AVX512_BF16_CPU, BNB_LINE, PYTHON, run
+
+from medrecipes.libraries import HARMLESS_LOG_LINES, drop_harmless_lines
+
+
+def test_the_simulated_cpu_makes_bitsandbytes_print_its_line():
+    # Without the project's filters (no medrecipes import), the condition the tests force is real.
+    result = run(PYTHON, "-c", "import transformers.trainer_utils", env=AVX512_BF16_CPU, timeout=120)
+    assert result.returncode == 0 and BNB_LINE in result.stderr, result.stderr[-2000:]
+
+
+def test_importing_the_project_first_drops_it():
+    result = run(PYTHON, "-c", "import medrecipes, transformers.trainer_utils", env=AVX512_BF16_CPU, timeout=120)
+    assert result.returncode == 0 and BNB_LINE not in result.stderr, result.stderr[-2000:]
+
+
+def test_each_harmless_line_is_dropped_and_other_lines_of_its_logger_show(caplog):
+    drop_harmless_lines()
+    for name, start in HARMLESS_LOG_LINES:
+        logger = logging.getLogger(name)
+        with caplog.at_level(logging.WARNING, logger=name):
+            caplog.clear()
+            logger.warning("%s, and the rest of the line", start)
+            logger.warning("a real warning from %s", name)
+        assert [r.getMessage() for r in caplog.records] == [f"a real warning from {name}"]
+
+
+def test_the_harmless_future_warning_is_dropped_and_others_show():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        drop_harmless_lines()  # filters go before the catch-all, as they do once installed at import
+        warnings.warn("`is_gradient_checkpointing` is deprecated, use ...", FutureWarning, stacklevel=1)
+        warnings.warn("`something_else` is deprecated", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["`something_else` is deprecated"]
