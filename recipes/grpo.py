@@ -28,6 +28,7 @@ from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.rewards import reward_functions
+from medrecipes.run_folder import output_dir_is_finished
 from medrecipes.trainer import (
     EmbeddingLearningRateMixin,
     GRPOEvalMetricsMixin,
@@ -54,12 +55,14 @@ def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    checkpoint = checkpoint_to_resume(training_args)
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:  # a recipe plans without it
         raise UserError(
             "use_vllm: vLLM is not installed; pip install 'trl[vllm]' (a GPU machine), "
             "or set use_vllm: false to generate with transformers"
         )
+    if output_dir_is_finished("grpo", recipe, training_args, model_args):  # the same run, run again
+        return
+    checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     chat = training_args.prompt_format == "chat"

@@ -23,6 +23,7 @@ from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
+from medrecipes.run_folder import output_dir_is_finished
 from medrecipes.trainer import (
     MCQAccuracyMixin,
     PerplexityMixin,
@@ -45,6 +46,8 @@ def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
+    if output_dir_is_finished("sft", recipe, training_args, model_args):  # the same run, run again
+        return
     checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)

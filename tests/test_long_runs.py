@@ -201,4 +201,4 @@ def test_several_processes_end_with_the_status_after_exit_handlers_threads_and_o
         assert f"rank {rank} ended" in result.stdout
         assert (tmp_path / f"atexit-{rank}").exists() and (tmp_path / f"thread-{rank}").exists()
     assert "not reached" not in result.stdout
-    assert (status in result.stderr.splitlines()) == (code == 1)  # the message, as a line of its own
+    assert result.stderr.count("error: the run stopped") == (code == 1)  # printed once, by the first rank

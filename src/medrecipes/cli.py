@@ -116,6 +116,8 @@ def cmd_decontaminate(args) -> None:
     import os
 
     from medrecipes.data import decontamination as dc
+    from medrecipes.data.sources import local_files
+    from medrecipes.outputs import check_new_output, staged
 
     if args.n < 1:
         raise UserError(f"decontaminate: --n must be at least 1, got {args.n}")
@@ -137,16 +139,24 @@ def cmd_decontaminate(args) -> None:
     benchmarks.update(dc.file_benchmarks(args.eval or []))
     if not benchmarks:
         raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    drops = {}  # checked before the (long) check, so a refused --drop costs nothing
+    if args.drop:
+        drops = {name: args.drop for name in sources}
+        if is_recipe:
+            drops = {
+                name: os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl") for name in sources
+            }
+        inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
+        for out in drops.values():
+            check_new_output(out, "decontaminate --drop", inputs, args.overwrite)
+            if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
+                raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")
     report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
-    if args.drop:
-        for name, source in sources.items():
-            out = args.drop
-            if is_recipe:
-                os.makedirs(args.drop, exist_ok=True)
-                out = os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl")
-            kept = dc.write_kept(source, contaminated[name], out)
-            print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
+    for name, out in drops.items():
+        with staged(out, folder=False) as path:
+            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1])
+        print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 
 def cmd_eval(args) -> None:
@@ -159,25 +169,22 @@ def cmd_eval(args) -> None:
 
 
 def cmd_tiny_model(args) -> None:
+    from medrecipes.outputs import check_new_output, staged
     from medrecipes.tiny import build_tiny_model
 
     check_output_folder(args.out_dir, "tiny-model")
-    build_tiny_model(
-        args.out_dir,
-        args.corpus or DEFAULT_CORPUS,
-        args.arch,
-        args.vocab_size,
-        args.seed,
-        args.hidden_size,
-        args.layers,
-    )
+    check_new_output(args.out_dir, "tiny-model", args.corpus or DEFAULT_CORPUS, args.overwrite)
+    with staged(args.out_dir, folder=True) as path:
+        build_tiny_model(
+            path, args.corpus or DEFAULT_CORPUS, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers
+        )
     print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
 
 
 def cmd_merge_lora(args) -> None:
     from medrecipes.merge import merge_lora
 
-    merge_lora(args.adapter_dir, args.out_dir, args.dtype)
+    merge_lora(args.adapter_dir, args.out_dir, args.dtype, args.overwrite)
     print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
 
 
@@ -241,6 +248,7 @@ def make_parser() -> argparse.ArgumentParser:
     decon.add_argument("--eval", action="append", help="an evaluation file or folder (MCQ or text); repeatable")
     decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
     decon.add_argument("--drop", metavar="OUT", help="write the training rows without overlap to OUT")
+    decon.add_argument("--overwrite", action="store_true", help="let --drop replace an existing OUT")
     decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
     decon.add_argument(
         "--method", choices=["cpt", "sft"], help="the recipe script, for a recipe (default: from its keys)"
@@ -259,6 +267,7 @@ def make_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--hidden-size", type=int, default=64)
     tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     tiny.set_defaults(func=cmd_tiny_model)
 
     merge = commands.add_parser("merge-lora", help="fold a LoRA adapter into its base model and save the result")
@@ -267,6 +276,7 @@ def make_parser() -> argparse.ArgumentParser:
     merge.add_argument(
         "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
     )
+    merge.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     merge.set_defaults(func=cmd_merge_lora)
 
     gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")

@@ -24,6 +24,7 @@ from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from medrecipes.errors import UserError, check_choice, check_output_folder, did_you_mean
+from medrecipes.outputs import check_new_output
 
 
 @dataclass
@@ -77,6 +78,10 @@ class RecipeArguments:
         default=None, metadata={"help": "Named evaluation sets {name: source}; each logs eval_<name>_loss."}
     )
     init_from_scratch: bool = field(default=False, metadata={"help": "Random weights from `architecture`."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start over: delete the checkpoints, final model and record of the run in output_dir."},
+    )
     architecture: str | None = field(
         default=None,
         metadata={"help": "Scratch preset: tiny ... xlarge (plan: the shapes of a start model not trained yet)."},
@@ -169,6 +174,11 @@ AT_LEAST_ONE = (
 NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
 
 
+# Step intervals: a count of steps, or below 1 a fraction of the run; 0 would never save, log
+# or evaluate, which the trainer accepts silently.
+POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
+
+
 def check_ranges(args) -> None:
     """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
     for keys, low, words in ((AT_LEAST_ONE, 1, "at least 1"), (NOT_NEGATIVE, 0, "0 or more")):
@@ -176,6 +186,15 @@ def check_ranges(args) -> None:
             value = getattr(args, key, None)
             if value is not None and value < low:
                 raise ValueError(f"{key} must be {words}, got {value}")
+    for key in POSITIVE_INTERVALS:
+        value = getattr(args, key, None)
+        if value is not None and value <= 0:
+            raise ValueError(f"{key} must be positive (steps, or a fraction of the run below 1), got {value}")
+    # A run that trains no step would still write final/ over the one in output_dir.
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ValueError(f"max_steps must be at least 1, or -1 to train num_train_epochs; got {args.max_steps}")
+    if args.max_steps == -1 and args.num_train_epochs <= 0:
+        raise ValueError(f"num_train_epochs must be positive when max_steps is -1, got {args.num_train_epochs}")
 
 
 @dataclass
@@ -402,6 +421,7 @@ class EvalArguments:
     top_p: float = field(default=1.0, metadata={"help": "generate: nucleus sampling when temperature > 0."})
     seed: int = field(default=42, metadata={"help": "Seed for sampling."})
     output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
+    overwrite: bool = field(default=False, metadata={"help": "Let `output` replace an existing file."})
 
     def __post_init__(self):
         self.tasks = split_names(self.tasks)
@@ -455,6 +475,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         if os.path.isdir(args.output):
             raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
         check_output_folder(os.path.dirname(os.path.abspath(args.output)), f"{where}: output")
+        inputs = [args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
+        check_new_output(args.output, f"{where}: output", inputs, args.overwrite)
     return args
 
 

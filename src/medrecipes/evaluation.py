@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medrecipes.errors import UserError
+from medrecipes.outputs import staged
 from medrecipes.usmle import LETTERS, chat_messages, extract_answer, letters_for, option_map, sft_target
 
 logger = logging.getLogger(__name__)
@@ -364,8 +365,9 @@ def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=Non
     from trl import ModelConfig
 
     from medrecipes.config import RecipeArguments
-    from medrecipes.models import load_model, load_tokenizer
+    from medrecipes.models import check_model_folder, load_model, load_tokenizer
 
+    check_model_folder(name_or_path)
     if os.path.isfile(os.path.join(name_or_path, "adapter_config.json")):
         raise UserError(
             f"model: {name_or_path} is a LoRA adapter; fold it into its base first with "
@@ -439,8 +441,7 @@ def run_evaluation(args) -> dict:
     }
     results = {"tasks": reports, "settings": settings, "versions": _versions(), "wall_time_s": time.time() - started}
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
+        with staged(args.output, folder=False) as path, open(path, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
         logger.info("results written to %s", args.output)
     return results

@@ -11,7 +11,6 @@ The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 """
 
 import datetime
-import glob
 import hashlib
 import logging
 import os
@@ -25,7 +24,7 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
 
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
-from medrecipes.data.sources import BUILDERS, looks_local
+from medrecipes.data.sources import BUILDERS, local_files, looks_local
 from medrecipes.mirror import snapshot_folder
 
 logger = logging.getLogger(__name__)
@@ -54,19 +53,6 @@ def _hash_files(paths: list[str]) -> str:
     return digest.hexdigest()
 
 
-def _local_files(source) -> list[str]:
-    patterns = source.data_files if source.data_files is not None else [source.path]
-    patterns = [patterns] if isinstance(patterns, str) else patterns
-    files = []
-    for pattern in patterns:
-        for match in glob.glob(pattern, recursive=True):
-            if os.path.isdir(match):
-                files += [os.path.join(d, n) for d, _, names in os.walk(match) for n in names]
-            else:
-                files.append(match)
-    return files
-
-
 def is_hub_dataset(source) -> bool:
     return source.path not in BUILDERS.values() and not looks_local(source.path) and not os.path.exists(source.path)
 
@@ -81,7 +67,7 @@ def source_rows(sources) -> list[dict]:
         elif is_hub_dataset(source):
             revision = "not pinned (the Hub's latest at training time)"
         else:
-            files = _local_files(source)
+            files = local_files(source)
             count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
             revision = f"sha256:{_hash_files(files)[:16]} ({count})" if files else "files not found"
         data_files = source.data_files if isinstance(source.data_files, list | type(None)) else [source.data_files]

@@ -14,6 +14,7 @@ import os
 
 from medrecipes.errors import UserError, check_output_folder
 from medrecipes.models import resolve_dtype, split_gguf
+from medrecipes.outputs import check_new_output, staged
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +63,16 @@ def _load_generation_config(adapter_dir: str, model):
     return model.generation_config
 
 
-def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None) -> str:
+def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwrite: bool = False) -> str:
     """Load the adapter's base in `dtype` (default: the checkpoint's), merge the adapter into it
-    and save the merged model, tokenizer and generation config to `out_dir`; returns `out_dir`."""
+    and save the merged model, tokenizer and generation config to `out_dir` (replacing what is
+    there only with `overwrite`, never the adapter or its base); returns `out_dir`."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     base, revision = adapter_base(adapter_dir)
-    if os.path.abspath(out_dir) == os.path.abspath(adapter_dir):
-        raise UserError(f"merge-lora: the output folder {out_dir} is the adapter folder; pass another OUT_DIR")
     check_output_folder(out_dir, "merge-lora")
+    check_new_output(out_dir, "merge-lora OUT_DIR", [adapter_dir, base], overwrite)
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
@@ -95,8 +96,8 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None) -> str:
         ) from None
     model = model.merge_and_unload()
     model.generation_config = _load_generation_config(adapter_dir, model)
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with staged(out_dir, folder=True) as path:  # a kill leaves the old folder or the new, whole
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
     logger.info("merged %s into %s; saved to %s", adapter_dir, base, out_dir)
     return out_dir

@@ -118,6 +118,27 @@ def missing_local_model(path: str) -> bool:
     return looks_local(path) and not os.path.exists(os.path.expanduser(path))
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+
+
+def check_model_folder(path: str) -> None:
+    """A local folder given as a model must hold one whole: a config and weights, or a LoRA
+    adapter's config and weights. A save that was killed, or an empty folder, is one line here
+    rather than a loader's traceback later."""
+    if not os.path.isdir(path):
+        return
+    names = os.listdir(path)
+    if "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names):
+        return
+    if "adapter_config.json" in names and any(n.startswith("adapter_model") for n in names):
+        return
+    missing = "config.json" if "config.json" not in names and "adapter_config.json" not in names else "weights"
+    raise UserError(
+        f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
+        "such as output_dir/final or a checkpoint-N folder"
+    )
+
+
 def resolve_dtype(name: str | None) -> torch.dtype | str:
     """'auto' (the checkpoint's dtype) unless the recipe names one."""
     if name in (None, "auto"):
@@ -149,6 +170,7 @@ def starting_model(model_args) -> str:
             "recipe: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
             "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
         )
+    check_model_folder(os.path.expanduser(model_args.model_name_or_path))
     return model_args.model_name_or_path
 
 
@@ -161,7 +183,7 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     source, kwargs = split_gguf(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all
         raise UserError(f"tokenizer: cannot load '{name_or_path}' ({str(err).splitlines()[0]})") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -14,9 +14,11 @@ from medrecipes.errors import UserError
 
 def _check_model(model: str) -> None:
     from medrecipes.data.sources import looks_local
+    from medrecipes.models import check_model_folder
 
     if looks_local(model) and not os.path.isdir(model):
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
+    check_model_folder(model)
 
 
 def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:

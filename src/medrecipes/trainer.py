@@ -21,8 +21,10 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, first_to_report
 from medrecipes.monitoring import ThroughputMonitor
+from medrecipes.outputs import publish
+from medrecipes.run_folder import record_finished
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     """
     if checkpoint is not None:
         check_resumable(checkpoint, trainer.model, trainer.args)
+    if checkpoint is not None and 0 < trainer.args.max_steps <= _steps_done(checkpoint):
+        return _finish_from(trainer, checkpoint)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
@@ -152,19 +156,67 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
-    final_dir = os.path.join(trainer.args.output_dir, "final")
+    final_dir = save_final(trainer)
+    record_finished(trainer.args, trainer.state)
+    return final_dir
+
+
+def _steps_done(checkpoint: str) -> int:
+    with open(os.path.join(checkpoint, TRAINER_STATE), encoding="utf-8") as f:
+        return json.load(f)["global_step"]
+
+
+def _finish_from(trainer, checkpoint: str) -> str:
+    """A run whose newest checkpoint is at max_steps (killed while writing final/, say): its model
+    is loaded from the checkpoint and saved as final/, with no step trained. The trainer would
+    train one step more (it looks at max_steps only after a step)."""
+    from transformers import TrainerState
+
+    if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
+        raise UserError(
+            f"output_dir: {checkpoint} is at max_steps {trainer.args.max_steps} but final/ was not written; "
+            "under ZeRO-3 it is written by a run that trains: raise max_steps, or load that checkpoint's model"
+        )
+    trainer.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE))
+    best = trainer.state.best_model_checkpoint if trainer.args.load_best_model_at_end else None
+    source = best if best and os.path.isdir(best) else checkpoint  # what the end of training would load
+    logger.info(
+        "%s is at max_steps %d: final/ is saved from %s, no step trained", checkpoint, trainer.args.max_steps, source
+    )
+    trainer._load_from_checkpoint(source)  # the load a resume does before its first step
+    final_dir = save_final(trainer)
+    record_finished(trainer.args, trainer.state)
+    return final_dir
+
+
+def save_final(trainer) -> str:
+    """Save the model and its tokenizer to output_dir/final as checkpoints are saved: into the
+    staging folder, then renamed into place once every process has written its part, so a kill
+    leaves the previous final/ or the new one, whole. Returns the folder."""
+    args = trainer.args
+    final_dir = os.path.join(args.output_dir, "final")
+    staged = os.path.join(args.output_dir, STAGING, "final")
+    if args.should_save:
+        shutil.rmtree(staged, ignore_errors=True)
+        os.makedirs(staged)
+    trainer.accelerator.wait_for_everyone()
     # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
     # sends final/ with its model card.
-    trainer.save_model(final_dir, _internal_call=True)
+    trainer.save_model(staged, _internal_call=True)
     if trainer.is_world_process_zero():
-        trainer.processing_class.save_pretrained(final_dir)
+        trainer.processing_class.save_pretrained(staged)
+    trainer.accelerator.wait_for_everyone()
+    if args.should_save:
+        publish(staged, final_dir)
+        shutil.rmtree(os.path.dirname(staged), ignore_errors=True)
         logger.info("final model saved to %s", final_dir)
+    trainer.accelerator.wait_for_everyone()
     return final_dir
 
 
 def end_run(trainer, status: int | str = 0) -> NoReturn:
-    """End the process with `status` (an exit code, or a message for stderr and exit code 1,
-    as SystemExit takes them) once the process group is torn down.
+    """End the process with `status` (an exit code, or a message for stderr, printed once per
+    launch, and exit code 1, as SystemExit takes them) once the process group is torn down.
 
     A run of several processes ends without the interpreter's shutdown. gloo's worker threads
     (DeepSpeed, DDP and FSDP on CPU) live as long as their process group object, which
@@ -180,7 +232,8 @@ def end_run(trainer, status: int | str = 0) -> NoReturn:
     if not several:
         raise SystemExit(status)
     if isinstance(status, str):
-        print(status, file=sys.stderr)
+        if first_to_report():  # every process stops with the same message: print it once
+            print(status, file=sys.stderr)
         status = 1
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
@@ -242,17 +295,6 @@ class MCQAccuracyMixin:
             output.metrics[f"{metric_key_prefix}_acc"] = report["accuracy"]
             output.metrics[f"{metric_key_prefix}_unparseable"] = report["unparseable"]
         return output
-
-
-def _publish(staged: str, final: str) -> None:
-    """Rename the staged checkpoint into place; one rename, so readers see all of it or none."""
-    if os.path.isdir(final):  # the same step saved twice, e.g. at the end of training and of an epoch
-        replaced = os.path.join(os.path.dirname(staged), "replaced")
-        os.rename(final, replaced)
-        os.rename(staged, final)
-        shutil.rmtree(replaced, ignore_errors=True)
-    else:
-        os.rename(staged, final)
 
 
 class RecipeTrainerMixin:
@@ -364,7 +406,7 @@ class RecipeTrainerMixin:
             if self.args.should_save:
                 self.state.save_to_json(os.path.join(staged, TRAINER_STATE))
         if self.args.should_save:
-            _publish(staged, final)
+            publish(staged, final)
             shutil.rmtree(staging_root, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         if self._deferred_push:

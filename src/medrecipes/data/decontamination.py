@@ -274,8 +274,12 @@ def training_documents(source: SourceConfig, streaming: bool = False):
     return documents
 
 
-def write_kept(source: SourceConfig, contaminated: list[int], out: str) -> int:
-    """Write the rows of `source` that are not contaminated to `out` (.jsonl, .json, .parquet or .csv).
+KEPT_FORMATS = (".jsonl", ".json", ".parquet", ".csv")  # what write_kept writes
+
+
+def write_kept(source: SourceConfig, contaminated: list[int], out: str, ext: str | None = None) -> int:
+    """Write the rows of `source` that are not contaminated to `out`, as its extension or `ext`
+    says (.jsonl, .json, .parquet or .csv).
 
     Text sources keep all their columns; multiple-choice sources are written in the normalised
     schema of medrecipes.usmle, which load_mcq reads back. Returns the number of rows written.
@@ -286,7 +290,7 @@ def write_kept(source: SourceConfig, contaminated: list[int], out: str) -> int:
         rows = load_documents(source, streaming=False)
     drop = set(contaminated)
     kept = rows.select([i for i in range(len(rows)) if i not in drop])
-    ext = os.path.splitext(out)[1]
+    ext = ext or os.path.splitext(out)[1]
     if ext in (".jsonl", ".json"):
         kept.to_json(out, lines=True, force_ascii=False)
     elif ext == ".parquet":
@@ -294,5 +298,5 @@ def write_kept(source: SourceConfig, contaminated: list[int], out: str) -> int:
     elif ext == ".csv":
         kept.to_csv(out, index=False)
     else:
-        raise UserError(f"--drop {out}: unsupported file type '{ext}'; use .jsonl, .parquet or .csv")
+        raise UserError(f"--drop {out}: unsupported file type '{ext}'; use {', '.join(KEPT_FORMATS)}")
     return len(kept)

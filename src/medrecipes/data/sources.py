@@ -6,6 +6,7 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 `medrecipes.usmle` and renders each as a document.
 """
 
+import glob
 import os
 from collections.abc import Callable
 
@@ -199,3 +200,18 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], wher
                 f"{where}: row {indices[values.index(None)] + 1} has no '{name}' (found as it streamed); fix or drop it"
             )
     return {} if tag is None else {"source": [tag] * len(indices)}
+
+
+def local_files(source: SourceConfig) -> list[str]:
+    """The files on this machine that a source reads (its data_files, or its path; patterns and
+    folders expanded)."""
+    patterns = source.data_files if source.data_files is not None else [source.path]
+    patterns = [patterns] if isinstance(patterns, str) else patterns
+    files = []
+    for pattern in patterns:
+        for match in glob.glob(pattern, recursive=True):
+            if os.path.isdir(match):
+                files += [os.path.join(d, n) for d, _, names in os.walk(match) for n in names]
+            else:
+                files.append(match)
+    return files

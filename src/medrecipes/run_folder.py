@@ -1,0 +1,137 @@
+"""Which run an output_dir belongs to, and whether that run has finished.
+
+A run writes `run.json` into its output_dir when it starts: the recipe script, the model it
+starts from and a fingerprint of its training data. A later run in the same folder is the same
+run if those agree (it resumes, or, when it finished, stops at once without writing anything)
+and another run if they do not: it is refused, since resuming would load another model's
+checkpoint and its final/ would replace the other run's. `overwrite_output_dir: true` starts
+over instead, removing the earlier run's checkpoints, final model and record first.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+
+from medrecipes.callbacks import CHECKPOINT
+from medrecipes.errors import UserError
+from medrecipes.outputs import staged
+
+logger = logging.getLogger(__name__)
+
+RECORD = "run.json"
+IDENTITY = ("script", "model", "data")
+# What a run leaves in its output_dir that a run starting over must not find: checkpoints (and
+# their staging), the final model, the trainer's state and metrics.
+RUN_STATE = ("final", "_staging", "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json")
+
+
+def run_identity(method: str, recipe, model_args) -> dict:
+    """The script, the starting model and a fingerprint of the data settings of a run."""
+    model = model_args.model_name_or_path
+    if recipe.init_from_scratch:
+        model = f"random weights ({recipe.architecture})"
+    data = json.dumps(recipe.dataset_mixture, sort_keys=True, default=str)
+    return {
+        "script": f"recipes/{method}.py",
+        "model": model,
+        "data": hashlib.sha256(data.encode()).hexdigest()[:16],
+    }
+
+
+def read_record(output_dir: str) -> dict | None:
+    path = os.path.join(output_dir, RECORD)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_record(output_dir: str, record: dict) -> None:
+    with staged(os.path.join(output_dir, RECORD), folder=False) as path, open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+
+
+def _differences(saved: dict, ours: dict) -> str:
+    words = {"script": "script", "model": "model", "data": "dataset_mixture"}
+    return "; ".join(
+        f"{words[key]} {saved.get(key)}, here {ours[key]}" for key in IDENTITY if saved.get(key) != ours[key]
+    )
+
+
+def _start_over(output_dir: str) -> None:
+    removed = [n for n in os.listdir(output_dir) if n in RUN_STATE or n == RECORD or CHECKPOINT.match(n)]
+    for name in removed:
+        path = os.path.join(output_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    if removed:
+        logger.info(
+            "overwrite_output_dir: removed the earlier run from %s (%s)", output_dir, ", ".join(sorted(removed))
+        )
+
+
+def _has_results(output_dir: str) -> bool:
+    """A checkpoint or a final model in the folder."""
+    return any(name == "final" or CHECKPOINT.match(name) for name in os.listdir(output_dir))
+
+
+def finished(record: dict, training_args) -> bool:
+    """Whether the run in the record trained as far as these arguments ask (final/ written)."""
+    done = record.get("finished")
+    if not done or not os.path.isdir(os.path.join(training_args.output_dir, "final")):
+        return False
+    if training_args.max_steps > 0:
+        return done["global_step"] >= training_args.max_steps
+    return done["max_steps"] <= 0 and done["num_train_epochs"] >= training_args.num_train_epochs
+
+
+def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bool:
+    """Check that output_dir is this run's (one line and exit 2 if it holds another run's, unless
+    the recipe sets overwrite_output_dir), record the run there if it is new, and say whether it
+    already finished: the script then stops without training a step or writing anything. The
+    main process looks first, so the others find the folder as it leaves it."""
+    output_dir = training_args.output_dir
+    ours = run_identity(method, recipe, model_args)
+    model = os.path.realpath(model_args.model_name_or_path or "")
+    if recipe.overwrite_output_dir and model.startswith(os.path.realpath(output_dir) + os.sep):
+        raise UserError(
+            f"output_dir: overwrite_output_dir would delete {model_args.model_name_or_path}, the model this "
+            "run starts from; copy it out of output_dir first, or give this run its own output_dir"
+        )
+    with training_args.main_process_first(local=False, desc="checking output_dir"):
+        if recipe.overwrite_output_dir and training_args.should_save and os.path.isdir(output_dir):
+            _start_over(output_dir)
+        saved = read_record(output_dir)
+        if saved is not None and not _has_results(output_dir):
+            saved = None  # a run that stopped before its first save: nothing of it to protect
+        if saved is not None and _differences(saved, ours):
+            raise UserError(
+                f"output_dir: {output_dir} holds another run ({_differences(saved, ours)}); give this run "
+                "its own output_dir, or set overwrite_output_dir: true to delete that run and start over"
+            )
+        if saved is not None and finished(saved, training_args):
+            logger.info(
+                "output_dir: %s holds this run, finished at step %d (final/ written); nothing to do. "
+                "Raise max_steps to train further, or give a new output_dir for a new run",
+                output_dir,
+                saved["finished"]["global_step"],
+            )
+            return True
+        if saved is None and training_args.should_save:
+            os.makedirs(output_dir, exist_ok=True)
+            write_record(output_dir, ours)
+    return False
+
+
+def record_finished(training_args, state) -> None:
+    """Note in the record that the run finished (after final/ is in place)."""
+    if not training_args.should_save:
+        return
+    record = read_record(training_args.output_dir) or {}
+    record["finished"] = {
+        "global_step": state.global_step,
+        "max_steps": training_args.max_steps,
+        "num_train_epochs": training_args.num_train_epochs,
+    }
+    write_record(training_args.output_dir, record)

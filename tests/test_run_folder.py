@@ -1,0 +1,188 @@
+"""Nothing a run wrote is lost: a finished run run again trains nothing, another run is refused
+its folder, final/ is written whole, and no command writes over its input or an earlier result."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import NO_EVAL, PYTHON, ROOT, run, run_ok, write_jsonl
+from safetensors.torch import load_file
+
+from medrecipes import cli
+from medrecipes.errors import UserError
+from medrecipes.outputs import staged
+
+CPT, SFT = "recipes/tiny_cpt.yaml", "recipes/tiny_sft.yaml"
+# A constant learning rate, so that one step more would change the weights.
+RUN = ["--max_steps", "6", "--save_steps", "3", "--logging_steps", "3", "--lr_scheduler_type", "constant", *NO_EVAL]
+
+
+def weights(folder) -> dict:
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def errors(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finished") / "run"
+    run_ok(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", out, *RUN)
+    return out
+
+
+def cpt_again(out, tiny_model, *extra):
+    return run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", out, *RUN, *extra)
+
+
+def test_a_run_records_what_it_is_and_that_it_finished(finished_run, tiny_model):
+    record = json.loads((finished_run / "run.json").read_text())
+    assert record["script"] == "recipes/cpt.py" and record["model"] == tiny_model
+    assert record["finished"]["global_step"] == 6
+
+
+def test_a_finished_run_run_again_trains_nothing_and_writes_nothing(finished_run, tiny_model):
+    before = {p: p.stat().st_mtime_ns for p in finished_run.rglob("*") if p.is_file()}
+    result = cpt_again(finished_run, tiny_model)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "holds this run, finished at step 6 (final/ written); nothing to do" in result.stdout
+    assert {p: p.stat().st_mtime_ns for p in finished_run.rglob("*") if p.is_file()} == before
+
+
+def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_model):
+    final = weights(finished_run / "final")
+    result = run(PYTHON, "recipes/sft.py", SFT, "--model_name_or_path", tiny_model, "--output_dir", finished_run)
+    assert result.returncode == 2
+    [line] = errors(result)
+    assert f"output_dir: {finished_run} holds another run (script recipes/cpt.py, here recipes/sft.py" in line
+    assert "overwrite_output_dir: true" in line
+    assert same_weights(weights(finished_run / "final"), final)
+
+
+def test_a_kill_while_final_is_written_is_finished_from_the_last_checkpoint(finished_run, tiny_model, tmp_path):
+    # What a kill between the staging of final/ and its rename leaves: the checkpoints, a part of
+    # final/ in the staging folder, and a record without the finish.
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    shutil.rmtree(out / "final")
+    (out / "_staging" / "final").mkdir(parents=True)
+    shutil.copy(finished_run / "final" / "config.json", out / "_staging" / "final")
+    record = json.loads((out / "run.json").read_text())
+    del record["finished"]
+    (out / "run.json").write_text(json.dumps(record))
+    result = cpt_again(out, tiny_model)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "is at max_steps 6: final/ is saved from" in result.stdout
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 6  # not one step past max_steps
+    assert same_weights(weights(out / "final"), weights(finished_run / "final"))
+    assert not (out / "_staging").exists() and not (out / "checkpoint-7").exists()
+
+
+def test_overwrite_output_dir_starts_over(finished_run, tiny_model, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "checkpoint-99").mkdir()  # a step this run will never reach: it must not be resumed
+    result = cpt_again(out, tiny_model, "--overwrite_output_dir", "true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (out / "checkpoint-99").exists() and (out / "checkpoint-6").is_dir()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_a_run_may_not_start_over_by_deleting_its_own_starting_model(finished_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    result = cpt_again(out, str(out / "final"), "--overwrite_output_dir", "true")
+    assert result.returncode == 2 and "overwrite_output_dir would delete" in errors(result)[0]
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("folder", ["empty", "config only"])
+def test_a_folder_that_is_not_a_whole_model_is_one_line_for_every_command(finished_run, tmp_path, folder):
+    model = tmp_path / "model"
+    model.mkdir()
+    if folder == "config only":
+        shutil.copy(finished_run / "final" / "config.json", model)
+    for command in (
+        ["-m", "medrecipes.cli", "generate", model, "--prompt", "hi"],
+        ["-m", "medrecipes.cli", "eval", "--model", model, "--data", "data/usmle_sample/test.jsonl", "--limit", "2"],
+        ["recipes/cpt.py", CPT, "--model_name_or_path", model, "--output_dir", tmp_path / "out", *RUN],
+    ):
+        result = run(PYTHON, *command, timeout=300)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (command, result.stderr[-2000:])
+        assert errors(result) == [errors(result)[0]] and f"model: {model} is not a complete model" in errors(result)[0]
+
+
+def test_decontaminate_never_writes_over_its_input_nor_an_earlier_result(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": f"note {i} about anemia and iron"} for i in range(5)])
+    original = Path(train).read_bytes()
+    base = ["decontaminate", "--train", train, "--eval", str(ROOT / "data/usmle_sample/test.jsonl")]
+    with pytest.raises(SystemExit) as info:
+        cli.main([*base, "--drop", train])
+    assert info.value.code == 2 and "is also what this command reads" in capsys.readouterr().err
+    assert Path(train).read_bytes() == original
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("an earlier result\n")
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--drop", str(kept)])
+    assert "already exists; name a new path, or pass --overwrite" in capsys.readouterr().err
+    cli.main([*base, "--drop", str(kept), "--overwrite"])
+    assert len(kept.read_text().splitlines()) == 5
+
+
+def test_merge_lora_tiny_model_and_eval_output_refuse_an_existing_result(finished_run, tmp_path, capsys):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(finished_run / "final")}))
+    data = str(ROOT / "data/usmle_sample/test.jsonl")
+    for argv, words in (
+        (["merge-lora", str(adapter), str(existing)], "merge-lora OUT_DIR: "),
+        (["merge-lora", str(adapter), str(finished_run / "final")], "is also what this command reads"),
+        (["tiny-model", str(existing)], "tiny-model: "),
+        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", data], "is also what"),
+        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", str(existing / "keep.txt")], "already exists"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and words in err, (argv, err)
+    assert (existing / "keep.txt").read_text() == "mine" and sorted(p.name for p in existing.iterdir()) == ["keep.txt"]
+
+
+def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    with pytest.raises(RuntimeError), staged(str(target), folder=True) as path:
+        (Path(path) / "new").write_text("half")
+        raise RuntimeError("killed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (target / "old").exists()
+    with staged(str(target), folder=True) as path:
+        (Path(path) / "new").write_text("new")
+    assert sorted(p.name for p in target.iterdir()) == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
+    from medrecipes.config import parse_recipe
+    from medrecipes.run_folder import RECORD, output_dir_is_finished
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / RECORD).write_text(json.dumps({"script": "recipes/sft.py", "model": "other", "data": "x"}))
+    recipe, args, model_args = parse_recipe("cpt", [CPT, "--output_dir", str(out)])
+    assert not output_dir_is_finished("cpt", recipe, args, model_args)  # the record is replaced
+    assert json.loads((out / RECORD).read_text())["script"] == "recipes/cpt.py"
+    (out / "checkpoint-3").mkdir()  # once there is something to lose, another run is refused
+    recipe, args, model_args = parse_recipe("sft", [SFT, "--output_dir", str(out)])
+    with pytest.raises(UserError, match="holds another run"):
+        output_dir_is_finished("sft", recipe, args, model_args)
