@@ -53,8 +53,6 @@ def main(recipe, training_args, model_args):
         )
     if recipe.mixture.streaming and training_args.max_steps <= 0:
         raise UserError("recipe: a streaming mixture has no length; set max_steps or total_tokens")
-    if not eval_datasets and training_args.eval_strategy != "no":
-        raise UserError(f"recipe: eval_strategy is '{training_args.eval_strategy}' but there are no eval_sets")
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 

@@ -276,7 +276,7 @@ def gemma_peft(tmp_path):
             "max_length": 1024,
             "per_device_train_batch_size": 8,
             "activation_checkpointing": True,
-            "lora_r": 128,
+            **({"lora_r": 128} if keys.get("use_peft") else {}),
         }
         return write_recipe(tmp_path, **{**base, **keys})
 

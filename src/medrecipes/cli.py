@@ -68,8 +68,10 @@ def cmd_validate(args) -> None:
 def cmd_plan(args) -> None:
     from medrecipes.plan import format_plan, plan
 
-    if args.num_gpus < 1:
-        raise UserError(f"plan: --num-gpus must be at least 1, got {args.num_gpus}")
+    for flag, value in (("num-gpus", args.num_gpus), ("dataset-sequences", args.dataset_sequences),
+                        ("prompt-tokens", args.prompt_tokens)):  # fmt: skip
+        if value is not None and value < 1:
+            raise UserError(f"plan: --{flag} must be at least 1, got {value}")
     recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
     result = plan(
         recipe,
@@ -173,6 +175,16 @@ def cmd_tiny_model(args) -> None:
     from medrecipes.tiny import build_tiny_model
 
     check_output_folder(args.out_dir, "tiny-model")
+    # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads.
+    for flag, value, low in (
+        ("vocab-size", args.vocab_size, 300),
+        ("hidden-size", args.hidden_size, 4),
+        ("layers", args.layers, 1),
+    ):
+        if value < low:
+            raise UserError(f"tiny-model: --{flag} must be at least {low}, got {value}")
+    if args.hidden_size % 4:
+        raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
     check_new_output(args.out_dir, "tiny-model", args.corpus or DEFAULT_CORPUS, args.overwrite)
     with staged(args.out_dir, folder=True) as path:
         build_tiny_model(
@@ -191,18 +203,34 @@ def cmd_merge_lora(args) -> None:
 def cmd_generate(args) -> None:
     from medrecipes.serving import generate
 
+    if not args.prompt.strip():
+        raise UserError("generate: --prompt is empty; give the question to answer")
+    if args.max_new_tokens < 1:
+        raise UserError(f"generate: --max-new-tokens must be at least 1, got {args.max_new_tokens}")
+
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 
 
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
 
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"serve: --port must be between 1 and 65535, got {args.port}")
+
     serve(args.model, args.host, args.port)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse, with its errors as the command's one line ("error: medrecipes plan: ...") in
+    place of the usage block and argparse's own line; `--help` still shows the usage."""
+
+    def error(self, message):
+        raise UserError(f"{self.prog}: {message}; see {self.prog} --help")
 
 
 def make_parser() -> argparse.ArgumentParser:
     summary, examples = __doc__.split("\n\n", 1)
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="medrecipes",
         description=summary,
         epilog=examples,

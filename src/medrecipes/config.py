@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -21,9 +22,10 @@ from typing import Any
 
 import yaml
 from transformers import TrainingArguments
+from transformers.trainer_utils import SchedulerType
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
-from medrecipes.errors import UserError, check_choice, check_output_folder, did_you_mean
+from medrecipes.errors import UserError, check_choice, check_output_folder, did_you_mean, not_utf8
 from medrecipes.outputs import check_new_output
 
 
@@ -181,6 +183,12 @@ POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
 
 def check_ranges(args) -> None:
     """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
+    schedulers = [s.value for s in SchedulerType]
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if scheduler not in schedulers:
+        raise ValueError(
+            f"lr_scheduler_type '{scheduler}' is unknown{did_you_mean(scheduler, schedulers)}; use {', '.join(schedulers)}"
+        )
     for keys, low, words in ((AT_LEAST_ONE, 1, "at least 1"), (NOT_NEGATIVE, 0, "0 or more")):
         for key in keys:
             value = getattr(args, key, None)
@@ -471,6 +479,10 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    if args.temperature < 0:
+        raise UserError(f"{where}: temperature must be 0 (greedy) or more, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
     if args.output:  # written at the end: a bad path must not cost the evaluation
         if os.path.isdir(args.output):
             raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
@@ -486,6 +498,21 @@ METHODS = {
     "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
     "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
 }
+
+
+NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.IGNORECASE)
+
+
+def _attach_negative_numbers(argv: list[str]) -> list[str]:
+    """`--key -1e-3` as `--key=-1e-3`: argparse takes a value that starts with '-' and is not a
+    plain number for an option, and says "expected one argument"."""
+    out = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and NEGATIVE_NUMBER.fullmatch(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 class RecipeParser(TrlParser):
@@ -521,7 +548,7 @@ class RecipeParser(TrlParser):
         return super().set_defaults_with_config(**config)
 
     def parse_recipe(self, argv: list[str] | None = None):
-        argv = list(sys.argv[1:] if argv is None else argv)
+        argv = _attach_negative_numbers(list(sys.argv[1:] if argv is None else argv))
         if argv and not argv[0].startswith("-"):
             argv = ["--config", *argv]
         path = argv[argv.index("--config") + 1] if "--config" in argv else None
@@ -579,13 +606,22 @@ def _yaml_value(kind: type):
 
 def read_recipe_yaml(path: str) -> dict:
     """A recipe file's mapping of keys to values, or the one-line error of a missing or bad file."""
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a folder; pass the path of a YAML recipe in it")
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from None
     except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML ({where}{problem}); fix the recipe there") from None
+    if data is None:
+        raise UserError(f"{path}: the recipe is empty; write its keys (see recipes/ for examples)")
     if not isinstance(data, dict):
         raise UserError(f"{path}: a recipe must be a mapping of keys to values")
     return data
@@ -824,7 +860,11 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
 
 
 def _check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
-    """assistant_only_loss needs conversations: TRL refuses plain documents once it is built."""
+    """A chat template file must exist (TRL opens it once the trainer is built); assistant_only_loss
+    needs conversations: TRL refuses plain documents once it is built."""
+    template = args.chat_template_path
+    if template and template.endswith(".jinja") and not os.path.isfile(template):
+        raise UserError(f"{path}: chat_template_path: no such file {template}; see recipes/templates/")
     if not args.assistant_only_loss:
         return
     sources = {
@@ -847,6 +887,20 @@ def _check_loggers(args: TrainingArguments, path: str) -> None:
         check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
 
 
+# ModelConfig's LoRA settings: they take effect only with use_peft.
+ADAPTER_SETTINGS = (
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "lora_target_parameters",
+    "lora_modules_to_save",
+    "lora_task_type",
+    "use_rslora",
+    "use_dora",
+)
+
+
 def _check_model_args(model_args: ModelConfig, path: str) -> None:
     """What transformers or PEFT would refuse only once the model loads, after the data is built."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -860,6 +914,21 @@ def _check_model_args(model_args: ModelConfig, path: str) -> None:
         )
     if model_args.use_peft and model_args.lora_r < 1:
         raise UserError(f"{path}: lora_r must be at least 1, got {model_args.lora_r}")
+    bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]
+    if len(bits) == 2:
+        raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")
+    if bits and not model_args.use_peft:
+        raise UserError(
+            f"{path}: a model loaded in {bits[0].removeprefix('load_in_').removesuffix('bit')} bits trains only through adapters; "
+            "add use_peft: true or remove load_in_4bit/load_in_8bit"
+        )
+    defaults = ModelConfig()
+    ignored = [key for key in ADAPTER_SETTINGS if getattr(model_args, key) != getattr(defaults, key)]
+    if ignored and not model_args.use_peft:
+        raise UserError(
+            f"{path}: {ignored[0]} is set but use_peft is false, so the whole model would train; "
+            f"set use_peft: true for LoRA, or drop {', '.join(ignored)}"
+        )
 
 
 def recipe_method(path: str) -> str:
@@ -901,6 +970,11 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     if isinstance(args, MedSFTConfig):
         _check_sft_sources(recipe, args, path)
     _check_eval_tasks(recipe, args, path, method)
+    if not recipe.eval_sources and args.eval_strategy != "no":
+        raise UserError(
+            f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "
+            "add eval_sets, or set eval_strategy: no"
+        )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     return tuple(outputs)
 

@@ -5,6 +5,7 @@ what to do. The recipe scripts and the `medrecipes` command print it and exit wi
 without a traceback; anything else is a bug and keeps its traceback.
 """
 
+import codecs
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +49,8 @@ def check_output_folder(path: str, where: str) -> None:
 def unreadable(where: str, err: BaseException) -> UserError:
     """The one line for a data file that `datasets` could not parse (a DatasetGenerationError,
     whose cause says what and where)."""
+    if isinstance(err.__cause__ or err, UnicodeDecodeError):
+        return not_utf8(where, err.__cause__ or err)
     cause = str(err.__cause__ or err).splitlines()[0]
     return UserError(f"{where}: cannot read it ({cause}); fix or drop the bad rows")
 
@@ -70,6 +73,37 @@ def first_to_report() -> bool:
     except OSError:  # no shared folder after all: better twice than not at all
         return True
     return True
+
+
+def not_utf8(where: str, err: UnicodeDecodeError) -> UserError:
+    """The one line for a text file that is not UTF-8."""
+    return UserError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8")
+
+
+TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
+
+
+def check_text_file(path: str, where: str | None = None, decode: bool = True) -> None:
+    """A local data file that is empty or, for a text format, not UTF-8 (checked when `decode`):
+    one line, where a reader would fail on its first row, or (pyarrow keeps the bytes as they
+    come) only when a row is used."""
+    if not os.path.isfile(path):
+        return
+    where = f"{where}: {path}" if where else path
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{where}: the file is empty; give a file with rows")
+    if not decode or not path.endswith(TEXT_SUFFIXES):
+        return
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                decoder.decode(block)
+                offset += len(block)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        err.start += offset  # from the start of the file, not of the block
+        raise not_utf8(where, err) from None
 
 
 def exit_on_user_error(main: Callable) -> Callable:

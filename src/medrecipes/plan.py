@@ -261,18 +261,9 @@ def training_method(model, shape: ModelShape, model_args, training_args, path: s
     opt = optimizer_bytes(getattr(training_args, "optim", "adamw_torch"))
     in_4bit = getattr(model_args, "load_in_4bit", False)
     in_8bit = getattr(model_args, "load_in_8bit", False)
-    if not getattr(model_args, "use_peft", False):
-        if in_4bit or in_8bit:
-            raise UserError(
-                f"{path}: a model loaded in {'4' if in_4bit else '8'} bits trains only through adapters; "
-                "add use_peft: true or remove load_in_4bit/load_in_8bit"
-            )
+    if not getattr(model_args, "use_peft", False):  # config.parse_recipe refuses k-bit without it
         return Method("full", shape.num_parameters, optimizer_bytes=opt)
-    if in_4bit and in_8bit:
-        raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")
     r = model_args.lora_r
-    if r < 1:
-        raise UserError(f"{path}: lora_r must be at least 1, got {r}")
     layers = linear_layers(model)
     adapted = lora_targets(layers, model_args.lora_target_modules, path)
     adapters = sum(r * (layers[n][0] + layers[n][1]) for n in adapted)

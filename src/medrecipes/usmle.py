@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from datasets import Dataset, Features, List, ReadInstruction, Value, concatenate_datasets, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
-from medrecipes.errors import UserError, check_choice, did_you_mean, unreadable
+from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
 
 LETTERS = "ABCDEFGHIJ"
 COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
@@ -366,9 +366,10 @@ def _load_path(path: Path, fmt: str, split: str | None) -> Dataset:
     files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
     for file in files:
+        check_text_file(str(file))
         try:
             raw = _read_file(file, fmt)
-        except DatasetGenerationError as err:
+        except (DatasetGenerationError, UnicodeDecodeError) as err:
             raise unreadable(str(file), err) from None
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
         parts.append(_normalise(raw, fmt, str(file), file.stem, subject))

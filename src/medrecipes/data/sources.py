@@ -13,7 +13,7 @@ from collections.abc import Callable
 import datasets
 
 from medrecipes.config import SourceConfig
-from medrecipes.errors import UserError, unreadable
+from medrecipes.errors import UserError, check_text_file, unreadable
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
 
@@ -88,6 +88,7 @@ def load_documents(source: SourceConfig, streaming: bool):
         missing = not url_files(file, source.storage_options) if is_url(file) else not os.path.exists(file)
         if "*" not in file and missing:
             raise UserError(f"source '{source.path}': data file {file} does not exist")
+        check_text_file(file, f"source '{source.path}'", decode=not streaming)  # a stream is read as it goes
     try:
         return datasets.load_dataset(
             path,
@@ -99,7 +100,7 @@ def load_documents(source: SourceConfig, streaming: bool):
             streaming=streaming,
             storage_options=source.storage_options,
         )
-    except datasets.exceptions.DatasetGenerationError as err:  # a file the builder cannot parse
+    except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError) as err:  # a file it cannot parse
         raise unreadable(named(source), err) from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
         hint = ""

@@ -1,0 +1,320 @@
+"""A tired user's mistakes, across every command: each is one line on stderr that names the
+file, key or row and what to do, exit code 2, and nothing written. The same table, with the line
+a user sees, is in docs/bad-inputs.md (`python tests/test_bad_inputs.py` prints it).
+
+Each case runs in-process, as `medrecipes ...` or as the recipe script's parse, so the table stays
+fast; the commands' own subprocess tests cover the scripts end to end.
+"""
+
+import contextlib
+import io
+import sys
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+TEST_SET = "data/usmle_sample/test.jsonl"
+EVAL_SETS_SFT = """eval_sets:
+  usmle_train: {path: data/usmle_sample/train.jsonl, format: usmle}
+  usmle_test: {path: data/usmle_sample/test.jsonl, format: usmle}
+"""
+
+
+class Case(NamedTuple):
+    name: str
+    argv: list[str]  # `medrecipes` arguments, or ["recipes/<method>.py", RECIPE, ...] for a script
+    expect: str  # words the error line must hold
+
+
+def _recipe(files: Path, base: str, replace: tuple[str, str] = ("", ""), append: str = "") -> str:
+    text = (ROOT / base).read_text(encoding="utf-8")
+    if replace[0]:
+        assert replace[0] in text, (base, replace)
+        text = text.replace(*replace)
+    path = files / f"recipe-{abs(hash((base, replace, append)))}.yaml"
+    path.write_text(text + append, encoding="utf-8")
+    return str(path)
+
+
+def cases(files: Path, model: str) -> list[Case]:
+    """The table. `files` holds the bad files below; `model` is a whole tiny model."""
+    f = {name.split("/")[0]: str(files / name.split("/")[0]) for name in FILES}  # files and folders
+    cpt = "recipes/tiny_cpt.yaml"
+    sft = "recipes/tiny_sft.yaml"
+    grpo = "recipes/tiny_grpo.yaml"
+
+    def script(method: str, recipe: str, *extra: str) -> list[str]:
+        return [f"recipes/{method}.py", recipe, *extra]
+
+    def key(method: str, base: str, line: str, new: str) -> list[str]:
+        return script(method, _recipe(files, base, (line, new)))
+
+    def src(source: str) -> str:  # a CPT recipe whose only source is this
+        return _recipe(files, cpt, ("sources:\n", f"sources:\n    - {source}\n"), "")
+
+    table = [
+        # --- the recipe file itself
+        Case("recipe file missing", script("cpt", f"{files}/nope.yaml"), "no such recipe file"),
+        Case("recipe is a folder", script("cpt", str(files)), "is a folder"),
+        Case("recipe empty", script("cpt", f["empty.yaml"]), "empty"),
+        Case("recipe not a mapping", script("cpt", f["list.yaml"]), "mapping"),
+        Case("recipe YAML syntax error", script("cpt", f["syntax.yaml"]), "line 4, column 1"),
+        Case("recipe not UTF-8", script("cpt", f["latin1.yaml"]), "UTF-8"),
+        Case("unknown key", key("cpt", cpt, "learning_rate:", "learning_rat:"), "did you mean 'learning_rate'"),
+        Case("unknown key in a source", script("cpt", src("{path: data/medical_text/train.jsonl, wieght: 1}")), "wieght"),
+        Case("unknown key in eval_sets", script("cpt", _recipe(files, cpt, append="\neval_sets:\n  x: {path: a.jsonl, fromat: usmle}\n")), "fromat"),
+        # --- numbers out of range, in the YAML and on the command line
+        Case("learning_rate negative", script("cpt", cpt, "--learning_rate", "-1e-3"), "learning_rate must be 0 or more"),
+        Case("learning_rate not a number", script("cpt", cpt, "--learning_rate", "fast"), "learning_rate"),
+        Case("batch size 0", script("cpt", cpt, "--per_device_train_batch_size", "0"), "at least 1"),
+        Case("batch size negative", script("sft", sft, "--per_device_train_batch_size", "-2"), "at least 1"),
+        Case("accumulation 0", script("sft", sft, "--gradient_accumulation_steps", "0"), "at least 1"),
+        Case("max_length 0", script("cpt", cpt, "--max_length", "0"), "max_length must be at least 1"),
+        Case("max_steps 0", script("cpt", cpt, "--max_steps", "0"), "max_steps must be at least 1"),
+        Case("max_steps -5", script("sft", sft, "--max_steps", "-5"), "max_steps must be at least 1"),
+        Case("epochs 0", script("sft", sft, "--num_train_epochs", "0"), "num_train_epochs must be positive"),
+        Case("save_steps 0", script("cpt", cpt, "--save_steps", "0"), "save_steps must be positive"),
+        Case("logging_steps 0", script("cpt", cpt, "--logging_steps", "0"), "logging_steps must be positive"),
+        Case("eval_steps 0", script("cpt", cpt, "--eval_steps", "0"), "eval_steps must be positive"),
+        Case("weight_decay negative", script("cpt", cpt, "--weight_decay", "-0.1"), "weight_decay must be 0 or more"),
+        Case("max_steps not a number", script("cpt", cpt, "--max_steps", "ten"), "max_steps"),
+        Case("unknown command-line key", script("cpt", cpt, "--learnin_rate", "1e-4"), "did you mean 'learning_rate'"),
+        Case("stray command-line value", script("cpt", cpt, "extra.yaml"), "unknown argument"),
+        Case("unknown scheduler", script("cpt", cpt, "--lr_scheduler_type", "cosinus"), "lr_scheduler_type"),
+        Case("unknown optimizer", script("cpt", cpt, "--optim", "adamw_fast"), "optim"),
+        Case("unknown logger", script("cpt", cpt, "--report_to", "tensorbord"), "did you mean 'tensorboard'"),
+        Case("unknown eval_strategy", script("cpt", cpt, "--eval_strategy", "sometimes"), "eval_strategy"),
+        Case("unknown attention", script("cpt", cpt, "--attn_implementation", "flash"), "attn_implementation 'flash'"),
+        Case("unknown dtype", script("cpt", cpt, "--dtype", "float8"), "dtype"),
+        Case("lora_r 0", script("sft", sft, "--use_peft", "true", "--lora_r", "0"), "lora_r must be at least 1"),
+        Case("lora_r without use_peft", script("sft", sft, "--lora_r", "8"), "use_peft"),
+        Case("output_dir is a file", script("cpt", cpt, "--output_dir", TEST_SET), "is a file"),
+        Case("eval_strategy with no eval sets", script("sft", _recipe(files, sft, (EVAL_SETS_SFT, "")), "--eval_strategy", "steps"), "there are no eval_sets"),
+        # --- data sources
+        Case("no sources", script("cpt", _recipe(files, cpt, append="\ndataset_mixture: {sources: []}\n")), "sources"),
+        Case("source weight 0", script("cpt", src("{path: data/medical_text/train.jsonl, weight: 0}")), "weight must be positive"),
+        Case("source weight negative", script("cpt", src("{path: data/medical_text/train.jsonl, weight: -1}")), "weight must be positive"),
+        Case("source weight text", script("cpt", src("{path: data/medical_text/train.jsonl, weight: abc}")), "weight must be a number"),
+        Case("source without path", script("cpt", src("{weight: 1}")), "path"),
+        Case("source format unknown", script("cpt", src("{path: data/usmle_sample/train.jsonl, format: medqa}")), "format"),
+        Case("source split not text", script("cpt", src("{path: data/medical_text/train.jsonl, split: 5}")), "split"),
+        Case("mixture seed text", script("cpt", _recipe(files, cpt, ("seed: 42\n  sources", "seed: abc\n  sources"))), "seed"),
+        Case("total_tokens that does not divide", script("cpt", cpt, "--total_tokens", "1000"), "total_tokens"),
+        Case("unknown eval task", script("cpt", cpt, "--eval_tasks", "medqa_4op"), "did you mean 'medqa_4opt'"),
+        Case("eval_tasks_limit 0", script("cpt", cpt, "--eval_tasks", "usmle", "--eval_tasks_limit", "0"), "at least 1"),
+        # --- long-run settings
+        Case("nonfinite_policy unknown", script("cpt", cpt, "--nonfinite_policy", "ignore"), "nonfinite_policy"),
+        Case("max_nonfinite_skips negative", script("cpt", cpt, "--max_nonfinite_skips", "-1"), "max_nonfinite_skips"),
+        Case("preemption grace 0", script("cpt", cpt, "--preemption_grace_seconds", "0"), "preemption_grace_seconds"),
+        Case("keep_last_checkpoints 0", script("cpt", cpt, "--keep_last_checkpoints", "0"), "keep_last_checkpoints"),
+        Case("keep_best_checkpoints 0", script("cpt", cpt, "--keep_best_checkpoints", "0"), "keep_best_checkpoints"),
+        Case("gpu_hour_price negative", script("cpt", cpt, "--gpu_hour_price", "-2"), "gpu_hour_price"),
+        Case("scratch without architecture", script("cpt", cpt, "--init_from_scratch", "true"), "init_from_scratch"),
+        # --- GRPO
+        Case("GRPO temperature 0", script("grpo", grpo, "--temperature", "0"), "temperature must be positive"),
+        Case("GRPO beta negative", script("grpo", grpo, "--beta", "-0.1"), "beta"),
+        Case("GRPO one generation", script("grpo", grpo, "--num_generations", "1"), "num_generations"),
+        Case("GRPO unknown reward", script("grpo", grpo, "--rewards", "[{name: usmle_acuracy}]"), "did you mean 'usmle_accuracy'"),
+        Case("GRPO reward weight text", script("grpo", grpo, "--rewards", "[{name: usmle_accuracy, weight: high}]"), "weight"),
+        Case("GRPO reward unknown key", script("grpo", grpo, "--rewards", "[{name: answer_format, stlye: letter}]"), "stlye"),
+        Case("GRPO vllm_mode unknown", script("grpo", grpo, "--vllm_mode", "remote"), "vllm_mode"),
+        Case("GRPO prompt_format unknown", script("grpo", grpo, "--prompt_format", "markdown"), "prompt_format"),
+        Case("GRPO token budget", script("grpo", grpo, "--total_tokens", "100000"), "token budgets are for pretraining"),
+        Case("GRPO completion length 0", script("grpo", grpo, "--max_completion_length", "0"), "at least 1"),
+        Case("GRPO prompts_per_step 0", script("grpo", grpo, "--prompts_per_step", "0"), "prompts_per_step"),
+        Case("GRPO reward_weights flat", script("grpo", grpo, "--reward_weights", "1.0"), "reward_weights"),
+        # --- SFT
+        Case("SFT text source with assistant loss", script("sft", _recipe(files, sft, ("format: usmle", "format: text"))), "assistant_only_loss"),
+        Case("SFT chat template missing", script("sft", sft, "--chat_template_path", "recipes/templates/nope.jinja"), "nope.jinja"),
+        # --- medrecipes validate / plan / launch-plan
+        Case("validate: file missing", ["validate", f"{files}/nope.yaml"], "no such recipe file"),
+        Case("validate: unknown method", ["validate", cpt, "--method", "dpo"], "invalid choice: 'dpo'"),
+        Case("validate: an SFT recipe as GRPO", ["validate", sft, "--method", "grpo"], "unknown key"),
+        Case("plan: 0 GPUs", ["plan", cpt, "--num-gpus", "0"], "--num-gpus must be at least 1"),
+        Case("plan: unknown GPU", ["plan", "recipes/gemma3_4b.yaml", "--gpu", "h100-40gb"], "gpu"),
+        Case("plan: negative dataset sequences", ["plan", cpt, "--dataset-sequences", "-5"], "dataset-sequences"),
+        Case("plan: negative prompt tokens", ["plan", grpo, "--prompt-tokens", "-1"], "prompt-tokens"),
+        Case("plan: an evaluation recipe", ["plan", "recipes/tiny_eval.yaml"], "a recipe for recipes/evaluate.py"),
+        Case("launch-plan: 0 nodes", ["launch-plan", cpt, "--nodes", "0"], "at least one node"),
+        Case("launch-plan: 0 GPUs a node", ["launch-plan", cpt, "--nodes", "2", "--gpus-per-node", "0"], "one GPU per node"),
+        Case("build-data: 0 GPUs", ["build-data", "recipes/tiny_pretrain.yaml", "--num-gpus", "0"], "--num-gpus must be at least 1"),
+        # --- medrecipes eval
+        Case("eval: unknown task", ["eval", "--model", model, "--tasks", "medqa"], "did you mean"),
+        Case("eval: limit 0", ["eval", "--model", model, "--data", TEST_SET, "--limit", "0"], "limit must be at least 1"),
+        Case("eval: batch size 0", ["eval", "--model", model, "--data", TEST_SET, "--batch_size", "0"], "batch_size"),
+        Case("eval: few-shot -1", ["eval", "--model", model, "--data", TEST_SET, "--num_fewshot", "-1"], "num_fewshot"),
+        Case("eval: unknown mode", ["eval", "--model", model, "--data", TEST_SET, "--mode", "logprob"], "mode"),
+        Case("eval: max_new_tokens 0", ["eval", "--model", model, "--data", TEST_SET, "--max_new_tokens", "0"], "max_new_tokens"),
+        Case("eval: temperature negative", ["eval", "--model", model, "--data", TEST_SET, "--mode", "generate", "--temperature", "-1"], "temperature"),
+        Case("eval: data file missing", ["eval", "--model", model, "--data", "nope.jsonl"], "nope.jsonl"),
+        Case("eval: data empty", ["eval", "--model", model, "--data", f["empty.jsonl"]], "empty.jsonl"),
+        Case("eval: data not UTF-8", ["eval", "--model", model, "--data", f["latin1.jsonl"]], "UTF-8"),
+        Case("eval: data not JSON", ["eval", "--model", model, "--data", f["notjson.jsonl"]], "notjson.jsonl"),
+        Case("eval: rows without options", ["eval", "--model", model, "--data", f["nooptions.jsonl"]], "options"),
+        Case("eval: answer not an option", ["eval", "--model", model, "--data", f["badanswer.jsonl"]], "answer"),
+        Case("eval: CSV row of the wrong width", ["eval", "--model", model, "--data", f["ragged.csv"]], "ragged.csv"),
+        Case("eval: output is a folder", ["eval", "--model", model, "--data", TEST_SET, "--output", str(files)], "is a folder"),
+        Case("eval: output exists", ["eval", "--model", model, "--data", TEST_SET, "--output", f["existing.json"]], "already exists"),
+        Case("eval: output is the data", ["eval", "--model", model, "--data", TEST_SET, "--output", TEST_SET], "also what"),
+        Case("eval: model folder missing", ["eval", "--model", f"{files}/no-model", "--data", TEST_SET], "no such folder"),
+        Case("eval: model folder empty", ["eval", "--model", f["emptydir"], "--data", TEST_SET], "not a complete model"),
+        Case("eval: model is an adapter", ["eval", "--model", f["adapter"], "--data", TEST_SET], "LoRA adapter"),
+        # --- medrecipes decontaminate
+        Case("decontaminate: n 0", ["decontaminate", "--train", TEST_SET, "--eval", TEST_SET, "--n", "0"], "--n must be at least 1"),
+        Case("decontaminate: no eval sets", ["decontaminate", "--train", "data/medical_text/train.jsonl"], "pass --eval"),
+        Case("decontaminate: train missing", ["decontaminate", "--train", "nope.jsonl", "--eval", TEST_SET], "nope.jsonl"),
+        Case("decontaminate: train empty", ["decontaminate", "--train", f["empty.jsonl"], "--eval", TEST_SET], "empty.jsonl"),
+        Case("decontaminate: train not UTF-8", ["decontaminate", "--train", f["latin1.jsonl"], "--eval", TEST_SET], "UTF-8"),
+        Case("decontaminate: eval missing", ["decontaminate", "--train", TEST_SET, "--eval", "nope.jsonl"], "nope.jsonl"),
+        Case("decontaminate: drop over the input", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--drop", f["notes.jsonl"]], "also what"),
+        Case("decontaminate: drop over a result", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--drop", f["existing.json"]], "already exists"),
+        Case("decontaminate: drop as .txt", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--drop", f"{files}/kept.txt"], "unsupported file type"),
+        # --- medrecipes tiny-model
+        Case("tiny-model: folder exists", ["tiny-model", f["adapter"]], "already exists"),
+        Case("tiny-model: over a file", ["tiny-model", TEST_SET], "is a file"),
+        Case("tiny-model: vocabulary 0", ["tiny-model", f"{files}/t1", "--vocab-size", "0"], "vocab-size"),
+        Case("tiny-model: width 0", ["tiny-model", f"{files}/t2", "--hidden-size", "0"], "hidden-size"),
+        Case("tiny-model: 0 layers", ["tiny-model", f"{files}/t3", "--layers", "0"], "layers"),
+        Case("tiny-model: corpus missing", ["tiny-model", f"{files}/t4", "--corpus", "nope.txt"], "nope.txt"),
+        # --- medrecipes merge-lora
+        Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "no such folder"),
+        Case("merge-lora: not an adapter", ["merge-lora", model, f"{files}/m2"], "no adapter_config.json"),
+        Case("merge-lora: adapter config not JSON", ["merge-lora", f["badadapter"], f"{files}/m3"], "not valid JSON"),
+        Case("merge-lora: output is the adapter", ["merge-lora", f["adapter"], f["adapter"]], "also what"),
+        Case("merge-lora: output exists", ["merge-lora", f["adapter"], f["emptyish"]], "already exists"),
+        # --- medrecipes generate / serve
+        Case("generate: model missing", ["generate", f"{files}/no-model", "--prompt", "hi"], "no such folder"),
+        Case("generate: empty prompt", ["generate", model, "--prompt", ""], "prompt"),
+        Case("generate: max-new-tokens 0", ["generate", model, "--prompt", "hi", "--max-new-tokens", "0"], "max-new-tokens"),
+        Case("serve: port out of range", ["serve", model, "--port", "70000"], "port"),
+        Case("serve: model incomplete", ["serve", f["emptydir"]], "not a complete model"),
+        Case("no command", [], "the following arguments are required"),
+        Case("unknown command", ["trian", cpt], "invalid choice: 'trian'"),
+        Case("serve: port not a number", ["serve", model, "--port", "http"], "invalid int value"),
+        Case("merge-lora: unknown dtype", ["merge-lora", f["adapter"], f"{files}/m4", "--dtype", "fp8"], "invalid choice"),
+        Case("tiny-model: unknown architecture", ["tiny-model", f"{files}/t5", "--arch", "gpt5"], "invalid choice"),
+        Case("eval: top_p 0", ["eval", "--model", model, "--data", TEST_SET, "--top_p", "0"], "top_p"),
+        Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
+        Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
+    ]  # fmt: skip
+    return table
+
+
+# name: contents (bytes or text) of the bad files the table names.
+FILES = {
+    "empty.yaml": "",
+    "list.yaml": "- learning_rate: 1e-4\n",
+    "syntax.yaml": "model_name_or_path: x\nlearning_rate: 1e-4\nmax_steps: [10\n",
+    "latin1.yaml": "model_name_or_path: caf\xe9\n".encode("latin-1"),
+    "empty.jsonl": "",
+    "latin1.jsonl": '{"question": "Fi\xe8vre?", "options": {"A": "a", "B": "b"}, "answer": "A"}\n'.encode("latin-1"),
+    "notjson.jsonl": '{"question": "x", "options": {"A": "a", "B": "b"}, "answer": "A"}\nnot json\n',
+    "nooptions.jsonl": '{"question": "What causes scurvy?", "answer": "A"}\n',
+    "badanswer.jsonl": '{"question": "What causes scurvy?", "options": {"A": "a", "B": "b"}, "answer": "E"}\n',
+    "ragged.csv": "question,A,B,answer\nWhat causes scurvy?,vitamin C,iron,A\nSecond,row,has,too,many,cells\n",
+    "existing.json": "{}\n",
+    "notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
+    "emptydir/": None,
+    "adapter/adapter_config.json": '{"base_model_name_or_path": "MODEL"}',
+    "adapter/adapter_model.safetensors": b"",
+    "badadapter/adapter_config.json": "{not json",
+    "emptyish/keep.txt": "an earlier result",
+}
+
+
+def make_files(folder: Path, model: str) -> Path:
+    for name, content in FILES.items():
+        path = folder / name
+        if content is None:
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content.replace("MODEL", model), encoding="utf-8")
+    return folder
+
+
+def outcome(argv: list[str]) -> tuple[int | str, list[str], str]:
+    """(exit code, or 'traceback'/'silent', the lines on stderr, the first line of a traceback)."""
+    from medrecipes import cli
+    from medrecipes.config import parse_recipe
+    from medrecipes.errors import exit_on_user_error
+
+    err = io.StringIO()
+    if argv and argv[0].startswith("recipes/"):
+        method = Path(argv[0]).stem
+
+        def call():
+            return exit_on_user_error(lambda: parse_recipe(method, argv[1:]))()
+    else:
+
+        def call():
+            return cli.main(argv)
+
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            call()
+        except SystemExit as exit:
+            return exit.code, err.getvalue().splitlines(), ""
+        except Exception as exc:  # noqa: BLE001 - a traceback is what the table looks for
+            return "traceback", err.getvalue().splitlines(), f"{type(exc).__name__}: {str(exc).splitlines()[:1]}"
+    return "silent", err.getvalue().splitlines(), ""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_model) -> Path:
+    return make_files(tmp_path_factory.mktemp("bad-inputs"), tiny_model)
+
+
+with tempfile.TemporaryDirectory() as _tmp:  # the names, for the test ids (cases() writes recipes)
+    CASE_NAMES = [case.name for case in cases(Path(_tmp), "MODEL")]
+
+
+@pytest.mark.parametrize("index", range(len(CASE_NAMES)), ids=CASE_NAMES)
+def test_a_bad_input_is_one_line_and_exit_2(files, tiny_model, index):
+    case = cases(files, tiny_model)[index]
+    code, lines, traceback = outcome(case.argv)
+    errors = [line for line in lines if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, (case.argv, code, lines, traceback)
+    assert case.expect in errors[0], (case.argv, errors[0])
+
+
+def test_the_table_has_a_hundred_cases():
+    assert len(CASE_NAMES) >= 100 and len(set(CASE_NAMES)) == len(CASE_NAMES)
+
+
+def table_markdown(files: Path, model: str) -> str:
+    """docs/bad-inputs.md's table: input, command, the line a user sees (paths shortened)."""
+    import re
+
+    def short(text: str) -> str:  # the test's temporary paths as names a reader can follow
+        text = text.replace(model, "MODEL").replace(str(files) + "/", "").replace(str(files), "files/")
+        return re.sub(r"recipe-\d+\.yaml", "edited.yaml", text)
+
+    rows = ["| input | command | what the user sees |", "|---|---|---|"]
+    for case in cases(files, model):
+        code, lines, traceback = outcome(case.argv)
+        seen = next((line for line in lines if line.startswith("error:")), traceback or f"(exit {code})")
+        shown = short(" ".join(case.argv))
+        command = shown if shown.startswith("recipes/") else f"medrecipes {shown}".rstrip()
+        rows.append(f"| {case.name} | `{command}` | {short(seen).replace('|', chr(92) + '|')} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # print the docs table: python tests/test_bad_inputs.py
+    import os
+
+    os.chdir(ROOT)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from medrecipes.tiny import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_model(f"{tmp}/model", [str(ROOT / "data/medical_text/train.jsonl")])
+        sys.stdout.write(table_markdown(make_files(Path(tmp) / "files", model), model))
