@@ -528,3 +528,15 @@ def test_every_shipped_recipe_is_documented_and_parses_for_its_script(tmp_path):
         again = tmp_path / name
         again.write_text(yaml.safe_dump(resolved))
         assert resolved_recipe(*parse_recipe(method, [str(again)])) == resolved, name
+
+
+def test_a_recipe_follows_the_launchers_mixed_precision_or_refuses_in_one_line():
+    validate = (PYTHON, "-m", "medrecipes.cli", "validate", "recipes/tiny_cpt.yaml")
+    for launcher, bf16 in (("bf16", True), ("no", False)):  # the recipe leaves bf16 to the machine
+        result = run(*validate, env={"ACCELERATE_MIXED_PRECISION": launcher}, timeout=120)
+        assert result.returncode == 0 and yaml.safe_load(result.stdout)["bf16"] is bf16, result.stderr[-2000:]
+    result = run(*validate, "--bf16", "false", env={"ACCELERATE_MIXED_PRECISION": "bf16"}, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: recipes/tiny_cpt.yaml: accelerate launch runs with mixed_precision bf16 but the recipe with no; "
+        "pass --mixed_precision no to accelerate launch, or set bf16/fp16 in the recipe to match"
+    )

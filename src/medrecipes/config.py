@@ -209,7 +209,9 @@ def check_ranges(args) -> None:
 class DeviceDefaults:
     """Defaults of every recipe's trainer config, chosen for speed where that is safe.
 
-    bf16 and tf32 default to on wherever the device supports them, and off on CPU: TRL's
+    bf16 follows `accelerate launch`'s mixed_precision where the recipe leaves it out (and a
+    recipe that disagrees with the launcher is refused). Otherwise bf16 and tf32 default to on
+    wherever the device supports them, and off on CPU: TRL's
     configs default bf16 to True, which fails on a CPU machine even just to validate or plan a
     GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
     `logging_nan_inf_filter` defaults to off: the trainer reads every micro-batch's loss on the
@@ -237,10 +239,19 @@ class DeviceDefaults:
         if self.report_to is None:
             self.report_to = "tensorboard"
         gpu = not self.use_cpu and torch.cuda.is_available()
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch`'s, from its config or flag
+        if self.bf16 is None and launcher in ("bf16", "no") and not self.fp16:
+            self.bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
         if self.bf16 is None:
             self.bf16 = gpu and torch.cuda.is_bf16_supported()
         if self.tf32 is None:
             self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
+        ours = "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
+        if launcher is not None and launcher != ours:  # else the trainer fails at build, or trains in the other
+            raise ValueError(
+                f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
+                f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
+            )
         super().__post_init__()
 
 
