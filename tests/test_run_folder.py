@@ -186,3 +186,19 @@ def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
     recipe, args, model_args = parse_recipe("sft", [SFT, "--output_dir", str(out)])
     with pytest.raises(UserError, match="holds another run"):
         output_dir_is_finished("sft", recipe, args, model_args)
+
+
+def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):
+    from medrecipes import outputs
+
+    old, new = tmp_path / "checkpoint-6", tmp_path / "staged"
+    for folder, text in ((old, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / "weights").write_text(text)
+    if not outputs._exchange(str(new), str(old)):
+        pytest.skip("this system cannot swap two folders in one step")
+    outputs._exchange(str(new), str(old))  # back as they were
+    moves = []
+    monkeypatch.setattr(outputs.os, "rename", lambda *a: moves.append(a))  # the two-rename path
+    outputs.publish(str(new), str(old))
+    assert moves == [] and (old / "weights").read_text() == "new" and not new.exists()

@@ -499,7 +499,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
         check_output_folder(os.path.dirname(os.path.abspath(args.output)), f"{where}: output")
         inputs = [args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
-        check_new_output(args.output, f"{where}: output", inputs, args.overwrite)
+        # Never over an input; over an earlier result, checked when the evaluation starts.
+        check_new_output(args.output, f"{where}: output", inputs, overwrite=True)
     return args
 
 

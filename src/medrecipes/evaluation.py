@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import staged
+from medrecipes.outputs import check_new_output, staged
 from medrecipes.usmle import LETTERS, chat_messages, extract_answer, letters_for, option_map, sft_target
 
 logger = logging.getLogger(__name__)
@@ -400,6 +400,8 @@ def run_evaluation(args) -> dict:
 
     from medrecipes.eval_tasks import load_task
 
+    if args.output:  # before the model loads: a refused output must not cost the evaluation
+        check_new_output(args.output, "output", overwrite=args.overwrite)
     started = time.time()
     set_seed(args.seed)
     tasks = {

@@ -2,10 +2,11 @@
 user says so, and atomically, so that a kill leaves the old result or the new one, never a part.
 
 A result is written beside its final path and renamed into place: one rename for a file
-(`os.replace`), and for a folder one rename too, or two when it replaces an older folder (the
-older one is moved aside first and removed after).
+(`os.replace`) or a new folder; a folder that replaces an older one is swapped with it in one
+step on Linux (elsewhere the older one is moved aside first), then the older one is removed.
 """
 
+import ctypes
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -36,9 +37,24 @@ def check_new_output(path: str, where: str, inputs: Iterable[str] = (), overwrit
         raise UserError(f"{where}: {path} already exists; name a new path, or pass --overwrite to replace it")
 
 
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one step (Linux's renameat2 with RENAME_EXCHANGE); False where the C
+    library or the filesystem cannot (then nothing moved)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def publish(staged: str, final: str) -> None:
-    """Rename the staged file or folder into place; readers see all of it or none."""
+    """Rename the staged file or folder into place; readers see all of it or none. A folder that
+    replaces another is swapped with it in one step where the system can, so that no moment
+    exists without one of the two; elsewhere the old one is moved aside first."""
     if os.path.isdir(final) and not os.path.islink(final):
+        if _exchange(staged, final):
+            shutil.rmtree(staged, ignore_errors=True)  # now the old folder
+            return
         replaced = staged + ".replaced"
         os.rename(final, replaced)
         os.rename(staged, final)
