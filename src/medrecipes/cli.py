@@ -143,11 +143,12 @@ def cmd_decontaminate(args) -> None:
         raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
     drops = {}  # checked before the (long) check, so a refused --drop costs nothing
     if args.drop:
-        drops = {name: args.drop for name in sources}
-        if is_recipe:
-            drops = {
-                name: os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl") for name in sources
-            }
+        drops = {
+            name: os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl")
+            if is_recipe
+            else args.drop
+            for name in sources
+        }
         inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
         for out in drops.values():
             check_new_output(out, "decontaminate --drop", inputs, args.overwrite)
@@ -185,11 +186,10 @@ def cmd_tiny_model(args) -> None:
             raise UserError(f"tiny-model: --{flag} must be at least {low}, got {value}")
     if args.hidden_size % 4:
         raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
-    check_new_output(args.out_dir, "tiny-model", args.corpus or DEFAULT_CORPUS, args.overwrite)
+    corpus = args.corpus or DEFAULT_CORPUS
+    check_new_output(args.out_dir, "tiny-model", corpus, args.overwrite)
     with staged(args.out_dir, folder=True) as path:
-        build_tiny_model(
-            path, args.corpus or DEFAULT_CORPUS, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers
-        )
+        build_tiny_model(path, corpus, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers)
     print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
 
 

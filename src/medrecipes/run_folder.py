@@ -105,9 +105,10 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
         saved = read_record(output_dir)
         if saved is not None and not _has_results(output_dir):
             saved = None  # a run that stopped before its first save: nothing of it to protect
-        if saved is not None and _differences(saved, ours):
+        differences = _differences(saved, ours) if saved is not None else ""
+        if differences:
             raise UserError(
-                f"output_dir: {output_dir} holds another run ({_differences(saved, ours)}); give this run "
+                f"output_dir: {output_dir} holds another run ({differences}); give this run "
                 "its own output_dir, or set overwrite_output_dir: true to delete that run and start over"
             )
         if saved is not None and finished(saved, training_args):
