@@ -1,5 +1,6 @@
-"""Runs that survive: a tiny CPT run killed, preempted or killed while saving resumes to the
-losses of an uninterrupted run, step for step."""
+"""Runs that survive: a tiny CPT run killed, preempted or killed while saving a checkpoint or
+final/ resumes to the losses and weights of an uninterrupted run, step for step; so does a GRPO
+run killed between steps. A constant learning rate: a step too many would change the weights."""
 
 import json
 import os
@@ -34,6 +35,8 @@ def recipe_args(model, output_dir, *extra):
         "4",
         "--logging_steps",
         "1",
+        "--lr_scheduler_type",
+        "constant",
         *NO_EVAL,
         *extra,
     ]
@@ -43,13 +46,13 @@ def finish(model, output_dir, *extra) -> str:
     return run_recipe("recipes/cpt.py", *recipe_args(model, output_dir, *extra)).stdout
 
 
-def start(model, output_dir, *extra, hook_dir=None) -> subprocess.Popen:
-    """The recipe as a background process, its output in output_dir.log."""
+def start(model, output_dir, *extra, hook_dir=None, script="recipes/cpt.py", args=None) -> subprocess.Popen:
+    """The recipe (CPT unless named) as a background process, its output in output_dir.log."""
     path = [str(hook_dir)] if hook_dir else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(ROOT / "src")])}
     log = open(f"{output_dir}.log", "w")
-    args = [str(a) for a in recipe_args(model, output_dir, *extra)]
-    return subprocess.Popen([PYTHON, "recipes/cpt.py", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    args = [str(a) for a in (args or recipe_args(model, output_dir, *extra))]
+    return subprocess.Popen([PYTHON, script, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def output_of(output_dir) -> str:
@@ -79,13 +82,17 @@ def straight(tiny_model, tmp_path_factory):
     return out
 
 
-def assert_same_run(resumed, straight):
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two model folders hold equal tensors, bit for bit."""
+    a, b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def assert_same_run(resumed, straight, steps=STEPS):
     assert losses(resumed) == losses(straight)  # exact floats, every step
-    assert sorted(losses(resumed)) == list(range(1, STEPS + 1))
-    assert state(resumed)["num_input_tokens_seen"] == state(straight)["num_input_tokens_seen"] == STEPS * 8 * 128
-    weights = load_file(Path(resumed) / "final" / "model.safetensors")
-    for name, tensor in load_file(Path(straight) / "final" / "model.safetensors").items():
-        assert torch.equal(weights[name], tensor), name
+    assert sorted(losses(resumed)) == list(range(1, steps + 1))
+    assert state(resumed)["global_step"] == steps  # not one step past max_steps
+    assert same_weights(Path(resumed) / "final", Path(straight) / "final")
 
 
 # Makes the save of checkpoint-8 hang in torch.save of its optimizer state, after the model
@@ -136,6 +143,73 @@ def test_resume_after_sigkill_repeats_the_uninterrupted_run(killed_while_saving,
     assert f"resuming from {out}/checkpoint-4" in stdout
     assert not (out / "_staging").exists()
     assert_same_run(out, straight)
+    assert state(out)["num_input_tokens_seen"] == state(straight)["num_input_tokens_seen"] == STEPS * 8 * 128
+
+
+# Makes the write of final/'s weights hang (transformers imports safetensors' save_file when it
+# loads, after this has run) and says so with a marker file.
+SLOW_FINAL = """
+import os, time, safetensors.torch
+_save_file = safetensors.torch.save_file
+def save_file(tensors, filename, *args, **kwargs):
+    if os.path.join("_staging", "final") in str(filename):
+        open({marker!r}, "w").close()
+        time.sleep(600)
+    return _save_file(tensors, filename, *args, **kwargs)
+safetensors.torch.save_file = save_file
+"""
+
+
+def test_a_kill_while_final_is_written_leaves_no_final_and_the_next_start_saves_it(tiny_model, straight, tmp_path):
+    hook_dir, marker, out = tmp_path / "hook", tmp_path / "writing-final", tmp_path / "run"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(SLOW_FINAL.format(marker=str(marker)))
+    proc = start(tiny_model, out, hook_dir=hook_dir)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (out / "final").exists() and (out / "_staging" / "final" / "config.json").is_file()
+    # What the issue's user met: eval on the half-written folder. Now there is none to read.
+    result = run(
+        PYTHON, "-m", "medrecipes.cli", "eval", "--model", out / "final", "--data", "data/usmle_sample/test.jsonl"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+    stdout = finish(tiny_model, out)
+    assert f"is at max_steps {STEPS}: final/ is saved from {out}/checkpoint-{STEPS}, no step trained" in stdout
+    assert not (out / f"checkpoint-{STEPS + 1}").exists() and not (out / "_staging").exists()
+    assert_same_run(out, straight)
+
+
+GRPO_STEPS = 6
+
+
+def grpo_args(model, output_dir) -> list:
+    """The tiny GRPO recipe from the tiny model for 6 steps, a checkpoint every 2; a learning
+    rate high enough that every step moves the weights."""
+    return [
+        "recipes/tiny_grpo.yaml",
+        *("--model_name_or_path", model, "--output_dir", output_dir, "--max_steps", GRPO_STEPS),
+        *("--save_strategy", "steps", "--save_steps", "2", "--learning_rate", "1e-3", "--report_to", "none"),
+        *NO_EVAL,
+    ]
+
+
+def test_grpo_killed_between_steps_resumes_to_the_same_weights(tiny_model, tmp_path):
+    straight, out = tmp_path / "straight", tmp_path / "killed"
+    run_recipe("recipes/grpo.py", *grpo_args(tiny_model, straight))
+    proc = start(tiny_model, out, script="recipes/grpo.py", args=grpo_args(tiny_model, out))
+    wait_for(out / "checkpoint-4", proc)
+    proc.send_signal(signal.SIGKILL)  # in step 5: sampling, rewards and the update
+    assert proc.wait() == -signal.SIGKILL
+    assert checkpoint_steps(out) == [2, 4] and not (out / "final").exists()
+
+    result = run_recipe("recipes/grpo.py", *grpo_args(tiny_model, out))
+    assert f"resuming from {out}/checkpoint-4" in result.stdout
+    assert_same_run(out, straight, steps=GRPO_STEPS)
+    rewards = {e["step"]: e["reward"] for e in state(straight)["log_history"] if "reward" in e}
+    assert rewards == {e["step"]: e["reward"] for e in state(out)["log_history"] if "reward" in e}
+    assert not same_weights(out / "checkpoint-4", out / "final")  # the steps after the kill changed them
 
 
 def test_sigusr1_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path):

@@ -2,6 +2,7 @@
 its folder, final/ is written whole, and no command writes over its input or an earlier result."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -65,22 +66,40 @@ def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_mod
     assert same_weights(weights(finished_run / "final"), final)
 
 
-def test_a_kill_while_final_is_written_is_finished_from_the_last_checkpoint(finished_run, tiny_model, tmp_path):
-    # What a kill between the staging of final/ and its rename leaves: the checkpoints, a part of
-    # final/ in the staging folder, and a record without the finish.
+def test_a_kill_between_the_two_renames_of_a_checkpoint_loses_nothing(finished_run, tiny_model, tmp_path, monkeypatch):
+    # Where two folders cannot be swapped in one step (some network filesystems), a checkpoint
+    # that replaces an older one of its name is published in two renames. A run killed between
+    # them, as it saved checkpoint-6 again, before final/: the old checkpoint-6 is moved aside,
+    # the new one, whole, is still staged.
+    from medrecipes import outputs
+
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     shutil.rmtree(out / "final")
-    (out / "_staging" / "final").mkdir(parents=True)
-    shutil.copy(finished_run / "final" / "config.json", out / "_staging" / "final")
     record = json.loads((out / "run.json").read_text())
     del record["finished"]
     (out / "run.json").write_text(json.dumps(record))
+    shutil.copytree(out / "checkpoint-6", out / "_staging" / "checkpoint-6")
+    renames, rename = [], os.rename
+
+    def killed_at_the_second(*paths):
+        if renames:
+            raise KeyboardInterrupt("killed")
+        renames.append(paths)
+        rename(*paths)
+
+    monkeypatch.setattr(outputs, "_exchange", lambda *paths: False)
+    monkeypatch.setattr(outputs.os, "rename", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.publish(str(out / "_staging" / "checkpoint-6"), str(out / "checkpoint-6"))
+    monkeypatch.undo()
+    assert not (out / "checkpoint-6").exists() and (out / "_staging" / "checkpoint-6.replaced").is_dir()
+
     result = cpt_again(out, tiny_model)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "is at max_steps 6: final/ is saved from" in result.stdout
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 6  # not one step past max_steps
+    assert "checkpoint-6: completed its save" in result.stdout
+    assert "is at max_steps 6: final/ is saved from" in result.stdout  # not resumed from checkpoint-3
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
     assert same_weights(weights(out / "final"), weights(finished_run / "final"))
     assert not (out / "_staging").exists() and not (out / "checkpoint-7").exists()
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 from medrecipes.errors import UserError
 
+REPLACED = ".replaced"  # the older folder's name, beside the staged one, while it is replaced
+
 
 def same_path(a: str, b: str) -> bool:
     """Whether two paths name the same file or folder (links and relative paths resolved)."""
@@ -55,12 +57,25 @@ def publish(staged: str, final: str) -> None:
         if _exchange(staged, final):
             shutil.rmtree(staged, ignore_errors=True)  # now the old folder
             return
-        replaced = staged + ".replaced"
+        replaced = staged + REPLACED
         os.rename(final, replaced)
-        os.rename(staged, final)
+        os.rename(staged, final)  # a kill before this leaves no `final`: `finish_publish` ends the move
         shutil.rmtree(replaced, ignore_errors=True)
     else:
         os.replace(staged, final)
+
+
+def finish_publish(staged: str, final: str) -> bool:
+    """Complete a `publish` that was killed between its two renames (where a folder cannot be
+    swapped in one step): the staged result was whole before the first rename, so it goes into
+    place and the older one is removed. True where there was such a publish to complete."""
+    replaced = staged + REPLACED
+    if not os.path.exists(replaced):
+        return False
+    if not os.path.exists(final) and os.path.isdir(staged):
+        os.rename(staged, final)
+    shutil.rmtree(replaced, ignore_errors=True)
+    return True
 
 
 @contextmanager

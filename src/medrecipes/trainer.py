@@ -23,7 +23,7 @@ from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.errors import UserError, first_to_report
 from medrecipes.monitoring import ThroughputMonitor
-from medrecipes.outputs import publish
+from medrecipes.outputs import REPLACED, finish_publish, publish
 from medrecipes.run_folder import record_finished
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,16 @@ def last_checkpoint(output_dir: str) -> str | None:
     return None
 
 
+def finish_interrupted_saves(output_dir: str) -> None:
+    """Put in place a checkpoint or final/ whose save was killed as it replaced an older folder
+    of the same name (`outputs.finish_publish`); a save killed earlier is discarded by the next."""
+    staging = os.path.join(output_dir, STAGING)
+    names = os.listdir(staging) if os.path.isdir(staging) else []
+    for name in (n.removesuffix(REPLACED) for n in names if n.endswith(REPLACED)):
+        if finish_publish(os.path.join(staging, name), os.path.join(output_dir, name)):
+            logger.info("%s: completed its save, interrupted as it replaced the older one", name)
+
+
 def resumes_from_output_dir(args) -> bool:
     """Whether the run resumes from output_dir's newest checkpoint (no checkpoint named)."""
     return args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true"
@@ -62,6 +72,9 @@ def checkpoint_to_resume(args) -> str | None:
     `resume_from_checkpoint: true`)."""
     named = args.resume_from_checkpoint
     if resumes_from_output_dir(args):
+        with args.main_process_first(local=args.save_on_each_node, desc="completing an interrupted save"):
+            if args.should_save:
+                finish_interrupted_saves(args.output_dir)
         return last_checkpoint(args.output_dir)
     if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
         raise UserError(
