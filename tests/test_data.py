@@ -204,16 +204,22 @@ def test_missing_text_field_names_it_and_the_columns(tmp_path):
 
 
 def test_rows_without_their_text_are_named_before_training(tmp_path):
-    path = write_jsonl(tmp_path / "notes.jsonl", [{"text": "a"}, {"text": "b"}, {"title": "no text"}, {"text": None}])
+    # Named by the line an editor shows: a blank line is not a row, but it is a line.
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"text": "a"}\n\n{"text": "b"}\n{"title": "no text"}\n{"text": null}\n')
     with pytest.raises(UserError) as info:
-        load_source(SourceConfig(path="json", data_files=path))
-    assert str(info.value) == (f"source 'json' ({path}): 2 row(s) without 'text' (the first: row 3); fix or drop them")
+        load_source(SourceConfig(path="json", data_files=str(path)))
+    assert str(info.value) == f"{path} line 4: no 'text' (the first of 2 row(s) without it); fix or drop them"
+    csv = tmp_path / "notes.csv"
+    csv.write_text('id,text\n1,"a note\nover two lines"\n2,\n')
+    with pytest.raises(UserError, match=f"{csv} line 4: no 'text'"):  # the header, then a row of two lines
+        load_source(SourceConfig(path="csv", data_files=str(csv)))
 
 
 def test_chat_rows_without_their_messages_are_named_before_training(tmp_path):
     turn = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": turn}, {"messages": None}])
-    with pytest.raises(UserError, match=r"1 row\(s\) without 'messages' \(the first: row 2\)"):
+    with pytest.raises(UserError, match=r"chat.jsonl line 2: no 'messages' \(the first of 1 row\(s\) without it\)"):
         load_source(SourceConfig(path=path, format="chat"))
     path = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "q"}])
     with pytest.raises(
@@ -230,11 +236,11 @@ def test_streamed_rows_without_their_fields_are_named_as_they_are_read(tmp_path)
     read = []
     with pytest.raises(UserError) as info:
         read.extend(row["text"] for row in documents)
-    assert str(info.value) == f"source '{path}': row 1734 has no 'body' (found as it streamed); fix or drop it"
+    assert str(info.value) == f"{path} line 1734: no 'body' (found as it streamed); fix or drop the row"
     assert read == [f"note {i}" for i in range(1000)]  # checked a batch of 1,000 rows at a time
     turn = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": turn}, {"messages": turn}, {"id": 3}])
-    with pytest.raises(UserError, match="row 3 has no 'messages'"):
+    with pytest.raises(UserError, match="chat.jsonl line 3: no 'messages'"):
         list(load_source(SourceConfig(path=path, format="chat"), streaming=True))
 
 
@@ -243,7 +249,10 @@ def test_a_file_that_does_not_parse_is_named(tmp_path):
     path.write_text('{"text": "a"}\nnot json\n')
     with pytest.raises(UserError) as info:
         load_source(SourceConfig(path=str(path)))
-    assert str(info.value).startswith(f"source '{path}': cannot read it (JSON parse error")
+    assert str(info.value) == f"{path} line 2: not JSON (Expecting value, column 1); fix or drop that line"
+    path.write_text('{"text": "a"}\n["a list"]\n')
+    with pytest.raises(UserError, match="line 2: a JSON list, not an object with named fields"):
+        load_source(SourceConfig(path=str(path)))
 
 
 # ---------------------------------------------------------------------------

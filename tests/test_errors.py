@@ -1,6 +1,8 @@
-"""Which process of a launch prints a user error."""
+"""Which process of a launch prints a user error; how a data file that does not parse is named."""
 
-from medrecipes.errors import first_to_report
+import pytest
+
+from medrecipes.errors import UserError, bad_lines_named, first_to_report
 
 
 def test_the_first_rank_of_a_launch_reports_and_the_others_do_not(tmp_path, monkeypatch):
@@ -18,3 +20,14 @@ def test_a_process_outside_a_launcher_or_without_its_folder_reports(tmp_path, mo
     assert first_to_report()
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "gone" / "0" / "error.json"))
     assert first_to_report() and first_to_report()
+
+
+def test_a_parse_error_names_the_first_bad_line_of_the_files_read(tmp_path):
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text('{"text": "a"}\n')
+    bad.write_text('{"text": "a"}\n\n{"text": "b",}\n')
+    with pytest.raises(UserError) as info, bad_lines_named([str(good), str(bad)]):
+        raise ValueError("JSON parse error: Missing a name for object member. in row 1")
+    assert str(info.value).startswith(f"{bad} line 3: not JSON (")
+    with pytest.raises(ValueError, match="not a parse error"), bad_lines_named([str(good)]):
+        raise ValueError("not a parse error")  # the files parse: the error is not theirs

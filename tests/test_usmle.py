@@ -274,17 +274,18 @@ def test_unrecognised_row_names_file_row_and_formats(tmp_path):
     with pytest.raises(UserError) as info:
         load_mcq(path)
     message = str(info.value)
-    assert f"{path} row 1" in message and "fit no MCQ format" in message
+    assert f"{path} line 1" in message and "fit no MCQ format" in message
     assert all(name in message for name in usmle.FORMATS)
     assert "\n" not in message
 
 
 def test_explicit_format_is_checked_on_every_row(tmp_path):
     broken = {k: v for k, v in MEDQA_ROW.items() if k != "answer_idx"}
-    path = write_jsonl(tmp_path / "medqa.jsonl", [MEDQA_ROW, broken])
-    with pytest.raises(UserError, match=r"medqa\.jsonl row 2: missing 'answer_idx'"):
-        load_mcq(path, format="medqa")
-    with pytest.raises(UserError, match="row 1: missing 'opa'"):
+    path = tmp_path / "medqa.jsonl"
+    path.write_text(f"{json.dumps(MEDQA_ROW)}\n\n{json.dumps(broken)}\n")  # the file's line, blank lines counted
+    with pytest.raises(UserError, match=r"medqa\.jsonl line 3: missing 'answer_idx'"):
+        load_mcq(str(path), format="medqa")
+    with pytest.raises(UserError, match="line 1: missing 'opa'"):
         load_mcq(write_jsonl(tmp_path / "one.jsonl", [MEDQA_ROW]), format="medmcqa")
 
 
@@ -298,13 +299,32 @@ def test_explicit_format_is_checked_on_every_row(tmp_path):
 )
 def test_gold_letter_not_among_options(tmp_path, row):
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
-    with pytest.raises(UserError, match=r"bad\.jsonl row 1: answer .* is not one of the option letters"):
+    with pytest.raises(UserError, match=r"bad\.jsonl line 1: answer .* is not one of the option letters"):
         load_mcq(path)
+
+
+def test_csv_rows_are_named_by_their_line_with_or_without_a_header(tmp_path):
+    with_header = tmp_path / "medmcqa.csv"
+    Dataset.from_list([medmcqa_row(0), {**medmcqa_row(1), "cop": 7}]).to_csv(with_header, index=False)
+    with pytest.raises(UserError, match=r"medmcqa\.csv line 3: answer index 7"):
+        load_mcq(str(with_header))
+    mmlu = tmp_path / "anatomy_test.csv"
+    mmlu.write_text('Q1?,a,b,c,d,A\n"Q2,\nover two lines?",a,b,c,d,F\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"anatomy_test\.csv line 2: answer 'F' is not one of"):
+        load_mcq(str(mmlu), format="mmlu")
+
+
+def test_data_to_train_on_needs_a_gold_answer_on_every_row(tmp_path):
+    rows = [medmcqa_row(0), {**medmcqa_row(1), "cop": -1}]  # MedMCQA's unanswered test rows
+    path = write_jsonl(tmp_path / "medmcqa.jsonl", rows)
+    assert load_mcq(path)["answer"][1] is None  # fine to predict on
+    with pytest.raises(UserError, match=r"medmcqa\.jsonl line 2: has no gold answer, which training and scoring"):
+        load_mcq(path, answered=True)
 
 
 def test_pubmedqa_bad_decision(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [{**PUBMEDQA_ROW, "final_decision": "perhaps"}])
-    with pytest.raises(UserError, match="row 1: final_decision 'perhaps'"):
+    with pytest.raises(UserError, match="line 1: final_decision 'perhaps'"):
         load_mcq(path)
 
 
@@ -319,7 +339,7 @@ def test_a_file_that_does_not_parse_is_named(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(UserError) as info:
         load_mcq(str(path))
-    assert str(info.value).startswith(f"{path}: cannot read it (JSON parse error")
+    assert str(info.value) == f"{path} line 1: not JSON (Expecting value, column 1); fix or drop that line"
 
 
 def test_unknown_format_suggests_one():
@@ -558,5 +578,5 @@ def test_real_medqa_option_text_extraction(medqa4):
 
 def test_answer_index_that_is_not_a_number(tmp_path):
     row = {"sent1": "Q?", "ending0": "a", "ending1": "b", "label": "two"}
-    with pytest.raises(UserError, match="row 1: answer index 'two' does not name one of the 2 options"):
+    with pytest.raises(UserError, match="line 1: answer index 'two' does not name one of the 2 options"):
         load_mcq(write_jsonl(tmp_path / "hf.jsonl", [row]))

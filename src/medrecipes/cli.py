@@ -59,10 +59,22 @@ def cmd_validate(args) -> None:
     else:
         recipe, training_args, model_args = _parse(args.recipe, method, args.overrides)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
+        _check_local_inputs(recipe)
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")
     print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
+
+
+def _check_local_inputs(recipe) -> None:
+    """What a run would refuse first among the files on this machine: a data source or data file
+    that is missing or empty. Hub ids, URLs and the model (which an earlier stage may still be
+    writing) are left to the run."""
+    from medrecipes.data.sources import check_local_source
+
+    sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
+    for source in sources:
+        check_local_source(source)
 
 
 def cmd_plan(args) -> None:

@@ -6,9 +6,12 @@ without a traceback; anything else is a bug and keeps its traceback.
 """
 
 import codecs
+import csv
+import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from difflib import get_close_matches
 from functools import wraps
 
@@ -46,13 +49,68 @@ def check_output_folder(path: str, where: str) -> None:
         raise UserError(f"{where}: {file} is a file; name a folder to write into")
 
 
-def unreadable(where: str, err: BaseException) -> UserError:
-    """The one line for a data file that `datasets` could not parse (a DatasetGenerationError,
-    whose cause says what and where)."""
+def unreadable(where: str, err: BaseException, files: Iterable[str] = ()) -> UserError:
+    """The one line for data that `datasets` could not parse (a DatasetGenerationError, whose
+    cause says what, or pyarrow's error from a stream): the first line of `files` that is not
+    JSON where there is one (pyarrow counts its "row" within a block of the file), else the
+    cause."""
     if isinstance(err.__cause__ or err, UnicodeDecodeError):
         return not_utf8(where, err.__cause__ or err)
+    bad = bad_line(files)
+    if bad:
+        return bad
     cause = str(err.__cause__ or err).splitlines()[0]
     return UserError(f"{where}: cannot read it ({cause}); fix or drop the bad rows")
+
+
+def bad_line(files: Iterable[str]) -> UserError | None:
+    """The one line for the first record of `files` (in order) that does not parse (a JSON
+    Lines record that is not a JSON object, a CSV row of another width than its header), or
+    None where every JSON, JSON Lines and CSV file among them parses."""
+    bad = next(filter(None, map(first_bad_line, files)), None)
+    return UserError(f"{bad}; fix or drop that line") if bad else None
+
+
+@contextmanager
+def bad_lines_named(files: Iterable[str]) -> Iterator[None]:
+    """Around code that reads `files` with `datasets`, lazily (a stream) or not: a parse error
+    (pyarrow's ArrowInvalid, or pandas' ValueError) becomes the one line naming the first bad
+    line of the files; any other error passes unchanged."""
+    try:
+        yield
+    except ValueError as err:
+        bad = bad_line(files)
+        if bad is None:
+            raise
+        raise bad from err
+
+
+def first_bad_line(path: str) -> str | None:
+    """'FILE line N: what is wrong' for the first record of a JSON Lines or CSV file (or a JSON
+    document) that does not parse; None where all do."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".jsonl", ".json", ".csv") or not os.path.isfile(path):
+        return None
+    if suffix == ".csv":
+        return _first_ragged_row(path)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    if text.lstrip().startswith("["):  # one JSON document: where it breaks
+        try:
+            json.loads(text)
+            return None
+        except json.JSONDecodeError as err:
+            return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
+        if not isinstance(value, dict):
+            return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
+    return None
 
 
 def first_to_report() -> bool:
@@ -104,6 +162,66 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True) ->
     except UnicodeDecodeError as err:
         err.start += offset  # from the start of the file, not of the block
         raise not_utf8(where, err) from None
+
+
+def _first_ragged_row(path: str) -> str | None:
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        width, start = len(next(reader, [])), reader.line_num + 1
+        for row in reader:
+            if row and len(row) != width:
+                return f"{path} line {start}: {len(row)} cells where the header has {width}"
+            start = reader.line_num + 1
+    return None
+
+
+def _record_lines(path: str, header: bool) -> Iterator[int] | None:
+    """The line each record of a line-based data file starts on (JSON Lines: blank lines
+    skipped; CSV: the header skipped, a quoted line break counted), or None for a file whose
+    records are not lines (Parquet, a JSON document) or that cannot be read."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".jsonl", ".json", ".csv") or not os.path.isfile(path):
+        return None
+    if suffix == ".json":
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                json.load(handle)
+            return None  # one JSON document: its records are not lines
+        except ValueError:
+            pass  # JSON Lines under a .json name
+    return _csv_record_lines(path, header) if suffix == ".csv" else _json_record_lines(path)
+
+
+def _json_record_lines(path: str) -> Iterator[int]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        yield from (number for number, line in enumerate(handle, 1) if line.strip())
+
+
+def _csv_record_lines(path: str, header: bool) -> Iterator[int]:
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        start = 1
+        for index, _ in enumerate(reader):
+            if index or not header:
+                yield start
+            start = reader.line_num + 1
+
+
+def row_in_files(files: Sequence[str], index: int, header: bool = True, name: str | None = None) -> str:
+    """How a message points at a record of a source: `index` counts records from 0 across
+    `files` in order (as `datasets` reads them); the answer is the file and its line number for
+    JSON Lines and CSV (the number an editor shows), else `name` (by default the one file) and
+    the record number from 1."""
+    seen = 0
+    for path in files:
+        lines = _record_lines(path, header)
+        if lines is None:
+            break
+        for line in lines:
+            if seen == index:
+                return f"{path} line {line}"
+            seen += 1
+    return f"{name or (files[0] if len(files) == 1 else 'the source')} row {index + 1}"
 
 
 def exit_on_user_error(main: Callable) -> Callable:

@@ -32,6 +32,17 @@ HARMLESS_LOG_LINES = (
         # A recipe for GPUs with torch_compile validated or planned on a CPU: true of the machine,
         # not of the recipe, and nothing to change.
     ),
+    (
+        "datasets.packaged_modules.json.json",
+        "Failed to load JSON from file",
+        # Logged before the parse error is raised; the error is then reported as the file's
+        # first bad line (`errors.unreadable`), where this line's "row" counts within a block.
+    ),
+    (
+        "datasets.packaged_modules.csv.csv",
+        "Failed to read file",
+        # The same for a CSV file: the error that follows names its first bad line.
+    ),
 )
 
 # (category, first words of the message): warnings about the libraries' own code.

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from datasets import Dataset, Features, List, ReadInstruction, Value, concatenate_datasets, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
-from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
+from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, row_in_files, unreadable
 
 LETTERS = "ABCDEFGHIJ"
 COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
@@ -47,13 +47,15 @@ Row = dict[str, Any]
 
 
 class Where(NamedTuple):
-    """The file (or Hub id) and 1-based row number that error messages point at."""
+    """The file (or Hub id) and 1-based record number that error messages point at; they show
+    the file's line number where its records are lines (`errors.row_in_files`)."""
 
     source: str
     row: int
+    header: bool = True  # whether a CSV file's first line names its columns
 
     def __str__(self) -> str:
-        return f"{self.source} row {self.row}"
+        return row_in_files([self.source], self.row - 1, self.header)
 
 
 # ---------------------------------------------------------------------------
@@ -298,11 +300,16 @@ def _csv_has_header(path: Path) -> bool:
     return bool(known & {cell.strip() for cell in first})
 
 
+def _csv_header(path: Path, fmt: str) -> bool:
+    """Whether a CSV file's first line names its columns (MMLU's files have no header)."""
+    return path.suffix == ".csv" and fmt != "mmlu" and _csv_has_header(path)
+
+
 def _read_file(path: Path, fmt: str) -> Dataset:
     if path.suffix == ".parquet":
         return load_dataset("parquet", data_files=str(path), split="train")
     if path.suffix == ".csv":
-        if fmt != "mmlu" and _csv_has_header(path):
+        if _csv_header(path, fmt):
             return load_dataset("csv", data_files=str(path), split="train")
         # MMLU CSVs have no header; read every cell as text so "0.50" or "None" survive.
         return load_dataset(
@@ -321,18 +328,26 @@ def _mmlu_subject(path: Path) -> str:
     return re.sub(r"_(dev|val|test)$", "", path.stem)
 
 
-def _normalise(raw: Dataset, fmt: str, source: str, id_prefix: str, subject: str = "") -> Dataset:
+def _normalise(
+    raw: Dataset, fmt: str, source: str, id_prefix: str, subject: str = "", header: bool = True, answered: bool = False
+) -> Dataset:
     if len(raw) == 0:
         return Dataset.from_dict({c: [] for c in COLUMNS}, features=FEATURES)
     if fmt == "auto":
-        fmt = _detect_format(raw[0], Where(source, 1))
+        fmt = _detect_format(raw[0], Where(source, 1, header))
     extra: dict[str, Any] = {"subject": subject}
     if fmt == "medmcqa" and "cop" in raw.column_names:
         extra["one_based"] = _medmcqa_one_based(raw)
     convert = _FORMATS[fmt].convert
 
     def normalise_row(row: Row, index: int) -> Row:
-        out = convert(row, Where(source, index + 1), **extra)
+        where = Where(source, index + 1, header)
+        out = convert(row, where, **extra)
+        if answered and out["answer"] is None:
+            raise UserError(
+                f"{where}: has no gold answer, which training and scoring need on every row; "
+                "fill it in or drop the row (the MedMCQA test split has none)"
+            )
         out["id"] = out["id"] or f"{id_prefix}-{index}"
         return out
 
@@ -361,7 +376,7 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
     return files
 
 
-def _load_path(path: Path, fmt: str, split: str | None) -> Dataset:
+def _load_path(path: Path, fmt: str, split: str | None, answered: bool) -> Dataset:
     folder = split.partition("[")[0] if split else None  # "test[:50]": the test folder, first 50 rows
     files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
@@ -370,9 +385,9 @@ def _load_path(path: Path, fmt: str, split: str | None) -> Dataset:
         try:
             raw = _read_file(file, fmt)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
-            raise unreadable(str(file), err) from None
+            raise unreadable(str(file), err, [str(file)]) from None
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
-        parts.append(_normalise(raw, fmt, str(file), file.stem, subject))
+        parts.append(_normalise(raw, fmt, str(file), file.stem, subject, _csv_header(file, fmt), answered))
     ds = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     return _slice(ds, split, str(path)) if split and "[" in split else ds
 
@@ -392,7 +407,7 @@ def _slice(ds: Dataset, split: str, source: str) -> Dataset:
     return ds.select([i for span in spans for i in range(span.from_, span.to)])
 
 
-def _load_hub(source: str, fmt: str, split: str | None, name: str | None = None) -> Dataset:
+def _load_hub(source: str, fmt: str, split: str | None, name: str | None, answered: bool) -> Dataset:
     try:
         raw = load_dataset(source, name, split=split or "train")
     except Exception as err:  # the Hub client raises many types for "cannot get this"
@@ -400,7 +415,7 @@ def _load_hub(source: str, fmt: str, split: str | None, name: str | None = None)
         raise UserError(
             f"{source}: not a local path and not a loadable Hub dataset ({reason}); check the path or the dataset id"
         ) from err
-    return _normalise(raw, fmt, source, source.replace("/", "_"))
+    return _normalise(raw, fmt, source, source.replace("/", "_"), answered=answered)
 
 
 def _filter_subjects(ds: Dataset, subjects: list[str], source: str) -> Dataset:
@@ -421,6 +436,7 @@ def load_mcq(
     split: str | None = None,
     subjects: list[str] | None = None,
     config: str | None = None,
+    answered: bool = False,
 ) -> Dataset:
     """Load MCQ data from a file, a directory or a Hub id into the normalised schema.
 
@@ -430,7 +446,7 @@ def load_mcq(
     "train", and `config` picks the Hub configuration (e.g. an MMLU subject). A slice in
     `split` ("train[:32]", "test[10%:]") takes those rows of a file or folder as of a Hub
     split; a single file ignores the split's name and `config`. `subjects` keeps only rows of
-    those subjects.
+    those subjects. `answered` refuses a row without a gold answer (data to train or score on).
     """
     # Imported here: medrecipes.data imports this module, so a top-level import would be circular.
     from medrecipes.data.sources import looks_local
@@ -441,11 +457,11 @@ def load_mcq(
     if path.exists():
         if path.is_file() and path.suffix not in FILE_SUFFIXES:
             raise UserError(f"{name}: unsupported file type '{path.suffix}'; use one of {', '.join(FILE_SUFFIXES)}")
-        ds = _load_path(path, format, split)
+        ds = _load_path(path, format, split, answered)
     elif looks_local(name):
         raise UserError(f"{name}: no such file or directory; check the path")
     else:
-        ds = _load_hub(name, format, split, config)
+        ds = _load_hub(name, format, split, config, answered)
     return _filter_subjects(ds, subjects, name) if subjects else ds
 
 

@@ -22,8 +22,8 @@ import numpy as np
 import xxhash
 
 from medrecipes.config import SourceConfig
-from medrecipes.data.sources import load_documents, load_mcq_source, load_source
-from medrecipes.errors import UserError
+from medrecipes.data.sources import files_of, load_documents, load_mcq_source, load_source
+from medrecipes.errors import UserError, bad_lines_named
 
 DEFAULT_N = 13
 NORMALISATION = "lowercase, punctuation stripped, whitespace collapsed"
@@ -255,11 +255,12 @@ def check_sources(
     """(report, contaminated document numbers per source) for training sources against benchmarks;
     `limits` checks only the first documents of a source (those a stream used)."""
     index = EvalIndex.of(benchmarks, n)
-    batches = {
-        name: text_batches(training_documents(source, streaming), (limits or {}).get(name))
-        for name, source in sources.items()
-    }
-    return decontaminate(batches, index)
+    with bad_lines_named(files_of(sources.values())):
+        batches = {
+            name: text_batches(training_documents(source, streaming), (limits or {}).get(name))
+            for name, source in sources.items()
+        }
+        return decontaminate(batches, index)  # a stream is parsed here, as it is read
 
 
 def training_documents(source: SourceConfig, streaming: bool = False):

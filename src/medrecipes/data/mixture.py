@@ -15,8 +15,8 @@ import datasets
 
 from medrecipes.config import MixtureConfig
 from medrecipes.data.packing import token_ids
-from medrecipes.data.sources import load_source
-from medrecipes.errors import UserError
+from medrecipes.data.sources import files_of, load_source
+from medrecipes.errors import UserError, bad_lines_named
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,12 @@ def build_mixture(
     `source` column with each row's source index. A streaming pretraining mixture is left in
     source order here: `medrecipes.data.stream.TokenStream` shuffles its packed blocks.
     """
-    sets = [
-        load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
-        for i, source in enumerate(mixture.sources)
-    ]
-    probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
+    with bad_lines_named(files_of(mixture.sources)):  # a stream is read here to find its columns
+        sets = [
+            load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
+            for i, source in enumerate(mixture.sources)
+        ]
+        probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
     if lengths:
         for name, length, p in zip(source_names(mixture), lengths, probabilities, strict=True):
             logger.info("source %s: %.1f tokens per document; drawn with probability %.4f", name, length, p)
@@ -89,9 +90,10 @@ def build_mixture(
         # A tagged stream is a pretraining stream, whose blocks TokenStream shuffles with a
         # position it can restore; datasets' own shuffle buffer is lost on resume.
         return sets[0] if mixture.streaming and tag_sources else sets[0].shuffle(seed=mixture.seed)
-    return datasets.interleave_datasets(
-        sets,
-        probabilities=probabilities,
-        seed=mixture.seed,
-        stopping_strategy=mixture.stopping_strategy,
-    )
+    with bad_lines_named(files_of(mixture.sources)):
+        return datasets.interleave_datasets(
+            sets,
+            probabilities=probabilities,
+            seed=mixture.seed,
+            stopping_strategy=mixture.stopping_strategy,
+        )

@@ -8,7 +8,7 @@ A streaming mixture is a `TokenStream`, whose position is saved with each checkp
 from medrecipes.data.manifest import load_built_data
 from medrecipes.data.mixture import build_mixture, source_names
 from medrecipes.data.packing import pack_documents
-from medrecipes.data.sources import load_source
+from medrecipes.data.sources import files_of, load_source
 from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
 
@@ -21,7 +21,7 @@ def source_data(recipe, tokenizer, max_length: int, num_proc: int | None = None)
     documents = build_mixture(mixture, tokenizer=tokenizer, tag_sources=True)
     train = pack_documents(documents, tokenizer, max_length, num_proc, num_sources=len(names))
     if mixture.streaming:
-        train = TokenStream(train, names, mixture.shuffle_buffer, mixture.seed)
+        train = TokenStream(train, names, mixture.shuffle_buffer, mixture.seed, files_of(mixture.sources))
     evals = {
         name: pack_documents(load_source(source), tokenizer, max_length, num_proc)
         for name, source in recipe.eval_sources.items()

@@ -8,12 +8,12 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import datasets
 
 from medrecipes.config import SourceConfig
-from medrecipes.errors import UserError, check_text_file, unreadable
+from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
 
@@ -64,16 +64,16 @@ def _resolve_url(source: SourceConfig) -> tuple[str, list[str]]:
     return BUILDERS[extensions.pop()], files
 
 
-def load_documents(source: SourceConfig, streaming: bool):
-    """The source's rows as `datasets` reads them, every column kept."""
+def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str, list[str] | None]:
+    """The builder (or folder, or Hub id) and data files `datasets` reads a source with, once the
+    files on this machine are checked: its path, and each data file that is not a URL or a
+    pattern, exist and are non-empty (UTF-8 too, with `decode`). Nothing remote is looked at."""
     # file:// is a local path; datasets would treat it as a remote URL (and refuse it offline).
     path = source.path.removeprefix("file://")
     data_files = source.data_files
     if data_files is not None:
         data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
-    if is_url(path):
-        path, data_files = _resolve_url(source)
-    elif looks_local(path) or os.path.exists(path):
+    if not is_url(path) and (looks_local(path) or os.path.exists(path)):
         if not os.path.exists(path):
             raise UserError(f"source '{path}': no such file or directory")
         if os.path.isfile(path):
@@ -84,11 +84,26 @@ def load_documents(source: SourceConfig, streaming: bool):
         # A directory goes to `datasets` as is: it maps train/test/validation files to splits.
         elif not any(os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names):
             raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
-    for file in [data_files] if isinstance(data_files, str) else data_files or []:
-        missing = not url_files(file, source.storage_options) if is_url(file) else not os.path.exists(file)
-        if "*" not in file and missing:
-            raise UserError(f"source '{source.path}': data file {file} does not exist")
-        check_text_file(file, f"source '{source.path}'", decode=not streaming)  # a stream is read as it goes
+    for file in data_files or []:
+        if is_url(file) or "*" in file:
+            continue
+        if not os.path.exists(file):
+            raise UserError(
+                f"source '{source.path}': data file {file} does not exist; check the path (relative paths start where the command runs)"
+            )
+        check_text_file(file, f"source '{source.path}'", decode=decode)
+    return path, data_files
+
+
+def load_documents(source: SourceConfig, streaming: bool):
+    """The source's rows as `datasets` reads them, every column kept."""
+    if is_url(source.path):
+        path, data_files = _resolve_url(source)
+    else:  # a stream is read as it goes: its files are decoded then
+        path, data_files = check_local_source(source, decode=not streaming)
+    for file in data_files or []:
+        if is_url(file) and "*" not in file and not url_files(file, source.storage_options):
+            raise UserError(f"source '{source.path}': data file {file} does not exist; check the URL")
     try:
         return datasets.load_dataset(
             path,
@@ -101,7 +116,7 @@ def load_documents(source: SourceConfig, streaming: bool):
             storage_options=source.storage_options,
         )
     except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError) as err:  # a file it cannot parse
-        raise unreadable(named(source), err) from None
+        raise unreadable(named(source), err, sorted(local_files(source))) from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
@@ -111,13 +126,14 @@ def load_documents(source: SourceConfig, streaming: bool):
 
 
 def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
-    """A `format: usmle` source as normalised multiple-choice rows (see medrecipes.usmle)."""
+    """A `format: usmle` source as normalised multiple-choice rows (see medrecipes.usmle), every
+    one with its gold answer: recipes train and score on them."""
     from medrecipes import usmle
 
     files = source.data_files or source.path
     return datasets.concatenate_datasets(
         [
-            usmle.load_mcq(f, split=source.split, subjects=subjects)
+            usmle.load_mcq(f, split=source.split, subjects=subjects, answered=True)
             for f in ([files] if isinstance(files, str) else files)
         ]
     )
@@ -183,24 +199,34 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
 
                 first = pc.index(pc.is_null(values), True).as_py()
                 raise UserError(
-                    f"{named(source)}: {values.null_count} row(s) without '{name}' (the first: row {first + 1}); "
+                    f"{row_of(source, first)}: no '{name}' (the first of {values.null_count} row(s) without it); "
                     "fix or drop them"
                 )
         fields = {}
     if not fields and tag is None:
         return documents
-    kwargs = {"fields": fields, "where": named(source), "tag": tag}
+    kwargs = {"fields": fields, "source": source, "tag": tag}
     return documents.map(_check_and_tag, batched=True, with_indices=True, fn_kwargs=kwargs)
 
 
-def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], where: str, tag: int | None) -> dict:
+def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], source: SourceConfig, tag) -> dict:
     for column, name in fields.items():
         values = batch.get(column) or [None] * len(indices)  # a key that no row of the batch has
         if None in values:
-            raise UserError(
-                f"{where}: row {indices[values.index(None)] + 1} has no '{name}' (found as it streamed); fix or drop it"
-            )
+            where = row_of(source, indices[values.index(None)])
+            raise UserError(f"{where}: no '{name}' (found as it streamed); fix or drop the row")
     return {} if tag is None else {"source": [tag] * len(indices)}
+
+
+def row_of(source: SourceConfig, index: int) -> str:
+    """A record of a source, counted from 0, as messages name it: its file and line where the
+    records are lines, else the source and the record's number from 1."""
+    return row_in_files(sorted(local_files(source)), index, name=named(source))
+
+
+def files_of(sources: Iterable[SourceConfig]) -> list[str]:
+    """The local files of these sources, source by source, each one's in the order `datasets` reads them."""
+    return [file for source in sources for file in sorted(local_files(source))]
 
 
 def local_files(source: SourceConfig) -> list[str]:

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -35,7 +36,7 @@ import torch
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import get_last_checkpoint
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, bad_lines_named
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,11 @@ class _Window:
 class TokenStream(torch.utils.data.IterableDataset):
     """Packed blocks ({"input_ids", "source_tokens", "source_documents"}) as an endless, resumable stream."""
 
-    def __init__(self, blocks, source_names: list[str], shuffle_buffer: int = 0, seed: int = 42):
+    def __init__(
+        self, blocks, source_names: list[str], shuffle_buffer: int = 0, seed: int = 42, files: Sequence[str] = ()
+    ):
         self.blocks = blocks
+        self.files = list(files)  # the local files read, to name a line that does not parse
         self.source_names = list(source_names)
         self.shuffle = shuffle_buffer > 0
         self.window_size = shuffle_buffer or UNSHUFFLED_WINDOW
@@ -83,7 +87,7 @@ class TokenStream(torch.utils.data.IterableDataset):
             self.blocks.set_epoch(pass_index)  # a state saved in another pass must not apply
             self.blocks.load_state_dict(inner_state)
             iterator, from_the_top, read = iter(self.blocks), inner_state is None, 0
-            while items := list(islice(iterator, self.window_size)):
+            while items := self._read(iterator):
                 read += len(items)
                 order = self._order(pass_index, window, len(items))
                 item_tokens = np.array([items[i]["source_tokens"] for i in order], dtype=np.int64)
@@ -98,6 +102,12 @@ class TokenStream(torch.utils.data.IterableDataset):
                 return  # no data at all
             pass_index, window, inner_state = pass_index + 1, 0, None
             logger.info("training data read to its end after %d blocks; starting pass %d", samples, pass_index + 1)
+
+    def _read(self, iterator) -> list[dict]:
+        """The next window of blocks. A file is parsed as it is read: one that does not parse
+        stops the run with its first bad line (pyarrow names a row within a block of the file)."""
+        with bad_lines_named(self.files):
+            return list(islice(iterator, self.window_size))
 
     def _beginning(self) -> dict:
         zeros = [0] * len(self.source_names)
