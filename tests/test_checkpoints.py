@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import pytest
+from transformers import TrainingArguments
 
 from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
 from medrecipes.errors import UserError
@@ -26,7 +27,8 @@ def test_resume_from_checkpoint_names_where_to_start(tmp_path):
         (folder / "trainer_state.json").write_text("{}")
 
     def start(named):
-        return checkpoint_to_resume(SimpleNamespace(output_dir=str(run), resume_from_checkpoint=named))
+        args = TrainingArguments(output_dir=str(run), resume_from_checkpoint=named, use_cpu=True, report_to="none")
+        return checkpoint_to_resume(args)
 
     assert start(None) == start(True) == start("true") == str(run / "checkpoint-2")  # the newest here
     assert start(str(other / "checkpoint-8")) == str(other / "checkpoint-8")
