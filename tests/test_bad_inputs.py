@@ -139,6 +139,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("build-data: a data line not JSON", ["build-data", src(f"{{path: {f['notjson.jsonl']}}}"), "--out", f"{files}/built"], "notjson.jsonl line 2: not JSON"),
         Case("decontaminate: a streamed line not JSON", ["decontaminate", "--train", _recipe(files, cpt, ("sources:\n", f"streaming: true\n  sources:\n    - {{path: {f['notjson.jsonl']}}}\n")), "--eval", TEST_SET], "line 2: not JSON"),
         Case("validate: a data file missing", ["validate", src("{path: json, data_files: data/medical_text/trian.jsonl}")], "trian.jsonl does not exist"),
+        Case("validate: an unknown architecture", ["validate", "recipes/tiny_pretrain.yaml", "--architecture", "tiniest"], "unknown architecture 'tiniest'"),
         Case("validate: a data file empty", ["validate", src(f"{{path: {f['empty.jsonl']}}}")], "empty"),
         Case("plan: 0 GPUs", ["plan", cpt, "--num-gpus", "0"], "--num-gpus must be at least 1"),
         Case("plan: unknown GPU", ["plan", "recipes/gemma3_4b.yaml", "--gpu", "h100-40gb"], "gpu"),

@@ -67,14 +67,17 @@ def cmd_validate(args) -> None:
 
 
 def _check_local_inputs(recipe) -> None:
-    """What a run would refuse first among the files on this machine: a data source or data file
-    that is missing or empty. Hub ids, URLs and the model (which an earlier stage may still be
-    writing) are left to the run."""
+    """What a run would refuse first among what is on this machine: a data source or data file
+    that is missing or empty, a scratch architecture that is not known. Hub ids, URLs and the
+    starting model (which an earlier stage may still be writing) are left to the run."""
     from medrecipes.data.sources import check_local_source
+    from medrecipes.models import scratch_config
 
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
     for source in sources:
         check_local_source(source)
+    if recipe.init_from_scratch and recipe.architecture:
+        scratch_config(recipe.architecture)
 
 
 def cmd_plan(args) -> None:
