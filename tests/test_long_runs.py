@@ -109,18 +109,24 @@ torch.save = save
 """
 
 
+def kill_when_it_hangs(model, out: Path, hook: str) -> int:
+    """Run the CPT recipe into `out` with `hook` (a sitecustomize that makes a save hang once it
+    has written the file named `marker`), SIGKILL it then; returns its exit status."""
+    hook_dir, marker = out.parent / "hook", out.parent / "hanging"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(hook.format(marker=str(marker)))
+    proc = start(model, out, hook_dir=hook_dir)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    return proc.wait()
+
+
 @pytest.fixture(scope="module")
 def killed_while_saving(tiny_model, tmp_path_factory):
     """A run killed with SIGKILL in the middle of saving checkpoint-8: what it left, then resumed."""
-    tmp = tmp_path_factory.mktemp("killed")
-    hook_dir, marker, out = tmp / "hook", tmp / "saving", tmp / "run"
-    hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(SLOW_SAVE.format(marker=str(marker)))
-    proc = start(tiny_model, out, hook_dir=hook_dir)
-    wait_for(marker, proc)
-    proc.send_signal(signal.SIGKILL)
+    out = tmp_path_factory.mktemp("killed") / "run"
     left = {
-        "returncode": proc.wait(),
+        "returncode": kill_when_it_hangs(tiny_model, out, SLOW_SAVE),
         "staged": sorted(p.name for p in (out / "_staging" / "checkpoint-8").iterdir()),
         "checkpoints": checkpoint_steps(out),
         "last_checkpoint": last_checkpoint(str(out)),
@@ -161,13 +167,8 @@ safetensors.torch.save_file = save_file
 
 
 def test_a_kill_while_final_is_written_leaves_no_final_and_the_next_start_saves_it(tiny_model, straight, tmp_path):
-    hook_dir, marker, out = tmp_path / "hook", tmp_path / "writing-final", tmp_path / "run"
-    hook_dir.mkdir()
-    (hook_dir / "sitecustomize.py").write_text(SLOW_FINAL.format(marker=str(marker)))
-    proc = start(tiny_model, out, hook_dir=hook_dir)
-    wait_for(marker, proc)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    out = tmp_path / "run"
+    assert kill_when_it_hangs(tiny_model, out, SLOW_FINAL) == -signal.SIGKILL
     assert not (out / "final").exists() and (out / "_staging" / "final" / "config.json").is_file()
     # What the issue's user met: eval on the half-written folder. Now there is none to read.
     result = run(

@@ -219,6 +219,8 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
             raise UserError(
                 f"model_name_or_path: cannot load '{model_args.model_name_or_path}' ({str(err).splitlines()[0]})"
             ) from None
+        if "gguf_file" in kwargs:
+            unmark_dequantized_gguf(model)
         origin = model_args.model_name_or_path
     if activation_checkpointing:
         model.config.use_cache = False
@@ -232,6 +234,22 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         attention,
     )
     return model
+
+
+def unmark_dequantized_gguf(model) -> None:
+    """A .gguf file that transformers dequantized as it loaded (the GGUF matmul kernels are not
+    here, or not for this architecture) gives ordinary float weights, but the model keeps its
+    GGUF quantizer, with which the Trainer refuses to train and save_pretrained to save. With
+    every weight a plain float tensor, the marker goes, and the model is an ordinary one."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None or str(quantizer.quantization_config.quant_method.value) != "gguf":
+        return
+    if getattr(quantizer, "quantized", None) or not all(p.is_floating_point() for p in model.parameters()):
+        raise UserError(
+            "model_name_or_path: this .gguf model keeps its weights quantized (GGUF kernels are installed), "
+            "and transformers cannot train those; load it without the `kernels` package, or from a folder"
+        )
+    quantizer.remove_quantization_config(model)
 
 
 def get_kbit_device_map() -> dict | None:
