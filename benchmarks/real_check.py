@@ -163,7 +163,8 @@ def answer_one(out: Path, model: Path, answer: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "medrecipes.cli", *args], cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"real check: generate failed:\n{result.stderr[-2000:]}")
-    reply = {"model": str(model), "question": row["question"], "gold": row["answer"], "reply": result.stdout.strip()}
+    # The question is not kept: MedQA's text stays in ../shared/data, out of the report.
+    reply = {"model": str(model), "question_id": row["id"], "gold": row["answer"], "reply": result.stdout.strip()}
     answer.write_text(json.dumps(reply, indent=1) + "\n")
 
 
