@@ -94,22 +94,23 @@ def first_bad_line(path: str) -> str | None:
     if suffix == ".csv":
         return _first_ragged_row(path)
     with open(path, encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
-    if text.lstrip().startswith("["):  # one JSON document: where it breaks
-        try:
-            json.loads(text)
-            return None
-        except json.JSONDecodeError as err:
-            return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as err:
-            return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
-        if not isinstance(value, dict):
-            return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
+        if handle.read(4096).lstrip().startswith("["):  # one JSON document: where it breaks
+            handle.seek(0)
+            try:
+                json.load(handle)
+                return None
+            except json.JSONDecodeError as err:
+                return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
+        handle.seek(0)
+        for number, line in enumerate(handle, 1):  # line by line: a corpus may not fit in memory
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as err:
+                return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
+            if not isinstance(value, dict):
+                return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
     return None
 
 
