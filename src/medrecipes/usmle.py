@@ -305,11 +305,11 @@ def _csv_header(path: Path, fmt: str) -> bool:
     return path.suffix == ".csv" and fmt != "mmlu" and _csv_has_header(path)
 
 
-def _read_file(path: Path, fmt: str) -> Dataset:
+def _read_file(path: Path, header: bool) -> Dataset:
     if path.suffix == ".parquet":
         return load_dataset("parquet", data_files=str(path), split="train")
     if path.suffix == ".csv":
-        if _csv_header(path, fmt):
+        if header:
             return load_dataset("csv", data_files=str(path), split="train")
         # MMLU CSVs have no header; read every cell as text so "0.50" or "None" survive.
         return load_dataset(
@@ -382,12 +382,13 @@ def _load_path(path: Path, fmt: str, split: str | None, answered: bool) -> Datas
     parts = []
     for file in files:
         check_text_file(str(file))
+        header = _csv_header(file, fmt)
         try:
-            raw = _read_file(file, fmt)
+            raw = _read_file(file, header)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
             raise unreadable(str(file), err, [str(file)]) from None
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
-        parts.append(_normalise(raw, fmt, str(file), file.stem, subject, _csv_header(file, fmt), answered))
+        parts.append(_normalise(raw, fmt, str(file), file.stem, subject, header, answered))
     ds = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     return _slice(ds, split, str(path)) if split and "[" in split else ds
 

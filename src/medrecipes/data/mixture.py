@@ -78,11 +78,15 @@ def build_mixture(
     source order here: `medrecipes.data.stream.TokenStream` shuffles its packed blocks.
     """
     with bad_lines_named(files_of(mixture.sources)):  # a stream is read here to find its columns
-        sets = [
-            load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
-            for i, source in enumerate(mixture.sources)
-        ]
-        probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
+        return _mixed(mixture, render, subjects, tokenizer, tag_sources)
+
+
+def _mixed(mixture: MixtureConfig, render, subjects, tokenizer, tag_sources: bool):
+    sets = [
+        load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
+        for i, source in enumerate(mixture.sources)
+    ]
+    probabilities, lengths = document_probabilities(mixture, sets, tokenizer)
     if lengths:
         for name, length, p in zip(source_names(mixture), lengths, probabilities, strict=True):
             logger.info("source %s: %.1f tokens per document; drawn with probability %.4f", name, length, p)
@@ -90,10 +94,9 @@ def build_mixture(
         # A tagged stream is a pretraining stream, whose blocks TokenStream shuffles with a
         # position it can restore; datasets' own shuffle buffer is lost on resume.
         return sets[0] if mixture.streaming and tag_sources else sets[0].shuffle(seed=mixture.seed)
-    with bad_lines_named(files_of(mixture.sources)):
-        return datasets.interleave_datasets(
-            sets,
-            probabilities=probabilities,
-            seed=mixture.seed,
-            stopping_strategy=mixture.stopping_strategy,
-        )
+    return datasets.interleave_datasets(
+        sets,
+        probabilities=probabilities,
+        seed=mixture.seed,
+        stopping_strategy=mixture.stopping_strategy,
+    )

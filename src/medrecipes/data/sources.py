@@ -116,7 +116,7 @@ def load_documents(source: SourceConfig, streaming: bool):
             storage_options=source.storage_options,
         )
     except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError) as err:  # a file it cannot parse
-        raise unreadable(named(source), err, sorted(local_files(source))) from None
+        raise unreadable(named(source), err, files_of([source])) from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
@@ -221,7 +221,7 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
 def row_of(source: SourceConfig, index: int) -> str:
     """A record of a source, counted from 0, as messages name it: its file and line where the
     records are lines, else the source and the record's number from 1."""
-    return row_in_files(sorted(local_files(source)), index, name=named(source))
+    return row_in_files(files_of([source]), index, name=named(source))
 
 
 def files_of(sources: Iterable[SourceConfig]) -> list[str]:
