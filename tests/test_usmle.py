@@ -479,6 +479,20 @@ READS = [
     ("start ace-inhibitor.", "ABCD", OPTIONS, "C"),
     ("The best next step is to Start ACE inhibitor therapy today", "ABCD", OPTIONS, "C"),
     ("Maybe", "ABC", {"A": "yes", "B": "no", "C": "maybe"}, "C"),
+    ("Option C", "ABCD", None, "C"),
+    ("option (c)", "ABCD", None, "C"),
+    ("Choice B.", "ABCD", None, "B"),
+    ("The answer is option C", "ABCD", None, "C"),
+    ("Answer: choice B", "ABCD", None, "B"),
+    ("Answer - C", "ABCD", None, "C"),
+    ("Final answer \u2014 option D", "ABCD", None, "D"),
+    ("B is correct.", "ABCD", None, "B"),
+    ("Option (b) is the right answer; A is wrong.", "ABCD", None, "B"),
+    ("C. Start ACE inhibitor", "ABCD", OPTIONS, "C"),
+    ("The answer is (C) Start ACE inhibitor.", "ABCD", OPTIONS, "C"),
+    ("C. Start ACE inhibitor because the pressure is high", "ABCD", OPTIONS, "C"),
+    ("C. Start ACE inhibitor\nIt lowers the pressure and protects the kidney.", "ABCD", OPTIONS, "C"),
+    ("A. Start aspirin\nB. Start statin\nC. Start ACE inhibitor\n\nThe correct answer is:\nC", "ABCD", OPTIONS, "C"),
 ]
 NONES = [
     ("A 45-year-old man presents with chest pain.", "ABCD", None),
@@ -503,6 +517,19 @@ NONES = [
     ("It's a classic presentation of sarcoidosis.", "ABCD", None),
     ("Start ACE inhibitor", "ABCD", None),
     ("Either Start aspirin or Start statin", "ABCD", OPTIONS),
+    ("B is incorrect.", "ABCD", None),
+    ("Answer B is not right.", "ABCD", None),
+    # a letter and the text of another option: which one is meant cannot be told
+    ("C. Start aspirin", "ABCD", OPTIONS),
+    ("The correct answer is (B) Observe.", "ABCD", OPTIONS),
+    ("Final Answer: D. Start ACE inhibitor", "ABCD", OPTIONS),
+    # options discussed by letter, or more than one option's text: no answer named
+    ("Option A: Start aspirin helps some. Option B: the statin", "ABCD", OPTIONS),
+    ("Start ACE inhibitor, not Start aspirin", "ABCD", OPTIONS),
+    # the options repeated as a list
+    ("A. Start aspirin\nB. Start statin\nC. Start ACE inhibitor\nD. Observe", "ABCD", OPTIONS),
+    ("A. is wrong.\nB. is wrong.\nC. fits.", "ABCD", None),
+    ("The correct answer is:\nA. Start aspirin\nB. Start statin\nC. Start ACE inhibitor", "ABCD", OPTIONS),
 ]
 
 
@@ -558,6 +585,10 @@ def test_real_medqa_extraction(medqa4):
         assert extract_answer(sft_target(row), letters) == letter
         assert extract_answer(sft_target(row, chain_of_thought=True), letters) == letter
         assert extract_answer(f"{letter}. {option_map(row)[letter]}", letters) == letter
+        assert extract_answer(f"{letter}. {option_map(row)[letter]}", letters, row["options"]) == letter
+        other = next(k for k in letters if k != letter)
+        if usmle._normalise_text(option_map(row)[other]) != usmle._normalise_text(option_map(row)[letter]):
+            assert extract_answer(f"{letter}. {option_map(row)[other]}", letters, row["options"]) is None
         assert extract_answer(completion_prompt(row), letters) is None
         if row["question"].startswith("A "):
             opening_with_article += 1
