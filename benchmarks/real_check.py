@@ -23,10 +23,22 @@ last checkpoint):
              model, then `merge-lora`
   eval-grpo
   generate   `medrecipes generate` answering one held-out question with the final model
+  grpo-resume  the GRPO recipe for 4 steps straight, and again killed with SIGKILL after its
+             checkpoint-2 and started again: same losses, rewards and weights?
+  push       the SFT recipe for 2 steps with push_to_hub, against the local stand-in for the
+             Hub (tests/hub_standin.py): the files pushed, the model card's data table
+  serve      `medrecipes serve` on the final model, asked the same question over HTTP
+             (/v1/chat/completions), then stopped
+  eval-cot   the base model asked to reason first (--chain_of_thought) on the first 80
+             held-out questions: long replies, for the answer-extraction study
+  extraction benchmarks/answer_extraction.py on the replies of every generate evaluation
+             (benchmarks/results/answer_extraction.json and .md); run every time
 
 The report (benchmarks/results/real_check.json and .md) gives, for every stage and mode, the
 accuracy, the unparseable rate and the letter distribution with 95% Wilson intervals, the
-issue's targets as met or not, and each stage's wall time.
+issue's targets as met or not, and each stage's wall time. Generated replies are scored again
+with the current answer extractor each time the report is written, so a change to the
+extractor shows in it without generating again.
 """
 
 import argparse
@@ -140,14 +152,14 @@ def decontaminate(out: Path, report: Path) -> None:
     report.write_text(json.dumps(found, indent=1) + "\n")
 
 
-def evaluate(out: Path, model: Path, stage: str) -> float:
+def evaluate(out: Path, model: Path, stage: str, *extra: str, modes: tuple[str, ...] = MODES) -> float:
     seconds = 0.0
-    for mode in MODES:
+    for mode in modes:
         result = out / "eval" / f"{stage}-{mode}.json"
         if not result.exists():
             seconds += medrecipes(
                 "eval", "--model", str(model), "--data", str(out / "data" / "medqa_held_out.jsonl"),
-                "--mode", mode, "--output", str(result), "--batch_size", "8",
+                "--mode", mode, "--output", str(result), "--batch_size", "8", *extra,
             )  # fmt: skip
     return seconds
 
@@ -168,16 +180,154 @@ def answer_one(out: Path, model: Path, answer: Path) -> None:
     answer.write_text(json.dumps(reply, indent=1) + "\n")
 
 
+def serve_one(out: Path, model: Path, answer: Path) -> None:
+    """`medrecipes serve` started on the final model, asked the first held-out question through
+    its OpenAI-compatible /v1/chat/completions, as any client would, then stopped."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from medrecipes.usmle import chat_messages, extract_answer, letters_for, load_mcq, option_map
+
+    row = load_mcq(str(out / "data" / "medqa_held_out.jsonl"))[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "medrecipes.cli", "serve", str(model), "--port", str(port)])
+    body = {"model": str(model), "messages": chat_messages(row), "max_tokens": 16, "temperature": 0}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    started, reply = time.perf_counter(), None
+    try:
+        while reply is None:
+            if server.poll() is not None:
+                sys.exit(f"real check: `medrecipes serve` exited with code {server.returncode}")
+            if time.perf_counter() - started > 600:
+                sys.exit("real check: `medrecipes serve` did not answer in 10 minutes")
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    reply = json.loads(response.read())
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(1)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    text = reply["choices"][0]["message"]["content"]
+    answer.write_text(json.dumps({
+        "model": str(model), "question_id": row["id"], "gold": row["answer"], "reply": text,
+        "letter": extract_answer(text, letters_for(row), list(option_map(row).values())),
+        "seconds_to_first_answer": round(time.perf_counter() - started, 1),
+    }, indent=1) + "\n")  # fmt: skip
+
+
+def grpo_resume(out: Path, report: Path) -> None:
+    """The GRPO recipe on the real model, 4 steps with a checkpoint every 2, run straight and run
+    again killed with SIGKILL once checkpoint-2 is written (in step 3: sampling, rewards and
+    the update), then started again: the resumed run must end with the straight run's losses,
+    rewards and adapter weights, bit for bit."""
+    import shutil
+    import signal
+
+    import torch
+    from safetensors.torch import load_file
+
+    runs = out / "grpo-resume"
+    straight, killed = runs / "straight", runs / "killed"
+
+    def command(folder: Path) -> list[str]:
+        return [
+            sys.executable, "recipes/grpo.py", RECIPES["grpo"], "--output_dir", str(folder),
+            "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1",
+        ]  # fmt: skip
+
+    if not (straight / "final").exists():
+        run(*command(straight))
+    shutil.rmtree(killed, ignore_errors=True)  # a kill of this stage itself starts it over
+    print("$", " ".join(command(killed)), "# killed once checkpoint-2 is written", flush=True)
+    proc = subprocess.Popen(command(killed), cwd=ROOT)
+    while not (killed / "checkpoint-2").exists():
+        if proc.poll() is not None:
+            sys.exit(f"real check: the GRPO run ended (code {proc.returncode}) before checkpoint-2")
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = sorted(p.name for p in killed.glob("checkpoint-*"))
+    resumed = subprocess.run(command(killed), cwd=ROOT, capture_output=True, text=True)
+    if resumed.returncode != 0:
+        sys.exit(f"real check: the resumed GRPO run failed:\n{resumed.stderr[-2000:]}")
+
+    def logged(folder: Path, key: str) -> dict:
+        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+        return {e["step"]: e[key] for e in history if key in e}
+
+    a = load_file(straight / "final" / "adapter_model.safetensors")
+    b = load_file(killed / "final" / "adapter_model.safetensors")
+    report.write_text(json.dumps({
+        "killed": f"SIGKILL once {killed / 'checkpoint-2'} was written",
+        "resumed_from_checkpoint_2": f"resuming from {killed / 'checkpoint-2'}" in resumed.stdout + resumed.stderr,
+        "checkpoints_left_by_the_kill": left,
+        "same_losses": logged(straight, "loss") == logged(killed, "loss"),
+        "same_rewards": logged(straight, "reward") == logged(killed, "reward"),
+        "same_adapter_weights": a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a),
+        "steps_logged": sorted(logged(killed, "loss")),
+    }, indent=1) + "\n")  # fmt: skip
+
+
+HUB_REPO = "medrecipes/smollm2-135m-medmcqa-sft"
+
+
+def push(out: Path, report: Path) -> None:
+    """The SFT recipe for 2 steps with push_to_hub, against the project's local stand-in for the
+    Hub's HTTP API (tests/hub_standin.py; nothing here reaches the network): what was pushed,
+    and the model card's record of the data."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from hub_standin import HubStandIn
+
+    folder = out / "push-run"
+    args = ["--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "no", "--logging_steps", "1"]
+    args += ["--push_to_hub", "true", "--hub_model_id", HUB_REPO, "--hub_token", "hf_local_stand_in"]
+    with HubStandIn() as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        print("$ HF_ENDPOINT=<local stand-in>", sys.executable, "recipes/sft.py", RECIPES["sft"], *args, flush=True)
+        result = subprocess.run([sys.executable, "recipes/sft.py", RECIPES["sft"], *args], cwd=ROOT, env=env)
+    if result.returncode != 0:
+        sys.exit(f"real check: the SFT run with push_to_hub failed with exit code {result.returncode}")
+    pushed = hub.repos[HUB_REPO]["main"]
+    card = pushed["README.md"].decode()
+    (out / "push-card.md").write_text(card)
+    data = str(out / "data" / "medmcqa_sft.jsonl")
+    report.write_text(json.dumps({
+        "repo": HUB_REPO,
+        "files": sorted(pushed),
+        "card_names_the_data_file": data in card,
+        "card_data_rows": [line for line in card.splitlines() if data in line and line.startswith("|")],
+        "card_names_the_base_model": str(out / "base") in card,
+        "card": str(out / "push-card.md"),
+    }, indent=1) + "\n")  # fmt: skip
+
+
 def wilson(k: int, n: int) -> list[float]:
     from medrecipes.evaluation import wilson_interval
 
     return list(wilson_interval(k, n))
 
 
-def summary(path: Path) -> dict:
-    """Accuracy, unparseable rate and the predicted and gold letter distributions of one eval."""
+def summary(path: Path, questions: dict) -> dict:
+    """Accuracy, unparseable rate and the predicted and gold letter distributions of one eval;
+    generated replies read again by the current extractor (`questions`: rows by id)."""
+    from medrecipes.usmle import extract_answer, letters_for, option_map
+
     task = next(iter(json.loads(path.read_text())["tasks"].values()))
     predictions, n = task["predictions"], task["n"]
+    if task["mode"] == "generate":
+        for p in predictions:
+            row = questions[str(p["id"])]
+            p["predicted"] = extract_answer(p["completion"], letters_for(row), list(option_map(row).values()))
+        correct = sum(p["predicted"] == p["answer"] for p in predictions)
+        task["accuracy"], task["ci95"] = correct / n, wilson(correct, n)
     predicted = Counter(p["predicted"] for p in predictions)
     gold = Counter(p["answer"] for p in predictions)
     unparseable = predicted.pop(None, 0)
@@ -260,7 +410,22 @@ def markdown(report: dict) -> str:
     ]
     reply = report["generate"]
     lines += [
-        f"`medrecipes generate` with the final model, first held-out question (gold {reply['gold']}): {reply['reply']!r}"
+        f"`medrecipes generate` with the final model, first held-out question (gold {reply['gold']}): {reply['reply']!r}",
+        f"`medrecipes serve` with the final model, the same question through /v1/chat/completions: "
+        f"{report['serve']['reply']!r} (read as {report['serve']['letter']}; first answer "
+        f"{report['serve']['seconds_to_first_answer']} s after start)",
+    ]
+    r = report["grpo_resume"]
+    same = all(r[k] for k in ("resumed_from_checkpoint_2", "same_losses", "same_rewards", "same_adapter_weights"))
+    lines += [
+        f"GRPO killed with SIGKILL after checkpoint-2 of 4 steps and started again: resumed from checkpoint-2 "
+        f"{'yes' if r['resumed_from_checkpoint_2'] else 'NO'}; losses, rewards and adapter weights equal to an "
+        f"uninterrupted run's: {'yes, bit for bit' if same else 'NO: ' + json.dumps(r)}."
+    ]
+    p = report["push"]
+    lines += [
+        f"The SFT recipe with push_to_hub, against the local Hub stand-in: pushed {', '.join(p['files'])} to "
+        f"{p['repo']}; the card's data table: {' '.join(p['card_data_rows']) or 'NO ROW FOR THE DATA FILE'}"
     ]
     lines += ["", "| stage | wall time |", "|---|---:|"]
     lines += [f"| {stage} | {seconds / 60:.1f} min |" for stage, seconds in report["seconds"].items()]
@@ -314,9 +479,27 @@ def main(argv: list[str] | None = None) -> dict:
 
     answer = out / "generate.json"
     stage("generate", answer, lambda: answer_one(out, grpo, answer))
+    resumed = out / "grpo-resume.json"
+    stage("grpo-resume", resumed, lambda: grpo_resume(out, resumed))
+    pushed = out / "push.json"
+    stage("push", pushed, lambda: push(out, pushed))
+    served = out / "serve.json"
+    stage("serve", served, lambda: serve_one(out, grpo, served))
+    cot = ("--chain_of_thought", "--limit", "80", "--max_new_tokens", "160")
+    stage(
+        "eval-cot",
+        out / "eval" / "base-cot-generate.json",
+        lambda: evaluate(out, base, "base-cot", *cot, modes=("generate",)),
+    )
+    generated = sorted(str(p) for p in (out / "eval").glob("*-generate.json"))
+    # every time, in seconds: the study reads the replies with the current extractor
+    run(sys.executable, "benchmarks/answer_extraction.py", *generated, "--questions", str(held_out), "--out", str(out))
 
+    from medrecipes.usmle import load_mcq
+
+    questions = {str(row["id"]): row for row in load_mcq(str(held_out))}
     stages = {
-        stage: {mode: summary(out / "eval" / f"{stage}-{mode}.json") for mode in MODES}
+        stage: {mode: summary(out / "eval" / f"{stage}-{mode}.json", questions) for mode in MODES}
         for stage in ("base", "sft", "grpo")
     }
     report = {
@@ -327,6 +510,9 @@ def main(argv: list[str] | None = None) -> dict:
             name: r["contaminated_documents"] for name, r in json.loads(decontaminated.read_text()).items()
         },
         "generate": json.loads(answer.read_text()),
+        "serve": json.loads(served.read_text()),
+        "grpo_resume": json.loads(resumed.read_text()),
+        "push": json.loads(pushed.read_text()),
         "seconds": seconds,
     }
     RESULTS.mkdir(exist_ok=True)
