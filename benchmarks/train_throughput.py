@@ -28,6 +28,10 @@ no fused loss, no Liger. It runs first: Liger patches model classes for the whol
 
 What is reported, over the steps after the warm-up ones (compilation, allocator growth):
 
+- host reads and callback calls per step: how often the host reads a tensor's value (`.item()`,
+  `.tolist()`, `bool()`, ...: on a GPU each waits for the device to catch up) and calls a
+  callback method that does something; counts, so a test can hold ours to the baseline's;
+
 - tokens/s: real tokens trained (padding not counted) / wall time of those steps, taken with
   `time.perf_counter` after a device synchronisation at the two ends of the window only;
 - MFU: model FLOPs / wall time / the device's dense bf16 peak (`plan.GPUS`, e.g. 989 TFLOP/s for
@@ -250,9 +254,53 @@ def measured(trainer_class, clock: Clock):
     return type(f"Measured{trainer_class.__name__}", (mixin, trainer_class), {"clock": clock})
 
 
-def window_callback(trainer, warmup: int):
+class HostCounter:
+    """Counts, while `active`, the host's reads of tensor values (`.item()`, `.tolist()`,
+    `bool()`, `float()`, `int()`, `.numpy()`, `.cpu()`: each waits for the device on a GPU) and
+    the calls of callback methods a callback class defines itself (the library's no-op defaults
+    are not counted). Counts, not timings: stable on a shared machine."""
+
+    READS = ("item", "tolist", "__bool__", "__float__", "__int__", "numpy", "cpu")
+
+    def __init__(self):
+        self.active, self.reads, self.callbacks = False, 0, 0
+        self._saved = {}
+
+    def __enter__(self):
+        import torch
+        from transformers import TrainerCallback
+        from transformers.trainer_callback import CallbackHandler
+
+        def counted_read(original):
+            def read(tensor, *args, **kwargs):
+                self.reads += self.active
+                return original(tensor, *args, **kwargs)
+
+            return read
+
+        for name in self.READS:
+            self._saved[(torch.Tensor, name)] = getattr(torch.Tensor, name)
+            setattr(torch.Tensor, name, counted_read(getattr(torch.Tensor, name)))
+        call_event = CallbackHandler.call_event
+
+        def counted_event(handler, event, *args, **kwargs):
+            if self.active:
+                default = getattr(TrainerCallback, event, None)
+                self.callbacks += sum(getattr(type(cb), event, default) is not default for cb in handler.callbacks)
+            return call_event(handler, event, *args, **kwargs)
+
+        self._saved[(CallbackHandler, "call_event")] = call_event
+        CallbackHandler.call_event = counted_event
+        return self
+
+    def __exit__(self, *exc):
+        for (owner, name), original in self._saved.items():
+            setattr(owner, name, original)
+
+
+def window_callback(trainer, warmup: int, counter: HostCounter):
     """Marks each step's end; synchronises and reads the wall clock after the warm-up steps and
-    after the last step, the only waits it adds."""
+    after the last step, the only waits it adds; counts host reads and callback calls between."""
     from transformers import TrainerCallback
 
     class Window(TrainerCallback):
@@ -260,7 +308,9 @@ def window_callback(trainer, warmup: int):
             trainer.measured_steps[-1]["end"] = trainer.clock.mark()
             if state.global_step == warmup:
                 trainer.window = [trainer.clock.wall(), None]
+                counter.active = True
             elif state.global_step == state.max_steps:
+                counter.active = False
                 trainer.window[1] = trainer.clock.wall()
 
     return Window()
@@ -271,10 +321,12 @@ def train_measured(trainer, warmup: int) -> dict:
     import torch
 
     trainer.measured_steps, trainer.window = [], None
-    trainer.add_callback(window_callback(trainer, warmup))
+    counter = HostCounter()
+    trainer.add_callback(window_callback(trainer, warmup, counter))
     if trainer.clock.cuda:
         torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    with counter:
+        trainer.train()
     clock, steps = trainer.clock, trainer.measured_steps[warmup:]
     wall = trainer.window[1] - trainer.window[0]
     counts = torch.stack([t for s in steps for t in s["tokens"]]).sum(0).tolist()
@@ -296,6 +348,10 @@ def train_measured(trainer, warmup: int) -> dict:
             "forward_backward": mean(fwd_bwd),
             "optimizer": mean([clock.seconds(s["fwd_bwd"][-1][1], s["end"]) for s in steps]),
         },
+        # the window counts the on_step_end of each measured step (the first one after its
+        # opening step's), so the counts per step are over the same steps as the timings
+        "host_reads_per_step": counter.reads / per_step,
+        "callback_calls_per_step": counter.callbacks / per_step,
         "peak_mem_gb": (
             torch.cuda.max_memory_allocated() / 2**30
             if clock.cuda

@@ -31,9 +31,16 @@ def bench(*args):
     return run_ok(PYTHON, "benchmarks/train_throughput.py", *args, "--device", "cpu", timeout=600)
 
 
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny-results")
+    bench(*TINY, "--out", out)
+    return out
+
+
 @pytest.mark.slow
-def test_every_case_runs_against_its_baseline_and_writes_results(tmp_path):
-    bench(*TINY, "--out", tmp_path)
+def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
+    tmp_path = tiny_results
     for case in TINY:
         result = json.loads((tmp_path / f"{case}-cpu.json").read_text())
         assert set(KEYS) <= set(result)
@@ -57,6 +64,23 @@ def test_every_case_runs_against_its_baseline_and_writes_results(tmp_path):
     assert cpt["ours"]["settings"]["fused_lm_head"] and not cpt["baseline"]["settings"]["fused_lm_head"]
     grpo = json.loads((tmp_path / "grpo_tiny-cpu.json").read_text())["grpo"]
     assert grpo["generated_tokens"] > 0 and grpo["generation_s"] > 0 and grpo["training_s"] > 0
+
+
+# The callbacks ours adds that act at every step, each a few Python comparisons: the NaN guard's
+# decision and the preemption handler's check for a signal.
+OUR_STEP_CALLBACKS = 2
+
+
+@pytest.mark.slow
+def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results):
+    """Per optimizer step, ours reads tensor values on the host (a wait for the GPU each) no more
+    often than the plain trainer, and calls no more callback methods than it plus ours. Counts,
+    not timings: the same on any machine."""
+    for case in TINY:
+        result = json.loads((tiny_results / f"{case}-cpu.json").read_text())
+        ours, baseline = result["ours"], result["baseline"]
+        assert ours["host_reads_per_step"] <= baseline["host_reads_per_step"], case
+        assert ours["callback_calls_per_step"] <= baseline["callback_calls_per_step"] + OUR_STEP_CALLBACKS, case
 
 
 @pytest.mark.slow
