@@ -28,6 +28,9 @@ no fused loss, no Liger. It runs first: Liger patches model classes for the whol
 
 What is reported, over the steps after the warm-up ones (compilation, allocator growth):
 
+- windows: tokens/s over each `window_steps` steps of the measured ones (a case key; one
+  window when absent), and ours over the baseline window by window (`window_ratios`: the
+  median and range), since a shared machine's speed drifts within a run;
 - host reads and callback calls per step: how often the host reads a tensor's value (`.item()`,
   `.tolist()`, `bool()`, ...: on a GPU each waits for the device to catch up) and calls a
   callback method that does something; counts, so a test can hold ours to the baseline's;
@@ -298,37 +301,47 @@ class HostCounter:
             setattr(owner, name, original)
 
 
-def window_callback(trainer, warmup: int, counter: HostCounter):
+def window_callback(trainer, warmup: int, window_steps: int, counter: HostCounter):
     """Marks each step's end; synchronises and reads the wall clock after the warm-up steps and
-    after the last step, the only waits it adds; counts host reads and callback calls between."""
+    then every `window_steps` steps and after the last, the only waits it adds; counts host
+    reads and callback calls after the warm-up."""
     from transformers import TrainerCallback
 
     class Window(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             trainer.measured_steps[-1]["end"] = trainer.clock.mark()
-            if state.global_step == warmup:
-                trainer.window = [trainer.clock.wall(), None]
+            step = state.global_step
+            if step == warmup:
                 counter.active = True
-            elif state.global_step == state.max_steps:
+            if step == state.max_steps:
                 counter.active = False
-                trainer.window[1] = trainer.clock.wall()
+            if step >= warmup and ((step - warmup) % window_steps == 0 or step == state.max_steps):
+                trainer.window_marks.append((step, trainer.clock.wall()))
 
     return Window()
 
 
-def train_measured(trainer, warmup: int) -> dict:
-    """Train, then read every mark: the figures of the steps after the warm-up."""
+def train_measured(trainer, warmup: int, window_steps: int | None = None) -> dict:
+    """Train, then read every mark: the figures of the steps after the warm-up, as a whole and
+    in windows of `window_steps` steps (one window when None)."""
     import torch
 
-    trainer.measured_steps, trainer.window = [], None
+    trainer.measured_steps, trainer.window_marks = [], []
     counter = HostCounter()
-    trainer.add_callback(window_callback(trainer, warmup, counter))
+    window_steps = window_steps or trainer.args.max_steps
+    trainer.add_callback(window_callback(trainer, warmup, window_steps, counter))
     if trainer.clock.cuda:
         torch.cuda.reset_peak_memory_stats()
     with counter:
         trainer.train()
     clock, steps = trainer.clock, trainer.measured_steps[warmup:]
-    wall = trainer.window[1] - trainer.window[0]
+    marks = trainer.window_marks
+    wall = marks[-1][1] - marks[0][1]
+    step_tokens = [torch.stack(s["tokens"]).sum(0)[0].item() for s in trainer.measured_steps]
+    windows = [
+        {"steps": b - a, "tokens_per_s": sum(step_tokens[a:b]) / (end - start)}
+        for (a, start), (b, end) in zip(marks, marks[1:], strict=False)
+    ]
     counts = torch.stack([t for s in steps for t in s["tokens"]]).sum(0).tolist()
     per_step = len(steps)
 
@@ -341,6 +354,7 @@ def train_measured(trainer, warmup: int) -> dict:
         "wall_s": wall,
         "tokens": counts[0],
         "tokens_per_s": counts[0] / wall,
+        "windows": windows,
         "mean_sequence_length": counts[1] / counts[0],
         "step_s": wall / per_step,
         "split_s": {
@@ -615,7 +629,8 @@ class Bench:
             getattr(args, "activation_checkpointing", False) or getattr(args, "gradient_checkpointing", False)
         )
         found["attention"] = model.config._attn_implementation
-        found["fused_lm_head"] = getattr(args, "fused_lm_head", self.method != "cpt")
+        # as the CPT trainer resolved it; TRL's SFT and GRPO trainers always use the chunked head
+        found["fused_lm_head"] = getattr(trainer, "fused_lm_head", self.method != "cpt")
         if self.method == "sft":
             found["packing"] = args.packing
         found["per_device_train_batch_size"] = args.per_device_train_batch_size
@@ -629,8 +644,9 @@ class Bench:
         recipe, args, model_args = self.parse({})
         cuda = self.device == "cuda"
         changes = []
-        if self.method == "cpt":
-            changes.append({"fused_lm_head": not args.fused_lm_head})
+        if self.method == "cpt":  # its default (None) is on where a GPU trains
+            fused = cuda if args.fused_lm_head is None else args.fused_lm_head
+            changes.append({"fused_lm_head": not fused})
         if self.method == "sft":
             changes.append({"packing": not args.packing})
         if cuda and importlib.util.find_spec("liger_kernel") is not None:
@@ -678,7 +694,7 @@ def run_one(build, bench: Bench, label: str) -> dict:
     trainer = None
     try:
         trainer = build()
-        record = train_measured(trainer, bench.case["warmup_steps"])
+        record = train_measured(trainer, bench.case["warmup_steps"], bench.case.get("window_steps"))
         record["settings"] = bench.settings(trainer)
         add_mfu(record, bench.shape, bench.trains_base, bench.peak_tflops)
     except Exception as err:  # one failed run must not lose the figures of the others
@@ -690,6 +706,18 @@ def run_one(build, bench: Bench, label: str) -> dict:
         trainer = None
     print(f"[{bench.case['name']}] {label}: {summary_line(record)}", flush=True)
     return record
+
+
+def window_ratios(ours: dict, baseline: dict) -> dict | None:
+    """Ours over the baseline window by window: the same steps of the same data in each run, so
+    a window's ratio pairs like with like; their median and range."""
+    pairs = list(zip(ours.get("windows", []), baseline.get("windows", []), strict=False))
+    if not pairs:
+        return None
+    ratios = sorted(a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs)
+    middle = len(ratios) // 2
+    median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    return {"median": median, "min": ratios[0], "max": ratios[-1], "windows": len(ratios)}
 
 
 def summary_line(record: dict) -> str:
@@ -784,6 +812,7 @@ def bench_case(name: str, options) -> dict:
             if "tokens_per_s" in ours and "tokens_per_s" in baseline
             else None
         ),
+        "window_ratios": window_ratios(ours, baseline),
         "command": shlex.join(["python", *sys.argv]),
         "versions": versions(),
         "peak_tflops": bench.peak_tflops,
@@ -808,6 +837,9 @@ def bench_case(name: str, options) -> dict:
     path = out / f"{case['name']}-{re.sub(r'[^a-z0-9]+', '-', result['device'].lower()).strip('-')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     ratio = f"{result['ratio']:.2f}x the baseline" if result["ratio"] else "no ratio"
+    if result["window_ratios"] and result["window_ratios"]["windows"] > 1:
+        w = result["window_ratios"]
+        ratio += f" (median of {w['windows']} windows {w['median']:.2f}x, {w['min']:.2f}-{w['max']:.2f})"
     print(
         f"[{case['name']}] ours/baseline: {ratio}; wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
     )

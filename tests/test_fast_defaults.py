@@ -59,7 +59,7 @@ def cpt_trainer(tiny_model, tmp_path, *overrides, dtype=torch.float32):
 def test_recipe_defaults_are_the_fast_ones(tmp_path):
     _, cpt, _ = parse_recipe("cpt", ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--use_cpu", "true"])
     _, sft, _ = parse_recipe("sft", ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--use_cpu", "true"])
-    assert cpt.fused_lm_head and not cpt.logging_nan_inf_filter
+    assert cpt.fused_lm_head is None and not cpt.logging_nan_inf_filter  # on where a GPU trains
     assert cpt.use_liger_kernel is False  # Liger needs a GPU
     assert sft.packing and sft.packing_strategy == "bfd" and not sft.logging_nan_inf_filter
     assert cpt.report_to == sft.report_to == ["tensorboard"]  # the default, also for a recipe without the key
@@ -67,7 +67,18 @@ def test_recipe_defaults_are_the_fast_ones(tmp_path):
         "cpt",
         ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--use_cpu", "true", "--fused_lm_head", "false"],
     )
-    assert not off.fused_lm_head
+    assert off.fused_lm_head is False
+
+
+def test_chunked_lm_head_is_on_where_a_gpu_trains(tiny_model, tmp_path):
+    from types import SimpleNamespace
+
+    from medrecipes.trainer import fused_lm_head_on
+
+    assert cpt_trainer(tiny_model, tmp_path / "auto", "--use_cpu", "true").fused_lm_head is False
+    assert cpt_trainer(tiny_model, tmp_path / "on", "--use_cpu", "true", "--fused_lm_head", "true").fused_lm_head
+    assert fused_lm_head_on(SimpleNamespace(fused_lm_head=None, device=torch.device("cuda")))
+    assert not fused_lm_head_on(SimpleNamespace(fused_lm_head=False, device=torch.device("cuda")))
 
 
 @pytest.mark.parametrize("device,dtype", [ON_CPU, *ON_GPU])

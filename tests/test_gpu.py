@@ -13,6 +13,8 @@ import pytest
 import torch
 from conftest import NO_EVAL, log_history, run_recipe
 
+from medrecipes.trainer import fused_lm_head_on
+
 pytestmark = pytest.mark.gpu
 
 ON_GPU = ("--use_cpu", "false", "--report_to", "none")
@@ -39,7 +41,7 @@ def test_cpt_trains_with_the_gpu_defaults(tiny_model, tmp_path):
         *("--eval_tasks", "usmle", "--eval_tasks_limit", "8"),
     )
     args = run_arguments(tmp_path)
-    assert args.bf16 and args.tf32 and args.fused_lm_head and args.optim == "adamw_torch_fused"
+    assert args.bf16 and args.tf32 and fused_lm_head_on(args) and args.optim == "adamw_torch_fused"
     assert args.use_liger_kernel == LIGER
     logs = training_logs(tmp_path)
     assert logs and all(math.isfinite(e["loss"]) and 0 < e["mfu"] < 1 for e in logs)

@@ -24,7 +24,8 @@ KEYS = (
 )
 
 
-GPU_CASES = sorted(p.stem for p in (ROOT / "benchmarks" / "configs").glob("*.json") if not p.stem.endswith("_tiny"))
+# The cases measured on a GPU, and those at a real small model's size (SmolLM2-135M) for a CPU.
+SIZED_CASES = sorted(p.stem for p in (ROOT / "benchmarks" / "configs").glob("*.json") if not p.stem.endswith("_tiny"))
 
 
 def bench(*args):
@@ -61,7 +62,10 @@ def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
     assert sft["ours"]["settings"]["packing"] is True and sft["baseline"]["settings"]["packing"] is False
     assert sft["ours"]["tokens"] == pytest.approx(sft["baseline"]["tokens"], rel=0.25)
     cpt = json.loads((tmp_path / "cpt_tiny-cpu.json").read_text())
-    assert cpt["ours"]["settings"]["fused_lm_head"] and not cpt["baseline"]["settings"]["fused_lm_head"]
+    assert not cpt["ours"]["settings"][
+        "fused_lm_head"
+    ]  # on a CPU the chunked head costs time and saves nothing needed
+    assert not cpt["baseline"]["settings"]["fused_lm_head"]
     grpo = json.loads((tmp_path / "grpo_tiny-cpu.json").read_text())["grpo"]
     assert grpo["generated_tokens"] > 0 and grpo["generation_s"] > 0 and grpo["training_s"] > 0
 
@@ -90,7 +94,7 @@ def test_ablation_switches_each_speed_setting(tmp_path):
     assert result["baseline"] is None and result["ratio"] is None
     changes = {key: value for run in result["ablation"] for key, value in run["changes"].items()}
     assert changes == {
-        "fused_lm_head": False,
+        "fused_lm_head": True,
         "activation_checkpointing": True,
         "logging_nan_inf_filter": True,
         "optim": "adamw_torch",
@@ -122,9 +126,9 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
 
 
-@pytest.mark.parametrize("name", GPU_CASES)
-def test_every_gpu_case_sets_up_on_a_cpu(name, tmp_path):
-    """What a GPU session would otherwise find first: each case's recipe, keys and architecture
+@pytest.mark.parametrize("name", SIZED_CASES)
+def test_every_sized_case_sets_up_on_a_cpu(name, tmp_path):
+    """What a long session would otherwise find first: each case's recipe, keys and architecture
     parse, its data is made and its model counted (on the meta device), every ablation's change
     parses, and the baseline's keys are the plain trainer's."""
     spec = importlib.util.spec_from_file_location("train_throughput", ROOT / "benchmarks" / "train_throughput.py")
@@ -135,7 +139,7 @@ def test_every_gpu_case_sets_up_on_a_cpu(name, tmp_path):
 
     case = throughput.load_case(name)
     bench = throughput.Bench(case, "cpu", str(tmp_path))
-    assert bench.shape.num_parameters > 3e8 and len(bench.data) > 0
+    assert bench.shape.num_parameters > (1.3e8 if name.endswith("_cpu") else 3e8) and len(bench.data) > 0
     for change in bench.knobs():
         bench.parse(change)
     plain = {"cpt": TrainingArguments, "sft": SFTConfig, "grpo": GRPOConfig}[case["method"]]

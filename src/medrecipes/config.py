@@ -259,18 +259,22 @@ class DeviceDefaults:
 class CPTConfig(DeviceDefaults, TrainingArguments):
     """HF TrainingArguments with the block length of packed pretraining data and CPT defaults.
 
-    The loss goes through TRL's chunked LM head (`fused_lm_head`), so the (batch, length,
-    vocabulary) logits are never held: at 8,192 tokens and Gemma 3's 262k vocabulary they
-    would take ~21 GiB per sequence. Liger's kernels (`use_liger_kernel`) default to on where
-    liger-kernel is installed and a GPU trains; their own fused cross-entropy is then left
-    out, since it replaces the forward that carries the chunked head.
+    On a GPU the loss goes through TRL's chunked LM head (`fused_lm_head`), so the (batch,
+    length, vocabulary) logits are never held: at 8,192 tokens and Gemma 3's 262k vocabulary
+    they would take ~21 GiB per sequence. On a CPU, where memory is not what limits a run, the
+    tiles cost time (a quarter of each step at SmolLM2-135M's size, docs/benchmarks.md), so the
+    default (None) is on where a GPU trains and off on a CPU; true or false is kept as written.
+    Liger's kernels (`use_liger_kernel`) default to on where liger-kernel is installed and a GPU
+    trains; their own fused cross-entropy is then left out, since it replaces the forward that
+    carries the chunked head.
     """
 
     max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    fused_lm_head: bool = field(
-        default=True, metadata={"help": "Loss through TRL's chunked LM head, without the full logits."}
+    fused_lm_head: bool | None = field(
+        default=None,
+        metadata={"help": "Loss through TRL's chunked LM head, without the full logits (default: on a GPU)."},
     )
     use_liger_kernel: bool | None = field(
         default=None, metadata={"help": "Liger's Triton kernels (default: on a GPU when liger-kernel is installed)."}
@@ -283,7 +287,7 @@ class CPTConfig(DeviceDefaults, TrainingArguments):
             self.use_liger_kernel = (
                 not self.use_cpu and torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
             )
-        if self.use_liger_kernel and self.fused_lm_head:
+        if self.use_liger_kernel and self.fused_lm_head is not False:  # Liger trains on a GPU: the head is on
             self.liger_kernel_config = {**(self.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
         super().__post_init__()
 

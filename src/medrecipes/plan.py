@@ -338,9 +338,10 @@ def memory_per_device(
 
 
 def fused_loss_on(training_args) -> bool:
-    """Whether the loss goes through TRL's chunked LM head: the CPT recipe's `fused_lm_head`;
-    TRL's SFT and GRPO trainers (1.16) always use it and have no such field."""
-    return bool(getattr(training_args, "fused_lm_head", True))
+    """Whether the loss goes through TRL's chunked LM head on the GPUs planned for: the CPT
+    recipe's `fused_lm_head` (its default, None, is on where a GPU trains); TRL's SFT and GRPO
+    trainers (1.16) always use it and have no such field."""
+    return getattr(training_args, "fused_lm_head", True) is not False
 
 
 def checkpointing_on(training_args) -> bool:

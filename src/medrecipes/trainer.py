@@ -481,8 +481,14 @@ class EmbeddingLearningRateMixin:
         return optimizer
 
 
+def fused_lm_head_on(args) -> bool:
+    """`fused_lm_head` as the run takes it: as written, or (None) on where a GPU trains."""
+    fused = getattr(args, "fused_lm_head", False)
+    return args.device.type == "cuda" if fused is None else bool(fused)
+
+
 class FusedLMHeadMixin:
-    """Computes the causal-LM loss through TRL's chunked LM head when `args.fused_lm_head` is on.
+    """Computes the causal-LM loss through TRL's chunked LM head when `fused_lm_head_on`.
 
     The head projects the hidden states onto the vocabulary in tiles and keeps only each
     token's log-probability, so the (batch, length, vocabulary) logits and their fp32 copy are
@@ -494,13 +500,14 @@ class FusedLMHeadMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if getattr(self.args, "fused_lm_head", False):
+        self.fused_lm_head = fused_lm_head_on(self.args)
+        if self.fused_lm_head:
             from trl.trainer.utils import add_fused_lm_head
 
             add_fused_lm_head(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if getattr(self.args, "fused_lm_head", False) and "labels" in inputs:
+        if self.fused_lm_head and "labels" in inputs:
             inputs = {**inputs, "fused_lm_head": True}
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
