@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     items = replies(args.evaluations, args.questions)
     for item in items:
         item["label"] = label(item["reply"], item["options"])
+        item["medrecipes"] = ours(item["reply"], item["options"])
     report = {
         "n": len(items),
         "sources": dict(Counter(item["source"] for item in items)),
@@ -310,11 +311,8 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "extractors": {name: score(items, fn) for name, fn in EXTRACTORS.items()},
     }
-    differ = [
-        {"source": i["source"], "id": i["id"], "label": i["label"], "medrecipes": ours(i["reply"], i["options"]), "reply": i["reply"]}
-        for i in items
-        if ours(i["reply"], i["options"]) != i["label"]
-    ]  # fmt: skip
+    keep = ("source", "id", "label", "medrecipes", "reply")
+    differ = [{k: i[k] for k in keep} for i in items if i["medrecipes"] != i["label"]]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "extraction-disagreements.jsonl").write_text("".join(json.dumps(d) + "\n" for d in differ))
     args.report_dir.mkdir(parents=True, exist_ok=True)
