@@ -95,6 +95,35 @@ def test_loglik_equals_the_hand_computed_log_probability(tiny):
     assert short != pytest.approx(full)
 
 
+class AllPositions(torch.nn.Module):
+    """A model whose forward takes no `logits_to_keep`: it projects every position."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, input_ids, use_cache):
+        return self.model(input_ids=input_ids, use_cache=use_cache)
+
+
+def test_loglik_projects_only_the_positions_it_scores(tiny):
+    model, tokenizer = tiny
+    short = TASKS["medqa_4opt"].context(ROWS[1], [])
+    requests = [(short, " A"), (short, " B"), (short + " and", " Heart failure"), (short * 3, " C")]
+    projected = []
+    hook = model.lm_head.register_forward_hook(lambda module, inputs, output: projected.append(inputs[0].shape[1]))
+    kept = continuation_logliks(model, tokenizer, requests, batch_size=2)
+    hook.remove()
+    # Two batches, longest inputs first, each projecting only the positions that score its rows'
+    # answers (one for a one-token answer, one per token of a longer one), not whole rows: the
+    # three-question row and the multi-token answer, then the row that " A" and " B" share.
+    answer_tokens = len(tokenizer.encode(short + " and Heart failure")) - len(tokenizer.encode(short + " and"))
+    assert answer_tokens > 1 and projected == [1 + answer_tokens, 1]
+    full = continuation_logliks(AllPositions(model), tokenizer, requests, batch_size=2)
+    for (a, greedy_a), (b, greedy_b) in zip(kept, full, strict=True):
+        assert a == pytest.approx(b, abs=1e-5) and greedy_a == greedy_b
+
+
 def test_loglik_report_takes_the_best_answer_and_normalises_by_length(tiny, tmp_path):
     model, tokenizer = tiny
     pubmed = [mcq("p1", "Does aspirin prevent stroke?", ["yes", "no", "maybe"], "A", context="A trial. It worked.")]
