@@ -321,9 +321,32 @@ def window_callback(trainer, warmup: int, window_steps: int, counter: HostCounte
     return Window()
 
 
-def train_measured(trainer, warmup: int, window_steps: int | None = None) -> dict:
+def profiled(cuda: bool):
+    """torch.profiler over a whole run (it slows every operator: timings of a profiled run are
+    not compared with others)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+
+
+def top_operators(profiler, steps: int, count: int = 15) -> list[dict]:
+    """The operators that took the most time of their own, per step of the run (warm-up
+    included): on a GPU the device's time, on a CPU the host's."""
+    events = profiler.key_averages()
+    cuda = any(getattr(e, "self_device_time_total", 0) for e in events)
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    return [
+        {"operator": e.key, "self_ms_per_step": own(e) / 1000 / steps, "calls_per_step": e.count / steps}
+        for e in sorted(events, key=own, reverse=True)[:count]
+    ]
+
+
+def train_measured(trainer, warmup: int, window_steps: int | None = None, profile: bool = False) -> dict:
     """Train, then read every mark: the figures of the steps after the warm-up, as a whole and
-    in windows of `window_steps` steps (one window when None)."""
+    in windows of `window_steps` steps (one window when None); with `profile`, the run's top
+    operators too."""
+    import contextlib
+
     import torch
 
     trainer.measured_steps, trainer.window_marks = [], []
@@ -332,7 +355,8 @@ def train_measured(trainer, warmup: int, window_steps: int | None = None) -> dic
     trainer.add_callback(window_callback(trainer, warmup, window_steps, counter))
     if trainer.clock.cuda:
         torch.cuda.reset_peak_memory_stats()
-    with counter:
+    profiler = profiled(trainer.clock.cuda) if profile else contextlib.nullcontext()
+    with counter, profiler:
         trainer.train()
     clock, steps = trainer.clock, trainer.measured_steps[warmup:]
     marks = trainer.window_marks
@@ -373,6 +397,8 @@ def train_measured(trainer, warmup: int, window_steps: int | None = None) -> dic
         ),
     }
     record["split_s"]["between_steps"] = record["step_s"] - sum(record["split_s"].values())
+    if profile:
+        record["profile"] = top_operators(profiler, trainer.args.max_steps)
     if any(s["generation"] for s in steps):
         generation = [sum(clock.seconds(a, b) for a, b in s["generation"]) for s in steps]
         scoring = [sum(clock.seconds(a, b) for a, b in s["scoring"]) for s in steps]
@@ -439,6 +465,7 @@ class Bench:
         from medrecipes.plan import GPUS, gpu_type
 
         self.case, self.device, self.workdir = case, device, workdir
+        self.profile = False  # --profile: each run under torch.profiler
         self.clock = Clock(device == "cuda")
         vocab = scratch_config(case["architecture"]).vocab_size
         self.tokenizer = vocabulary_tokenizer(vocab)
@@ -694,7 +721,7 @@ def run_one(build, bench: Bench, label: str) -> dict:
     trainer = None
     try:
         trainer = build()
-        record = train_measured(trainer, bench.case["warmup_steps"], bench.case.get("window_steps"))
+        record = train_measured(trainer, bench.case["warmup_steps"], bench.case.get("window_steps"), bench.profile)
         record["settings"] = bench.settings(trainer)
         add_mfu(record, bench.shape, bench.trains_base, bench.peak_tflops)
     except Exception as err:  # one failed run must not lose the figures of the others
@@ -714,10 +741,38 @@ def window_ratios(ours: dict, baseline: dict) -> dict | None:
     pairs = list(zip(ours.get("windows", []), baseline.get("windows", []), strict=False))
     if not pairs:
         return None
-    ratios = sorted(a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs)
-    middle = len(ratios) // 2
-    median = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
-    return {"median": median, "min": ratios[0], "max": ratios[-1], "windows": len(ratios)}
+    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs]
+    return {"median": _median(ratios), "min": min(ratios), "max": max(ratios), "windows": len(ratios)}
+
+
+def _median(values: list[float]) -> float:
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def repeat_ratios(pairs: list[tuple[dict, dict]]) -> dict | None:
+    """Ours over the baseline of each (baseline, ours) pair run back to back, whole runs and
+    window by window across all pairs: each ratio's median and range."""
+    whole, windows = [], []
+    for baseline, ours in pairs:
+        if "tokens_per_s" not in ours or "tokens_per_s" not in baseline:
+            return None
+        whole.append(ours["tokens_per_s"] / baseline["tokens_per_s"])
+        windows += [
+            a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours["windows"], baseline["windows"], strict=False)
+        ]
+    return {
+        "pairs": [
+            {"baseline_tokens_per_s": b["tokens_per_s"], "ours_tokens_per_s": o["tokens_per_s"], "ratio": r}
+            for (b, o), r in zip(pairs, whole, strict=True)
+        ],
+        "median": _median(whole),
+        "min": min(whole),
+        "max": max(whole),
+        "window_median": _median(windows),
+        "window_min": min(windows),
+        "window_max": max(windows),
+    }
 
 
 def summary_line(record: dict) -> str:
@@ -782,6 +837,7 @@ def bench_case(name: str, options) -> dict:
     changes = dict(item.split("=", 1) for item in options.set)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
         bench = Bench(case, device, workdir)
+        bench.profile = options.profile
         if options.plan_only:
             estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
             print(f"[{case['name']}] {bench.shape.num_parameters:,} parameters; plan: {json.dumps(estimate)}")
@@ -797,6 +853,12 @@ def bench_case(name: str, options) -> dict:
         for run_changes, label in runs:
             records[label] = run_one(lambda c=run_changes: bench.ours(c), bench, label)
             records[label]["changes"] = {k: v for k, v in run_changes.items() if k not in changes}
+        # More pairs, baseline then ours each time: a drift of the machine's speed over the
+        # minutes of a case falls on both runs of a pair, and cancels in its ratio.
+        pairs = [(records.get("baseline", {}), records["ours"])]
+        for repeat in range(2, options.repeats + 1 if not options.no_baseline else 2):
+            baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
+            pairs.append((baseline, run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")))
         plan_estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
 
     ours, baseline = records["ours"], records.get("baseline", {})
@@ -813,6 +875,7 @@ def bench_case(name: str, options) -> dict:
             else None
         ),
         "window_ratios": window_ratios(ours, baseline),
+        "repeats": repeat_ratios(pairs) if not options.no_baseline else None,
         "command": shlex.join(["python", *sys.argv]),
         "versions": versions(),
         "peak_tflops": bench.peak_tflops,
@@ -840,6 +903,12 @@ def bench_case(name: str, options) -> dict:
     if result["window_ratios"] and result["window_ratios"]["windows"] > 1:
         w = result["window_ratios"]
         ratio += f" (median of {w['windows']} windows {w['median']:.2f}x, {w['min']:.2f}-{w['max']:.2f})"
+    if result["repeats"] and len(result["repeats"]["pairs"]) > 1:
+        r = result["repeats"]
+        ratio += (
+            f"; {len(r['pairs'])} pairs: median {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}), "
+            f"windows of all pairs {r['window_median']:.2f}x ({r['window_min']:.2f}-{r['window_max']:.2f})"
+        )
     print(
         f"[{case['name']}] ours/baseline: {ratio}; wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
     )
@@ -863,6 +932,12 @@ def main(argv=None):
     parser.add_argument("--no-baseline", action="store_true", help="skip the baseline run (no ratio)")
     parser.add_argument(
         "--plan-only", action="store_true", help="check the cases and print plan's memory; no training"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="run baseline and ours this many times, alternately (paired ratios)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="run under torch.profiler; record each run's top operators per step"
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe key for ours")
     options = parser.parse_args(argv)

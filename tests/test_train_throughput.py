@@ -88,6 +88,24 @@ def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results
 
 
 @pytest.mark.slow
+def test_repeats_pair_baseline_and_ours_run_back_to_back(tmp_path):
+    bench("cpt_tiny", "--repeats", "2", "--out", tmp_path)
+    result = json.loads((tmp_path / "cpt_tiny-cpu.json").read_text())
+    repeats = result["repeats"]
+    assert len(repeats["pairs"]) == 2
+    first = repeats["pairs"][0]
+    assert (first["ours_tokens_per_s"], first["baseline_tokens_per_s"]) == (
+        result["tokens_per_s"],
+        result["baseline_tokens_per_s"],
+    )
+    ratios = [pair["ours_tokens_per_s"] / pair["baseline_tokens_per_s"] for pair in repeats["pairs"]]
+    assert [pair["ratio"] for pair in repeats["pairs"]] == pytest.approx(ratios)
+    assert repeats["median"] == pytest.approx(sum(ratios) / 2)
+    assert repeats["min"] == min(ratios) and repeats["max"] == max(ratios)
+    assert repeats["window_min"] <= repeats["window_median"] <= repeats["window_max"]
+
+
+@pytest.mark.slow
 def test_ablation_switches_each_speed_setting(tmp_path):
     bench("pretrain_tiny", "--ablate", "--no-baseline", "--out", tmp_path)
     result = json.loads((tmp_path / "pretrain_tiny-cpu.json").read_text())
