@@ -54,8 +54,10 @@ demo: install
 	$(PY) recipes/evaluate.py recipes/tiny_eval.yaml
 	@echo "demo: CPT model in outputs/demo/cpt/final, SFT in outputs/demo/sft/final, GRPO in outputs/demo/grpo/final"
 
+# One pytest worker per core (at most 4: each runs recipes as subprocesses, some with two
+# processes); the tests of a module share one worker, so a module's fixtures are built once.
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n auto --dist loadscope
 
 quality: install
 	$(VENV)/bin/ruff check src recipes tests benchmarks

@@ -22,6 +22,14 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may use, at most 4. A worker runs recipes as
+    subprocesses, some of them two processes at once, each with one thread; more workers than
+    cores only make each slower, and many would fill a large machine's memory."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run where CUDA is visible (`pytest -m gpu` on a GPU machine) and are
     skipped elsewhere."""
