@@ -61,6 +61,7 @@ test: install
 
 quality: install
 	$(VENV)/bin/ruff check src recipes tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check src recipes tests benchmarks
 
 style: install

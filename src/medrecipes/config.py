@@ -26,6 +26,7 @@ from transformers.trainer_utils import SchedulerType
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from medrecipes.errors import UserError, check_choice, check_output_folder, did_you_mean, not_utf8
+from medrecipes.names import EVAL_MODES, check_task_names
 from medrecipes.outputs import check_new_output
 
 
@@ -472,9 +473,6 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
 
 def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
-    from medrecipes.eval_tasks import check_task_names
-    from medrecipes.evaluation import MODES
-
     (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
     where = path or "command line"
     check_task_names(args.tasks, list(args.data_by_task), where)
@@ -488,7 +486,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
                     f"{where}: {flag} names task '{name}', which is not in tasks{hint}; "
                     f"name the task as in tasks, or drop the {flag} entry"
                 )
-    check_choice(args.mode, MODES, f"{where}: mode")
+    check_choice(args.mode, EVAL_MODES, f"{where}: mode")
     for key in ("limit", "batch_size", "max_new_tokens"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
@@ -851,9 +849,6 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
     recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
         return
-    from medrecipes.eval_tasks import check_task_names
-    from medrecipes.evaluation import MODES
-
     usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
     if method == "sft" or getattr(args, "prompt_format", None) == "chat":
         # SFT and chat-prompt GRPO already log eval_<set>_acc for these sets; a second value would
@@ -866,7 +861,7 @@ def _check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: st
             )
         usmle_sets = []
     check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
-    check_choice(recipe.eval_tasks_mode, MODES, f"{path}: eval_tasks_mode")
+    check_choice(recipe.eval_tasks_mode, EVAL_MODES, f"{path}: eval_tasks_mode")
     if recipe.eval_tasks_limit is not None and recipe.eval_tasks_limit < 1:
         raise UserError(f"{path}: eval_tasks_limit must be at least 1, got {recipe.eval_tasks_limit}")
     if args.eval_strategy == "no":

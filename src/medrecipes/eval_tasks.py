@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from medrecipes.data.sources import load_mcq_source, looks_local
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.data.sources import load_mcq_source
+from medrecipes.errors import UserError
+from medrecipes.locations import looks_local
 from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block
 
 MMLU_MEDICAL = (
@@ -115,17 +116,6 @@ TASKS = {
         ),
     ]
 }
-
-
-def check_task_names(names: list[str], own_data: list[str], where: str) -> None:
-    """Every name is a registry task or one of `own_data` (names that come with their questions)."""
-    known = [*TASKS, *own_data]
-    for name in names:
-        if name not in known:
-            raise UserError(
-                f"{where}: unknown task '{name}'{did_you_mean(name, known)}; "
-                f"tasks: {', '.join(TASKS)}, or give a name its own questions with --data NAME=FILE"
-            )
 
 
 def task_for(name: str) -> Task:

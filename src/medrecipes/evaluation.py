@@ -32,7 +32,6 @@ LETTER_TOKENS = 16
 REASONING_TOKENS = 512
 # lm-eval's length when neither the model config nor the tokenizer gives one.
 DEFAULT_MAX_LENGTH = 2048
-MODES = ("loglik", "generate")
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -24,7 +24,8 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
 
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
-from medrecipes.data.sources import BUILDERS, local_files, looks_local
+from medrecipes.data.sources import local_files
+from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaC
 from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
+from medrecipes.locations import looks_local
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ def split_gguf(path: str) -> tuple[str, dict]:
 
 def missing_local_model(path: str) -> bool:
     """A model path that cannot be a Hub id (org/name) and does not exist here."""
-    from medrecipes.data.sources import looks_local
-
     return looks_local(path) and not os.path.exists(os.path.expanduser(path))
 
 

@@ -10,11 +10,11 @@ import os
 import sys
 
 from medrecipes.errors import UserError
+from medrecipes.locations import looks_local
 
 
 def _check_model(model: str) -> None:
-    from medrecipes.data.sources import looks_local
-    from medrecipes.models import check_model_folder
+    from medrecipes.models import check_model_folder  # loads torch and transformers: only when serving
 
     if looks_local(model) and not os.path.isdir(model):
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")

@@ -24,6 +24,7 @@ from datasets import Dataset, Features, List, ReadInstruction, Value, concatenat
 from datasets.exceptions import DatasetGenerationError
 
 from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, row_in_files, unreadable
+from medrecipes.locations import looks_local
 
 LETTERS = "ABCDEFGHIJ"
 COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
@@ -449,9 +450,6 @@ def load_mcq(
     split; a single file ignores the split's name and `config`. `subjects` keeps only rows of
     those subjects. `answered` refuses a row without a gold answer (data to train or score on).
     """
-    # Imported here: medrecipes.data imports this module, so a top-level import would be circular.
-    from medrecipes.data.sources import looks_local
-
     check_choice(format, ["auto", *FORMATS], "format")
     name = os.fspath(source)
     path = Path(name).expanduser()

@@ -23,9 +23,10 @@ import datasets
 import fsspec
 
 from medrecipes.config import SourceConfig
-from medrecipes.data.sources import BUILDERS, is_url, looks_local, url_files
+from medrecipes.data.sources import url_files
 from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
+from medrecipes.locations import BUILDERS, is_url, looks_local
 
 logger = logging.getLogger(__name__)
 

@@ -12,23 +12,10 @@ from collections.abc import Callable, Iterable
 
 import datasets
 
+from medrecipes import usmle
 from medrecipes.config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
-
-BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
-
-
-def is_url(path: str) -> bool:
-    """An fsspec URL such as s3://bucket/corpus/*.jsonl (object storage, memory://, file://)."""
-    return "://" in path
-
-
-def looks_local(path: str) -> bool:
-    """A Hub id is "name" or "org/name"; anything else path-like is meant as a local path."""
-    if os.path.splitext(path)[1] in BUILDERS or path.startswith((os.sep, ".", "~")):
-        return True
-    parts = path.split(os.sep)
-    return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
+from medrecipes.locations import BUILDERS, is_url, looks_local
 
 
 def named(source: SourceConfig) -> str:
@@ -128,8 +115,6 @@ def load_documents(source: SourceConfig, streaming: bool):
 def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
     """A `format: usmle` source as normalised multiple-choice rows (see medrecipes.usmle), every
     one with its gold answer: recipes train and score on them."""
-    from medrecipes import usmle
-
     files = source.data_files or source.path
     return datasets.concatenate_datasets(
         [
@@ -155,10 +140,8 @@ def load_source(
     packed blocks can count their tokens per source.
     """
     if source.format == "usmle":
-        from medrecipes.usmle import pretraining_text
-
         rows = load_mcq_source(source, subjects)
-        render = render or (lambda row: {"text": pretraining_text(row)})
+        render = render or (lambda row: {"text": usmle.pretraining_text(row)})
         documents = rows.map(render, remove_columns=rows.column_names)
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)

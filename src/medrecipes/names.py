@@ -1,0 +1,23 @@
+"""The names a recipe or a command may give for benchmark tasks and evaluation modes.
+
+A leaf: the recipe schema checks these names when a recipe is read, without importing the code
+that loads and scores the tasks (`eval_tasks`, `evaluation`), which sits above it.
+"""
+
+from medrecipes.errors import UserError, did_you_mean
+
+# The benchmark tasks of `eval_tasks.TASKS`, in its order (a test holds the two together).
+TASK_NAMES = ("medqa_4opt", "medqa_5opt", "medmcqa", "pubmedqa", "mmlu_medical")
+# How `evaluation` scores a question: lm-eval's log-likelihood of each answer, or a generated reply.
+EVAL_MODES = ("loglik", "generate")
+
+
+def check_task_names(names: list[str], own_data: list[str], where: str) -> None:
+    """Every name is a registry task or one of `own_data` (names that come with their questions)."""
+    known = [*TASK_NAMES, *own_data]
+    for name in names:
+        if name not in known:
+            raise UserError(
+                f"{where}: unknown task '{name}'{did_you_mean(name, known)}; "
+                f"tasks: {', '.join(TASK_NAMES)}, or give a name its own questions with --data NAME=FILE"
+            )
