@@ -6,6 +6,8 @@ Usage:
     python benchmarks/train_throughput.py cpt_tiny pretrain_tiny sft_lora_tiny grpo_tiny --device cpu
     python benchmarks/train_throughput.py pretrain_0p4b --ablate            # each speed setting switched in turn
     python benchmarks/train_throughput.py cpt_gemma3_4b --set torch_compile=false --no-baseline
+    python benchmarks/train_throughput.py cpt_smollm2_cpu --device cpu --repeats 2   # paired runs
+    python benchmarks/train_throughput.py cpt_smollm2_cpu --device cpu --profile     # top operators
 
 A case is a JSON file in benchmarks/configs/ (facts, not code): the recipe whose settings are
 measured, the architecture (a scratch preset, a config packaged in src/medrecipes/architectures
@@ -31,6 +33,12 @@ What is reported, over the steps after the warm-up ones (compilation, allocator 
 - windows: tokens/s over each `window_steps` steps of the measured ones (a case key; one
   window when absent), and ours over the baseline window by window (`window_ratios`: the
   median and range), since a shared machine's speed drifts within a run;
+- repeats (`--repeats N`): N pairs of runs, baseline and ours back to back, the order turning
+  each time; ours over the baseline pair by pair and window by window across the pairs
+  (`repeats`: each ratio's median and range);
+- with `--profile`, each run under torch.profiler and its top operators by their own time per
+  step (`profile`): where two runs' time differs, operator by operator; a profiled run's
+  timings are not compared with others;
 - host reads and callback calls per step: how often the host reads a tensor's value (`.item()`,
   `.tolist()`, `bool()`, ...: on a GPU each waits for the device to catch up) and calls a
   callback method that does something; counts, so a test can hold ours to the baseline's;
@@ -853,12 +861,19 @@ def bench_case(name: str, options) -> dict:
         for run_changes, label in runs:
             records[label] = run_one(lambda c=run_changes: bench.ours(c), bench, label)
             records[label]["changes"] = {k: v for k, v in run_changes.items() if k not in changes}
-        # More pairs, baseline then ours each time: a drift of the machine's speed over the
-        # minutes of a case falls on both runs of a pair, and cancels in its ratio.
+        # More pairs of runs back to back: a drift of the machine's speed over the minutes of a
+        # case falls on both runs of a pair and cancels in its ratio. The order turns each time
+        # (baseline first, then ours first, ...), so that neither gains from its place in the
+        # process (the first run of a process has been the slower one here).
         pairs = [(records.get("baseline", {}), records["ours"])]
         for repeat in range(2, options.repeats + 1 if not options.no_baseline else 2):
-            baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
-            pairs.append((baseline, run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")))
+            if repeat % 2:
+                baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
+                ours = run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")
+            else:
+                ours = run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")
+                baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
+            pairs.append((baseline, ours))
         plan_estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
 
     ours, baseline = records["ours"], records.get("baseline", {})
@@ -934,7 +949,7 @@ def main(argv=None):
         "--plan-only", action="store_true", help="check the cases and print plan's memory; no training"
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="run baseline and ours this many times, alternately (paired ratios)"
+        "--repeats", type=int, default=1, help="run baseline and ours this many times, in turn (paired ratios)"
     )
     parser.add_argument(
         "--profile", action="store_true", help="run under torch.profiler; record each run's top operators per step"

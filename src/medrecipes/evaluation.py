@@ -381,7 +381,6 @@ def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=Non
     """(model, tokenizer) as the recipes load them: Hub id, local folder or .gguf file."""
     from trl import ModelConfig
 
-    from medrecipes.config import RecipeArguments
     from medrecipes.models import check_model_folder, load_model, load_tokenizer
 
     check_model_folder(name_or_path)
@@ -392,7 +391,7 @@ def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=Non
         )
     tokenizer = load_tokenizer(name_or_path, revision)
     model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype)
-    model = load_model(model_args, RecipeArguments(), tokenizer)
+    model = load_model(model_args, None, tokenizer)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
 

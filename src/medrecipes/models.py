@@ -190,10 +190,11 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
 
 
 def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = False):
-    """The model a recipe asks for: pretrained (CPT, SFT) or from a scratch preset."""
+    """The model a recipe asks for: pretrained (CPT, SFT) or from a scratch preset. `recipe` (its
+    `init_from_scratch` and `architecture`) may be None: then the pretrained model of `model_args`."""
     dtype = resolve_dtype(model_args.dtype)
     attention = resolve_attention(model_args.attn_implementation)
-    if recipe.init_from_scratch:
+    if recipe is not None and recipe.init_from_scratch:
         config = scratch_config(
             recipe.architecture,
             vocab_size=len(tokenizer),
