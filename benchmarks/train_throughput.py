@@ -337,7 +337,7 @@ def profiled(cuda: bool):
     return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
 
 
-def top_operators(profiler, steps: int, count: int = 15) -> list[dict]:
+def top_operators(profiler, steps: int, count: int = 80) -> list[dict]:
     """The operators that took the most time of their own, per step of the run (warm-up
     included): on a GPU the device's time, on a CPU the host's."""
     events = profiler.key_averages()
