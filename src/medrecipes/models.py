@@ -36,14 +36,17 @@ PRESETS = {
 }
 
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "recipes" / "templates"
+# Chat templates the package itself uses (tiny models, the SFT recipe's fallback), shipped as
+# package data; recipes name their own by path (chat_template_path: recipes/templates/...).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def chat_template(name: str = "chatml") -> str:
-    """A chat template of the project's recipes/templates/<name>.jinja."""
+    """A chat template shipped with the package, medrecipes/templates/<name>.jinja."""
     path = TEMPLATES / f"{name}.jinja"
     if not path.is_file():
-        raise UserError(f"chat template '{name}': no file {path}; run from a checkout of the project")
+        shipped = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))
+        raise UserError(f"chat template '{name}': not shipped with medrecipes; one of {', '.join(shipped)}")
     return path.read_text()
 
 
