@@ -1,6 +1,7 @@
 """medrecipes.rewards: every reward on literal completions, called the way TRL calls them, and
 the registry's errors."""
 
+import pickle
 import re
 
 import pytest
@@ -217,3 +218,26 @@ def test_recipe_entries_give_functions_and_weights():
 def test_bad_recipe_entries(entry, message):
     with pytest.raises(UserError, match=re.escape(message)):
         reward_functions([entry])
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [
+        ("usmle_accuracy", {}),
+        ("answer_format", {"style": "letter"}),
+        ("overlong_penalty", {"max_tokens": 8, "buffer_tokens": 4}),
+        ("reasoning_present", {"min_words": 3}),
+    ],
+)
+def test_rewards_survive_a_pickle_round_trip(name, settings):
+    """A spawned process (TRL's asynchronous rollout worker) receives the reward functions pickled."""
+    built = get_reward(name, **settings)
+    again = pickle.loads(pickle.dumps(built))
+    assert again.__name__ == name
+    completions = ["B. Lung", "Final Answer: C", "The pulse is slow. Final Answer: A", "x"]
+    columns = {
+        "answer": ["B", "C", "B", None],
+        "options": [OPTIONS] * 4,
+        "completion_ids": [[1] * n for n in (2, 6, 8, 9)],
+    }
+    assert again(completions=completions, **columns) == built(completions=completions, **columns)

@@ -135,6 +135,23 @@ def _from_entry(entry) -> tuple[Callable, float]:
     return get_reward(name, **settings), float(weight)
 
 
+class BoundReward:
+    """A reward function with its settings bound, called by TRL as a reward and logged under
+    `__name__`. A class and not a closure so that it survives a pickle round trip (a module-level
+    function and plain settings), as TRL's own configurable rewards do: a spawned process, such
+    as an asynchronous rollout worker, receives the reward functions pickled."""
+
+    def __init__(self, name: str, score: Callable, **settings):
+        self.__name__, self.score, self.settings = name, score, settings
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        return self.score(completions, **self.settings, **kwargs)
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
+        return f"{self.__name__}({settings})"
+
+
 def completion_text(completion) -> str:
     """The text of a plain completion, or of the assistant turns of a chat completion."""
     if isinstance(completion, str):
@@ -180,23 +197,27 @@ def answer_format(style: str = "final_answer_line"):
     - letter: it opens with the letter, alone or as "X. <option text>" on the first line.
     """
     check_choice(style, list(ANSWER_STYLES), "reward 'answer_format': style")
-    pattern = re.compile(ANSWER_STYLES[style])
+    return BoundReward("answer_format", _answer_format, pattern=re.compile(ANSWER_STYLES[style]))
 
-    def answer_format(completions, options=None, **kwargs) -> list[float]:
-        rewards = []
-        for completion, opts in zip(completions, _per_row(options, len(completions)), strict=True):
-            match = pattern.search(completion_text(completion))
-            rewards.append(1.0 if match and match.group(1) in _letters(opts) else 0.0)
-        return rewards
 
-    return answer_format
+def _answer_format(completions, pattern: re.Pattern, options=None, **kwargs) -> list[float]:
+    rewards = []
+    for completion, opts in zip(completions, _per_row(options, len(completions)), strict=True):
+        match = pattern.search(completion_text(completion))
+        rewards.append(1.0 if match and match.group(1) in _letters(opts) else 0.0)
+    return rewards
 
 
 @reward
 def overlong_penalty(max_tokens: int = 512, buffer_tokens: int | None = None):
     """0 up to `max_tokens - buffer_tokens` completion tokens, then falling linearly to -1 at
     `max_tokens` and staying there (DAPO's soft overlong punishment). `buffer_tokens`
-    defaults to a quarter of `max_tokens`; set `max_tokens` to the run's max_completion_length."""
+    defaults to a quarter of `max_tokens`; set `max_tokens` to the run's max_completion_length.
+
+    Ours and not TRL's `get_soft_overlong_punishment`: the two agree wherever the buffer is
+    positive, but with no buffer TRL's gives 0 to a completion of exactly the maximum length, and a
+    completion cut at max_completion_length has exactly that many tokens, never more: the truncated
+    completions it is meant for would never be penalised. Here reaching `max_tokens` gives -1."""
     buffer_tokens = max_tokens // 4 if buffer_tokens is None else buffer_tokens
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise UserError(f"reward 'overlong_penalty': max_tokens must be a positive whole number, got {max_tokens!r}")
@@ -205,16 +226,16 @@ def overlong_penalty(max_tokens: int = 512, buffer_tokens: int | None = None):
             f"reward 'overlong_penalty': buffer_tokens must be a whole number from 0 to max_tokens ({max_tokens}), "
             f"got {buffer_tokens!r}"
         )
+    return BoundReward("overlong_penalty", _overlong_penalty, max_tokens=max_tokens, buffer_tokens=buffer_tokens)
+
+
+def _overlong_penalty(completions, completion_ids, max_tokens: int, buffer_tokens: int, **kwargs) -> list[float]:
     start = max_tokens - buffer_tokens
-
-    def overlong_penalty(completions, completion_ids, **kwargs) -> list[float]:
-        rewards = []
-        for ids in completion_ids:
-            over = len(ids) - start
-            rewards.append(-1.0 if len(ids) >= max_tokens else 0.0 if over <= 0 else -over / buffer_tokens)
-        return rewards
-
-    return overlong_penalty
+    rewards = []
+    for ids in completion_ids:
+        over = len(ids) - start
+        rewards.append(-1.0 if len(ids) >= max_tokens else 0.0 if over <= 0 else -over / buffer_tokens)
+    return rewards
 
 
 _FINAL_ANSWER = re.compile(r"Final Answer\s*:", re.IGNORECASE)
@@ -226,14 +247,14 @@ def reasoning_present(min_words: int = 20):
     or the end of a completion without one), else 0: for chain-of-thought prompts."""
     if not isinstance(min_words, int) or min_words < 1:
         raise UserError(f"reward 'reasoning_present': min_words must be a positive whole number, got {min_words!r}")
+    return BoundReward("reasoning_present", _reasoning_present, min_words=min_words)
 
-    def reasoning_present(completions, **kwargs) -> list[float]:
-        rewards = []
-        for completion in completions:
-            text = completion_text(completion)
-            match = _FINAL_ANSWER.search(text)
-            reasoning = text[: match.start()] if match else text
-            rewards.append(1.0 if len(re.findall(r"\w+", reasoning)) >= min_words else 0.0)
-        return rewards
 
-    return reasoning_present
+def _reasoning_present(completions, min_words: int, **kwargs) -> list[float]:
+    rewards = []
+    for completion in completions:
+        text = completion_text(completion)
+        match = _FINAL_ANSWER.search(text)
+        reasoning = text[: match.start()] if match else text
+        rewards.append(1.0 if len(re.findall(r"\w+", reasoning)) >= min_words else 0.0)
+    return rewards
