@@ -135,9 +135,9 @@ class NonFiniteGuard(StopsRun):
     consumed, the schedule moves on). `skip` allows `max_skips` such steps, then stops; `stop`
     stops at the first. Stopping saves a checkpoint of the untouched weights and exits 1.
 
-    Reading the norm is one host-device sync per optimizer step. The trainer already reads the
-    loss of every micro-batch (`logging_nan_inf_filter`, on by default), so the GPU rarely waits
-    on this one. Under DeepSpeed the engine steps inside backward: the norm arrives after the
+    Reading the norm is one host-device sync per optimizer step, the only one the guard adds; the
+    recipes leave the trainer's `logging_nan_inf_filter` (a read of every micro-batch's loss) off,
+    since a non-finite loss always reaches the norm read here. Under DeepSpeed the engine steps inside backward: the norm arrives after the
     update, so the guard stops without saving, and the last checkpoint is the last good state.
     With fp16 the gradient scaler skips overflowing steps itself and the guard stands aside.
     """
