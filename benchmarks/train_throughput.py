@@ -21,8 +21,8 @@ data synthetic, so nothing is downloaded:
 - grpo: the questions of data/usmle_sample, rendered by the recipe's own `grpo_data`.
 
 "Ours" is the recipe's own path: `parse_recipe` of the recipe YAML (with the case's keys and
-`--set`), `models.load_model`, the recipe's trainer class (`CausalLMTrainer`, recipes/sft.py's
-`MedSFTTrainer`, recipes/grpo.py's `MedGRPOTrainer`) with the recipe's collator, data path and
+`--set`), `models.load_model`, the recipe's trainer class (`CausalLMTrainer`, `MedSFTTrainer`,
+`MedGRPOTrainer`, all in the package) with the recipe's collator, data path and
 callbacks. The baseline is the same model, data, precision and batch shape given to the plain
 trainer with its defaults: transformers' `Trainer` with its padding collator (CPT), TRL's
 `SFTTrainer` on padded batches (SFT), TRL's `GRPOTrainer` (GRPO), sdpa attention, no compile,
@@ -438,14 +438,6 @@ def add_mfu(record: dict, shape, trains_base: bool, peak_tflops: float | None) -
 # Building ours and the baseline
 
 
-def recipe_module(name: str):
-    """A recipe script (recipes/<name>.py) as a module, for its trainer class."""
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def cli_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -575,10 +567,12 @@ class Bench:
             collator = DataCollatorForLanguageModeling(pad_token_id=self.tokenizer.pad_token_id)
             return measured(CausalLMTrainer, self.clock)(data_collator=collator, **common)
         if self.method == "sft":
-            trainer_class = recipe_module("sft").MedSFTTrainer
+            from medrecipes.sft_trainer import MedSFTTrainer as trainer_class
+
             return measured(trainer_class, self.clock)(peft_config=get_peft_config(model_args), **common)
+        from medrecipes.grpo_trainer import MedGRPOTrainer as trainer_class
+
         reward_funcs, _ = reward_functions(args.rewards)
-        trainer_class = recipe_module("grpo").MedGRPOTrainer
         return measured(trainer_class, self.clock)(
             reward_funcs=reward_funcs, peft_config=get_peft_config(model_args), **common
         )

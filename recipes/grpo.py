@@ -24,31 +24,16 @@ from medrecipes.config import parse_recipe
 from medrecipes.data import grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.eval_callback import add_task_evaluation
+from medrecipes.grpo_trainer import MedGRPOTrainer
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.rewards import reward_functions
 from medrecipes.run_folder import output_dir_is_finished
-from medrecipes.trainer import (
-    EmbeddingLearningRateMixin,
-    GRPOEvalMetricsMixin,
-    MCQAccuracyMixin,
-    RecipeTrainerMixin,
-    checkpoint_to_resume,
-    end_run,
-    evaluate_and_record,
-    train_and_save,
-)
+from medrecipes.trainer import checkpoint_to_resume, end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
-from trl import GRPOTrainer, get_peft_config
-
-
-class MedGRPOTrainer(
-    RecipeTrainerMixin, EmbeddingLearningRateMixin, MCQAccuracyMixin, GRPOEvalMetricsMixin, GRPOTrainer
-):
-    """GRPOTrainer with the recipes' checkpointing, an embedding learning rate, per-set eval
-    metrics and MCQ accuracy."""
+from trl import get_peft_config
 
 
 def main(recipe, training_args, model_args):

@@ -24,22 +24,11 @@ from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
 from medrecipes.run_folder import output_dir_is_finished
-from medrecipes.trainer import (
-    MCQAccuracyMixin,
-    PerplexityMixin,
-    RecipeTrainerMixin,
-    checkpoint_to_resume,
-    end_run,
-    evaluate_and_record,
-    train_and_save,
-)
+from medrecipes.sft_trainer import MedSFTTrainer
+from medrecipes.trainer import checkpoint_to_resume, end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
-from trl import SFTTrainer, get_peft_config
-
-
-class MedSFTTrainer(RecipeTrainerMixin, MCQAccuracyMixin, PerplexityMixin, SFTTrainer):
-    """SFTTrainer that also logs perplexity and multiple-choice accuracy on each eval set."""
+from trl import get_peft_config
 
 
 def main(recipe, training_args, model_args):
