@@ -73,6 +73,7 @@ import platform
 import re
 import resource
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -460,12 +461,12 @@ def parse_case(case: dict, changes: dict, device: str, output_dir: str):
 class Bench:
     """One case: its data, tokenizer and model config, shared by every run in the process."""
 
-    def __init__(self, case: dict, device: str, workdir: str):
+    def __init__(self, case: dict, device: str, workdir: str, profile: bool = False):
         from medrecipes.models import scratch_config
         from medrecipes.plan import GPUS, gpu_type
 
         self.case, self.device, self.workdir = case, device, workdir
-        self.profile = False  # --profile: each run under torch.profiler
+        self.profile = profile  # --profile: each run under torch.profiler
         self.clock = Clock(device == "cuda")
         vocab = scratch_config(case["architecture"]).vocab_size
         self.tokenizer = vocabulary_tokenizer(vocab)
@@ -737,19 +738,19 @@ def run_one(build, bench: Bench, label: str) -> dict:
     return record
 
 
+def _per_window(ours: dict, baseline: dict) -> list[float]:
+    """Ours over the baseline window by window: the same steps of the same data in each run."""
+    pairs = zip(ours.get("windows", []), baseline.get("windows", []), strict=False)
+    return [a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs]
+
+
 def window_ratios(ours: dict, baseline: dict) -> dict | None:
-    """Ours over the baseline window by window: the same steps of the same data in each run, so
-    a window's ratio pairs like with like; their median and range."""
-    pairs = list(zip(ours.get("windows", []), baseline.get("windows", []), strict=False))
-    if not pairs:
+    """The window-by-window ratios of one pair of runs (a window's ratio pairs like with like):
+    their median and range."""
+    ratios = _per_window(ours, baseline)
+    if not ratios:
         return None
-    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs]
-    return {"median": _median(ratios), "min": min(ratios), "max": max(ratios), "windows": len(ratios)}
-
-
-def _median(values: list[float]) -> float:
-    ordered, middle = sorted(values), len(values) // 2
-    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "windows": len(ratios)}
 
 
 def repeat_ratios(pairs: list[tuple[dict, dict]]) -> dict | None:
@@ -760,18 +761,16 @@ def repeat_ratios(pairs: list[tuple[dict, dict]]) -> dict | None:
         if "tokens_per_s" not in ours or "tokens_per_s" not in baseline:
             return None
         whole.append(ours["tokens_per_s"] / baseline["tokens_per_s"])
-        windows += [
-            a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours["windows"], baseline["windows"], strict=False)
-        ]
+        windows += _per_window(ours, baseline)
     return {
         "pairs": [
             {"baseline_tokens_per_s": b["tokens_per_s"], "ours_tokens_per_s": o["tokens_per_s"], "ratio": r}
             for (b, o), r in zip(pairs, whole, strict=True)
         ],
-        "median": _median(whole),
+        "median": statistics.median(whole),
         "min": min(whole),
         "max": max(whole),
-        "window_median": _median(windows),
+        "window_median": statistics.median(windows),
         "window_min": min(windows),
         "window_max": max(windows),
     }
@@ -838,8 +837,7 @@ def bench_case(name: str, options) -> dict:
     device = options.device
     changes = dict(item.split("=", 1) for item in options.set)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
-        bench = Bench(case, device, workdir)
-        bench.profile = options.profile
+        bench = Bench(case, device, workdir, options.profile)
         if options.plan_only:
             estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
             print(f"[{case['name']}] {bench.shape.num_parameters:,} parameters; plan: {json.dumps(estimate)}")
@@ -861,13 +859,11 @@ def bench_case(name: str, options) -> dict:
         # process (the first run of a process has been the slower one here).
         pairs = [(records.get("baseline", {}), records["ours"])]
         for repeat in range(2, options.repeats + 1 if not options.no_baseline else 2):
-            if repeat % 2:
-                baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
-                ours = run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")
-            else:
-                ours = run_one(lambda: bench.ours(changes), bench, f"ours, repeat {repeat}")
-                baseline = run_one(bench.baseline, bench, f"baseline, repeat {repeat}")
-            pairs.append((baseline, ours))
+            order = [("baseline", bench.baseline), ("ours", lambda: bench.ours(changes))]
+            if repeat % 2 == 0:
+                order.reverse()
+            done = {label: run_one(build, bench, f"{label}, repeat {repeat}") for label, build in order}
+            pairs.append((done["baseline"], done["ours"]))
         plan_estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
 
     ours, baseline = records["ours"], records.get("baseline", {})
