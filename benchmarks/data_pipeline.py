@@ -102,9 +102,11 @@ def main() -> None:
     import tokenizers
     import transformers
 
-    from medrecipes.config import SourceConfig
-    from medrecipes.data import load_source, pack_documents, packing
+    from medrecipes.data import packing
+    from medrecipes.data.packing import pack_documents
+    from medrecipes.data.sources import load_source
     from medrecipes.data.stream import TokenStream
+    from medrecipes.data_config import SourceConfig
     from medrecipes.tiny import train_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="medrecipes-bench-"))

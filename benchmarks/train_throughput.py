@@ -162,8 +162,8 @@ def sft_examples(spec: dict, count: int, vocab: int, seed: int = 0):
 
 def grpo_prompts(recipe, prompt_format: str, source: str):
     """The recipe's own GRPO data path on a bundled MCQ file instead of the recipe's Hub sources."""
-    from medrecipes.config import SourceConfig
-    from medrecipes.data import grpo_data
+    from medrecipes.data.grpo import grpo_data
+    from medrecipes.data_config import SourceConfig
 
     recipe.mixture.sources = [SourceConfig(path=source, format="usmle")]
     recipe.eval_sources = {}

@@ -18,7 +18,7 @@ model card that records the run.
 
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
-from medrecipes.data import pretraining_data
+from medrecipes.data.pretraining import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run

@@ -21,7 +21,7 @@ import importlib.util
 
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
-from medrecipes.data import grpo_data
+from medrecipes.data.grpo import grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.grpo_trainer import MedGRPOTrainer
@@ -72,16 +72,12 @@ def main(recipe, training_args, model_args):
         peft_config=get_peft_config(model_args),
         callbacks=recipe_callbacks(recipe, training_args),
     )
-    # Greedy accuracy needs the chat prompt evaluate_mcq asks with; plain-prompt runs report
-    # the sampled accuracy, eval_<name>_rewards/usmle_accuracy/mean, and can list their eval
-    # sets or benchmarks in eval_tasks for loglik accuracy.
-    trainer.mcq_sets = mcq_sets if chat else {}
-    trainer.mcq_generation = {
-        "system_prompt": recipe.system_prompt,
-        "chain_of_thought": recipe.chain_of_thought,
-        "max_new_tokens": training_args.max_completion_length,
-    }
-    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
+    # At each evaluation: eval_tasks, and for chat prompts the greedy accuracy of the model's
+    # answers on the eval sets. Plain-prompt runs report the sampled accuracy,
+    # eval_<name>_rewards/usmle_accuracy/mean, and can list their eval sets in eval_tasks.
+    add_task_evaluation(
+        trainer, recipe, answered=mcq_sets if chat else None, max_new_tokens=training_args.max_completion_length
+    )
 
     # With use_peft, final/ holds the adapter; a preempted run exits here, resumable.
     final_dir = train_and_save(trainer, checkpoint)

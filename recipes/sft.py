@@ -17,7 +17,7 @@ model is the adapter; `medrecipes merge-lora` folds it into its base.
 
 from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
-from medrecipes.data import sft_data
+from medrecipes.data.sft import sft_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
@@ -57,9 +57,8 @@ def main(recipe, training_args, model_args):
         peft_config=get_peft_config(model_args),
         callbacks=recipe_callbacks(recipe, training_args),
     )
-    trainer.mcq_sets = mcq_sets
-    trainer.mcq_generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
-    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
+    # At each evaluation: the accuracy of the model's answers on multiple-choice eval sets, and eval_tasks.
+    add_task_evaluation(trainer, recipe, answered=mcq_sets)
     align_generation_eos(trainer.model, trainer.processing_class, training_args.eos_token)
 
     final_dir = train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter

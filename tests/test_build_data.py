@@ -14,8 +14,11 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import SourceConfig, parse_recipe
-from medrecipes.data import TokenStream, decontamination_summary, load_source, pretraining_data
 from medrecipes.data.build import build_data
+from medrecipes.data.manifest import decontamination_summary
+from medrecipes.data.pretraining import pretraining_data
+from medrecipes.data.sources import load_source
+from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
 from medrecipes.mirror import COMPLETE, copy_to_url, mark_complete
 from medrecipes.trainer import CausalLMTrainer

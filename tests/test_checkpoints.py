@@ -1,5 +1,6 @@
 """Which checkpoints a run resumes from and which it keeps."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -84,3 +85,56 @@ def test_keeps_the_last_k_and_the_best_m(tmp_path):
 
 def test_keeps_the_last_k_without_scores_and_the_trainers_best(tmp_path):
     assert saved(tmp_path, [5, 10, 15, 20], {}, keep_best=None, keep_last=2, best=5) == [5, 15, 20]
+
+
+def test_save_total_limit_rotates_the_published_checkpoints(tiny_model, tmp_path):
+    """Checkpoints are written in a staging folder and renamed; the trainer's own rotation
+    (save_total_limit) still applies to them once they have their names."""
+    import torch
+    from conftest import NO_EVAL
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from medrecipes.callbacks import recipe_callbacks
+    from medrecipes.config import parse_recipe
+    from medrecipes.trainer import CausalLMTrainer
+
+    # The tiny recipe's own retention (keep_best_checkpoints) left out: save_total_limit instead.
+    lines = Path("recipes/tiny_cpt.yaml").read_text().splitlines()
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("\n".join(line for line in lines if not line.startswith("keep_")))
+    overrides = ["--max_steps", "4", "--save_steps", "1", "--save_total_limit", "2", "--report_to", "none"]
+    out = tmp_path / "run"
+    recipe, args, _ = parse_recipe(
+        "cpt", [str(recipe_file), "--model_name_or_path", tiny_model, "--output_dir", str(out), *NO_EVAL, *overrides]
+    )
+    blocks = torch.randint(5, 1000, (32, 32), generator=torch.Generator().manual_seed(0)).tolist()
+    trainer = CausalLMTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model),
+        args=args,
+        train_dataset=Dataset.from_dict({"input_ids": blocks}),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model),
+        data_collator=DataCollatorForLanguageModeling(pad_token_id=0),
+        callbacks=recipe_callbacks(recipe, args),
+    )
+    trainer.train()
+    assert checkpoint_steps(str(out)) == [3, 4]
+    assert not (out / "_staging").exists()
+
+
+def test_the_recipe_mixin_comes_first_in_the_bases():
+    from transformers import Trainer
+
+    from medrecipes.trainer import PerplexityMixin, RecipeTrainerMixin
+
+    with pytest.raises(TypeError, match="put RecipeTrainerMixin first"):
+
+        class WrongOrder(PerplexityMixin, RecipeTrainerMixin, Trainer):
+            pass
+
+    class RightOrder(RecipeTrainerMixin, PerplexityMixin, Trainer):
+        pass
+
+    class Subclass(RightOrder):  # a subclass of a recipe trainer keeps its order
+        pass

@@ -9,7 +9,11 @@ from conftest import write_jsonl
 from datasets import Dataset, IterableDataset
 
 from medrecipes.config import MixtureConfig, SourceConfig, parse_recipe
-from medrecipes.data import build_mixture, load_source, pack_documents, packing, pretraining_data
+from medrecipes.data import packing
+from medrecipes.data.mixture import build_mixture
+from medrecipes.data.packing import pack_documents
+from medrecipes.data.pretraining import pretraining_data
+from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
 
 BIG_ROWS, SMALL_ROWS = 10_000, 1_000

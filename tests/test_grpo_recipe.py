@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, Trainer
 
 from medrecipes import cli
 from medrecipes.config import parse_recipe
-from medrecipes.data import grpo_data
+from medrecipes.data.grpo import grpo_data
 from medrecipes.errors import UserError
 from medrecipes.trainer import EmbeddingLearningRateMixin
 from medrecipes.usmle import completion_prompt, load_mcq

@@ -11,7 +11,7 @@ import torch
 from conftest import SHARED_DATA, write_jsonl
 
 from medrecipes.config import parse_recipe
-from medrecipes.data import sft_data
+from medrecipes.data.sft import sft_data
 from medrecipes.models import load_model, recipe_tokenizer
 
 RECIPE = "recipes/smollm2_sft_medmcqa.yaml"

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
 from medrecipes.config import parse_recipe
-from medrecipes.data import sft_data
+from medrecipes.data.sft import sft_data
 from medrecipes.errors import UserError
 
 TINY = "recipes/tiny_sft.yaml"

@@ -11,9 +11,11 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import parse_recipe
-from medrecipes.data import TokenStream, load_source, packing, pretraining_data
+from medrecipes.data import packing
 from medrecipes.data.mixture import mean_document_tokens
-from medrecipes.data.stream import STATE_FILE
+from medrecipes.data.pretraining import pretraining_data
+from medrecipes.data.sources import load_source
+from medrecipes.data.stream import STATE_FILE, TokenStream
 from medrecipes.errors import UserError
 from medrecipes.trainer import CausalLMTrainer
 

@@ -266,9 +266,7 @@ def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
 
         args = training_args
         callbacks.append(CopyCheckpoints(CheckpointPusher(hub_repo_id(args), args.hub_token, args.hub_private_repo)))
-    # Checkpoints are written in a staging folder and renamed, where HF's own save_total_limit
-    # rotation does not see them: the limit is applied here, as the newest checkpoints kept.
-    keep_last = recipe.keep_last_checkpoints or training_args.save_total_limit
-    if keep_last or recipe.keep_best_checkpoints:
-        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints, keep_last))
+    # save_total_limit is the trainer's own rotation (RecipeTrainerMixin runs it on published checkpoints).
+    if recipe.keep_last_checkpoints or recipe.keep_best_checkpoints:
+        callbacks.append(KeepBestCheckpoints(recipe.keep_best_checkpoints, recipe.keep_last_checkpoints))
     return callbacks

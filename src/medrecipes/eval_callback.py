@@ -1,14 +1,18 @@
-"""Benchmark accuracy during training: a recipe's `eval_tasks` scored at every evaluation.
+"""Multiple-choice accuracy during training, one path for every recipe: a recipe's
+`eval_tasks`, and the multiple-choice eval sets that its trained model answers in chat, scored
+at every evaluation.
 
 Any trainer of the recipes (HF Trainer, SFTTrainer, GRPOTrainer) takes it in one line:
 
-    add_task_evaluation(trainer, recipe)
+    add_task_evaluation(trainer, recipe, answered=mcq_sets)
 
 At each evaluation it scores the tasks (`eval_tasks_mode`: loglik as lm-evaluation-harness
-does, or generate) on at most `eval_tasks_limit` questions each, adds `eval_<task>_acc` (and
-`eval_<task>_acc_norm` or `eval_<task>_unparseable`) to the evaluation's metrics, so that
-`metric_for_best_model` can name them, logs them through the trainer (trainer_state.json,
-TensorBoard), and writes the full reports to output_dir/eval_tasks/step-<N>.json.
+does, or generate) on at most `eval_tasks_limit` questions each, and the `answered` sets (SFT
+and chat-prompt GRPO: every question, answered by generation as the recipe prompts); adds
+`eval_<name>_acc` (and `eval_<name>_acc_norm` or `eval_<name>_unparseable`) to the evaluation's
+metrics, so that `metric_for_best_model` can name them; logs them through the trainer
+(trainer_state.json, TensorBoard) with the report by subject; and writes the full reports to
+output_dir/eval_tasks/step-<N>.json.
 """
 
 import json
@@ -18,23 +22,24 @@ import os
 from transformers import TrainerCallback
 
 from medrecipes.eval_tasks import TASKS, eval_set_task, load_task
-from medrecipes.evaluation import evaluate_tasks, format_report, task_metrics
+from medrecipes.evaluation import evaluate_task, format_report, task_metrics
 
 logger = logging.getLogger(__name__)
 
 
 class TaskEvaluationCallback(TrainerCallback):
-    """Scores `tasks` ({name: eval_tasks.TaskData}) with the trainer's model at each evaluation.
+    """Scores `tasks` ({name: eval_tasks.TaskData}) with the trainer's model at each evaluation,
+    each in its mode (`modes`: {name: "loglik" or "generate"}).
 
     It holds the trainer because a callback cannot log by itself: `trainer.log` is what records
     a value in the state and sends it to TensorBoard. Every process scores every question: the
     sets are small, and a model sharded by ZeRO-3 or FSDP needs all processes in each forward.
     """
 
-    def __init__(self, trainer, tasks: dict, mode: str = "loglik", generation: dict | None = None):
+    def __init__(self, trainer, tasks: dict, modes: dict[str, str], generation: dict | None = None):
         self.trainer = trainer
         self.tasks = tasks
-        self.mode = mode
+        self.modes = modes
         self.generation = generation or {}
         self.reports: dict[str, dict] = {}
 
@@ -48,15 +53,18 @@ class TaskEvaluationCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics is None or not self._first_of_this_evaluation(metrics):
             return
-        self.reports = evaluate_tasks(
-            self.trainer.model,
-            self.trainer.processing_class,
-            self.tasks,
-            mode=self.mode,
-            batch_size=args.per_device_eval_batch_size,
-            generation=self.generation,
-            progress=state.is_world_process_zero,
-        )
+        self.reports = {
+            name: evaluate_task(
+                self.trainer.model,
+                self.trainer.processing_class,
+                data,
+                mode=self.modes[name],
+                batch_size=args.per_device_eval_batch_size,
+                generation=self.generation,
+                progress=state.is_world_process_zero,
+            )
+            for name, data in self.tasks.items()
+        }
         scores = task_metrics(self.reports)
         metrics.update(scores)  # the dict the trainer ranks checkpoints by
         self.trainer.log(dict(scores))
@@ -69,18 +77,28 @@ class TaskEvaluationCallback(TrainerCallback):
                 json.dump({"step": state.global_step, "tasks": self.reports}, f, indent=1)
 
 
-def add_task_evaluation(trainer, recipe) -> TaskEvaluationCallback | None:
+def add_task_evaluation(
+    trainer, recipe, answered: dict | None = None, max_new_tokens: int | None = None
+) -> TaskEvaluationCallback | None:
     """Load the recipe's `eval_tasks` now (a missing file fails before training) and add the
-    callback that scores them to `trainer`; nothing when the recipe names no tasks."""
-    if not recipe.eval_tasks:
-        return None
+    callback that scores them, and the `answered` eval sets ({name: questions loaded by the data
+    pipeline}) by generation, to `trainer`; nothing when there are neither. `max_new_tokens`:
+    the reply length of generated answers (GRPO's completion length), else the evaluation's."""
     tasks = {
         name: load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit)
         if name in TASKS
         else eval_set_task(name, recipe.eval_sources[name], recipe.eval_tasks_limit)
         for name in recipe.eval_tasks
     }
+    modes = dict.fromkeys(tasks, recipe.eval_tasks_mode)
+    for name, rows in (answered or {}).items():  # the schema keeps eval_tasks from naming these
+        tasks[name] = eval_set_task(name, recipe.eval_sources[name], rows=rows)
+        modes[name] = "generate"
+    if not tasks:
+        return None
     generation = {"system_prompt": recipe.system_prompt, "chain_of_thought": recipe.chain_of_thought}
-    callback = TaskEvaluationCallback(trainer, tasks, recipe.eval_tasks_mode, generation)
+    if max_new_tokens is not None:
+        generation["max_new_tokens"] = max_new_tokens
+    callback = TaskEvaluationCallback(trainer, tasks, modes, generation)
     trainer.add_callback(callback)
     return callback

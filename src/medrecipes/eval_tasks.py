@@ -215,9 +215,11 @@ def _task_data(task: Task, rows: list[Row], source: str, limit: int | None) -> T
     return TaskData(task, rows, source, [])
 
 
-def eval_set_task(name: str, source, limit: int | None = None) -> TaskData:
-    """A recipe's `format: usmle` eval set (a config.SourceConfig) as a MedQA-prompted task."""
-    return _task_data(task_for(name), load_mcq_source(source).to_list(), str(source.data_files or source.path), limit)
+def eval_set_task(name: str, source, limit: int | None = None, rows=None) -> TaskData:
+    """A recipe's `format: usmle` eval set (a `SourceConfig`) as a MedQA-prompted task; `rows`,
+    the set's questions when the data pipeline has loaded them already."""
+    rows = load_mcq_source(source) if rows is None else rows
+    return _task_data(task_for(name), list(rows), str(source.data_files or source.path), limit)
 
 
 def _fewshot_source(task: Task, source: str, fewshot_data: str | None) -> tuple[str, str | None]:

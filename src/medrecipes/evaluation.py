@@ -312,11 +312,6 @@ def evaluate_task(
     return {**report, "mode": mode, "reference": task.reference, "source": data.source, "example_prompt": example}
 
 
-def evaluate_tasks(model, tokenizer, tasks: dict, **settings) -> dict[str, dict]:
-    """`evaluate_task` for each named TaskData, in order."""
-    return {name: evaluate_task(model, tokenizer, data, **settings) for name, data in tasks.items()}
-
-
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
     """The scalars a trainer logs for each task: <prefix>_<task>_acc, and _acc_norm or _unparseable."""
     metrics = {}

@@ -4,12 +4,15 @@ A leaf: the recipe schema checks these names when a recipe is read, without impo
 that loads and scores the tasks (`eval_tasks`, `evaluation`), which sits above it.
 """
 
+from typing import Literal, get_args
+
 from medrecipes.errors import UserError, did_you_mean
 
 # The benchmark tasks of `eval_tasks.TASKS`, in its order (a test holds the two together).
 TASK_NAMES = ("medqa_4opt", "medqa_5opt", "medmcqa", "pubmedqa", "mmlu_medical")
 # How `evaluation` scores a question: lm-eval's log-likelihood of each answer, or a generated reply.
-EVAL_MODES = ("loglik", "generate")
+EvalMode = Literal["loglik", "generate"]
+EVAL_MODES = get_args(EvalMode)
 
 
 def check_task_names(names: list[str], own_data: list[str], where: str) -> None:

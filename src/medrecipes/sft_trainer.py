@@ -1,10 +1,11 @@
 """The SFT recipe's trainer: TRL's SFTTrainer with the recipes' checkpoints, resume and logs
-(`trainer.RecipeTrainerMixin`), perplexity and multiple-choice accuracy on each eval set."""
+(`trainer.RecipeTrainerMixin`) and perplexity on each eval set; multiple-choice accuracy comes
+from `eval_callback.add_task_evaluation`."""
 
 from trl import SFTTrainer
 
-from medrecipes.trainer import MCQAccuracyMixin, PerplexityMixin, RecipeTrainerMixin
+from medrecipes.trainer import PerplexityMixin, RecipeTrainerMixin
 
 
-class MedSFTTrainer(RecipeTrainerMixin, MCQAccuracyMixin, PerplexityMixin, SFTTrainer):
-    """SFTTrainer that also logs perplexity and multiple-choice accuracy on each eval set."""
+class MedSFTTrainer(RecipeTrainerMixin, PerplexityMixin, SFTTrainer):
+    """SFTTrainer that also logs perplexity on each eval set."""

@@ -1,7 +1,9 @@
 """The HF Trainer and TRL's trainers as the recipes use them: checkpoints written atomically,
 exact resume, the long-run callbacks fed, teardown, and mixins for what the recipes log
-(perplexity, MCQ accuracy, GRPO's per-set metrics) and for a learning rate of its own for the
-embeddings."""
+(perplexity, GRPO's per-set metrics) and for a learning rate of its own for the embeddings.
+
+A mixin is kept only where the trainer offers no hook (each says which); multiple-choice
+accuracy is a callback (`eval_callback`)."""
 
 import atexit
 import json
@@ -17,7 +19,7 @@ from typing import NoReturn
 
 import torch
 from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
@@ -258,15 +260,11 @@ def end_run(trainer, status: int | str = 0) -> NoReturn:
 
 
 def evaluate_and_record(trainer) -> dict:
-    """Evaluate every eval set once more, record the metrics beside the training ones, and log
-    the multiple-choice report (accuracy by subject) of each set that has one."""
-    from medrecipes.evaluation import format_report
-
+    """Evaluate every eval set once more and record the metrics beside the training ones (the
+    multiple-choice reports, accuracy by subject, are logged by `eval_callback`)."""
     metrics = trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
-    for name, report in getattr(trainer, "mcq_reports", {}).items():
-        logger.info(format_report(name, report))
     return metrics
 
 
@@ -283,41 +281,15 @@ class PerplexityMixin:
         super().log(logs, start_time)
 
 
-class MCQAccuracyMixin:
-    """Adds `eval_<set>_acc` for every eval set that has multiple-choice rows in `mcq_sets`.
-
-    Computed in `evaluation_loop`, beside the loss, so that it is logged with the other
-    metrics of the same set. Every process answers every question: the sets are small, and
-    under ZeRO-3 generation needs all processes anyway.
-    """
-
-    mcq_sets: dict = {}
-    mcq_generation: dict = {}
-    mcq_reports: dict = {}  # the latest full report of each set, predictions and subjects included
-
-    def evaluation_loop(
-        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
-    ):
-        from medrecipes.evaluation import evaluate_mcq
-
-        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
-        rows = self.mcq_sets.get(metric_key_prefix.removeprefix("eval_"))
-        if rows is not None:
-            report = evaluate_mcq(self.model, self.processing_class, rows, **self.mcq_generation)
-            self.mcq_reports = {**self.mcq_reports, metric_key_prefix.removeprefix("eval_"): report}
-            output.metrics[f"{metric_key_prefix}_acc"] = report["accuracy"]
-            output.metrics[f"{metric_key_prefix}_unparseable"] = report["unparseable"]
-        return output
-
-
 class RecipeTrainerMixin:
     """What every recipe's trainer does beyond the library's; put it first in the bases
     (`class T(RecipeTrainerMixin, SFTTrainer)`) and pass `callbacks.recipe_callbacks(...)`.
 
     - Atomic checkpoints: a checkpoint is written under output_dir/_staging and renamed to
       checkpoint-<step> once every process has written its part, so a process killed while
-      saving leaves nothing that `last_checkpoint` would resume from. (HF's save_total_limit
-      rotation runs inside the staging folder and does nothing; `KeepBestCheckpoints` applies it.)
+      saving leaves nothing that `last_checkpoint` would resume from. HF's save_total_limit
+      rotation, which runs inside the staging folder and finds one checkpoint there, is run
+      again on output_dir once the checkpoint is published.
       Code that writes more into a checkpoint (data position, ...) goes in a `_save_checkpoint`
       of a class after this one in the bases, into `os.path.join(self._get_output_dir(trial),
       f"checkpoint-{self.state.global_step}")`, which is the staging folder during the save.
@@ -329,6 +301,13 @@ class RecipeTrainerMixin:
       counts, and the time spent evaluating and saving, go to `ThroughputMonitor`, whose
       metrics join each training log before the trainer records it.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # The staging folder is in place around the _save_checkpoint and log of the classes after
+        # this one, and the token counts are summed before theirs: it must come first.
+        if RecipeTrainerMixin in cls.__bases__ and cls.__bases__[0] is not RecipeTrainerMixin:
+            raise TypeError(f"{cls.__name__}: put RecipeTrainerMixin first in the base classes")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -421,6 +400,8 @@ class RecipeTrainerMixin:
         if self.args.should_save:
             publish(staged, final)
             shutil.rmtree(staging_root, ignore_errors=True)
+            # The library's save_total_limit rotation, which ran in the staging folder, on the published ones.
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
         if self._deferred_push:
             self._deferred_push = False

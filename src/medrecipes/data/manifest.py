@@ -22,9 +22,9 @@ import posixpath
 import datasets
 import fsspec
 
-from medrecipes.config import SourceConfig
 from medrecipes.data.sources import url_files
 from medrecipes.data.stream import TokenStream
+from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError
 from medrecipes.locations import BUILDERS, is_url, looks_local
 

@@ -13,9 +13,9 @@ from itertools import islice
 
 import datasets
 
-from medrecipes.config import MixtureConfig
 from medrecipes.data.packing import token_ids
 from medrecipes.data.sources import files_of, load_source
+from medrecipes.data_config import MixtureConfig
 from medrecipes.errors import UserError, bad_lines_named
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 import datasets
 
 from medrecipes import usmle
-from medrecipes.config import SourceConfig
+from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
 from medrecipes.locations import BUILDERS, is_url, looks_local
 

@@ -1,0 +1,40 @@
+"""The recipe schema and its parse: one YAML file plus command-line overrides into typed
+dataclasses, every key checked and the derived settings computed once, for the actual world size.
+
+- `schema`: the dataclasses a recipe's keys fill (`RecipeArguments` and the trainer configs);
+  the data keys' dataclasses live in the leaf `medrecipes.data_config`.
+- `reading`: the YAML file and the command line into those dataclasses (`RecipeParser`), one
+  line for each unknown key, wrong type or value outside a `Literal` field's choices.
+- `checks`: what each key needs of the others, and the derived settings (token budgets).
+- `parse`: `parse_recipe` for cpt, sft and grpo, and the resolved recipe it gives back.
+- `eval_args`: the arguments of `medrecipes eval` and recipes/evaluate.py.
+"""
+
+from medrecipes.config.checks import resolve_token_budget
+from medrecipes.config.eval_args import EvalArguments, parse_eval_args
+from medrecipes.config.parse import parse_recipe, recipe_method, resolved_recipe, resolved_yaml
+from medrecipes.config.schema import (
+    CPTConfig,
+    MedGRPOConfig,
+    MedSFTConfig,
+    RecipeArguments,
+    prompts_per_step_accumulation,
+)
+from medrecipes.data_config import MixtureConfig, SourceConfig
+
+__all__ = [
+    "CPTConfig",
+    "EvalArguments",
+    "MedGRPOConfig",
+    "MedSFTConfig",
+    "MixtureConfig",
+    "RecipeArguments",
+    "SourceConfig",
+    "parse_eval_args",
+    "parse_recipe",
+    "prompts_per_step_accumulation",
+    "recipe_method",
+    "resolve_token_budget",
+    "resolved_recipe",
+    "resolved_yaml",
+]

@@ -1,0 +1,238 @@
+"""The checks and derived settings of a parsed recipe, run by `parse.parse_recipe`: what each
+key needs of the others (token budgets -> steps, checkpoint ranking, GRPO's prompts and
+rewards, benchmarks during training, adapters), caught when the recipe is read, not once a
+model has loaded.
+
+The reward entries are checked by building them with `medrecipes.rewards` (a layer below: it
+knows only questions), which also gives `reward_weights`; a dotted import path to a user's
+reward can only be checked by importing it.
+"""
+
+import math
+import os
+from typing import Any
+
+from transformers import TrainingArguments
+from trl import ModelConfig
+
+from medrecipes.config.reading import build_dataclass, split_names
+from medrecipes.config.schema import MedGRPOConfig, MedSFTConfig, RecipeArguments, divisors
+from medrecipes.data_config import MixtureConfig, SourceConfig
+from medrecipes.errors import UserError, check_choice, did_you_mean
+from medrecipes.names import check_task_names
+from medrecipes.rewards import reward_functions
+
+VLLM_MODES = ("colocate", "server")
+
+
+def _build_source(data: Any, where: str) -> SourceConfig:
+    source = build_dataclass(SourceConfig, data, where)
+    if source.weight <= 0:
+        raise UserError(f"{where}: weight must be positive, got {source.weight}")
+    return source
+
+
+def resolve_data(recipe: RecipeArguments, path: str) -> None:
+    if recipe.dataset_mixture is not None:
+        where = f"{path}: dataset_mixture"
+        mixture = dict(recipe.dataset_mixture)
+        sources = mixture.get("sources")
+        if not isinstance(sources, list) or not sources:
+            raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
+        mixture["sources"] = [_build_source(s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
+        recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
+        if recipe.mixture.shuffle_buffer < 0:
+            raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
+    for name, source in (recipe.eval_sets or {}).items():
+        recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}")
+
+
+def resolve_token_budget(
+    recipe: RecipeArguments, args: TrainingArguments, path: str, world_size: int | None = None
+) -> dict[str, Any]:
+    """Turn token counts into max_steps, gradient_accumulation_steps and warmup_steps.
+
+    `world_size` defaults to this launch's; `medrecipes plan` passes the one it plans for.
+    Returns the derived fields (also set on `args`) so that callers can log them.
+    """
+    derived: dict[str, Any] = {}
+    if recipe.min_lr is not None:
+        args.lr_scheduler_type = "cosine_with_min_lr"
+        args.lr_scheduler_kwargs = {**(args.lr_scheduler_kwargs or {}), "min_lr": recipe.min_lr}
+        derived["lr_scheduler_type"] = args.lr_scheduler_type
+    budget = (recipe.total_tokens, recipe.global_batch_tokens, recipe.warmup_tokens)
+    if all(v is None for v in budget):
+        return derived
+    if recipe.global_batch_tokens is None:
+        raise UserError(f"{path}: total_tokens and warmup_tokens need global_batch_tokens")
+    world = world_size or args.world_size
+    micro = args.per_device_train_batch_size * args.max_length
+    per_step = micro * world
+    if recipe.global_batch_tokens % per_step:
+        candidates = [per_step * k for k in (1, 2, 4, 8) if per_step * k != recipe.global_batch_tokens]
+        fitting = recipe.global_batch_tokens // micro if recipe.global_batch_tokens % micro == 0 else 0
+        worlds = divisors(fitting) if fitting else []
+        hint = f" or run on {', '.join(map(str, worlds[:6]))} processes" if worlds else ""
+        raise UserError(
+            f"{path}: global_batch_tokens {recipe.global_batch_tokens} is not a multiple of "
+            f"per_device_train_batch_size x max_length x processes = {args.per_device_train_batch_size} x "
+            f"{args.max_length} x {world} = {per_step}; use a multiple such as "
+            f"{', '.join(map(str, candidates[:3]))}{hint}"
+        )
+    args.gradient_accumulation_steps = recipe.global_batch_tokens // per_step
+    derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+    if recipe.total_tokens is not None:
+        # A budget rarely divides into whole steps; round up and say how many tokens that is.
+        args.max_steps = math.ceil(recipe.total_tokens / recipe.global_batch_tokens)
+        derived["max_steps"] = args.max_steps
+        derived["tokens_trained"] = args.max_steps * recipe.global_batch_tokens
+    if recipe.warmup_tokens is not None:
+        args.warmup_steps = max(1, round(recipe.warmup_tokens / recipe.global_batch_tokens))
+        derived["warmup_steps"] = args.warmup_steps
+    return derived
+
+
+def resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+    # With several named eval sets there is no plain eval_loss: rank by the first set's loss.
+    if recipe.eval_sources and args.metric_for_best_model in (None, "loss", "eval_loss"):
+        first = next(iter(recipe.eval_sources))
+        args.metric_for_best_model = f"eval_{first}_loss"
+        args.greater_is_better = False
+    if recipe.keep_best_checkpoints is not None:
+        if recipe.keep_best_checkpoints < 1:
+            raise UserError(f"{path}: keep_best_checkpoints must be at least 1")
+        if args.save_total_limit is not None:
+            raise UserError(f"{path}: set keep_best_checkpoints or save_total_limit, not both")
+        if not recipe.eval_sources:
+            raise UserError(f"{path}: keep_best_checkpoints ranks by eval loss; add eval_sets")
+    if recipe.keep_last_checkpoints is not None:
+        if recipe.keep_last_checkpoints < 1:
+            raise UserError(f"{path}: keep_last_checkpoints must be at least 1")
+        if args.save_total_limit is not None:
+            raise UserError(f"{path}: set keep_last_checkpoints or save_total_limit, not both")
+
+
+def check_long_run_settings(recipe: RecipeArguments, path: str) -> None:
+    if recipe.max_nonfinite_skips < 0:
+        raise UserError(f"{path}: max_nonfinite_skips must be 0 or more")
+    if recipe.preemption_grace_seconds <= 0:
+        raise UserError(f"{path}: preemption_grace_seconds must be positive")
+    for key in ("gpu_hour_price", "peak_tflops"):
+        if getattr(recipe, key) is not None and getattr(recipe, key) <= 0:
+            raise UserError(f"{path}: {key} must be positive")
+
+
+def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> None:
+    budget = {"total_tokens", "global_batch_tokens", "warmup_tokens"}
+    if any(getattr(recipe, key) is not None for key in budget):
+        raise UserError(f"{path}: token budgets are for pretraining; count GRPO batches with prompts_per_step")
+    if args.prompt_format == "plain" and (recipe.system_prompt or recipe.chain_of_thought):
+        raise UserError(
+            f"{path}: system_prompt and chain_of_thought shape chat prompts; with prompt_format: plain, leave them out"
+        )
+    if args.reward_weights is not None:
+        raise UserError(f"{path}: give each reward its weight in its 'rewards' entry, not in reward_weights")
+    if args.temperature <= 0:
+        raise UserError(f"{path}: temperature must be positive (GRPO samples its completions), got {args.temperature}")
+    if args.beta < 0:
+        raise UserError(f"{path}: beta must be 0 or more, got {args.beta}")
+    check_choice(args.vllm_mode, VLLM_MODES, f"{path}: vllm_mode")  # TRL's field: a str, not a Literal
+    if args.rewards is None:
+        args.rewards = [{"name": "usmle_accuracy"}]
+    _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
+
+
+def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+    recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
+    if not recipe.eval_tasks:
+        return
+    usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
+    if method == "sft" or getattr(args, "prompt_format", None) == "chat":
+        # SFT and chat-prompt GRPO already log eval_<set>_acc for these sets; a second value would
+        # overwrite it. CPT and plain-prompt GRPO can score them here.
+        clash = next((name for name in recipe.eval_tasks if name in usmle_sets), None)
+        if clash is not None:
+            raise UserError(
+                f"{path}: eval_tasks: '{clash}' is an eval set this recipe already scores (eval_{clash}_acc); "
+                "list benchmarks (medqa_4opt, mmlu_medical, ...) in eval_tasks, or rename the eval set"
+            )
+        usmle_sets = []
+    check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
+    if recipe.eval_tasks_limit is not None and recipe.eval_tasks_limit < 1:
+        raise UserError(f"{path}: eval_tasks_limit must be at least 1, got {recipe.eval_tasks_limit}")
+    if args.eval_strategy == "no":
+        raise UserError(
+            f"{path}: eval_tasks are scored at each evaluation, but eval_strategy is 'no'; set eval_strategy: steps and eval_steps"
+        )
+
+
+def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
+    """A chat template file must exist (TRL opens it once the trainer is built); assistant_only_loss
+    needs conversations: TRL refuses plain documents once it is built."""
+    template = args.chat_template_path
+    if template and template.endswith(".jinja") and not os.path.isfile(template):
+        raise UserError(f"{path}: chat_template_path: no such file {template}; see recipes/templates/")
+    if not args.assistant_only_loss:
+        return
+    sources = {
+        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
+    }
+    sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    for where, source in sources.items():
+        if source.format == "text":
+            raise UserError(
+                f"{path}: {where}: format text has no assistant turns for assistant_only_loss; use format chat "
+                "or usmle, set assistant_only_loss: false, or train on documents with recipes/cpt.py"
+            )
+
+
+def check_loggers(args: TrainingArguments, path: str) -> None:
+    """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    for name in args.report_to:
+        check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
+
+
+# ModelConfig's LoRA settings: they take effect only with use_peft.
+ADAPTER_SETTINGS = (
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "lora_target_parameters",
+    "lora_modules_to_save",
+    "lora_task_type",
+    "use_rslora",
+    "use_dora",
+)
+
+
+def check_model_args(model_args: ModelConfig, path: str) -> None:
+    """What transformers or PEFT would refuse only once the model loads, after the data is built."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    attention = model_args.attn_implementation
+    known = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+    if attention and "/" not in attention and attention not in known:  # org/name: a Hub kernel
+        raise UserError(
+            f"{path}: attn_implementation '{attention}' is unknown{did_you_mean(attention, known)}; "
+            f"use {', '.join(known)} or a Hub kernel (org/name)"
+        )
+    if model_args.use_peft and model_args.lora_r < 1:
+        raise UserError(f"{path}: lora_r must be at least 1, got {model_args.lora_r}")
+    bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]
+    if len(bits) == 2:
+        raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")
+    if bits and not model_args.use_peft:
+        raise UserError(
+            f"{path}: a model loaded in {bits[0].removeprefix('load_in_').removesuffix('bit')} bits trains only through adapters; "
+            "add use_peft: true or remove load_in_4bit/load_in_8bit"
+        )
+    defaults = ModelConfig()
+    ignored = [key for key in ADAPTER_SETTINGS if getattr(model_args, key) != getattr(defaults, key)]
+    if ignored and not model_args.use_peft:
+        raise UserError(
+            f"{path}: {ignored[0]} is set but use_peft is false, so the whole model would train; "
+            f"set use_peft: true for LoRA, or drop {', '.join(ignored)}"
+        )

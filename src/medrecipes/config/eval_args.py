@@ -1,0 +1,103 @@
+"""The arguments of `medrecipes eval` and recipes/evaluate.py, and their parse."""
+
+import os
+from dataclasses import dataclass, field
+
+from medrecipes.config.reading import RecipeParser, check_choices, split_names
+from medrecipes.errors import UserError, check_output_folder, did_you_mean
+from medrecipes.names import EvalMode, check_task_names
+from medrecipes.outputs import check_new_output
+
+
+@dataclass
+class EvalArguments:
+    """`medrecipes eval` and recipes/evaluate.py: which model, which benchmarks, how to score them."""
+
+    model_name_or_path: str = field(metadata={"aliases": ["--model"], "help": "Hub id, local folder or .gguf file."})
+    tasks: list[str] = field(
+        default_factory=lambda: ["medqa_4opt"],
+        metadata={"help": "Comma- or space-separated: medqa_4opt, medqa_5opt, medmcqa, pubmedqa, mmlu_medical."},
+    )
+    mode: EvalMode = field(default="loglik", metadata={"help": "loglik (as lm-evaluation-harness) or generate."})
+    data: list[str] | None = field(
+        default=None,
+        metadata={"help": "TASK=PATH (file, folder or Hub id) for a task's questions; PATH alone with one task."},
+    )
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder with the benchmark files laid out as in ../shared/data."}
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "First N questions of each task (of each MMLU subject)."}
+    )
+    num_fewshot: int = field(default=0, metadata={"help": "Solved examples before each question (MMLU: dev split)."})
+    fewshot_data: list[str] | None = field(
+        default=None, metadata={"help": "TASK=PATH of few-shot examples for tasks without a dev split."}
+    )
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass."})
+    max_length: int | None = field(
+        default=None, metadata={"help": "Context length; longer inputs lose tokens on the left (default: model's)."}
+    )
+    model_revision: str | None = field(default=None, metadata={"help": "Hub revision of the model."})
+    dtype: str = field(default="auto", metadata={"help": "auto (the checkpoint's), bfloat16, float16 or float32."})
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1 (default: cuda when available)."})
+    system_prompt: str | None = field(default=None, metadata={"help": "generate: system turn before each question."})
+    chain_of_thought: bool = field(default=False, metadata={"help": "generate: reason, then 'Final Answer: X'."})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "generate: 16, or 512 with chain of thought."})
+    temperature: float = field(default=0.0, metadata={"help": "generate: 0 is greedy; above 0 samples."})
+    top_p: float = field(default=1.0, metadata={"help": "generate: nucleus sampling when temperature > 0."})
+    seed: int = field(default=42, metadata={"help": "Seed for sampling."})
+    output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
+    overwrite: bool = field(default=False, metadata={"help": "Let `output` replace an existing file."})
+
+    def __post_init__(self):
+        self.tasks = split_names(self.tasks)
+        self.data_by_task = _by_task(self.data, self.tasks, "--data")
+        self.fewshot_by_task = _by_task(self.fewshot_data, self.tasks, "--fewshot_data")
+
+
+def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str, str]:
+    """{task: path} from TASK=PATH entries; a bare PATH belongs to the only task."""
+    result = {}
+    for entry in entries or []:
+        name, sep, path = entry.partition("=")
+        if not sep:
+            if len(tasks) != 1:
+                raise UserError(f"{flag} {entry}: name the task it is for, as {flag} TASK={entry}")
+            name, path = tasks[0], entry
+        result[name] = path
+    return result
+
+
+def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
+    """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
+    (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
+    where = path or "command line"
+    check_task_names(args.tasks, list(args.data_by_task), where)
+    # An entry for a task not run is fine (a YAML's data for several tasks, --tasks picking some),
+    # unless its name is a misspelling of a task that runs without an entry of its own.
+    for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):
+        for name in by_task:
+            hint = "" if name in args.tasks else did_you_mean(name, [t for t in args.tasks if t not in by_task])
+            if hint:
+                raise UserError(
+                    f"{where}: {flag} names task '{name}', which is not in tasks{hint}; "
+                    f"name the task as in tasks, or drop the {flag} entry"
+                )
+    check_choices(args, where)
+    for key in ("limit", "batch_size", "max_new_tokens"):
+        if getattr(args, key) is not None and getattr(args, key) < 1:
+            raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
+    if args.num_fewshot < 0:
+        raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    if args.temperature < 0:
+        raise UserError(f"{where}: temperature must be 0 (greedy) or more, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
+    if args.output:  # written at the end: a bad path must not cost the evaluation
+        if os.path.isdir(args.output):
+            raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
+        check_output_folder(os.path.dirname(os.path.abspath(args.output)), f"{where}: output")
+        inputs = [args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
+        # Never over an input; over an earlier result, checked when the evaluation starts.
+        check_new_output(args.output, f"{where}: output", inputs, overwrite=True)
+    return args

@@ -1,0 +1,106 @@
+"""`parse_recipe`: a recipe for one method (cpt, sft, grpo) read, checked and derived, and the
+resolved recipe it gives back (`medrecipes validate`, the run record, the model card)."""
+
+import dataclasses
+from enum import Enum
+from typing import Any
+
+import yaml
+from transformers import TrainingArguments
+from trl import ModelConfig
+
+from medrecipes.config import checks
+from medrecipes.config.eval_args import EvalArguments
+from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
+from medrecipes.config.schema import CPTConfig, MedGRPOConfig, MedSFTConfig, RecipeArguments
+from medrecipes.errors import UserError, check_output_folder
+
+# The dataclasses of each recipe script, in the order the script's main() receives them.
+METHODS = {
+    "cpt": (RecipeArguments, CPTConfig, ModelConfig),
+    "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
+    "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
+}
+
+
+def recipe_method(path: str) -> str:
+    """The script a recipe YAML is for, from its keys: "cpt", "sft", "grpo" (the first whose
+    dataclasses take every key, so a recipe with only shared keys is a CPT recipe) or "eval"
+    (recipes/evaluate.py). A file that fits none gets the method nearest to it, whose parse
+    then names the key that does not fit."""
+    data = read_recipe_yaml(path)
+    keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
+    return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
+
+
+def parse_recipe(method: str, argv: list[str] | None = None):
+    """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order."""
+    parser = RecipeParser(METHODS[method])
+    try:
+        outputs, path = parser.parse_recipe(argv)
+    except (TypeError, ValueError) as err:  # a dataclass __post_init__ refusing a value
+        raise UserError(f"{parser.recipe_path}: {str(err).splitlines()[0]}") from None
+    recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
+    args = next(o for o in outputs if isinstance(o, TrainingArguments))
+    model_args = next(o for o in outputs if isinstance(o, ModelConfig))
+    if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
+        raise UserError(f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)")
+    path = path or "command line"
+    check_output_folder(args.output_dir, f"{path}: output_dir")
+    for obj in (recipe, args, model_args):
+        check_choices(obj, path)
+    checks.resolve_data(recipe, path)
+    if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
+        raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
+    if isinstance(args, MedGRPOConfig):
+        checks.resolve_grpo(recipe, args, path)
+    derived = checks.resolve_token_budget(recipe, args, path)
+    if getattr(args, "prompts_per_step", None) is not None:
+        derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+    checks.resolve_best_metric(recipe, args, path)
+    checks.check_long_run_settings(recipe, path)
+    checks.check_model_args(model_args, path)
+    checks.check_loggers(args, path)
+    if isinstance(args, MedSFTConfig):
+        checks.check_sft_sources(recipe, args, path)
+    checks.check_eval_tasks(recipe, args, path, method)
+    if not recipe.eval_sources and args.eval_strategy != "no":
+        raise UserError(
+            f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "
+            "add eval_sets, or set eval_strategy: no"
+        )
+    recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
+    return tuple(outputs)
+
+
+# Credentials a recipe may carry: left out of anything printed, saved or pushed.
+SECRET_FIELDS = ("hub_token",)
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+
+def resolved_recipe(*parsed) -> dict[str, Any]:
+    """Every field of a parsed recipe's dataclasses with its final value as plain YAML data,
+    credentials left out: what `medrecipes validate` prints and a model card records. Parsed
+    again, it gives the same run."""
+    resolved = {}
+    for obj in parsed:
+        own = getattr(obj, "set_by_recipe", {})  # fields whose derived values may not be given back
+        for f in dataclasses.fields(obj):
+            if f.init and f.name not in resolved and f.name not in SECRET_FIELDS:
+                resolved[f.name] = _plain(own.get(f.name, getattr(obj, f.name)))
+    return resolved
+
+
+def resolved_yaml(*parsed) -> str:
+    return yaml.safe_dump(resolved_recipe(*parsed), sort_keys=False)

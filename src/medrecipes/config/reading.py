@@ -1,0 +1,253 @@
+"""Reading a recipe: the YAML file and the command line into dataclasses, each bad key, type
+or value one line that names the file and the key.
+
+`RecipeParser` wraps TRL's `TrlParser` (which reads only `--config`) so that `python
+recipes/cpt.py recipes/x.yaml` works too; nested entries (a mixture's sources, eval sets)
+become dataclasses through `build_dataclass`; `check_choices` checks every `Literal` field.
+"""
+
+import dataclasses
+import os
+import re
+import sys
+import types
+import typing
+from argparse import ArgumentTypeError
+from typing import Any
+
+import yaml
+from trl import TrlParser
+
+from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8
+
+NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.IGNORECASE)
+
+
+def _attach_negative_numbers(argv: list[str]) -> list[str]:
+    """`--key -1e-3` as `--key=-1e-3`: argparse takes a value that starts with '-' and is not a
+    plain number for an option, and says "expected one argument"."""
+    out = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and NEGATIVE_NUMBER.fullmatch(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+class RecipeParser(TrlParser):
+    """TrlParser that also takes the YAML as a positional argument and fails in one line."""
+
+    def __init__(self, dataclass_types):
+        # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
+        super().__init__(dataclass_types, allow_abbrev=False)
+        self.recipe_path = "command line"
+        # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
+        # config) and take a list of mappings (rewards) word by word: both take one YAML value.
+        kinds = {
+            name: _structured_kind(hint)
+            for cls in dataclass_types
+            for name, hint in typing.get_type_hints(cls).items()
+        }
+        literals = {
+            name for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items() if choices(hint)
+        }
+        for action in self._actions:
+            kind = kinds.get(action.dest)
+            if kind is not None:
+                action.type, action.nargs = _yaml_value(kind), None
+            if action.dest in literals:  # argparse checks only the command line; check_choices checks both
+                action.choices = None
+
+    def error(self, message):  # argparse calls this for bad values and types
+        raise UserError(f"{self.recipe_path}: {message}")
+
+    def set_defaults_with_config(self, **config):
+        # YAML reads 11e9 as a string, and argparse's int() refuses it; a whole number is meant.
+        int_fields = {
+            f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
+        }
+        for key, value in config.items():
+            if key in int_fields and isinstance(value, str | float) and _is_whole_number(value):
+                config[key] = int(float(value))
+        return super().set_defaults_with_config(**config)
+
+    def parse_recipe(self, argv: list[str] | None = None):
+        argv = _attach_negative_numbers(list(sys.argv[1:] if argv is None else argv))
+        if argv and not argv[0].startswith("-"):
+            argv = ["--config", *argv]
+        path = argv[argv.index("--config") + 1] if "--config" in argv else None
+        if path is not None:
+            self.recipe_path = path
+            self._check_yaml_keys(path)
+        *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
+        unknown = [arg for arg in remaining if arg.startswith("--")]
+        if remaining:
+            name = (unknown or remaining)[0].lstrip("-").split("=")[0]
+            raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
+        return outputs, path
+
+    def _keys(self) -> list[str]:
+        return field_names(self.dataclass_types)
+
+    def _check_yaml_keys(self, path: str) -> None:
+        reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
+
+
+def _is_union(hint) -> bool:
+    """`a | b` or `Optional[a]`: a field that takes more than one type."""
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _structured_kind(hint) -> type | None:
+    """dict for a mapping field, list for a list of mappings, None for the others (Optional
+    stripped)."""
+    if _is_union(hint):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = options[0] if len(options) == 1 else None
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if origin is dict:
+        return dict
+    if origin is list and args and (typing.get_origin(args[0]) or args[0]) is dict:
+        return list
+    return None
+
+
+def _yaml_value(kind: type):
+    """An argparse type: the text as YAML (so JSON too), which must be a `kind` or null."""
+
+    def parse(text: str):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ArgumentTypeError(f"not valid YAML ({str(err).splitlines()[0]})") from None
+        if value is not None and not isinstance(value, kind):
+            example = "'{key: value, ...}'" if kind is dict else "'[{key: value, ...}, ...]'"
+            raise ArgumentTypeError(f"expected a YAML {kind.__name__} such as {example}, got {text!r}")
+        return value
+
+    return parse
+
+
+def read_recipe_yaml(path: str) -> dict:
+    """A recipe file's mapping of keys to values, or the one-line error of a missing or bad file."""
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a folder; pass the path of a YAML recipe in it")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML ({where}{problem}); fix the recipe there") from None
+    if data is None:
+        raise UserError(f"{path}: the recipe is empty; write its keys (see recipes/ for examples)")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a recipe must be a mapping of keys to values")
+    return data
+
+
+def field_names(classes) -> list[str]:
+    """The keys a recipe may set for these dataclasses."""
+    return [f.name for cls in classes for f in dataclasses.fields(cls) if f.init]
+
+
+def reject_unknown_keys(data: dict, valid: set[str], where: str) -> None:
+    for key in data:
+        if key not in valid:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, valid)}")
+
+
+def _is_whole_number(value) -> bool:
+    try:
+        return float(value).is_integer()
+    except ValueError:
+        return False
+
+
+def build_dataclass(cls, data: Any, where: str):
+    """`cls(**data)` with unknown and missing keys reported as one line naming `where`."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: expected a mapping of keys to values, got {data!r}")
+    reject_unknown_keys(data, {f.name for f in dataclasses.fields(cls)}, where)
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data
+    ]
+    if missing:
+        raise UserError(f"{where}: missing key '{missing[0]}'")
+    hints = typing.get_type_hints(cls)
+    data = dict(data)
+    for key, value in data.items():
+        if isinstance(value, str) and _fits(1.0, hints[key]) and not _fits("", hints[key]):
+            data[key] = value = _yaml_number(value)  # YAML reads 1e-2 as text
+        if not _fits(value, hints[key]):
+            raise UserError(f"{where}: {key} must be {_kind(hints[key])}, got {value!r}")
+    built = cls(**data)
+    check_choices(built, where)
+    return built
+
+
+def choices(hint) -> tuple | None:
+    """The values a `Literal` field (or an optional one) takes; None for any other field."""
+    if _is_union(hint):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = options[0] if len(options) == 1 else None
+    return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None
+
+
+def check_choices(obj, where: str) -> None:
+    """Every `Literal` field of a parsed dataclass holds one of its values: the one line with
+    the closest names and the valid ones, for a value from the YAML or the command line alike."""
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        values, value = choices(hint), getattr(obj, name, None)
+        if values is not None and value is not None:
+            check_choice(value, values, f"{where}: {name}")
+
+
+def split_names(entries: list[str]) -> list[str]:
+    """Names given as a list, comma-separated, or both: [a,b c] -> [a, b, c]."""
+    return [name for entry in entries for name in entry.split(",") if name]
+
+
+KINDS = {float: "a number", int: "a whole number", str: "text", bool: "true or false", type(None): "null"}
+
+
+def _kind(hint) -> str:
+    """A field's type in a user's words: "text or a list or null"."""
+    if _is_union(hint):
+        return " or ".join(_kind(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(sorted({_kind(type(choice)) for choice in typing.get_args(hint)}))
+    origin = typing.get_origin(hint) or hint
+    return KINDS.get(origin) or {list: "a list", dict: "a mapping"}.get(origin, getattr(origin, "__name__", str(hint)))
+
+
+def _yaml_number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _fits(value, hint) -> bool:
+    """Whether a YAML value has the type a nested recipe entry's field declares (a float field
+    takes an int; containers are checked by kind, not item by item; a `Literal` field by the
+    type of its choices, the choice itself by `check_choices`)."""
+    if _is_union(hint):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) is typing.Literal:
+        return any(_fits(value, type(choice)) for choice in typing.get_args(hint))
+    if isinstance(value, bool) and hint is not bool:
+        return False
+    if hint is float:
+        return isinstance(value, int | float)
+    return isinstance(value, typing.get_origin(hint) or hint)

@@ -1,0 +1,357 @@
+"""The recipe schema: the dataclasses a recipe's keys fill, besides TRL's `ModelConfig`.
+
+`RecipeArguments` holds what the trainer configs lack (data, token budgets, checkpoints, long
+runs, prompts, benchmarks during training); `CPTConfig`, `MedSFTConfig` and `MedGRPOConfig` are
+the trainer configs with this project's defaults. A field whose values are a fixed list is a
+`Literal`: the parser checks it (`reading.check_choices`) and the list is written once, here.
+"""
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from transformers import TrainingArguments
+from transformers.trainer_utils import SchedulerType
+from trl import GRPOConfig, SFTConfig
+
+from medrecipes.data_config import MixtureConfig, SourceConfig
+from medrecipes.errors import UserError, did_you_mean
+from medrecipes.names import EvalMode
+
+
+@dataclass
+class RecipeArguments:
+    """What a recipe needs that TRL's ModelConfig and the trainer's config class lack."""
+
+    dataset_mixture: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Training data: {seed, streaming, sources: [{path, weight, ...}]}."}
+    )
+    eval_sets: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Named evaluation sets {name: source}; each logs eval_<name>_loss."}
+    )
+    init_from_scratch: bool = field(default=False, metadata={"help": "Random weights from `architecture`."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start over: delete the checkpoints, final model and record of the run in output_dir."},
+    )
+    architecture: str | None = field(
+        default=None,
+        metadata={"help": "Scratch preset: tiny ... xlarge (plan: the shapes of a start model not trained yet)."},
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "Tokenizer when it differs from the model (always set for scratch)."}
+    )
+    total_tokens: int | None = field(default=None, metadata={"help": "Token budget; sets max_steps."})
+    global_batch_tokens: int | None = field(
+        default=None, metadata={"help": "Tokens per optimizer step over all devices; sets grad accumulation."}
+    )
+    warmup_tokens: int | None = field(default=None, metadata={"help": "Warmup in tokens; sets warmup_steps."})
+    min_lr: float | None = field(default=None, metadata={"help": "Cosine floor; selects cosine_with_min_lr."})
+    keep_best_checkpoints: int | None = field(
+        default=None, metadata={"help": "Keep the best M checkpoints by metric_for_best_model, plus the last K."}
+    )
+    keep_last_checkpoints: int | None = field(
+        default=None, metadata={"help": "Keep the newest K checkpoints (1 when only keep_best_checkpoints is set)."}
+    )
+    checkpoint_mirror_url: str | None = field(
+        default=None, metadata={"help": "fsspec URL (s3://, gs://, file://...) each checkpoint is copied to."}
+    )
+    push_checkpoint_revisions: bool = field(
+        default=False, metadata={"help": "Push each checkpoint's weights to its own Hub branch, checkpoint-<step>."}
+    )
+    # Long runs: preemption, non-finite steps, monitoring.
+    preemption_grace_seconds: float = field(
+        default=120.0, metadata={"help": "After SIGTERM/SIGUSR1: seconds to save a checkpoint and exit."}
+    )
+    nonfinite_policy: Literal["skip", "stop"] = field(
+        default="skip", metadata={"help": "A NaN/inf gradient norm: skip the step, or stop (checkpoint first)."}
+    )
+    max_nonfinite_skips: int = field(default=3, metadata={"help": "Skips allowed before the run stops."})
+    gpu_hour_price: float | None = field(
+        default=None, metadata={"help": "Price of one GPU-hour; logs the cost of the rest of the run."}
+    )
+    peak_tflops: float | None = field(
+        default=None, metadata={"help": "Dense bf16 peak per device for MFU, when the GPU is not in plan.GPUS."}
+    )
+    # How multiple-choice rows (`format: usmle`) become chat turns, for SFT, GRPO and evaluation.
+    system_prompt: str | None = field(default=None, metadata={"help": "System turn before each question."})
+    chain_of_thought: bool = field(
+        default=False, metadata={"help": "Ask for step-by-step reasoning ending in 'Final Answer: X'."}
+    )
+    with_explanation: bool = field(default=False, metadata={"help": "SFT targets carry the explanation."})
+    subjects: list[str] | None = field(
+        default=None, metadata={"help": "Train only on these subjects (per-subject 'division' training)."}
+    )
+    built_data: str | None = field(
+        default=None,
+        metadata={"help": "Folder written by `medrecipes build-data`: train on its packed blocks, not the sources."},
+    )
+    decontaminate_against: list[str] | None = field(
+        default=None,
+        metadata={"help": "Benchmark files (MCQ) that build-data checks the training data against, beside eval_sets."},
+    )
+    # Benchmarks scored at every evaluation (medrecipes.eval_callback), logged as eval_<task>_acc.
+    eval_tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Benchmarks (medqa_4opt, mmlu_medical, ...) to score; for CPT also format: usmle eval_sets."
+        },
+    )
+    eval_tasks_limit: int | None = field(
+        default=None, metadata={"help": "Questions per task (per subject for MMLU) at each evaluation; all if unset."}
+    )
+    eval_tasks_data_dir: str | None = field(
+        default=None, metadata={"help": "Folder of local benchmark files (the ../shared/data layout); else the Hub."}
+    )
+    eval_tasks_mode: EvalMode = field(
+        default="loglik", metadata={"help": "loglik (as lm-evaluation-harness) or generate (chat, extracted letter)."}
+    )
+
+    def __post_init__(self):
+        # Filled by parse_recipe from the raw dicts above, after key checks.
+        self.mixture: MixtureConfig | None = None
+        self.eval_sources: dict[str, SourceConfig] = {}
+        self.derived: dict[str, Any] = {}
+
+
+# Trainer settings that, out of range, fail only once training runs (a division by zero, a
+# DataLoader's or an optimizer's ValueError), or in GRPOConfig's own derivations.
+AT_LEAST_ONE = (
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "max_completion_length",
+)
+NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
+
+
+# Step intervals: a count of steps, or below 1 a fraction of the run; 0 would never save, log
+# or evaluate, which the trainer accepts silently.
+POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
+
+
+def check_ranges(args) -> None:
+    """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
+    schedulers = [s.value for s in SchedulerType]
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if scheduler not in schedulers:
+        raise ValueError(
+            f"lr_scheduler_type '{scheduler}' is unknown{did_you_mean(scheduler, schedulers)}; use {', '.join(schedulers)}"
+        )
+    for keys, low, words in ((AT_LEAST_ONE, 1, "at least 1"), (NOT_NEGATIVE, 0, "0 or more")):
+        for key in keys:
+            value = getattr(args, key, None)
+            if value is not None and value < low:
+                raise ValueError(f"{key} must be {words}, got {value}")
+    for key in POSITIVE_INTERVALS:
+        value = getattr(args, key, None)
+        if value is not None and value <= 0:
+            raise ValueError(f"{key} must be positive (steps, or a fraction of the run below 1), got {value}")
+    # A run that trains no step would still write final/ over the one in output_dir.
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ValueError(f"max_steps must be at least 1, or -1 to train num_train_epochs; got {args.max_steps}")
+    if args.max_steps == -1 and args.num_train_epochs <= 0:
+        raise ValueError(f"num_train_epochs must be positive when max_steps is -1, got {args.num_train_epochs}")
+
+
+@dataclass
+class DeviceDefaults:
+    """Defaults of every recipe's trainer config, chosen for speed where that is safe.
+
+    bf16 follows `accelerate launch`'s mixed_precision where the recipe leaves it out (and a
+    recipe that disagrees with the launcher is refused). Otherwise bf16 and tf32 default to on
+    wherever the device supports them, and off on CPU: TRL's
+    configs default bf16 to True, which fails on a CPU machine even just to validate or plan a
+    GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
+    `logging_nan_inf_filter` defaults to off: the trainer reads every micro-batch's loss on the
+    host to filter it, a device sync per micro-batch, while `NonFiniteGuard` already acts on any
+    non-finite step (a non-finite loss always reaches the gradient norm it reads).
+    """
+
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
+    tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
+    report_to: str | list[str] = field(
+        default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, trackio, none."}
+    )
+    # The recipes push final/ with a model card at the end (medrecipes.hub) and checkpoints to
+    # branches (push_checkpoint_revisions); HF's default, every_save, would also push output_dir.
+    hub_strategy: str = field(default="end", metadata={"help": "Trainer pushes during training: end, every_save."})
+    logging_nan_inf_filter: bool = field(
+        default=False, metadata={"help": "Replace NaN/inf losses in the logs (a host sync per micro-batch)."}
+    )
+
+    def __post_init__(self):
+        import torch
+
+        check_ranges(self)
+        # argparse gives a list-typed key that the recipe leaves out None, not the default above.
+        if self.report_to is None:
+            self.report_to = "tensorboard"
+        gpu = not self.use_cpu and torch.cuda.is_available()
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch`'s, from its config or flag
+        if self.bf16 is None and launcher in ("bf16", "no") and not self.fp16:
+            self.bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
+        if self.bf16 is None:
+            self.bf16 = gpu and torch.cuda.is_bf16_supported()
+        if self.tf32 is None:
+            self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
+        ours = "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
+        if launcher is not None and launcher != ours:  # else the trainer fails at build, or trains in the other
+            raise ValueError(
+                f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
+                f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
+            )
+        super().__post_init__()
+
+
+@dataclass
+class CPTConfig(DeviceDefaults, TrainingArguments):
+    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults.
+
+    On a GPU the loss goes through TRL's chunked LM head (`fused_lm_head`), so the (batch,
+    length, vocabulary) logits are never held: at 8,192 tokens and Gemma 3's 262k vocabulary
+    they would take ~21 GiB per sequence. On a CPU, where memory is not what limits a run, the
+    tiles cost time (a quarter of each step at SmolLM2-135M's size, docs/benchmarks.md), so the
+    default (None) is on where a GPU trains and off on a CPU; true or false is kept as written.
+    Liger's kernels (`use_liger_kernel`) default to on where liger-kernel is installed and a GPU
+    trains; their own fused cross-entropy is then left out, since it replaces the forward that
+    carries the chunked head.
+    """
+
+    max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
+    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    fused_lm_head: bool | None = field(
+        default=None,
+        metadata={"help": "Loss through TRL's chunked LM head, without the full logits (default: on a GPU)."},
+    )
+    use_liger_kernel: bool | None = field(
+        default=None, metadata={"help": "Liger's Triton kernels (default: on a GPU when liger-kernel is installed)."}
+    )
+
+    def __post_init__(self):
+        if self.use_liger_kernel is None:
+            import torch
+
+            self.use_liger_kernel = (
+                not self.use_cpu and torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
+            )
+        if self.use_liger_kernel and self.fused_lm_head is not False:  # Liger trains on a GPU: the head is on
+            self.liger_kernel_config = {**(self.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
+        super().__post_init__()
+
+
+@dataclass
+class CheckpointingOnByDefault:
+    """TRL's configs turn activation checkpointing on through its deprecated name,
+    `gradient_checkpointing`, so a recipe that sets neither gets transformers' FutureWarning
+    about a key it never wrote. The same default (on) is given here under the new name; a
+    recipe that still writes the old name is honoured, with the warning."""
+
+    gradient_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Deprecated name of activation_checkpointing."}
+    )
+
+    def __post_init__(self):
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
+        super().__post_init__()
+
+
+@dataclass
+class MedSFTConfig(DeviceDefaults, CheckpointingOnByDefault, SFTConfig):
+    """TRL's SFTConfig with bf16/tf32 chosen by the device and padding-free packing on.
+
+    Packing (best-fit decreasing, TRL's default strategy) puts several examples in each row of
+    `max_length` tokens and trains without padding; each example still attends only to itself,
+    through flash-attention's varlen kernels or, with sdpa and eager attention, the
+    block-diagonal mask transformers builds from the restarting position_ids (tested in
+    tests/test_sft_recipe.py). `per_device_train_batch_size` then counts rows of `max_length`
+    tokens, not examples.
+    """
+
+    packing: bool = field(
+        default=True, metadata={"help": "Pack examples into rows of max_length, padding-free (bfd)."}
+    )
+
+
+@dataclass
+class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
+    """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
+    the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
+
+    rewards: list[dict[str, Any]] | None = field(
+        default=None,
+        metadata={"help": "Rewards [{name, weight, <settings>}] (medrecipes.rewards); default usmle_accuracy."},
+    )
+    prompt_format: Literal["chat", "plain"] = field(
+        default="chat", metadata={"help": "chat: usmle.chat_messages; plain: usmle.completion_prompt."}
+    )
+    prompts_per_step: int | None = field(
+        default=None,
+        metadata={"help": "Prompts per optimizer step over all devices; sets gradient_accumulation_steps."},
+    )
+    embedding_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the input embeddings (and a tied output layer)."}
+    )
+
+    def __post_init__(self):
+        check_ranges(self)  # first: the accumulation below divides by the batch size
+        # Before GRPOConfig derives generation_batch_size from the accumulation; WORLD_SIZE is
+        # what accelerate launch and torchrun set for every process, and 1 without them.
+        if self.prompts_per_step is not None:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
+        # Values derived after this point, kept as the recipe set them: GRPOConfig derives each of
+        # steps_per_generation and generation_batch_size from the other (or from the
+        # accumulation) and refuses both set, and reward_weights come from `rewards`. The
+        # resolved recipe gives these back, and `plan` derives the first two again for another
+        # number of devices.
+        self.set_by_recipe = {
+            name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
+        }
+        super().__post_init__()
+
+    def steps_per_generation_on(self, world_size: int) -> int:
+        """Micro-batches a process generates at once on `world_size` processes, as GRPOConfig
+        derives them there."""
+        steps, batch = self.set_by_recipe["steps_per_generation"], self.set_by_recipe["generation_batch_size"]
+        if steps is not None:
+            return steps
+        if batch is None:
+            return self.gradient_accumulation_steps
+        per_pass = self.per_device_train_batch_size * world_size
+        if batch % per_pass:
+            raise UserError(
+                f"generation_batch_size {batch} does not divide into per_device_train_batch_size "
+                f"{self.per_device_train_batch_size} x {world_size} processes"
+            )
+        return batch // per_pass
+
+
+def prompts_per_step_accumulation(args, world_size: int) -> int:
+    """The gradient accumulation that puts `prompts_per_step` prompts, each with
+    `num_generations` completions, in one optimizer step on `world_size` processes."""
+    if args.prompts_per_step < 1:
+        raise UserError(f"prompts_per_step must be at least 1, got {args.prompts_per_step}")
+    completions = args.prompts_per_step * args.num_generations
+    per_pass = args.per_device_train_batch_size * world_size
+    if completions % per_pass:
+        sizes = [d for d in divisors(completions) if d <= 64 and completions % (d * world_size) == 0]
+        hint = (
+            f"use per_device_train_batch_size {' or '.join(map(str, sizes[-3:]))}"
+            if sizes
+            else f"make prompts_per_step x num_generations a multiple of the {world_size} processes"
+        )
+        raise UserError(
+            f"prompts_per_step {args.prompts_per_step} x num_generations {args.num_generations} = {completions} "
+            f"completions do not divide into per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"{world_size} processes; {hint}"
+        )
+    return completions // per_pass
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

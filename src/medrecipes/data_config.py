@@ -1,0 +1,46 @@
+"""The recipe keys that describe data: one source (`SourceConfig`) and a weighted mixture of
+sources (`MixtureConfig`).
+
+A leaf: the recipe schema (`config`) fills these from a recipe's `dataset_mixture` and
+`eval_sets`, and the data pipeline and the benchmark tasks (`data`, `eval_tasks`) read them,
+so neither side imports the other to share them.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass
+class SourceConfig:
+    """One data source: a Hub id, a `datasets` builder (json, parquet, text, csv) or a local path."""
+
+    path: str
+    name: str | None = None
+    split: str = "train"
+    data_files: str | list[str] | None = None
+    data_dir: str | None = None
+    revision: str | None = None
+    text_field: str = "text"
+    # "text": a column of documents; "usmle": multiple-choice rows (MedQA, MedMCQA, MMLU, PubMedQA, ...)
+    # rendered for the recipe (documents for CPT, chat turns for SFT); "chat": rows kept as they are
+    # (messages, or prompt/completion), for SFT.
+    format: Literal["text", "usmle", "chat"] = "text"
+    weight: float = 1.0
+    # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
+    # anon); passed to `datasets` as `storage_options`.
+    storage_options: dict[str, Any] | None = None
+
+
+@dataclass
+class MixtureConfig:
+    """Weighted sources interleaved with a fixed seed; a weight may exceed its share (upsampling)."""
+
+    sources: list[SourceConfig]
+    seed: int = 42
+    streaming: bool = False
+    stopping_strategy: Literal["all_exhausted", "first_exhausted"] = "all_exhausted"
+    # "documents": a weight is the share of documents drawn; "tokens": the share of training tokens
+    # (converted with each source's measured mean document length, see data/mixture.py).
+    weight_unit: Literal["documents", "tokens"] = "documents"
+    # Streaming only: packed blocks held and shuffled together before training (0: stream order).
+    shuffle_buffer: int = 1000
