@@ -888,6 +888,7 @@ def bench_case(name: str, options) -> dict:
         "recipe": case["recipe"],
         "architecture": case["architecture"],
         "set": changes,
+        "allocator": options.allocator if device == "cpu" else None,
         "ours": ours,
         "baseline": baseline or None,
         "ablation": [
@@ -945,6 +946,13 @@ def main(argv=None):
         "--profile", action="store_true", help="run under torch.profiler; record each run's top operators per step"
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe key for ours")
+    parser.add_argument(
+        "--allocator",
+        choices=["kept", "default"],
+        default="kept",
+        help="CPU: glibc malloc as the recipes set it for CPU training (allocator.keep_freed_memory), for both "
+        "runs of the process; or the C library's default (the ablation)",
+    )
     options = parser.parse_args(argv)
     if options.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but no GPU is visible; use --device cpu with the *_tiny cases")
@@ -956,6 +964,12 @@ def main(argv=None):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if options.device == "cpu" and options.allocator == "kept":
+        # A setting of the whole process, as in a recipe's: the baseline and ours run under the
+        # same allocator, so the ratio is of what else differs between them.
+        from medrecipes.allocator import keep_freed_memory
+
+        options.allocator = "kept" if keep_freed_memory() else "default (not glibc)"
     for name in options.cases:
         bench_case(name, options)
 

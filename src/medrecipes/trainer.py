@@ -21,6 +21,7 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from medrecipes.allocator import keep_freed_memory
 from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.errors import UserError, first_to_report
@@ -157,6 +158,8 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     here instead, with the callback's exit code: what follows the training (final model,
     evaluation, push) belongs to the run that finishes.
     """
+    if trainer.args.device.type == "cpu":
+        keep_freed_memory()  # freed buffers stay in the process for the next step
     if checkpoint is not None:
         check_resumable(checkpoint, trainer.model, trainer.args)
     if checkpoint is not None and 0 < trainer.args.max_steps <= _steps_done(checkpoint):
