@@ -3,7 +3,7 @@
 A training step on a CPU allocates and frees the same large buffers every step (activations,
 their gradients, attention scores). glibc's malloc hands freed memory at the top of its heap
 back to the system once more than its trim threshold is free, and serves large blocks from
-fresh mappings; the next step then asks the system again, and the kernel zeroes every page on
+mappings of their own, unmapped when freed; the next step then asks the system again, and the kernel zeroes every page on
 its first touch. On a CPU run of SmolLM2-135M's size that is a large share of the step, and
 more for a run that keeps more activations (docs/benchmarks.md: the allocator ablation).
 
@@ -18,12 +18,14 @@ import platform
 
 logger = logging.getLogger(__name__)
 
-# mallopt parameters (glibc's malloc.h) and the values set.
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+# mallopt parameters (glibc's malloc.h) and the values set: every block from the heap (glibc
+# would give a large block a mapping of its own and unmap it when freed), and the heap's free
+# top never given back.
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
 SETTINGS = (
-    (M_TRIM_THRESHOLD, 2**31 - 1, "trim threshold"),  # never give the heap's free top back
-    (M_TOP_PAD, 64 * 2**20, "top pad"),  # grow the heap 64 MiB at a time
-    (M_MMAP_THRESHOLD, 32 * 2**20, "mmap threshold"),  # glibc's largest: blocks under 32 MiB from the heap
+    (M_MMAP_MAX, 0, "mmap max"),
+    (M_TRIM_THRESHOLD, 2**31 - 1, "trim threshold"),
+    (M_TOP_PAD, 64 * 2**20, "top pad"),  # grow the heap 64 MiB beyond each request: fewer system calls
 )
 
 
