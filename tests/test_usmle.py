@@ -22,6 +22,7 @@ from medrecipes.usmle import (
     pretraining_text,
     sft_target,
 )
+from medrecipes.usmle.answers import _normalise_text
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_shared_data = pytest.mark.skipif(
@@ -258,7 +259,7 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
             ]
         )
 
-    monkeypatch.setattr(usmle, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(usmle.loading, "load_dataset", fake_load_dataset)
     ds = load_mcq("GBaker/MedQA-USMLE-4-options-hf", split="test")
     load_mcq("cais/mmlu", split="dev", config="anatomy")
     assert calls == [("GBaker/MedQA-USMLE-4-options-hf", None, "test"), ("cais/mmlu", "anatomy", "dev")]
@@ -587,7 +588,7 @@ def test_real_medqa_extraction(medqa4):
         assert extract_answer(f"{letter}. {option_map(row)[letter]}", letters) == letter
         assert extract_answer(f"{letter}. {option_map(row)[letter]}", letters, row["options"]) == letter
         other = next(k for k in letters if k != letter)
-        if usmle._normalise_text(option_map(row)[other]) != usmle._normalise_text(option_map(row)[letter]):
+        if _normalise_text(option_map(row)[other]) != _normalise_text(option_map(row)[letter]):
             assert extract_answer(f"{letter}. {option_map(row)[other]}", letters, row["options"]) is None
         assert extract_answer(completion_prompt(row), letters) is None
         if row["question"].startswith("A "):

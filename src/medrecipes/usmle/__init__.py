@@ -1,0 +1,38 @@
+"""One multiple-choice-question (MCQ) schema for SFT, GRPO, evaluation and pretraining data.
+
+`load_mcq` reads MedQA, MedMCQA, MMLU, PubMedQA and the project's own seed files (local files,
+directories or Hub ids) into a `datasets.Dataset` whose columns are exactly `COLUMNS`:
+
+    id: str, question: str, options: list[str], answer: str | None (gold letter),
+    subject: str, explanation: str, context: str
+
+Option i carries the letter ``LETTERS[i]``. Options stay a list because Arrow cannot store dicts
+whose keys vary from row to row (4- and 5-option MedQA). The prompt builders and
+`extract_answer` are written together: every target `sft_target` produces is read back
+by `extract_answer`, and `completion_prompt` matches lm-evaluation-harness `medqa_4options`.
+
+The package: `schema` (the row's columns and letters), `loading` (`load_mcq` and the formats it
+reads), `prompts` (prompts and targets from a row) and `answers` (`extract_answer`); the names
+below are its interface.
+"""
+
+from medrecipes.usmle.answers import extract_answer
+from medrecipes.usmle.loading import FORMATS, load_mcq
+from medrecipes.usmle.prompts import chat_messages, completion_prompt, options_block, pretraining_text, sft_target
+from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, option_map
+
+__all__ = [
+    "COLUMNS",
+    "FORMATS",
+    "LETTERS",
+    "Row",
+    "chat_messages",
+    "completion_prompt",
+    "extract_answer",
+    "letters_for",
+    "load_mcq",
+    "option_map",
+    "options_block",
+    "pretraining_text",
+    "sft_target",
+]

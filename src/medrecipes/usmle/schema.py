@@ -1,0 +1,110 @@
+"""The normalised multiple-choice row: its columns, letters and the helpers that build one."""
+
+from typing import Any, NamedTuple
+
+from datasets import Features, List, Value
+
+from medrecipes.errors import UserError, row_in_files
+
+LETTERS = "ABCDEFGHIJ"
+COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
+FEATURES = Features(
+    {
+        "id": Value("string"),
+        "question": Value("string"),
+        "options": List(Value("string")),
+        "answer": Value("string"),
+        "subject": Value("string"),
+        "explanation": Value("string"),
+        "context": Value("string"),
+    }
+)
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+MMLU_COLUMNS = ["question", "A", "B", "C", "D", "answer"]
+MMLU_SPLITS = ("dev", "val", "test")
+PUBMEDQA_OPTIONS = ["yes", "no", "maybe"]
+
+Row = dict[str, Any]
+
+
+class Where(NamedTuple):
+    """The file (or Hub id) and 1-based record number that error messages point at; they show
+    the file's line number where its records are lines (`errors.row_in_files`)."""
+
+    source: str
+    row: int
+    header: bool = True  # whether a CSV file's first line names its columns
+
+    def __str__(self) -> str:
+        return row_in_files([self.source], self.row - 1, self.header)
+
+
+def letters_for(row: Row) -> str:
+    """The option letters of a normalised row: "ABCD" for 4 options."""
+    return LETTERS[: len(row["options"])]
+
+
+def option_map(row: Row) -> dict[str, str]:
+    """Ordered letter -> option text of a normalised row."""
+    return dict(zip(letters_for(row), row["options"], strict=True))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _options_from_dict(options: dict, where: Where) -> list[str]:
+    # Arrow merges the keys of all rows, so a 4-option row in a mixed file has E=None.
+    present = sorted(k for k, v in options.items() if v is not None)
+    if "".join(present) != LETTERS[: len(present)] or len(present) < 2:
+        raise UserError(
+            f"{where}: option keys {present} are not consecutive letters from A; "
+            "label the options A, B, C, ... without gaps"
+        )
+    return [_text(options[k]) for k in present]
+
+
+def _options(options: Any, where: Where) -> list[str]:
+    if isinstance(options, dict):
+        return _options_from_dict(options, where)
+    if isinstance(options, (list, tuple)) and 2 <= len(options) <= len(LETTERS):
+        return [_text(o) for o in options]
+    raise UserError(
+        f"{where}: 'options' must be a dict {{'A': ..., 'B': ...}} or a list of 2 to "
+        f"{len(LETTERS)} texts, got {type(options).__name__}; fix the row"
+    )
+
+
+def _gold(letter: Any, options: list[str], where: Where) -> str | None:
+    if letter is None or _text(letter) == "":
+        return None
+    gold = _text(letter).upper()
+    allowed = LETTERS[: len(options)]
+    if len(gold) != 1 or gold not in allowed:
+        raise UserError(
+            f"{where}: answer {letter!r} is not one of the option letters {allowed}; fix the answer or the options"
+        )
+    return gold
+
+
+def _index_gold(index: Any, options: list[str], where: Where, base: int = 0) -> str | None:
+    if index is None or str(index).strip() in ("", "-1"):
+        return None
+    position = int(index) - base if str(index).strip().isdigit() else -1
+    if not 0 <= position < len(options):
+        raise UserError(
+            f"{where}: answer index {index!r} does not name one of the {len(options)} options; fix the answer index"
+        )
+    return LETTERS[position]
+
+
+def _row(question: Any, options: list[str], answer: str | None, **fields: Any) -> Row:
+    return {
+        "id": _text(fields.get("id")),
+        "question": _text(question),
+        "options": options,
+        "answer": answer,
+        "subject": _text(fields.get("subject")),
+        "explanation": _text(fields.get("explanation")),
+        "context": _text(fields.get("context")),
+    }
