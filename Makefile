@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo test quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
+.PHONY: install demo report screenshot browser test quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -52,11 +52,34 @@ demo: install
 	$(PY) recipes/sft.py recipes/tiny_sft.yaml
 	$(PY) recipes/grpo.py recipes/tiny_grpo.yaml
 	$(PY) recipes/evaluate.py recipes/tiny_eval.yaml
+	$(MEDRECIPES) report $(DEMO_REPORT) --output outputs/demo/report.html --title "medrecipes demo: CPT, SFT, GRPO"
 	@echo "demo: CPT model in outputs/demo/cpt/final, SFT in outputs/demo/sft/final, GRPO in outputs/demo/grpo/final"
+	@echo "demo: report in outputs/demo/report.html (open it in a browser)"
+
+# One HTML page with the plots of runs and evaluations (medrecipes report; docs/report.md):
+# make report RUNS="outputs/base outputs/candidate outputs/real-check/eval" OUT=compare.html
+DEMO_REPORT = outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json
+RUNS ?= $(DEMO_REPORT)
+OUT ?= outputs/report.html
+report: install
+	$(MEDRECIPES) report $(RUNS) --output $(OUT) --overwrite
+
+# The README's picture of the demo's report (docs/images/demo-report.png): make demo, then this.
+screenshot: browser
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=$$(mktemp -d) \
+		--window-size=1150,1500 --virtual-time-budget=5000 --screenshot=docs/images/demo-report.png \
+		file://$(CURDIR)/outputs/demo/report.html
+
+# Chromium for the test that opens a report in a browser (Debian's package; the test is skipped
+# where it cannot be installed, e.g. without root).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } ; } || \
+		echo "browser: chromium not installed (needs root and apt-get); the browser test will be skipped"
 
 # One pytest worker per core (at most 4: each runs recipes as subprocesses, some with two
 # processes); the tests of a module share one worker, so a module's fixtures are built once.
-test: install
+test: install browser
 	$(PY) -m pytest tests -q -n auto --dist loadscope
 
 quality: install

@@ -205,6 +205,14 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: unknown dtype", ["merge-lora", f["adapter"], f"{files}/m4", "--dtype", "fp8"], "invalid choice"),
         Case("tiny-model: unknown architecture", ["tiny-model", f"{files}/t5", "--arch", "gpt5"], "invalid choice"),
         Case("eval: top_p 0", ["eval", "--model", model, "--data", TEST_SET, "--top_p", "0"], "top_p"),
+        # --- medrecipes report
+        Case("report: path missing", ["report", f"{files}/no-run", "--output", f"{files}/r1.html"], "no such file or folder"),
+        Case("report: folder with no run", ["report", f["emptydir"], "--output", f"{files}/r2.html"], "holds no run"),
+        Case("report: eval file not JSON", ["report", f["notjson.jsonl"], "--output", f"{files}/r3.html"], "not a JSON evaluation"),
+        Case("report: JSON that is no evaluation", ["report", f["existing.json"], "--output", f"{files}/r4.html"], "no 'tasks' in it"),
+        Case("report: output over an input", ["report", f["existing.json"], "--output", f["existing.json"]], "also what"),
+        Case("report: output exists", ["report", f["existing.json"], "--output", f["notes.jsonl"]], "already exists"),
+        Case("report: output is a folder", ["report", f["existing.json"], "--output", str(files)], "is a folder"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
         Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
     ]  # fmt: skip

@@ -3,6 +3,7 @@
 
 import math
 import os
+import re
 
 import pytest
 import yaml
@@ -41,6 +42,7 @@ def pushed_run(tiny_model, tmp_path_factory):
             *("--push_to_hub", "true", "--hub_model_id", "med/tiny-cpt", "--hub_token", SECRET),
             *("--push_checkpoint_revisions", "true", "--checkpoint_mirror_url", f"file://{mirror}"),
             *("--gpu_hour_price", str(PRICE), "--peak_tflops", str(PEAK)),
+            *("--eval_tasks", "usmle", "--eval_tasks_limit", "8"),
         ]
         result = subprocess.run(
             [PYTHON, "recipes/cpt.py", *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True
@@ -116,6 +118,39 @@ def test_model_card_is_a_record_of_the_run(pushed_run, tiny_model):
     for content in [*pushed, result.stdout.encode(), result.stderr.encode()]:
         assert SECRET.encode() not in content
     assert not hub.unknown
+
+
+def test_model_card_has_the_sections_of_a_medical_release(pushed_run):
+    _, _, hub, _ = pushed_run
+    main = hub.repos["med/tiny-cpt"]["main"]
+    text = main["README.md"].decode()
+    for heading in (
+        "## Intended use",
+        "## Out-of-scope use",
+        "### What these results do not say",
+        "## Limitations and biases",
+    ):
+        assert heading in text, heading
+    flat = " ".join(text.split())  # the card's paragraphs are wrapped
+    assert "not medical advice" in flat and "Clinical decision making" in flat
+    assert "is not clinical competence" in flat and "was not checked against the evaluation sets" in flat
+    splits = "json train (data/medical_text/train.jsonl); json train (data/usmle_sample/train.jsonl)"
+    assert f"Splits trained on: {splits}" in flat
+    # The multiple-choice result with its interval, in the text and as model-index metadata.
+    row = next(line for line in text.splitlines() if line.startswith("| usmle | loglik | 8 |"))
+    assert re.fullmatch(r"\| usmle \| loglik \| 8 \| \d+\.\d% \| \d+\.\d%-\d+\.\d% \|", row), row
+    metadata = yaml.safe_load(text.split("---")[1])
+    (entry,) = metadata["model-index"]
+    (result,) = entry["results"]
+    assert result["task"]["type"] == "multiple-choice" and result["dataset"]["name"] == "usmle"
+    (metric,) = result["metrics"]
+    assert metric["type"] == "accuracy" and 0 <= metric["value"] <= 1
+    assert f"{metric['value']:.1%}" in row
+    # The run's plots, in the repository and shown in the card.
+    images = re.findall(r"!\[[^\]]+\]\((images/[a-z]+\.png)\)", text)
+    assert {"images/loss.png", "images/accuracy.png"} <= set(images)
+    for path in images:
+        assert main[path].startswith(b"\x89PNG") and len(main[path]) > 5000, path
 
 
 def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path):

@@ -12,6 +12,7 @@ medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
 medrecipes serve outputs/demo/sft/final --port 8000
+medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json --output outputs/demo/report.html
 """
 
 import argparse
@@ -27,7 +28,7 @@ DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 # Commands that read recipes and data but never build or train a model: in a process of their own
 # they keep the training back ends out (libraries.keep_out), which the recipe schema's imports
 # (transformers' trainer utilities) would otherwise load, with lines some CPUs print.
-READ_ONLY_COMMANDS = ("validate", "plan", "launch-plan", "decontaminate")
+READ_ONLY_COMMANDS = ("validate", "plan", "launch-plan", "decontaminate", "report")
 
 SCRIPTS = {"cpt": "recipes/cpt.py", "sft": "recipes/sft.py", "grpo": "recipes/grpo.py", "eval": "recipes/evaluate.py"}
 
@@ -226,6 +227,13 @@ def cmd_generate(args) -> None:
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 
 
+def cmd_report(args) -> None:
+    from medrecipes.report import images_folder, write_report
+
+    images = write_report(args.paths, args.output, args.title, args.overwrite)
+    print(f"report written to {args.output}: {len(images)} plots, also as PNG files in {images_folder(args.output)}")
+
+
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
 
@@ -328,6 +336,15 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", help="a system turn before the prompt")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.set_defaults(func=cmd_generate)
+
+    report = commands.add_parser("report", help="one HTML page with the plots of runs and evaluations")
+    report.add_argument(
+        "paths", nargs="+", metavar="PATH", help="run output_dirs, eval --output files or folders of them"
+    )
+    report.add_argument("--output", default="report.html", help="the HTML file; its PNG files go to <name>_files/")
+    report.add_argument("--title", help="the page's title (default: the runs' names)")
+    report.add_argument("--overwrite", action="store_true", help="replace an existing report")
+    report.set_defaults(func=cmd_report)
 
     serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
     serve.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")

@@ -4,8 +4,12 @@ optionally, each checkpoint's weights on its own branch.
 The card records the resolved recipe (also pushed as `recipe.yaml`), the base model, every
 data source with its weight and revision (a local file's revision is its content hash), the
 decontamination result when the run was given one, the evaluation table, the hardware, the
-tokens seen and the training time. Credentials never reach it: the recipe's token fields are
-left out, and the finished card is checked for the token in use.
+tokens seen and the training time; and what a medical release needs besides: intended and
+out-of-scope uses, the multiple-choice results with their 95% intervals (also as `model-index`
+metadata, which the Hub shows as evaluation results), what those results do not say, the
+limitations, and the run's plots (`medrecipes report`) as images in the repository.
+Credentials never reach it: the recipe's token fields are left out, and the finished card is
+checked for the token in use.
 
 The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 """
@@ -20,13 +24,15 @@ from concurrent.futures import Future
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import local_files
+from medrecipes.errors import UserError
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
+from medrecipes.report import figures, read_run
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +141,26 @@ def evaluation_rows(metrics: dict) -> list[tuple[str, str]]:
     ]
 
 
+def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
+    """The reports as the Hub's evaluation results (`model-index` in the card's metadata)."""
+    results = []
+    for name, report in reports.items():
+        source = str(report.get("source") or name)
+        hub_id = "/" in source and not looks_local(source) and not os.path.exists(source)
+        results.append(
+            EvalResult(
+                task_type="multiple-choice",
+                task_name="Multiple-choice question answering",
+                dataset_type=source if hub_id else name,
+                dataset_name=name,
+                metric_type="accuracy",
+                metric_name=f"accuracy ({report.get('mode', 'generate')}, n={report['n']})",
+                metric_value=round(report["accuracy"], 4),
+            )
+        )
+    return results
+
+
 def model_card(
     repo_id: str,
     method: str,
@@ -146,11 +172,16 @@ def model_card(
     hardware_line: str,
     command: str,
     decontamination: str | None = None,
+    mcq_reports: dict[str, dict] | None = None,
+    images: dict[str, str] | None = None,
 ) -> ModelCard:
-    """The model card of a run, from what the run knows about itself."""
+    """The model card of a run, from what the run knows about itself; `mcq_reports`, the
+    multiple-choice reports of its last evaluation; `images`, {path in the repository: caption}
+    of its plots."""
     base = model_args.model_name_or_path
     scratch = recipe.init_from_scratch
     sources = recipe.mixture.sources if recipe.mixture else []
+    mcq_reports = mcq_reports or {}
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
         base_model=None if scratch or not base or looks_local(base) or os.path.exists(base) else base,
@@ -158,6 +189,7 @@ def model_card(
         library_name="peft" if model_args.use_peft else "transformers",
         pipeline_tag="text-generation",
         tags=["medrecipes", method, "medical"],
+        eval_results=mcq_results(mcq_reports) or None,
     )
     return ModelCard.from_template(
         card_data,
@@ -168,6 +200,14 @@ def model_card(
         sources=source_rows(sources),
         decontamination=decontamination,
         evaluation=evaluation_rows(eval_metrics),
+        mcq=[
+            (name, r.get("mode", ""), r["n"], f"{r['accuracy']:.1%}", f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%}")
+            for name, r in mcq_reports.items()
+        ],
+        trained_splits=sorted(
+            {f"{s.path} {s.split}" + (f" ({s.data_files})" if s.data_files else "") for s in sources}
+        ),
+        images=images or {},
         summary=summary,
         hardware=hardware_line,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
@@ -194,6 +234,17 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
     repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
     method = Path(sys.argv[0]).stem
     command = " ".join(["python", *sys.argv])
+    try:  # the run's plots, as in its report, and the multiple-choice reports of its last evaluation
+        run = read_run(args.output_dir, repo_id.split("/")[-1])
+    except UserError:
+        run = None
+    images = {}
+    if run is not None:
+        os.makedirs(os.path.join(final_dir, "images"), exist_ok=True)
+        for name, (caption, png) in figures([run], []).items():
+            Path(final_dir, "images", f"{name}.png").write_bytes(png)
+            images[f"images/{name}.png"] = caption
+    reports = run.reports[max(run.reports)] if run is not None and run.reports else {}
     card = model_card(
         repo_id,
         method,
@@ -205,6 +256,8 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
         hardware(trainer),
         command,
         decontamination_summary(recipe.built_data) if recipe.built_data else None,
+        reports,
+        images,
     )
     text = str(card)
     for secret in _secrets(args):

@@ -1,7 +1,8 @@
 """Which run an output_dir belongs to, and whether that run has finished.
 
 A run writes `run.json` into its output_dir when it starts: the recipe script, the model it
-starts from and a fingerprint of its training data. A later run in the same folder is the same
+starts from and a fingerprint of its training data (which tell runs apart), and the resolved
+recipe it runs with (which `medrecipes report` shows). A later run in the same folder is the same
 run if those agree (it resumes, or, when it finished, stops at once without writing anything)
 and another run if they do not: it is refused, since resuming would load another model's
 checkpoint and its final/ would replace the other run's. `overwrite_output_dir: true` starts
@@ -15,6 +16,7 @@ import os
 import shutil
 
 from medrecipes.callbacks import CHECKPOINT
+from medrecipes.config.parse import resolved_recipe
 from medrecipes.errors import UserError
 from medrecipes.outputs import staged
 
@@ -121,7 +123,8 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
             return True
         if saved is None and training_args.should_save:
             os.makedirs(output_dir, exist_ok=True)
-            write_record(output_dir, ours)
+            # The settings it ran with, for `medrecipes report`; only `ours` tells runs apart.
+            write_record(output_dir, {**ours, "recipe": resolved_recipe(recipe, model_args, training_args)})
     return False
 
 

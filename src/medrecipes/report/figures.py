@@ -1,0 +1,268 @@
+"""The plots of `medrecipes report`, drawn with matplotlib (its Agg backend: files, no display),
+one colour per run; each is drawn only where some run has what it shows."""
+
+import io
+
+from medrecipes.report.runs import (
+    Evaluation,
+    Run,
+    accuracy_series,
+    eval_loss_series,
+    reward_names,
+    step_series,
+    tokens_at,
+    training_logs,
+)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
+def _colours(count: int) -> list:
+    cycle = _pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    return [cycle[i % len(cycle)] for i in range(count)]
+
+
+def _error_bars(accuracy: list[float], intervals: list) -> tuple[list[float], list[float]]:
+    """matplotlib's error bars (the distance below and above each value) of 95% intervals; a
+    bound that rounding put a hair past its value (1.0 against 0.9999999) counts as 0."""
+    low = [max(0.0, a - ci[0]) if ci else 0.0 for a, ci in zip(accuracy, intervals, strict=True)]
+    high = [max(0.0, ci[1] - a) if ci else 0.0 for a, ci in zip(accuracy, intervals, strict=True)]
+    return low, high
+
+
+def loss_figure(runs: list[Run]):
+    plt = _pyplot()
+    if not any(training_logs(r) or eval_loss_series(r) for r in runs):
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    by_tokens = all(tokens_at(r) is not None for r in runs if training_logs(r))
+    styles = ["--", ":", "-."]
+    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+        at = tokens_at(run) if by_tokens else None
+        x = at if at is not None else (lambda step: step)
+        train = [(x(e["step"]), e["loss"]) for e in training_logs(run)]
+        if train:
+            ax.plot(*zip(*train, strict=True), color=colour, label=f"{run.name}: train")
+        for i, (name, points) in enumerate(eval_loss_series(run).items()):
+            xs, ys = zip(*[(x(s), v) for s, v in points], strict=True)
+            ax.plot(xs, ys, styles[i % len(styles)], marker="o", ms=3, color=colour, label=f"{run.name}: eval {name}")
+    ax.set_xlabel("tokens seen" if by_tokens else "step")
+    ax.set_ylabel("loss")
+    ax.set_title("Training and evaluation loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def accuracy_figure(runs: list[Run]):
+    plt = _pyplot()
+    if not any(accuracy_series(r) for r in runs):
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    markers = "osD^v<>"
+    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+        for i, (name, points) in enumerate(accuracy_series(run).items()):
+            steps = [p[0] for p in points]
+            ax.plot(
+                steps,
+                [p[1] for p in points],
+                marker=markers[i % len(markers)],
+                color=colour,
+                label=f"{run.name}: {name}",
+            )
+            banded = [p for p in points if p[2] is not None]
+            if banded:
+                ax.fill_between(
+                    [p[0] for p in banded],
+                    [p[2][0] for p in banded],
+                    [p[2][1] for p in banded],
+                    color=colour,
+                    alpha=0.12,
+                )
+    ax.set_xlabel("step")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title("Multiple-choice accuracy (bands: 95% interval)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def subject_points(run: Run) -> dict[str, dict[str, dict]]:
+    """{task: {"best (step N)" or "last (step N)": report}} for the tasks with several subjects
+    ("best and last (step N)" where they are the same evaluation); the best evaluation is the
+    trainer's best checkpoint where it has a report, else the one of the highest accuracy."""
+    if not run.reports:
+        return {}
+    last = max(run.reports)
+    found: dict[str, dict[str, dict]] = {}
+    for name in run.reports[last]:
+        steps = [s for s in run.reports if name in run.reports[s]]
+        best = run.best_step if run.best_step in steps else max(steps, key=lambda s: run.reports[s][name]["accuracy"])
+        report = run.reports[last][name]
+        if len(report.get("subjects", {})) > 1 and best == last:
+            found[name] = {f"best and last (step {last})": report}
+        elif len(report.get("subjects", {})) > 1:
+            found[name] = {f"best (step {best})": run.reports[best][name], f"last (step {last})": report}
+    return found
+
+
+def subjects_figure(runs: list[Run]):
+    import numpy as np
+
+    plt = _pyplot()
+    bars = [
+        (run, task, label, report)
+        for run in runs
+        for task, points in subject_points(run).items()
+        for label, report in points.items()
+    ]
+    if not bars:
+        return None
+    tasks = list(dict.fromkeys(task for _, task, _, _ in bars))
+    subjects = {t: sorted({s for _, task, _, r in bars if task == t for s in r["subjects"]}) for t in tasks}
+    height = sum(len(s) for s in subjects.values())
+    fig, axes = plt.subplots(
+        len(tasks), 1, figsize=(8, 1.2 + 0.45 * height * max(1, len(bars) / len(tasks)) / 2), squeeze=False
+    )
+    colours = _colours(len(bars))
+    for ax, task in zip(axes[:, 0], tasks, strict=True):
+        group = [b for b in bars if b[1] == task]
+        width = 0.8 / len(group)
+        y = np.arange(len(subjects[task]))
+        for i, (run, _, label, report) in enumerate(group):
+            values = [report["subjects"].get(s, {}) for s in subjects[task]]
+            acc = [v.get("accuracy", np.nan) for v in values]
+            low, high = _error_bars(acc, [v.get("ci95") for v in values])
+            ax.barh(
+                y + i * width,
+                acc,
+                width,
+                xerr=[low, high],
+                color=colours[bars.index(group[i])],
+                label=f"{run.name}: {label}",
+                error_kw={"elinewidth": 0.8, "alpha": 0.6},
+            )
+        ax.set_yticks(y + width * (len(group) - 1) / 2, subjects[task])
+        ax.set_xlim(0, 1)
+        ax.set_title(f"{task}: accuracy by subject (bars: 95% interval)")
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def grpo_figure(runs: list[Run]):
+    plt = _pyplot()
+    grpo = [r for r in runs if reward_names(r) or step_series(r, "kl")]
+    if not grpo:
+        return None
+    fig, (rewards, kl, length) = plt.subplots(1, 3, figsize=(13, 4))
+    styles = ["-", "--", ":", "-."]
+    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+        if run not in grpo:
+            continue
+        for i, name in enumerate(reward_names(run)):
+            points = step_series(run, f"rewards/{name}/mean")
+            rewards.plot(
+                *zip(*points, strict=True), styles[i % len(styles)], color=colour, label=f"{run.name}: {name}"
+            )
+        for ax, key in ((kl, "kl"), (length, "completions/mean_length")):
+            points = step_series(run, key)
+            if points:
+                ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
+    for ax, title in (
+        (rewards, "mean reward per function"),
+        (kl, "KL to the reference"),
+        (length, "completion length (tokens)"),
+    ):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+THROUGHPUT = (("tokens_per_second", "tokens/s"), ("mfu", "MFU"), ("peak_memory_gib", "peak memory (GiB)"))
+
+
+def throughput_figure(runs: list[Run]):
+    plt = _pyplot()
+    shown = [(key, title) for key, title in THROUGHPUT if any(step_series(r, key) for r in runs)]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown), 3.6), squeeze=False)
+    for ax, (key, title) in zip(axes[0], shown, strict=True):
+        for run, colour in zip(runs, _colours(len(runs)), strict=True):
+            points = step_series(run, key)
+            if points:
+                ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def evaluations_figure(evaluations: list[Evaluation]):
+    import numpy as np
+
+    plt = _pyplot()
+    if not evaluations:
+        return None
+    tasks = list(dict.fromkeys(t for e in evaluations for t in e.tasks))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks) * max(1, len(evaluations) / 3)), 4.2))
+    width = 0.8 / len(evaluations)
+    x = np.arange(len(tasks))
+    for i, (evaluation, colour) in enumerate(zip(evaluations, _colours(len(evaluations)), strict=True)):
+        reports = [evaluation.tasks.get(t) for t in tasks]
+        acc = [r["accuracy"] if r else np.nan for r in reports]
+        err = _error_bars(acc, [r["ci95"] if r else None for r in reports])
+        ax.bar(x + i * width, acc, width, yerr=err, color=colour, label=evaluation.name, capsize=3)
+    ax.set_xticks(x + width * (len(evaluations) - 1) / 2, tasks)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.set_title("Evaluations (bars: 95% interval)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = (
+    ("loss", "Loss", loss_figure),
+    ("accuracy", "Multiple-choice accuracy", accuracy_figure),
+    ("subjects", "Accuracy by subject, best and last evaluation", subjects_figure),
+    ("grpo", "GRPO: rewards, KL, completion length", grpo_figure),
+    ("throughput", "Throughput and memory", throughput_figure),
+)
+
+
+def figures(runs: list[Run], evaluations: list[Evaluation]) -> dict[str, tuple[str, bytes]]:
+    """{name: (title, PNG)} of every plot that the runs and evaluations have data for."""
+    found = {}
+    for name, title, draw in FIGURES:
+        fig = draw(runs) if runs else None
+        if fig is not None:
+            found[name] = (title, _png(fig))
+    fig = evaluations_figure(evaluations)
+    if fig is not None:
+        found["evaluations"] = ("Evaluations", _png(fig))
+    return found

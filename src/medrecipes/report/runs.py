@@ -1,0 +1,175 @@
+"""What `medrecipes report` reads: a training run's folder (`Run`) and an `eval --output` file
+(`Evaluation`), and the series the plots draw from them."""
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medrecipes.errors import UserError
+
+STEP_REPORT = re.compile(r"step-(\d+)\.json$")
+CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+
+
+@dataclass
+class Run:
+    """A training run's folder, read."""
+
+    name: str
+    path: str
+    log_history: list[dict]
+    best_step: int | None = None
+    record: dict = field(default_factory=dict)
+    reports: dict[int, dict[str, dict]] = field(default_factory=dict)  # step -> task -> report
+
+
+@dataclass
+class Evaluation:
+    """One `medrecipes eval --output` file."""
+
+    name: str
+    path: str
+    tasks: dict[str, dict]
+    settings: dict = field(default_factory=dict)
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"{path}: not a JSON {what} ({str(err).splitlines()[0]}); pass a run folder or an eval --output file"
+        ) from None
+
+
+def _trainer_state(folder: str) -> str | None:
+    """The run's trainer_state.json: the one written at the end, or the newest checkpoint's."""
+    root = os.path.join(folder, "trainer_state.json")
+    if os.path.isfile(root):
+        return root
+    checkpoints = [
+        (int(m.group(1)), p) for p in glob.glob(os.path.join(folder, "checkpoint-*")) if (m := CHECKPOINT.search(p))
+    ]
+    for _, path in sorted(checkpoints, reverse=True):
+        if os.path.isfile(os.path.join(path, "trainer_state.json")):
+            return os.path.join(path, "trainer_state.json")
+    return None
+
+
+def read_run(folder: str, name: str) -> Run:
+    state_path = _trainer_state(folder)
+    if state_path is None:
+        raise UserError(
+            f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
+            "logged or saved, or an eval --output file"
+        )
+    state = _read_json(state_path, "trainer state")
+    if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
+        raise UserError(f"{state_path}: not a trainer state (no log_history list); pass a run's output_dir")
+    best = state.get("best_model_checkpoint")
+    best_step = int(m.group(1)) if best and (m := CHECKPOINT.search(best.rstrip("/"))) else None
+    record_path = os.path.join(folder, "run.json")
+    record = _read_json(record_path, "run record") if os.path.isfile(record_path) else {}
+    reports = {}
+    for path in glob.glob(os.path.join(folder, "eval_tasks", "step-*.json")):
+        if m := STEP_REPORT.search(path):
+            reports[int(m.group(1))] = _read_json(path, "evaluation report").get("tasks", {})
+    return Run(name, folder, state.get("log_history", []), best_step, record, dict(sorted(reports.items())))
+
+
+def read_evaluation(path: str, name: str) -> Evaluation:
+    data = _read_json(path, "evaluation")
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+        raise UserError(f"{path}: no 'tasks' in it; pass a file written by medrecipes eval --output")
+    return Evaluation(name, path, data["tasks"], data.get("settings", {}))
+
+
+def _names(paths: list[str]) -> list[str]:
+    """A short label per path: its last part, or more of it where two would be the same."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    depth = 1
+    while depth < max(len(p) for p in parts):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+        depth += 1
+    return ["/".join(p[-depth:]) for p in parts]
+
+
+def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
+    """Runs and evaluations from the paths given: run folders, eval --output files, or folders
+    holding eval --output files (one evaluation each, named by the file)."""
+    runs, evaluations = [], []
+    for path, name in zip(paths, _names(paths), strict=True):
+        if os.path.isfile(path):
+            evaluations.append(read_evaluation(path, name.removesuffix(".json")))
+        elif os.path.isdir(path) and _trainer_state(path) is not None:
+            runs.append(read_run(path, name))
+        elif os.path.isdir(path) and (files := sorted(glob.glob(os.path.join(path, "*.json")))):
+            evaluations += [read_evaluation(f, f"{name}/{Path(f).stem}") for f in files]
+        elif os.path.isdir(path):
+            raise UserError(
+                f"{path}: holds no run (trainer_state.json) and no eval --output files; pass a run's output_dir"
+            )
+        else:
+            raise UserError(f"{path}: no such file or folder; pass a run's output_dir or an eval --output file")
+    return runs, evaluations
+
+
+def training_logs(run: Run) -> list[dict]:
+    """The trainer's logs of training steps (not evaluations or the closing summary)."""
+    return [e for e in run.log_history if "loss" in e and "learning_rate" in e]
+
+
+def tokens_at(run: Run):
+    """Tokens seen at a step, interpolated between the training logs that record them (None
+    where no log does)."""
+    import numpy as np
+
+    points = sorted(
+        {(e["step"], e["num_input_tokens_seen"]) for e in training_logs(run) if "num_input_tokens_seen" in e}
+    )
+    if not points:
+        return None
+    steps, tokens = [0, *(s for s, _ in points)], [0, *(t for _, t in points)]
+    return lambda step: float(np.interp(step, steps, tokens))
+
+
+def eval_loss_series(run: Run) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for entry in run.log_history:
+        for key, value in entry.items():
+            if key.startswith("eval_") and key.endswith("_loss"):
+                name = key.removeprefix("eval_").removesuffix("_loss") or "eval"
+                series.setdefault(name, []).append((entry["step"], value))
+    return series
+
+
+def accuracy_series(run: Run) -> dict[str, list[tuple[int, float, tuple[float, float] | None]]]:
+    """Accuracy per task or eval set against steps: from the reports (with their intervals),
+    and from the logs where no report was written (eval_<name>_acc, no interval)."""
+    series: dict[str, dict[int, tuple[float, tuple[float, float] | None]]] = {}
+    for step, tasks in run.reports.items():
+        for name, report in tasks.items():
+            series.setdefault(name, {})[step] = (report["accuracy"], tuple(report["ci95"]))
+    for entry in run.log_history:
+        for key, value in entry.items():
+            if key.startswith("eval_") and key.endswith("_acc"):
+                name = key.removeprefix("eval_").removesuffix("_acc")
+                series.setdefault(name, {}).setdefault(entry["step"], (value, None))
+    return {name: [(s, *points[s]) for s in sorted(points)] for name, points in series.items()}
+
+
+def step_series(run: Run, key: str) -> list[tuple[int, float]]:
+    return [(e["step"], e[key]) for e in training_logs(run) if key in e]
+
+
+def reward_names(run: Run) -> list[str]:
+    names = {
+        k.split("/")[1] for e in training_logs(run) for k in e if k.startswith("rewards/") and k.endswith("/mean")
+    }
+    return sorted(names)

@@ -1,0 +1,215 @@
+"""`medrecipes report`: the page and plots of runs and evaluations, read from what they wrote.
+
+The runs here are folders laid out as the recipes leave them (trainer_state.json with the
+trainer's log history, eval_tasks/step-<N>.json reports, run.json), with the keys the recipes
+log; tests/test_cpt_recipe.py reports on a real run, and `make demo` on all three recipes.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT
+
+from medrecipes.errors import UserError
+from medrecipes.report import read_inputs, subject_points, write_report
+
+SUBJECTS = ("cardiology", "nephrology", "neurology")
+
+
+def mcq_report(accuracy: float, n: int = 30) -> dict:
+    half = 0.15
+    subjects = {
+        s: {
+            "accuracy": min(1.0, accuracy + d),
+            "n": n // 3,
+            "ci95": [max(0, accuracy + d - 0.3), min(1, accuracy + d + 0.3)],
+        }
+        for s, d in zip(SUBJECTS, (-0.1, 0.0, 0.1), strict=True)
+    }
+    # A subject answered in full: its Wilson interval's upper bound is 1 up to rounding (0.9999999...).
+    subjects["pharmacology"] = {"accuracy": 1.0, "n": 6, "ci95": [0.6096569663469354, 0.9999999999999999]}
+    return {"accuracy": accuracy, "n": n, "ci95": [accuracy - half, accuracy + half], "subjects": subjects}
+
+
+def write_run(folder: Path, grpo: bool = False, shift: float = 0.0, best: int = 20) -> Path:
+    logs = []
+    for step in range(10, 41, 10):
+        entry = {
+            "step": step,
+            "loss": 3.0 - step / 20 - shift,
+            "learning_rate": 1e-4,
+            "num_input_tokens_seen": step * 1000,
+        }
+        entry |= {"tokens_per_second": 900.0 + step, "eta_hours": 0.1}
+        if grpo:
+            entry |= {"kl": step / 1000, "completions/mean_length": 40.0 + step, "reward": 0.5}
+            entry |= {"rewards/usmle_accuracy/mean": 0.3 + step / 100, "rewards/answer_format/mean": 0.9}
+        logs.append(entry)
+        if step % 20 == 0:
+            logs.append({"step": step, "eval_usmle_loss": 3.1 - step / 25 - shift, "eval_usmle_acc": 0.3 + step / 100})
+    logs.append({"step": 40, "train_loss": 2.0, "train_runtime": 10.0})
+    folder.mkdir(parents=True)
+    state = {"log_history": logs, "best_model_checkpoint": str(folder / f"checkpoint-{best}"), "global_step": 40}
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    (folder / "eval_tasks").mkdir()
+    for step in (20, 40):
+        report = {"step": step, "tasks": {"usmle": mcq_report(0.3 + step / 100 + shift)}}
+        (folder / "eval_tasks" / f"step-{step}.json").write_text(json.dumps(report))
+    recipe = {
+        "learning_rate": 1e-4 * (1 + shift),
+        "max_steps": 40,
+        "dataset_mixture": {"sources": [{"path": "json", "data_files": "train.jsonl", "weight": 1.0}]},
+    }
+    (folder / "run.json").write_text(
+        json.dumps(
+            {"script": "recipes/grpo.py" if grpo else "recipes/cpt.py", "model": "tiny", "data": "0", "recipe": recipe}
+        )
+    )
+    return folder
+
+
+def write_evaluation(path: Path, accuracy: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tasks = {
+        "medqa_4opt": {**mcq_report(accuracy), "mode": "loglik"},
+        "mmlu_medical": {**mcq_report(accuracy / 2), "mode": "loglik"},
+    }
+    path.write_text(json.dumps({"tasks": tasks, "settings": {"mode": "loglik"}}))
+    return path
+
+
+def pngs(folder: Path) -> dict[str, bytes]:
+    return {p.stem: p.read_bytes() for p in folder.glob("*.png")}
+
+
+def test_two_runs_and_evaluations_in_one_page(tmp_path):
+    baseline = write_run(tmp_path / "baseline")
+    candidate = write_run(tmp_path / "candidate", grpo=True, shift=0.1, best=40)
+    evals = tmp_path / "eval"
+    write_evaluation(evals / "base-loglik.json", 0.3)
+    write_evaluation(evals / "sft-loglik.json", 0.4)
+    output = tmp_path / "out" / "report.html"
+    images = write_report([str(baseline), str(candidate), str(evals)], str(output))
+    assert sorted(images) == ["accuracy", "evaluations", "grpo", "loss", "subjects", "throughput"]
+    files = pngs(tmp_path / "out" / "report_files")
+    assert sorted(files) == sorted(images) and all(
+        png.startswith(b"\x89PNG") and len(png) > 5000 for png in files.values()
+    )
+    page = output.read_text()
+    # Self-contained: every image inline, nothing fetched from elsewhere.
+    assert page.count('src="data:image/png;base64,') == 6 and not re.search(r"(src|href)=\"(https?:)?//", page)
+    for name in ("baseline", "candidate", "eval/base-loglik", "eval/sft-loglik", "recipes/grpo.py", "train.jsonl"):
+        assert name in page, name
+    assert "learning_rate" in page and "step 40" in page  # settings that differ; the candidate's best checkpoint
+
+
+def test_best_and_last_evaluation_by_subject(tmp_path):
+    (run,), _ = read_inputs([str(write_run(tmp_path / "run", best=20))])
+    points = subject_points(run)["usmle"]
+    assert list(points) == ["best (step 20)", "last (step 40)"]
+    assert points["best (step 20)"]["accuracy"] == pytest.approx(0.5)
+    # Without a best checkpoint with a report, the evaluation of the highest accuracy.
+    run.best_step = None
+    assert list(subject_points(run)["usmle"]) == ["best and last (step 40)"]
+
+
+def test_a_run_still_training_is_read_from_its_newest_checkpoint(tmp_path):
+    run = write_run(tmp_path / "run")
+    checkpoint = run / "checkpoint-40"
+    checkpoint.mkdir()
+    (run / "trainer_state.json").rename(checkpoint / "trainer_state.json")
+    (runs, _) = read_inputs([str(run)])
+    assert runs[0].log_history and max(e["step"] for e in runs[0].log_history) == 40
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "absent", "no such file or folder"),
+        (
+            lambda p: (p / "empty").mkdir() or p / "empty",
+            "holds no run (trainer_state.json) and no eval --output files",
+        ),
+        (lambda p: (p / "x.json").write_text("{not json") and p / "x.json", "not a JSON evaluation"),
+        (lambda p: (p / "y.json").write_text('{"a": 1}') and p / "y.json", "no 'tasks' in it"),
+        (lambda p: (p / "z.json").write_bytes(b"\xff\xfe\x00") and p / "z.json", "not a JSON evaluation"),
+    ],
+)
+def test_bad_inputs_are_one_line(tmp_path, make, message):
+    with pytest.raises(UserError, match=re.escape(message)) as info:
+        write_report([str(make(tmp_path))], str(tmp_path / "report.html"))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_never_over_an_input_or_an_earlier_report(tmp_path):
+    run = write_run(tmp_path / "run")
+    evaluation = write_evaluation(tmp_path / "e.json", 0.5)
+    with pytest.raises(UserError, match="is also what this command reads"):
+        write_report([str(run), str(evaluation)], str(evaluation))
+    write_report([str(run)], str(tmp_path / "r.html"))
+    with pytest.raises(UserError, match="already exists; name a new path, or pass --overwrite"):
+        write_report([str(run)], str(tmp_path / "r.html"))
+    write_report([str(run)], str(tmp_path / "r.html"), overwrite=True)
+
+
+def test_the_command(tmp_path):
+    run = write_run(tmp_path / "run")
+    out = tmp_path / "r.html"
+    result = subprocess.run(
+        [PYTHON, "-m", "medrecipes.cli", "report", str(run), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"report written to {out}: 4 plots" in result.stdout and out.is_file()
+    bad = subprocess.run(
+        [PYTHON, "-m", "medrecipes.cli", "report", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def render(page: Path, tmp_path: Path) -> str:
+    """The page's DOM after it has loaded in headless Chromium (its scripts run)."""
+    result = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make browser installs it)")
+def test_every_figure_loads_in_a_browser(tmp_path):
+    output = tmp_path / "report.html"
+    images = write_report([str(write_run(tmp_path / "a")), str(write_run(tmp_path / "b", grpo=True))], str(output))
+    dom = render(output, tmp_path)
+    figures = re.findall(r'<figure id="([a-z]+)"[^>]*data-loaded="(\w+)"', dom)
+    assert sorted(figures) == sorted((name, "yes") for name in images), figures
+    assert f'data-figures="{len(images)}"' in dom
+    # The check itself sees a broken image.
+    broken = tmp_path / "broken.html"
+    broken.write_text(output.read_text().replace("base64,", "base64,AAAA", 1))
+    assert 'data-loaded="no"' in render(broken, tmp_path)
+    assert os.path.getsize(output) > 10_000
