@@ -24,10 +24,10 @@ from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.resume import checkpoint_to_resume
 from medrecipes.run_folder import output_dir_is_finished
 from medrecipes.trainer import (
     CausalLMTrainer,
-    checkpoint_to_resume,
     end_run,
     eval_loss_summary,
     evaluate_and_record,

@@ -28,9 +28,10 @@ from medrecipes.grpo_trainer import MedGRPOTrainer
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.resume import checkpoint_to_resume
 from medrecipes.rewards import reward_functions
 from medrecipes.run_folder import output_dir_is_finished
-from medrecipes.trainer import checkpoint_to_resume, end_run, evaluate_and_record, train_and_save
+from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
 from trl import get_peft_config

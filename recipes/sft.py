@@ -23,9 +23,10 @@ from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import TEMPLATES, align_generation_eos, load_model, recipe_tokenizer
+from medrecipes.resume import checkpoint_to_resume
 from medrecipes.run_folder import output_dir_is_finished
 from medrecipes.sft_trainer import MedSFTTrainer
-from medrecipes.trainer import checkpoint_to_resume, end_run, evaluate_and_record, train_and_save
+from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
 from trl import get_peft_config

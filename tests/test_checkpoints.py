@@ -8,7 +8,7 @@ from transformers import TrainingArguments
 
 from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
 from medrecipes.errors import UserError
-from medrecipes.trainer import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
+from medrecipes.resume import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
 
 
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):

@@ -15,7 +15,7 @@ from conftest import NO_EVAL, PYTHON, ROOT, run, run_recipe
 from safetensors.torch import load_file
 
 from medrecipes.callbacks import checkpoint_steps
-from medrecipes.trainer import last_checkpoint
+from medrecipes.resume import last_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -22,132 +22,15 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from medrecipes.allocator import keep_freed_memory
-from medrecipes.callbacks import CHECKPOINT, NonFiniteGuard, StopsRun
+from medrecipes.callbacks import NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.errors import UserError, first_to_report
 from medrecipes.monitoring import ThroughputMonitor
-from medrecipes.outputs import REPLACED, finish_publish, publish
+from medrecipes.outputs import publish
+from medrecipes.resume import STAGING, TRAINER_STATE, check_resumable
 from medrecipes.run_folder import record_finished
 
 logger = logging.getLogger(__name__)
-
-TRAINER_STATE = "trainer_state.json"  # the trainer writes it last into a checkpoint
-STAGING = "_staging"  # under output_dir; the leading underscore keeps HF's Hub push off it
-
-
-def last_checkpoint(output_dir: str) -> str | None:
-    """The newest complete checkpoint in `output_dir`, from which a run resumes automatically.
-
-    Complete means renamed into place by `RecipeTrainerMixin` and holding the trainer state,
-    which the trainer writes last: a folder without it (a save killed by an older version, or
-    by a process that did not stage its checkpoints) is skipped with a warning.
-    """
-    if not os.path.isdir(output_dir):
-        return None
-    steps = sorted((int(m.group(1)), name) for name in os.listdir(output_dir) if (m := CHECKPOINT.match(name)))
-    for _, name in reversed(steps):
-        path = os.path.join(output_dir, name)
-        if os.path.isfile(os.path.join(path, TRAINER_STATE)):
-            logger.info("resuming from %s", path)
-            return path
-        logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
-    return None
-
-
-def finish_interrupted_saves(output_dir: str) -> None:
-    """Put in place a checkpoint or final/ whose save was killed as it replaced an older folder
-    of the same name (`outputs.finish_publish`); a save killed earlier is discarded by the next."""
-    staging = os.path.join(output_dir, STAGING)
-    names = os.listdir(staging) if os.path.isdir(staging) else []
-    for name in (n.removesuffix(REPLACED) for n in names if n.endswith(REPLACED)):
-        if finish_publish(os.path.join(staging, name), os.path.join(output_dir, name)):
-            logger.info("%s: completed its save, interrupted as it replaced the older one", name)
-
-
-def resumes_from_output_dir(args) -> bool:
-    """Whether the run resumes from output_dir's newest checkpoint (no checkpoint named)."""
-    return args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true"
-
-
-def checkpoint_to_resume(args) -> str | None:
-    """The checkpoint a run starts from: the one `resume_from_checkpoint` names (a checkpoint
-    folder of this run or another), else the newest complete one in output_dir (also with
-    `resume_from_checkpoint: true`)."""
-    named = args.resume_from_checkpoint
-    if resumes_from_output_dir(args):
-        with args.main_process_first(local=args.save_on_each_node, desc="completing an interrupted save"):
-            if args.should_save:
-                finish_interrupted_saves(args.output_dir)
-        return last_checkpoint(args.output_dir)
-    if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
-        raise UserError(
-            f"resume_from_checkpoint: {named} is not a complete checkpoint (no {TRAINER_STATE}); "
-            "name a checkpoint-<step> folder, or leave the key out to resume from output_dir's newest"
-        )
-    logger.info("resuming from %s (resume_from_checkpoint)", named)
-    return named
-
-
-# Config keys that fix the shapes of a checkpoint's tensors, for a model and for a LoRA adapter.
-SHAPE_KEYS = (
-    "model_type",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-)
-ADAPTER_KEYS = ("peft_type", "r", "target_modules")
-
-
-def _saved_config(path: str) -> dict | None:
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _comparable(config: dict, keys: tuple[str, ...]) -> dict:
-    config = {**config, **(config.get("text_config") or {})}  # a multimodal model's language model
-    return {k: sorted(v) if isinstance(v, list | set) else v for k, v in config.items() if k in keys}
-
-
-def checkpoint_mismatch(checkpoint: str, model) -> str | None:
-    """How `checkpoint` differs from `model` in what fixes its tensors' shapes ("hidden_size 64,
-    here 128"), or None. Resuming another model's checkpoint (a run given an output_dir that an
-    earlier run with another model used) would fail deep in loading, a size mismatch per tensor."""
-    peft = getattr(model, "peft_config", {}).get("default")
-    adapter = _saved_config(os.path.join(checkpoint, "adapter_config.json"))
-    if (adapter is None) != (peft is None):
-        kinds = ("a LoRA adapter", "full fine-tuning")
-        return f"{kinds[adapter is None]}, here {kinds[peft is None]}"
-    pairs = [(_saved_config(os.path.join(checkpoint, "config.json")), model.config.to_dict(), SHAPE_KEYS)]
-    if peft is not None:
-        pairs.append((adapter, peft.to_dict(), ADAPTER_KEYS))
-    differences = []
-    for saved, ours, keys in pairs:
-        if saved is None:
-            continue
-        saved, ours = _comparable(saved, keys), _comparable(ours, keys)
-        differences += [f"{k} {saved.get(k)}, here {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
-    return "; ".join(differences) or None
-
-
-def check_resumable(checkpoint: str, model, args) -> None:
-    """One line, before training, for a checkpoint of another model."""
-    mismatch = checkpoint_mismatch(checkpoint, model)
-    if mismatch is None:
-        return
-    if resumes_from_output_dir(args):
-        raise UserError(
-            f"output_dir: {checkpoint}, the checkpoint this run would resume from, does not fit its model "
-            f"({mismatch}); give this run its own output_dir, or delete that run's checkpoints to start over"
-        )
-    raise UserError(
-        f"resume_from_checkpoint: {checkpoint} does not fit this run's model ({mismatch}); name a checkpoint of this model"
-    )
 
 
 def train_and_save(trainer, checkpoint: str | None) -> str:
@@ -290,7 +173,7 @@ class RecipeTrainerMixin:
 
     - Atomic checkpoints: a checkpoint is written under output_dir/_staging and renamed to
       checkpoint-<step> once every process has written its part, so a process killed while
-      saving leaves nothing that `last_checkpoint` would resume from. HF's save_total_limit
+      saving leaves nothing that `resume.last_checkpoint` would resume from. HF's save_total_limit
       rotation, which runs inside the staging folder and finds one checkpoint there, is run
       again on output_dir once the checkpoint is published.
       Code that writes more into a checkpoint (data position, ...) goes in a `_save_checkpoint`
