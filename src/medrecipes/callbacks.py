@@ -8,7 +8,6 @@ dictionary before it is recorded) and writes checkpoints atomically.
 import logging
 import math
 import os
-import re
 import shutil
 import signal
 import threading
@@ -18,17 +17,9 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from medrecipes.monitoring import ThroughputMonitor
+from medrecipes.outputs import checkpoint_step, checkpoint_steps
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def checkpoint_steps(output_dir: str) -> list[int]:
-    """The steps of the `checkpoint-<step>` folders in `output_dir`, in order."""
-    if not os.path.isdir(output_dir):
-        return []
-    return sorted(int(m.group(1)) for name in os.listdir(output_dir) if (m := CHECKPOINT.match(name)))
 
 
 class StopsRun(TrainerCallback):
@@ -218,8 +209,9 @@ class KeepBestCheckpoints(TrainerCallback):
             scores = {entry["step"]: entry[metric] for entry in state.log_history if metric in entry}
             ranked = sorted((s for s in steps if s in scores), key=scores.get, reverse=args.greater_is_better)
             kept |= set(ranked[: self.keep_best])
-        if state.best_model_checkpoint and (m := CHECKPOINT.match(os.path.basename(state.best_model_checkpoint))):
-            kept.add(int(m.group(1)))
+        best = checkpoint_step(state.best_model_checkpoint) if state.best_model_checkpoint else None
+        if best is not None:
+            kept.add(best)
         for step in steps:
             if step not in kept:
                 logger.info("removing checkpoint-%d (neither among the last %d nor the best)", step, self.keep_last)

@@ -8,13 +8,29 @@ step on Linux (elsewhere the older one is moved aside first), then the older one
 
 import ctypes
 import os
+import re
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from medrecipes.errors import UserError
 
+# A run's checkpoint folders in its output_dir, as the trainer names them.
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 REPLACED = ".replaced"  # the older folder's name, beside the staged one, while it is replaced
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The step of a `checkpoint-<step>` folder (a name or a path), else None."""
+    match = CHECKPOINT.match(os.path.basename(os.path.normpath(path)))
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_steps(output_dir: str) -> list[int]:
+    """The steps of the `checkpoint-<step>` folders in `output_dir`, in order."""
+    if not os.path.isdir(output_dir):
+        return []
+    return sorted(step for name in os.listdir(output_dir) if (step := checkpoint_step(name)) is not None)
 
 
 def same_path(a: str, b: str) -> bool:

@@ -6,9 +6,8 @@ import json
 import logging
 import os
 
-from medrecipes.callbacks import CHECKPOINT
 from medrecipes.errors import UserError
-from medrecipes.outputs import REPLACED, finish_publish
+from medrecipes.outputs import REPLACED, checkpoint_steps, finish_publish
 
 logger = logging.getLogger(__name__)
 
@@ -23,11 +22,8 @@ def last_checkpoint(output_dir: str) -> str | None:
     which the trainer writes last: a folder without it (a save killed by an older version, or
     by a process that did not stage its checkpoints) is skipped with a warning.
     """
-    if not os.path.isdir(output_dir):
-        return None
-    steps = sorted((int(m.group(1)), name) for name in os.listdir(output_dir) if (m := CHECKPOINT.match(name)))
-    for _, name in reversed(steps):
-        path = os.path.join(output_dir, name)
+    for step in reversed(checkpoint_steps(output_dir)):
+        path = os.path.join(output_dir, f"checkpoint-{step}")
         if os.path.isfile(os.path.join(path, TRAINER_STATE)):
             logger.info("resuming from %s", path)
             return path

@@ -15,10 +15,9 @@ import logging
 import os
 import shutil
 
-from medrecipes.callbacks import CHECKPOINT
 from medrecipes.config.parse import resolved_recipe
 from medrecipes.errors import UserError
-from medrecipes.outputs import staged
+from medrecipes.outputs import CHECKPOINT, staged
 
 logger = logging.getLogger(__name__)
 

@@ -44,19 +44,14 @@ class RecipeParser(TrlParser):
         self.recipe_path = "command line"
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
-        kinds = {
-            name: _structured_kind(hint)
-            for cls in dataclass_types
-            for name, hint in typing.get_type_hints(cls).items()
-        }
-        literals = {
-            name for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items() if choices(hint)
-        }
+        hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
         for action in self._actions:
-            kind = kinds.get(action.dest)
+            if action.dest not in hints:
+                continue
+            kind = _structured_kind(hints[action.dest])
             if kind is not None:
                 action.type, action.nargs = _yaml_value(kind), None
-            if action.dest in literals:  # argparse checks only the command line; check_choices checks both
+            if choices(hints[action.dest]):  # argparse checks only the command line; check_choices checks both
                 action.choices = None
 
     def error(self, message):  # argparse calls this for bad values and types
@@ -99,12 +94,19 @@ def _is_union(hint) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
+def _optional_of(hint):
+    """The type of an optional field (`X | None` -> X), the type itself if not a union, None for
+    a union of several types."""
+    if _is_union(hint):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return options[0] if len(options) == 1 else None
+    return hint
+
+
 def _structured_kind(hint) -> type | None:
     """dict for a mapping field, list for a list of mappings, None for the others (Optional
     stripped)."""
-    if _is_union(hint):
-        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        hint = options[0] if len(options) == 1 else None
+    hint = _optional_of(hint)
     origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
     if origin is dict:
         return dict
@@ -196,9 +198,7 @@ def build_dataclass(cls, data: Any, where: str):
 
 def choices(hint) -> tuple | None:
     """The values a `Literal` field (or an optional one) takes; None for any other field."""
-    if _is_union(hint):
-        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        hint = options[0] if len(options) == 1 else None
+    hint = _optional_of(hint)
     return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None
 
 

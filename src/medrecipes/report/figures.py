@@ -49,11 +49,11 @@ def loss_figure(runs: list[Run]):
     if not any(training_logs(r) or eval_loss_series(r) for r in runs):
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    by_tokens = all(tokens_at(r) is not None for r in runs if training_logs(r))
+    token_axes = [tokens_at(r) for r in runs]
+    by_tokens = all(at is not None for r, at in zip(runs, token_axes, strict=True) if training_logs(r))
     styles = ["--", ":", "-."]
-    for run, colour in zip(runs, _colours(len(runs)), strict=True):
-        at = tokens_at(run) if by_tokens else None
-        x = at if at is not None else (lambda step: step)
+    for run, colour, at in zip(runs, _colours(len(runs)), token_axes, strict=True):
+        x = at if by_tokens and at is not None else (lambda step: step)
         train = [(x(e["step"]), e["loss"]) for e in training_logs(run)]
         if train:
             ax.plot(*zip(*train, strict=True), color=colour, label=f"{run.name}: train")

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medrecipes.errors import UserError
+from medrecipes.outputs import checkpoint_step, checkpoint_steps
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
-CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
 
 @dataclass
@@ -51,12 +51,10 @@ def _trainer_state(folder: str) -> str | None:
     root = os.path.join(folder, "trainer_state.json")
     if os.path.isfile(root):
         return root
-    checkpoints = [
-        (int(m.group(1)), p) for p in glob.glob(os.path.join(folder, "checkpoint-*")) if (m := CHECKPOINT.search(p))
-    ]
-    for _, path in sorted(checkpoints, reverse=True):
-        if os.path.isfile(os.path.join(path, "trainer_state.json")):
-            return os.path.join(path, "trainer_state.json")
+    for step in reversed(checkpoint_steps(folder)):
+        path = os.path.join(folder, f"checkpoint-{step}", "trainer_state.json")
+        if os.path.isfile(path):
+            return path
     return None
 
 
@@ -71,7 +69,7 @@ def read_run(folder: str, name: str) -> Run:
     if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
         raise UserError(f"{state_path}: not a trainer state (no log_history list); pass a run's output_dir")
     best = state.get("best_model_checkpoint")
-    best_step = int(m.group(1)) if best and (m := CHECKPOINT.search(best.rstrip("/"))) else None
+    best_step = checkpoint_step(best) if best else None
     record_path = os.path.join(folder, "run.json")
     record = _read_json(record_path, "run record") if os.path.isfile(record_path) else {}
     reports = {}
