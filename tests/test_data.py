@@ -282,23 +282,47 @@ def expected_tokens(tokenizer, texts: list[str]) -> list[int]:
     return ids
 
 
-def test_packing_loses_no_token_and_separates_documents(tokenizer, monkeypatch):
+def expected_blocks(stream: list[int], max_length: int, bos: int | None) -> list[list[int]]:
+    """The blocks of one packing batch, built token by token: a block that does not start at a
+    document's BOS gets one in front of it, counted in max_length."""
+    blocks, position = [], 0
+    while position < len(stream):
+        inserted = [bos] if bos is not None and stream[position] != bos else []
+        taken = stream[position : position + max_length - len(inserted)]
+        blocks.append(inserted + taken)
+        position += len(taken)
+    return blocks
+
+
+@pytest.mark.parametrize("max_length", [2, 3, 16, 17])
+def test_packing_starts_every_block_with_bos_and_loses_no_token(tokenizer, monkeypatch, max_length):
     # Small pack batches so the test sees several batch boundaries, each ending in a short block.
     monkeypatch.setattr(packing, "PACK_BATCH_DOCUMENTS", 3)
-    max_length = 16
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     blocks = list(pack_documents(Dataset.from_dict({"text": DOCUMENTS}), tokenizer, max_length)["input_ids"])
-    flat = [token for block in blocks for token in block]
-    assert flat == expected_tokens(tokenizer, DOCUMENTS)
-    assert flat.count(tokenizer.eos_token_id) == len(DOCUMENTS)
-    assert flat.count(tokenizer.bos_token_id) == len(DOCUMENTS)
-    assert flat[0] == tokenizer.bos_token_id
-    expected_blocks, last_of_batch = [], set()
+    assert all(block[0] == bos for block in blocks)
+    reference, last_of_batch = [], set()
     for start in range(0, len(DOCUMENTS), 3):
-        ids = expected_tokens(tokenizer, DOCUMENTS[start : start + 3])
-        expected_blocks += [ids[i : i + max_length] for i in range(0, len(ids), max_length)]
-        last_of_batch.add(len(expected_blocks) - 1)
-    assert blocks == expected_blocks
+        reference += expected_blocks(expected_tokens(tokenizer, DOCUMENTS[start : start + 3]), max_length, bos)
+        last_of_batch.add(len(reference) - 1)
+    assert blocks == reference
     assert all(len(block) == max_length for i, block in enumerate(blocks) if i not in last_of_batch)
+    # Dropping the BOS put in front of blocks that continue a document gives the documents back.
+    flat = []
+    for block in blocks:
+        continues = bool(flat) and flat[-1] != eos
+        flat += block[1:] if continues else block
+    assert flat == expected_tokens(tokenizer, DOCUMENTS)
+    assert flat.count(eos) == len(DOCUMENTS)
+
+
+def test_packing_without_bos_cuts_every_max_length(tokenizer, monkeypatch):
+    # A tokenizer that adds no BOS (SmolLM2, GPT-2) packs as before: cut every max_length tokens.
+    monkeypatch.setattr(packing, "adds_bos", lambda tokenizer: None)
+    documents = Dataset.from_dict({"text": DOCUMENTS * 4})
+    blocks = list(pack_documents(documents, tokenizer, 32)["input_ids"])
+    stream = expected_tokens(tokenizer, DOCUMENTS * 4)
+    assert blocks == [stream[i : i + 32] for i in range(0, len(stream), 32)]
 
 
 def test_packing_default_batch_gives_full_blocks(tokenizer):
@@ -306,14 +330,39 @@ def test_packing_default_batch_gives_full_blocks(tokenizer):
     blocks = list(pack_documents(documents, tokenizer, 32)["input_ids"])
     assert all(len(block) == 32 for block in blocks[:-1])
     assert 0 < len(blocks[-1]) <= 32
-    assert [t for block in blocks for t in block] == expected_tokens(tokenizer, DOCUMENTS * 4)
+    assert blocks == expected_blocks(expected_tokens(tokenizer, DOCUMENTS * 4), 32, tokenizer.bos_token_id)
 
 
 def test_packing_a_stream(tokenizer):
     documents = Dataset.from_dict({"text": DOCUMENTS * 4}).to_iterable_dataset()
-    blocks = [row["input_ids"] for row in pack_documents(documents, tokenizer, 32)]
-    assert all(len(block) == 32 for block in blocks[:-1])
-    assert [t for block in blocks for t in block] == expected_tokens(tokenizer, DOCUMENTS * 4)
+    blocks = [list(row["input_ids"]) for row in pack_documents(documents, tokenizer, 32)]
+    assert blocks == expected_blocks(expected_tokens(tokenizer, DOCUMENTS * 4), 32, tokenizer.bos_token_id)
+
+
+def test_packing_counts_each_sources_tokens_and_documents_with_inserted_bos(tokenizer):
+    texts = DOCUMENTS * 3
+    sources = [i % 2 for i in range(len(texts))]
+    batch = {"text": texts, "source": sources}
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    out = packing.pack_batch(batch, tokenizer, eos, 20, num_sources=2, bos=bos)
+    # The source of every token, the BOS put in front of a block counting for the token after it.
+    token_sources = [s for text, s in zip(texts, sources) for _ in expected_tokens(tokenizer, [text])]
+    stream = expected_tokens(tokenizer, texts)
+    position = 0
+    for block, tokens, documents in zip(out["input_ids"], out["source_tokens"], out["source_documents"], strict=True):
+        inserted = stream[position] != bos
+        taken = len(block) - inserted
+        owners = ([token_sources[position]] if inserted else []) + token_sources[position : position + taken]
+        assert list(tokens) == [owners.count(0), owners.count(1)]
+        ended = [token_sources[i] for i in range(position, position + taken) if stream[i] == eos]
+        assert list(documents) == [ended.count(0), ended.count(1)]
+        position += taken
+    assert position == len(stream)
+
+
+def test_packing_needs_room_beside_bos(tokenizer):
+    with pytest.raises(UserError, match="max_length: 1 leaves no room beside BOS"):
+        pack_documents(Dataset.from_dict({"text": ["a"]}), tokenizer, 1)
 
 
 def test_packing_needs_an_eos_token(tokenizer):
@@ -366,8 +415,10 @@ def test_pretraining_data_packs_train_and_each_eval_set(tmp_path, tokenizer):
     assert len(lengths) > 5
     assert all(n == 24 for n in lengths[:-1])
     assert sorted(evals) == ["notes", "usmle"]
-    assert [t for block in evals["notes"]["input_ids"] for t in block] == expected_tokens(tokenizer, DOCUMENTS)
-    usmle_ids = [t for block in evals["usmle"]["input_ids"] for t in block]
+    assert list(evals["notes"]["input_ids"]) == expected_blocks(
+        expected_tokens(tokenizer, DOCUMENTS), 24, tokenizer.bos_token_id
+    )
+    usmle_ids = [t for block in evals["usmle"]["input_ids"] for t in block[1:]]  # each block's BOS dropped
     assert tokenizer.decode(usmle_ids).count("Answer: B") == 3
 
 

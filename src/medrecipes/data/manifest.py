@@ -31,7 +31,7 @@ from medrecipes.locations import BUILDERS, is_url, looks_local
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: blocks start with BOS where the tokenizer adds one
 KEY_PARTS = {
     "data": "data keys (dataset_mixture, eval_sets, ...)",
     "tokenizer": "tokenizer",

@@ -2,7 +2,12 @@
 
 Packing is "wrapped" (TRL's name for it): the documents of a batch of
 `PACK_BATCH_DOCUMENTS` are concatenated and cut every `max_length` tokens, so no token is
-dropped and each batch ends in one shorter block; TRL's `DataCollatorForLanguageModeling`
+dropped and each batch ends in one shorter block. Where the tokenizer puts BOS in front of a text
+(Gemma, Llama 3), every block starts with BOS, counted in `max_length`: a block that would start
+mid-document gets one in front. A model never sees text without it in use, so a block without it
+would make the base model's loss look worse than it is and spend training on a start that never
+occurs (Gemma 3 270M on held-out abstracts: 3.59 on mid-document windows, 2.27 with BOS put back).
+TRL's `DataCollatorForLanguageModeling`
 pads that block with labels of -100 by position, so even those tokens train and the EOS token
 (often also the pad token) is learned.
 
@@ -40,8 +45,31 @@ def _counts(rows: np.ndarray, sources: np.ndarray, blocks: int, num_sources: int
     return list(counts)
 
 
-def pack_batch(batch: dict, tokenizer, eos: int, max_length: int, num_sources: int | None = None) -> dict:
-    """A batch of documents (`text`, optionally `source`) as packed blocks of token ids."""
+def adds_bos(tokenizer) -> int | None:
+    """The BOS token id where the tokenizer puts one in front of a text (Gemma, Llama 3), else None."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return bos if bos is not None and token_ids(tokenizer, ["a"])[0][:1] == [bos] else None
+
+
+def block_starts(values: np.ndarray, max_length: int, bos: int | None) -> np.ndarray:
+    """Where each block starts in the token stream `values`. With `bos`, a block that would start
+    mid-document takes one token fewer, for the BOS put in front of it; one that starts at a
+    document's own BOS takes `max_length`. Each start depends on the one before, so this walks
+    block by block (a few thousand steps a batch), never token by token."""
+    if bos is None:
+        return np.arange(0, len(values), max_length)
+    starts, position = [], 0
+    while position < len(values):
+        starts.append(position)
+        position += max_length if values[position] == bos else max_length - 1
+    return np.asarray(starts, dtype=np.int64)
+
+
+def pack_batch(
+    batch: dict, tokenizer, eos: int, max_length: int, num_sources: int | None = None, bos: int | None = None
+) -> dict:
+    """A batch of documents (`text`, optionally `source`) as packed blocks of token ids; with
+    `bos`, every block starts with it (counted in `max_length`), as the model sees text in use."""
     if not len(batch["text"]):
         return {"input_ids": []} | ({"source_tokens": [], "source_documents": []} if num_sources else {})
     ids = pa.array(token_ids(tokenizer, list(batch["text"])), type=pa.list_(pa.int32()))
@@ -51,13 +79,21 @@ def pack_batch(batch: dict, tokenizer, eos: int, max_length: int, num_sources: i
     is_text = np.ones(len(values), dtype=bool)
     is_text[ends - 1] = False
     values[is_text] = ids.flatten().to_numpy(zero_copy_only=False)
-    cuts = np.arange(max_length, len(values), max_length)
-    out = {"input_ids": np.split(values, cuts)}
+    starts = block_starts(values, max_length, bos)
+    inserted = starts[values[starts] != bos] if bos is not None else starts[:0]
+    # np.insert puts each BOS just before its block's first token, so block k starts at its old
+    # start plus the BOS tokens inserted before it.
+    packed = np.insert(values, inserted, bos) if len(inserted) else values
+    new_starts = starts + np.searchsorted(inserted, starts, side="left") if len(inserted) else starts
+    out = {"input_ids": np.split(packed, new_starts[1:])}
     if num_sources and "source" in batch:
         sources = np.repeat(np.asarray(batch["source"], dtype=np.int64), lengths)
-        rows = np.arange(len(values)) // max_length
-        out["source_tokens"] = _counts(rows, sources, len(cuts) + 1, num_sources)
-        out["source_documents"] = _counts(rows[ends - 1], sources[ends - 1], len(cuts) + 1, num_sources)
+        rows = np.repeat(np.arange(len(starts)), np.diff(np.append(new_starts, len(packed))))
+        # An inserted BOS counts for the source of the token it stands before.
+        packed_sources = np.insert(sources, inserted, sources[inserted]) if len(inserted) else sources
+        out["source_tokens"] = _counts(rows, packed_sources, len(starts), num_sources)
+        end_rows = np.searchsorted(starts, ends - 1, side="right") - 1
+        out["source_documents"] = _counts(end_rows, sources[ends - 1], len(starts), num_sources)
     return out
 
 
@@ -73,12 +109,21 @@ def pack_documents(documents, tokenizer, max_length: int, num_proc: int | None =
             f"tokenizer {tokenizer.name_or_path}: no EOS token, so packed documents could not be separated; "
             "use a tokenizer that has one (tokenizer_name_or_path)"
         )
+    bos = adds_bos(tokenizer)
+    if bos is not None and max_length < 2:
+        raise UserError(f"max_length: {max_length} leaves no room beside BOS in a block; use at least 2")
     map_kwargs = {"num_proc": num_proc} if num_proc and hasattr(documents, "num_rows") else {}
     return documents.map(
         pack_batch,
         batched=True,
         batch_size=PACK_BATCH_DOCUMENTS,
         remove_columns=documents.column_names or (["text", "source"] if num_sources else ["text"]),
-        fn_kwargs={"tokenizer": tokenizer, "eos": eos, "max_length": max_length, "num_sources": num_sources},
+        fn_kwargs={
+            "tokenizer": tokenizer,
+            "eos": eos,
+            "max_length": max_length,
+            "num_sources": num_sources,
+            "bos": bos,
+        },
         **map_kwargs,
     )
