@@ -346,7 +346,7 @@ def test_packing_counts_each_sources_tokens_and_documents_with_inserted_bos(toke
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     out = packing.pack_batch(batch, tokenizer, eos, 20, num_sources=2, bos=bos)
     # The source of every token, the BOS put in front of a block counting for the token after it.
-    token_sources = [s for text, s in zip(texts, sources) for _ in expected_tokens(tokenizer, [text])]
+    token_sources = [s for text, s in zip(texts, sources, strict=True) for _ in expected_tokens(tokenizer, [text])]
     stream = expected_tokens(tokenizer, texts)
     position = 0
     for block, tokens, documents in zip(out["input_ids"], out["source_tokens"], out["source_documents"], strict=True):
