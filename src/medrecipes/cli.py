@@ -10,6 +10,7 @@ medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b -
 medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
+medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
 medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
 medrecipes serve outputs/demo/sft/final --port 8000
 medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json --output outputs/demo/report.html
@@ -216,6 +217,14 @@ def cmd_merge_lora(args) -> None:
     print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
 
 
+def cmd_convert_gguf(args) -> None:
+    from medrecipes.models import convert_gguf
+
+    check_output_folder(args.out_dir, "convert-gguf")
+    convert_gguf(args.gguf, args.out_dir, args.overwrite)
+    print(f"{args.gguf} saved as a model folder in {args.out_dir}")
+
+
 def cmd_generate(args) -> None:
     from medrecipes.serving import generate
 
@@ -329,6 +338,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     merge.set_defaults(func=cmd_merge_lora)
+
+    convert = commands.add_parser("convert-gguf", help="save a .gguf model as an ordinary model folder, once")
+    convert.add_argument("gguf", help="the .gguf model file")
+    convert.add_argument("out_dir", help="where to save the model, tokenizer and generation config")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    convert.set_defaults(func=cmd_convert_gguf)
 
     gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")
     gen.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")

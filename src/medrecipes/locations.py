@@ -21,3 +21,18 @@ def looks_local(path: str) -> bool:
         return True
     parts = path.split(os.sep)
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
+
+
+# Chat templates shipped with the package (medrecipes/templates/<name>.jinja), package data so that
+# they are there pip-installed; a recipe names one by name (chat_template_path: gemma) or by path.
+SHIPPED_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def shipped_templates() -> list[str]:
+    return sorted(name.removesuffix(".jinja") for name in os.listdir(SHIPPED_TEMPLATES) if name.endswith(".jinja"))
+
+
+def shipped_template(name: str) -> str | None:
+    """The file of the chat template shipped as `name`, else None."""
+    path = os.path.join(SHIPPED_TEMPLATES, f"{name}.jinja")
+    return path if os.sep not in name and os.path.isfile(path) else None

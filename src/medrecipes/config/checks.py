@@ -19,6 +19,7 @@ from medrecipes.config.reading import build_dataclass, split_names
 from medrecipes.config.schema import MedGRPOConfig, MedSFTConfig, RecipeArguments, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, check_choice, did_you_mean
+from medrecipes.locations import shipped_template, shipped_templates
 from medrecipes.names import check_task_names
 from medrecipes.rewards import reward_functions
 
@@ -167,11 +168,17 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
 
 
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
-    """A chat template file must exist (TRL opens it once the trainer is built); assistant_only_loss
-    needs conversations: TRL refuses plain documents once it is built."""
+    """A chat template file must exist (TRL opens it once the trainer is built), and a template
+    shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
+    TRL refuses plain documents once it is built."""
     template = args.chat_template_path
-    if template and template.endswith(".jinja") and not os.path.isfile(template):
-        raise UserError(f"{path}: chat_template_path: no such file {template}; see recipes/templates/")
+    if template and shipped_template(template):
+        args.chat_template_path = shipped_template(template)
+    elif template and template.endswith(".jinja") and not os.path.isfile(template):
+        raise UserError(
+            f"{path}: chat_template_path: no such file {template}; name a .jinja file, a tokenizer, "
+            f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
+        )
     if not args.assistant_only_loss:
         return
     sources = {
