@@ -289,3 +289,43 @@ def test_recipe_eval_tasks_are_checked_when_the_recipe_is_read(overrides, messag
         parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), *overrides])
     recipe, _, _ = parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml"), "--eval_tasks", "usmle,medqa_4opt"])
     assert recipe.eval_tasks == ["usmle", "medqa_4opt"] and recipe.eval_tasks_mode == "loglik"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_macro_f1_and_its_bootstrap_agree_with_scikit_learn(seed):
+    import random
+
+    import numpy as np
+    from sklearn.metrics import f1_score
+
+    from medrecipes.evaluation import _macro_f1_of_resamples, macro_f1
+
+    rng = random.Random(seed)
+    classes = "ABCD"[: rng.randint(2, 4)]
+    gold = [rng.choice(classes) for _ in range(rng.randint(5, 80))]
+    # Right, another class, a letter no question has as gold, or unparseable.
+    guess = [g if rng.random() < 0.5 else rng.choice([*classes, "E", None]) for g in gold]
+    result = macro_f1(gold, guess)
+    labels = sorted(set(gold))
+    as_strings = ["" if g is None else g for g in guess]
+    expected = f1_score(gold, as_strings, labels=labels, average="macro", zero_division=0)
+    assert result["macro_f1"] == pytest.approx(expected, abs=1e-12)
+    # The bootstrap's own counting gives scikit-learn's value on any resample.
+    index = np.random.default_rng(seed).integers(0, len(gold), (20, len(gold)))
+    ours = _macro_f1_of_resamples(np.asarray(gold), np.asarray(as_strings), np.asarray(labels), index)
+    for row, value in zip(index, ours, strict=True):
+        theirs = f1_score(
+            np.asarray(gold)[row], np.asarray(as_strings)[row], labels=labels, average="macro", zero_division=0
+        )
+        assert value == pytest.approx(theirs, abs=1e-12)
+    low, high = result["macro_f1_ci95"]
+    assert low <= result["macro_f1"] <= high
+    assert macro_f1(gold, guess) == result  # seeded
+
+
+def test_always_yes_on_pubmedqa_scores_its_published_macro_f1():
+    from medrecipes.evaluation import macro_f1
+
+    # PubMedQA's 500 labelled questions: yes 276, no 169, maybe 55; always "yes" gives 0.24 (its README).
+    gold = ["A"] * 276 + ["B"] * 169 + ["C"] * 55
+    assert round(macro_f1(gold, ["A"] * 500)["macro_f1"], 2) == 0.24
