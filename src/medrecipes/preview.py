@@ -1,0 +1,143 @@
+"""`medrecipes preview RECIPE`: the first training examples as the model will see them, before
+any training: the rendered text with the trained tokens marked, the token counts, where BOS and
+the end-of-turn and EOS tokens fall, and the share of tokens trained. A wrong template or loss
+mask shows here, not after an hour of training.
+
+- SFT: each conversation through the chat template the run will use (its `chat_template_path`,
+  else the tokenizer's, else the one a tokenizer without a template gets), tokenized as TRL's
+  SFTTrainer tokenizes it: `apply_chat_template(return_assistant_tokens_mask=True)` for
+  `assistant_only_loss`, the prompt's tokens masked for prompt/completion rows, cut at
+  `max_length`. With packing, these examples are then packed; each still attends to itself.
+- CPT: the packed blocks, every token trained.
+- GRPO: the prompts the model answers; it trains on its own sampled answers, not on these.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medrecipes.models import recipe_tokenizer, turn_end
+
+TRAINED_OPEN, TRAINED_CLOSE = "[[", "]]"
+
+
+@dataclass
+class Example:
+    input_ids: list[int]
+    trained: list[bool]
+    notes: list[str] = field(default_factory=list)
+
+
+def _mark(tokenizer, example: Example) -> str:
+    """The example's text, each run of trained tokens between [[ and ]]."""
+    pieces, start = [], 0
+    for i in range(1, len(example.input_ids) + 1):
+        if i == len(example.input_ids) or example.trained[i] != example.trained[start]:
+            text = tokenizer.decode(example.input_ids[start:i])
+            pieces.append(f"{TRAINED_OPEN}{text}{TRAINED_CLOSE}" if example.trained[start] else text)
+            start = i
+    return "".join(pieces)
+
+
+def _positions(tokenizer, ids: list[int], token: str | None) -> list[int]:
+    token_id = tokenizer.convert_tokens_to_ids(token) if token else None
+    if token_id is None or token_id == tokenizer.unk_token_id:
+        return []
+    return [i for i, t in enumerate(ids) if t == token_id]
+
+
+def describe(tokenizer, example: Example, end_of_turn: str | None) -> str:
+    """The header line and the marked text of one example."""
+    n, trained = len(example.input_ids), sum(example.trained)
+    header = [f"{n} tokens, {trained} trained ({trained / n:.1%})" if n else "0 tokens"]
+    for name, token in (("BOS", tokenizer.bos_token), ("end of turn", end_of_turn), ("EOS", tokenizer.eos_token)):
+        where = _positions(tokenizer, example.input_ids, token)
+        if token and (where or name != "end of turn"):
+            header.append(f"{name} {token} at {where if where else 'no position'}")
+    return "; ".join(header + example.notes) + "\n" + _mark(tokenizer, example)
+
+
+def sft_examples(tokenizer, rows, args) -> list[Example]:
+    """Conversations or prompt/completion rows tokenized and masked as SFTTrainer does."""
+    examples = []
+    for row in rows:
+        if "messages" in row:
+            out = tokenizer.apply_chat_template(
+                row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=args.assistant_only_loss
+            )
+            ids = list(out["input_ids"])
+            trained = [bool(m) for m in out["assistant_masks"]] if args.assistant_only_loss else [True] * len(ids)
+        else:
+            prompt = tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True)
+            full = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=True)
+            prompt, ids = list(getattr(prompt, "input_ids", prompt)), list(getattr(full, "input_ids", full))
+            shared = next((i for i, (a, b) in enumerate(zip(prompt, ids, strict=False)) if a != b), len(prompt))
+            trained = [i >= shared for i in range(len(ids))]
+        notes = []
+        if args.max_length and len(ids) > args.max_length:
+            notes.append(f"cut at max_length {args.max_length} from {len(ids)} tokens")
+            ids, trained = ids[: args.max_length], trained[: args.max_length]
+        if not any(trained):
+            notes.append("NOTHING TRAINED: the template marks no answer, or max_length cut it off")
+        examples.append(Example(ids, trained, notes))
+    return examples
+
+
+def training_examples(method: str, recipe, args, model_args, count: int = 3):
+    """(title, tokenizer, end-of-turn token, the first `count` training examples) of a parsed recipe."""
+    tokenizer = recipe_tokenizer(recipe, model_args)
+    end_of_turn = None
+    if method == "cpt":
+        from medrecipes.data.pretraining import pretraining_data
+
+        train, _ = pretraining_data(recipe, tokenizer, args.max_length)
+        examples = [Example(list(b["input_ids"]), [True] * len(b["input_ids"])) for b in _first(train, count)]
+        title = f"CPT: the first {len(examples)} packed blocks of max_length {args.max_length}, every token trained"
+    elif method == "sft":
+        from medrecipes.data.sft import sft_data
+
+        template = args.chat_template_path
+        if template and template.endswith(".jinja"):
+            tokenizer.chat_template = Path(template).read_text()
+        if tokenizer.chat_template is None:
+            from medrecipes.models import chat_template
+
+            tokenizer.chat_template = chat_template("chatml")
+        end_of_turn = args.eos_token or turn_end(tokenizer.chat_template)
+        train, _, _ = sft_data(recipe)
+        examples = sft_examples(tokenizer, _first(train, count), args)
+        what = "the answer turns" if args.assistant_only_loss else "every token"
+        title = f"SFT: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
+    else:
+        from medrecipes.data.grpo import grpo_data
+
+        train, _, _ = grpo_data(recipe, args.prompt_format)
+        examples = []
+        for row in _first(train, count):
+            prompt = row["prompt"]
+            text = (
+                prompt
+                if isinstance(prompt, str)
+                else tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            )
+            ids = tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
+            examples.append(Example(ids, [False] * len(ids), [f"gold answer {row['answer']}"]))
+        end_of_turn = turn_end(tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None)
+        title = f"GRPO: the first {len(examples)} prompts; the model trains on its own sampled answers to them"
+    return title, tokenizer, end_of_turn, examples
+
+
+def preview(method: str, recipe, args, model_args, count: int = 3) -> str:
+    """The first `count` training examples of a parsed recipe, as text for the terminal."""
+    title, tokenizer, end_of_turn, examples = training_examples(method, recipe, args, model_args, count)
+    blocks = [f"--- example {i + 1}: {describe(tokenizer, e, end_of_turn)}" for i, e in enumerate(examples)]
+    total = sum(len(e.input_ids) for e in examples)
+    trained = sum(sum(e.trained) for e in examples)
+    share = f"{trained / total:.1%}" if total else "0%"
+    summary = (
+        f"{len(examples)} examples, {total} tokens, {trained} trained ({share}); tokenizer {tokenizer.name_or_path}"
+    )
+    return "\n".join([title, *blocks, summary])
+
+
+def _first(dataset, count: int) -> list[dict]:
+    return [row for _, row in zip(range(count), dataset, strict=False)]

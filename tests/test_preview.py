@@ -1,0 +1,70 @@
+"""`medrecipes preview`: a recipe's first training examples as the model will see them."""
+
+import pytest
+from conftest import write_jsonl
+from transformers import AutoModelForCausalLM
+
+from medrecipes import cli
+from medrecipes.config import parse_recipe
+from medrecipes.preview import TRAINED_CLOSE, TRAINED_OPEN, training_examples
+
+
+def test_sft_preview_marks_exactly_what_the_trainer_trains(chat_model, tmp_path):
+    from trl import SFTTrainer
+
+    argv = [
+        "recipes/tiny_sft.yaml",
+        "--model_name_or_path",
+        chat_model,
+        "--output_dir",
+        str(tmp_path),
+        "--packing",
+        "false",
+    ]
+    recipe, args, model_args = parse_recipe("sft", argv)
+    _, tokenizer, end_of_turn, examples = training_examples("sft", recipe, args, model_args, count=4)
+    from medrecipes.data.sft import sft_data
+
+    train, _, _ = sft_data(recipe)
+    model = AutoModelForCausalLM.from_pretrained(chat_model)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    for i, example in enumerate(examples):
+        labels = trainer.train_dataset[i]["labels"]
+        assert example.input_ids == trainer.train_dataset[i]["input_ids"]
+        assert example.trained == [label != -100 for label in labels]
+    assert end_of_turn == "<|im_end|>"
+
+
+def test_preview_prints_each_example_with_its_counts_and_markers(chat_model, tmp_path, capsys):
+    cli.main(["preview", "recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--examples", "2"])
+    out = capsys.readouterr().out
+    assert out.count("--- example") == 2
+    assert "BOS <|bos|> at [0]" in out and "end of turn <|im_end|> at [" in out
+    # Each answer and its end of turn marked as trained; the question is not.
+    body = out.split("\n", 1)[1]  # after the title, which shows the markers
+    marked = [part.split(TRAINED_CLOSE)[0] for part in body.split(TRAINED_OPEN)[1:]]
+    assert len(marked) == 2 and all(m.endswith("<|im_end|>") and m[0] in "ABCD" for m in marked)
+    assert "2 examples," in out.splitlines()[-1]
+
+
+def test_preview_says_when_nothing_is_trained(chat_model, tmp_path, capsys):
+    # An answer that max_length cuts off: the row would train on nothing.
+    rows = [{"question": "Which vitamin deficiency causes scurvy? " * 20, "options": ["C", "D"], "answer": "A"}]
+    data = write_jsonl(tmp_path / "q.jsonl", rows)
+    argv = ["recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--max_length", "40"]
+    recipe, args, model_args = parse_recipe("sft", argv)
+    recipe.mixture.sources[0].path = data
+    _, _, _, examples = training_examples("sft", recipe, args, model_args, count=1)
+    assert len(examples[0].input_ids) == 40 and not any(examples[0].trained)
+    assert any("NOTHING TRAINED" in note for note in examples[0].notes)
+
+
+@pytest.mark.parametrize("recipe", ["recipes/tiny_cpt.yaml", "recipes/tiny_grpo.yaml"])
+def test_cpt_and_grpo_previews(chat_model, recipe, capsys):
+    cli.main(["preview", recipe, "--model_name_or_path", chat_model, "--examples", "1"])
+    out = capsys.readouterr().out
+    assert "--- example 1:" in out
+    if "cpt" in recipe:
+        assert "every token trained" in out and "(100.0%)" in out
+    else:
+        assert "gold answer" in out and "0 trained (0.0%)" in out
