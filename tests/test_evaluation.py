@@ -359,5 +359,6 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
     cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])
     assert json.loads(out.read_text())["perplexity"] == pytest.approx(result["perplexity"], rel=1e-5)
     assert "perplexity" in capsys.readouterr().out
-    with pytest.raises(UserError, match="already exists"):
+    with pytest.raises(SystemExit) as exit:
         cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])
+    assert exit.value.code == 2 and "already exists" in capsys.readouterr().err
