@@ -48,6 +48,7 @@ def write_run(folder: Path, grpo: bool = False, shift: float = 0.0, best: int = 
         entry |= {"tokens_per_second": 900.0 + step, "eta_hours": 0.1}
         if grpo:
             entry |= {"kl": step / 1000, "completions/mean_length": 40.0 + step, "reward": 0.5}
+            entry |= {"frac_reward_zero_std": 0.75 - step / 100}
             entry |= {"rewards/usmle_accuracy/mean": 0.3 + step / 100, "rewards/answer_format/mean": 0.9}
         logs.append(entry)
         if step % 20 == 0:

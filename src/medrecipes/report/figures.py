@@ -171,7 +171,7 @@ def grpo_figure(runs: list[Run]):
     grpo = [r for r in runs if reward_names(r) or step_series(r, "kl")]
     if not grpo:
         return None
-    fig, (rewards, kl, length) = plt.subplots(1, 3, figsize=(13, 4))
+    fig, (rewards, flat, kl, length) = plt.subplots(1, 4, figsize=(17, 4))
     styles = ["-", "--", ":", "-."]
     for run, colour in zip(runs, _colours(len(runs)), strict=True):
         if run not in grpo:
@@ -181,12 +181,15 @@ def grpo_figure(runs: list[Run]):
             rewards.plot(
                 *zip(*points, strict=True), styles[i % len(styles)], color=colour, label=f"{run.name}: {name}"
             )
-        for ax, key in ((kl, "kl"), (length, "completions/mean_length")):
+        # TRL's frac_reward_zero_std: the groups whose answers all scored the same, so their
+        # advantages are zero and they teach nothing.
+        for ax, key in ((flat, "frac_reward_zero_std"), (kl, "kl"), (length, "completions/mean_length")):
             points = step_series(run, key)
             if points:
                 ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
     for ax, title in (
         (rewards, "mean reward per function"),
+        (flat, "groups with all rewards equal (no signal)"),
         (kl, "KL to the reference"),
         (length, "completion length (tokens)"),
     ):
