@@ -57,16 +57,21 @@ def synthesise(path: Path, size_mb: float, seed: int = 0) -> int:
     return count
 
 
-def baseline(documents, tokenizer, max_length: int, batch_size: int):
-    """datasets.map(tokenizer) + concatenate-and-chunk in Python, as transformers' run_clm does."""
+def baseline(documents, tokenizer, max_length: int, batch_size: int, bos: int | None):
+    """datasets.map(tokenizer) + concatenate-and-chunk in Python, as transformers' run_clm does,
+    with the pipeline's rule added: with `bos`, a block that starts mid-document gets BOS in front."""
     eos = tokenizer.eos_token_id
 
     def tokenize(batch):
         return {"input_ids": [ids + [eos] for ids in tokenizer(batch["text"])["input_ids"]]}
 
     def group(batch):
-        tokens = list(chain.from_iterable(batch["input_ids"]))
-        return {"input_ids": [tokens[i : i + max_length] for i in range(0, len(tokens), max_length)]}
+        tokens, blocks, i = list(chain.from_iterable(batch["input_ids"])), [], 0
+        while i < len(tokens):
+            head = [] if bos is None or tokens[i] == bos else [bos]
+            blocks.append(head + tokens[i : i + max_length - len(head)])
+            i += max_length - len(head)
+        return {"input_ids": blocks}
 
     tokenized = documents.map(tokenize, batched=True, batch_size=batch_size, remove_columns=["text"])
     return tokenized.map(group, batched=True, batch_size=batch_size)
@@ -122,9 +127,15 @@ def main() -> None:
         lambda: sum(len(ids) + 1 for batch in batches for ids in packing.token_ids(tokenizer, batch))
     )
     pipeline_s, pipeline_cpu, blocks = timed(lambda: pack_documents(documents, tokenizer, args.max_length))
+    bos = packing.adds_bos(tokenizer)
     baseline_s, baseline_cpu, reference = timed(
-        lambda: baseline(documents, tokenizer, args.max_length, packing.PACK_BATCH_DOCUMENTS)
+        lambda: baseline(documents, tokenizer, args.max_length, packing.PACK_BATCH_DOCUMENTS, bos)
     )
+    # The same pipeline cutting every max_length tokens with no BOS put in front (the rule before
+    # blocks started with BOS), to see what the rule costs.
+    adds_bos, packing.adds_bos = packing.adds_bos, lambda tokenizer: None
+    plain_s, plain_cpu, plain = timed(lambda: pack_documents(documents, tokenizer, args.max_length))
+    packing.adds_bos = adds_bos
     ours, theirs = (d.data.column("input_ids").combine_chunks() for d in (blocks, reference))
     tokens = len(ours.flatten())
     same = np.array_equal(ours.offsets, theirs.offsets) and np.array_equal(ours.flatten(), theirs.flatten())
@@ -140,15 +151,18 @@ def main() -> None:
         "tokens": tokens,
         "blocks": len(blocks),
         "max_length": args.max_length,
+        "bos_in_front_of_blocks": bos is not None,
         "tokenizer": f"byte-level BPE, {len(tokenizer):,} tokens",
         "tokens_per_s": {
             "pipeline": round(tokens / pipeline_s),
+            "pipeline_without_bos": round(len(plain.data.column("input_ids").combine_chunks().flatten()) / plain_s),
             "baseline": round(tokens / baseline_s),
             "streaming": round(streamed / stream_s),
             "tokenizer_alone": round(raw_tokens / raw_s),
         },
         "tokens_per_cpu_s": {
             "pipeline": round(tokens / pipeline_cpu),
+            "pipeline_without_bos": round(len(plain.data.column("input_ids").combine_chunks().flatten()) / plain_cpu),
             "baseline": round(tokens / baseline_cpu),
             "streaming": round(streamed / stream_cpu),
             "tokenizer_alone": round(raw_tokens / raw_cpu),
