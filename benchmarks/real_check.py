@@ -73,6 +73,46 @@ def gguf_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / GGUF
 
 
+def prepare(folder: str, inputs) -> Path:
+    """The check's folder, made; runs from the project's root, offline; every input must exist."""
+    os.chdir(ROOT)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for path in inputs:
+        if not Path(path).is_file():
+            sys.exit(f"real check: {path} is missing; it needs ../shared/data (see its README) and `make install`")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def stage_runner(out: Path):
+    """(stage, seconds): `stage(name, done, work)` runs `work` unless `done` exists (a check that
+    was stopped resumes at the stage it was in), adding its wall time to `seconds`, which
+    out/seconds.json keeps across runs."""
+    times_file = out / "seconds.json"
+    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
+
+    def stage(name: str, done: Path, work) -> None:
+        if done.exists():
+            print(f"real check: {name} done ({done})", flush=True)
+            return
+        print(f"real check: {name}", flush=True)
+        start = time.perf_counter()
+        work()
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+        times_file.write_text(json.dumps(seconds, indent=1))
+
+    return stage, seconds
+
+
+def write_results(name: str, report: dict, text: str) -> None:
+    """benchmarks/results/<name>.json and .md, and the table printed."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text)
+
+
 def run(*args: str) -> float:
     """Run a command of the project as a user would, its output shown; returns its wall time."""
     print("$", " ".join(args), flush=True)
@@ -428,25 +468,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sft-questions", type=int, default=800, help="MedMCQA questions for SFT (default 800)")
     parser.add_argument("--grpo-questions", type=int, default=400, help="MedMCQA questions for GRPO (default 400)")
     args = parser.parse_args(argv)
-    os.chdir(ROOT)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for path in (MEDQA, MEDMCQA):
-        if not path.is_file():
-            sys.exit(f"real check: {path} is missing; it needs ../shared/data (see its README)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    times_file = out / "seconds.json"
-    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
-
-    def stage(name: str, done: Path, work) -> None:
-        if done.exists():
-            print(f"real check: {name} done ({done})", flush=True)
-            return
-        print(f"real check: {name}", flush=True)
-        start = time.perf_counter()
-        work()
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-        times_file.write_text(json.dumps(seconds, indent=1))
+    out = prepare(args.out, (MEDQA, MEDMCQA))
+    stage, seconds = stage_runner(out)
 
     base, sft, grpo = out / "base", out / "sft-merged", out / "grpo-merged"
     held_out = out / "data" / "medqa_held_out.jsonl"
@@ -504,10 +527,7 @@ def main(argv: list[str] | None = None) -> dict:
         "push": json.loads(pushed.read_text()),
         "seconds": seconds,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "real_check.json").write_text(json.dumps(report, indent=1) + "\n")
-    (RESULTS / "real_check.md").write_text(markdown(report))
-    print(markdown(report))
+    write_results("real_check", report, markdown(report))
     return report
 
 

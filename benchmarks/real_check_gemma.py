@@ -33,10 +33,21 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from real_check import DATA, MEDQA, ROOT, medrecipes, read_jsonl, run, write_jsonl
+from real_check import (
+    DATA,
+    MEDQA,
+    RESULTS,
+    ROOT,
+    medrecipes,
+    prepare,
+    read_jsonl,
+    run,
+    stage_runner,
+    write_jsonl,
+    write_results,
+)
 
 PUBMEDQA = DATA / "pubmedqa" / "pqal_trainval_500.json"
 GEMMA = Path(sys.prefix) / "models" / "gemma-3-270m"
@@ -46,7 +57,6 @@ RECIPES = {
     "sft": "recipes/gemma3_270m_sft_pubmedqa.yaml",
     "grpo": "recipes/gemma3_270m_grpo_pubmedqa.yaml",
 }
-RESULTS = ROOT / "benchmarks" / "results"
 STAGES = ("base", "cpt", "sft", "grpo")
 CHAT_STAGES = ("sft", "grpo")  # fine-tuned on Gemma's turns: generate mode applies
 
@@ -229,25 +239,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--medqa", type=int, default=300, help="MedQA 4-option test questions")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
-    os.chdir(ROOT)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for path in (PUBMEDQA, MEDQA, GEMMA / "config.json"):
-        if not path.is_file():
-            sys.exit(f"real check: {path} is missing; it needs ../shared/data and `make install`")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    times_file = out / "seconds.json"
-    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
-
-    def stage(name: str, done: Path, work) -> None:
-        if done.exists():
-            print(f"real check: {name} done ({done})", flush=True)
-            return
-        print(f"real check: {name}", flush=True)
-        start = time.perf_counter()
-        work()
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-        times_file.write_text(json.dumps(seconds, indent=1))
+    out = prepare(args.out, (PUBMEDQA, MEDQA, GEMMA / "config.json"))
+    stage, seconds = stage_runner(out)
 
     models = {"base": GEMMA, "cpt": out / "cpt" / "final", "sft": out / "sft-merged", "grpo": out / "grpo" / "final"}
     stage("data", out / "data" / "split.json", lambda: stage_data(out, args.dev, args.medqa, args.seed))
@@ -279,9 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
     for source, name in ((report_page, "report.html"), (models["grpo"] / "README.md", "card.md")):
         if source.exists():
             (RESULTS / f"real_check_gemma3_270m_{name}").write_bytes(source.read_bytes())
-    (RESULTS / "real_check_gemma3_270m.json").write_text(json.dumps(report, indent=1) + "\n")
-    (RESULTS / "real_check_gemma3_270m.md").write_text(markdown(report))
-    print(markdown(report))
+    write_results("real_check_gemma3_270m", report, markdown(report))
     return report
 
 
