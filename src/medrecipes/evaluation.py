@@ -437,7 +437,8 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0) -> di
     tokenizer's special tokens (BOS in front where it adds one), every token after the first scored,
     one document per forward pass (no padding, no cut). Packed training blocks would favour a model
     trained on that packing; this does not. The 95% interval comes from a seeded bootstrap over
-    the documents (total loss over total tokens of each resample)."""
+    the documents (total loss over total tokens of each resample); each document's loss and
+    token count are returned too, for paired comparisons."""
     import numpy as np
 
     limit = max_context_length(model, tokenizer)
@@ -464,6 +465,10 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0) -> di
         "loss": float(loss),
         "documents": len(counts),
         "tokens": int(counts.sum()),
+        # Each document's summed loss and scored tokens, in order: two models' figures on the same
+        # documents can be compared pair by pair.
+        "document_losses": losses.tolist(),
+        "document_tokens": counts.tolist(),
     }
 
 
