@@ -206,3 +206,13 @@ def test_scratch_model_with_unknown_architecture(tiny_model):
     model_args = ModelConfig(model_name_or_path=None, dtype=None)
     with pytest.raises(UserError, match="did you mean 'tiny'"):
         load_model(model_args, SimpleNamespace(init_from_scratch=True, architecture="tinyy"), tokenizer)
+
+
+def test_convert_gguf_refuses_what_is_not_a_gguf_file(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    for source in (str(tmp_path / "missing.gguf"), str(tmp_path / "config.json")):
+        with pytest.raises(SystemExit) as exit:
+            cli.main(["convert-gguf", source, str(tmp_path / "out")])
+        assert exit.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

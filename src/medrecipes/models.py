@@ -21,6 +21,7 @@ from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import looks_local, shipped_template, shipped_templates
+from medrecipes.outputs import check_new_output, staged
 
 logger = logging.getLogger(__name__)
 
@@ -293,8 +294,6 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
     dequantized once, where loading the .gguf dequantizes it in every process (Gemma 3 270M:
     about 30 s on 2 cores, against seconds from the folder). A model whose file has no chat template
     gets its turn format's (Gemma's for the Gemma 3 base), and generation stops at its end of turn."""
-    from medrecipes.outputs import check_new_output, staged
-
     if not gguf.endswith(".gguf"):
         raise UserError(f"convert-gguf: {gguf} is not a .gguf file; pass the model file itself")
     check_new_output(out_dir, "convert-gguf OUT_DIR", [gguf], overwrite)
