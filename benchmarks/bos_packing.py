@@ -34,7 +34,7 @@ def block_loss(model, blocks: list[list[int]]) -> tuple[float, int]:
     """Mean loss over every predicted token of the blocks, and the number of such tokens."""
     total, count = 0.0, 0
     for block in blocks:
-        ids = torch.tensor([block])
+        ids = torch.tensor([block], dtype=torch.long)
         logits = model(input_ids=ids).logits[0, :-1]
         total += torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
         count += len(block) - 1
@@ -66,7 +66,7 @@ def main() -> None:
     results = {"model": args.model, "data": args.data, "documents": len(texts), "max_length": args.max_length}
     for name, rule in (("blocks_without_bos", None), ("blocks_with_bos", bos)):
         blocks = pack_batch({"text": texts}, tokenizer, tokenizer.eos_token_id, args.max_length, bos=rule)["input_ids"]
-        blocks = [list(b) for b in blocks if len(b) > 1]
+        blocks = [[int(t) for t in b] for b in blocks if len(b) > 1]
         loss, tokens = block_loss(model, blocks)
         starts = sum(b[0] == bos for b in blocks)
         results[name] = {"loss": loss, "perplexity": math.exp(loss), "blocks": len(blocks), "tokens": tokens,
