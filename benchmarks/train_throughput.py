@@ -643,6 +643,12 @@ class Bench:
             top_k=ours.top_k,
             beta=ours.beta,
             reward_weights=weights,
+            # The recipe's algorithm, TRL's own options (enhanced GRPO): the same in both runs.
+            sync_ref_model=ours.sync_ref_model,
+            ref_model_sync_steps=ours.ref_model_sync_steps,
+            ref_model_mixup_alpha=ours.ref_model_mixup_alpha,
+            off_policy_mask_threshold=ours.off_policy_mask_threshold,
+            use_bias_correction_kl=ours.use_bias_correction_kl,
             **shape,
         )
         return measured(GRPOTrainer, self.clock)(
