@@ -21,9 +21,8 @@ from medrecipes.data.sft import sft_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
-from medrecipes.locations import shipped_template
 from medrecipes.logs import setup_logging
-from medrecipes.models import align_generation_eos, load_model, recipe_tokenizer, template_text, turn_end
+from medrecipes.models import align_generation_eos, load_model, recipe_tokenizer, sft_template, turn_end
 from medrecipes.resume import checkpoint_to_resume
 from medrecipes.run_folder import output_dir_is_finished
 from medrecipes.sft_trainer import MedSFTTrainer
@@ -34,7 +33,7 @@ from trl import get_peft_config
 
 
 def main(recipe, training_args, model_args):
-    logger = setup_logging(training_args, recipe)
+    setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
     if output_dir_is_finished("sft", recipe, training_args, model_args):  # the same run, run again
@@ -42,11 +41,8 @@ def main(recipe, training_args, model_args):
     checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)  # a Gemma without a template gets Gemma's turns
-    if tokenizer.chat_template is None and training_args.chat_template_path is None:
-        training_args.chat_template_path = shipped_template("chatml")
-        logger.info("the tokenizer has no chat template; using %s", training_args.chat_template_path)
     # Answers are trained to end at the template's end of turn; generation stops there too.
-    training_args.eos_token = training_args.eos_token or turn_end(template_text(training_args, tokenizer))
+    training_args.eos_token = training_args.eos_token or turn_end(sft_template(training_args, tokenizer))
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = sft_data(recipe)
 

@@ -62,9 +62,13 @@ def native_template(tokenizer) -> str | None:
     return None
 
 
-def template_text(training_args, tokenizer) -> str | None:
-    """The chat template an SFT run will train with: its chat_template_path's file, else the
-    tokenizer's own."""
+def sft_template(training_args, tokenizer) -> str | None:
+    """The chat template an SFT run trains with: its chat_template_path's file, else the
+    tokenizer's own; a tokenizer with neither gets the shipped ChatML template (set as the run's
+    chat_template_path, which TRL applies)."""
+    if tokenizer.chat_template is None and training_args.chat_template_path is None:
+        training_args.chat_template_path = shipped_template("chatml")
+        logger.info("the tokenizer has no chat template; using %s", training_args.chat_template_path)
     path = training_args.chat_template_path
     if path and path.endswith(".jinja"):
         return Path(path).read_text()

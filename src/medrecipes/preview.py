@@ -13,9 +13,8 @@ mask shows here, not after an hour of training.
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from medrecipes.models import recipe_tokenizer, turn_end
+from medrecipes.models import recipe_tokenizer, sft_template, turn_end
 
 TRAINED_OPEN, TRAINED_CLOSE = "[[", "]]"
 
@@ -95,13 +94,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif method == "sft":
         from medrecipes.data.sft import sft_data
 
-        template = args.chat_template_path
-        if template and template.endswith(".jinja"):
-            tokenizer.chat_template = Path(template).read_text()
-        if tokenizer.chat_template is None:
-            from medrecipes.models import chat_template
-
-            tokenizer.chat_template = chat_template("chatml")
+        tokenizer.chat_template = sft_template(args, tokenizer)
         end_of_turn = args.eos_token or turn_end(tokenizer.chat_template)
         train, _, _ = sft_data(recipe)
         examples = sft_examples(tokenizer, _first(train, count), args)
