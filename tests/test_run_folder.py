@@ -118,7 +118,9 @@ def test_a_run_may_not_start_over_by_deleting_its_own_starting_model(finished_ru
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     result = cpt_again(out, str(out / "final"), "--overwrite_output_dir", "true")
-    assert result.returncode == 2 and "overwrite_output_dir would delete" in errors(result)[0]
+    assert (
+        result.returncode == 2 and "contains" in errors(result)[0] and "which this command reads" in errors(result)[0]
+    )
     assert (out / "final" / "model.safetensors").is_file()
 
 
@@ -146,8 +148,14 @@ def test_decontaminate_never_writes_over_its_input_nor_an_earlier_result(tmp_pat
         cli.main([*base, "--drop", train])
     assert info.value.code == 2 and "is also what this command reads" in capsys.readouterr().err
     assert Path(train).read_bytes() == original
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("a file of the user's\n")
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--drop", str(mine), "--overwrite"])  # --overwrite replaces only our results
+    assert "holds files that medrecipes did not write" in capsys.readouterr().err
+    assert mine.read_text() == "a file of the user's\n"
     kept = tmp_path / "kept.jsonl"
-    kept.write_text("an earlier result\n")
+    cli.main([*base, "--drop", str(kept)])
     with pytest.raises(SystemExit):
         cli.main([*base, "--drop", str(kept)])
     assert "already exists; name a new path, or pass --overwrite" in capsys.readouterr().err
@@ -166,9 +174,9 @@ def test_merge_lora_tiny_model_and_eval_output_refuse_an_existing_result(finishe
     for argv, words in (
         (["merge-lora", str(adapter), str(existing)], "merge-lora OUT_DIR: "),
         (["merge-lora", str(adapter), str(finished_run / "final")], "is also what this command reads"),
-        (["tiny-model", str(existing)], "tiny-model: "),
+        (["tiny-model", str(existing)], "tiny-model OUT_DIR: "),
         (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", data], "is also what"),
-        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", str(existing / "keep.txt")], "already exists"),
+        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", str(existing / "keep.txt")], "did not write"),
     ):  # fmt: skip
         with pytest.raises(SystemExit) as info:
             cli.main(argv)

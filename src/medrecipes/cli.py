@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-from medrecipes.errors import UserError, check_output_folder, exit_on_user_error
+from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.libraries import keep_out
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
@@ -149,7 +149,7 @@ def cmd_decontaminate(args) -> None:
 
     from medrecipes.data import decontamination as dc
     from medrecipes.data.sources import local_files
-    from medrecipes.outputs import check_new_output, staged
+    from medrecipes.outputs import claim_output, staged
 
     if args.n < 1:
         raise UserError(f"decontaminate: --n must be at least 1, got {args.n}")
@@ -181,13 +181,13 @@ def cmd_decontaminate(args) -> None:
         }
         inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
         for out in drops.values():
-            check_new_output(out, "decontaminate --drop", inputs, args.overwrite)
+            claim_output(out, "decontaminate", "decontaminate --drop", inputs, args.overwrite)
             if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
                 raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")
     report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
     for name, out in drops.items():
-        with staged(out, folder=False) as path:
+        with staged(out, folder=False, kind="decontaminate") as path:
             kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1])
         print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
@@ -206,11 +206,11 @@ def cmd_perplexity(args) -> None:
     from medrecipes.data_config import SourceConfig
     from medrecipes.evaluation import document_perplexity, load_for_evaluation
     from medrecipes.logs import setup_logging
-    from medrecipes.outputs import check_new_output, staged
+    from medrecipes.outputs import claim_output, staged
 
     setup_logging()
     if args.output:  # before the model loads: a refused output must not cost the evaluation
-        check_new_output(args.output, "perplexity --output", [args.data, args.model], args.overwrite)
+        claim_output(args.output, "perplexity", "perplexity --output", [args.data, args.model], args.overwrite)
     texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
@@ -220,15 +220,14 @@ def cmd_perplexity(args) -> None:
         f"{result['documents']} documents, {result['tokens']:,} tokens"
     )
     if args.output:
-        with staged(args.output, folder=False) as path, open(path, "w", encoding="utf-8") as f:
+        with staged(args.output, folder=False, kind="perplexity") as path, open(path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
 
 
 def cmd_tiny_model(args) -> None:
-    from medrecipes.outputs import check_new_output, staged
+    from medrecipes.outputs import claim_output, staged
     from medrecipes.tiny import build_tiny_model
 
-    check_output_folder(args.out_dir, "tiny-model")
     # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads.
     for flag, value, low in (
         ("vocab-size", args.vocab_size, 300),
@@ -240,8 +239,8 @@ def cmd_tiny_model(args) -> None:
     if args.hidden_size % 4:
         raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
     corpus = args.corpus or DEFAULT_CORPUS
-    check_new_output(args.out_dir, "tiny-model", corpus, args.overwrite)
-    with staged(args.out_dir, folder=True) as path:
+    claim_output(args.out_dir, "tiny-model", "tiny-model OUT_DIR", corpus, args.overwrite, folder=True)
+    with staged(args.out_dir, folder=True, kind="tiny-model") as path:
         build_tiny_model(path, corpus, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers)
     print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
 
@@ -256,7 +255,6 @@ def cmd_merge_lora(args) -> None:
 def cmd_convert_gguf(args) -> None:
     from medrecipes.models import convert_gguf
 
-    check_output_folder(args.out_dir, "convert-gguf")
     convert_gguf(args.gguf, args.out_dir, args.overwrite)
     print(f"{args.gguf} saved as a model folder in {args.out_dir}")
 

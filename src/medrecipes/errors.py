@@ -36,19 +36,6 @@ def check_choice(value: str, choices: Sequence[str], where: str) -> None:
         raise UserError(f"{where} '{value}' is unknown{did_you_mean(value, choices)}; use {valid}")
 
 
-def check_output_folder(path: str, where: str) -> None:
-    """A folder a run will write into (made if need be) must not be, or be inside, an existing
-    file (a URL is not checked here)."""
-    if "://" in path:
-        return
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        file = path if existing == os.path.abspath(path) else existing
-        raise UserError(f"{where}: {file} is a file; name a folder to write into")
-
-
 def unreadable(where: str, err: BaseException, files: Iterable[str] = ()) -> UserError:
     """The one line for data that `datasets` could not parse (a DatasetGenerationError, whose
     cause says what, or pyarrow's error from a stream): the first line of `files` that is not

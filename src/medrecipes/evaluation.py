@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import check_new_output, staged
+from medrecipes.outputs import claim_output, staged
 from medrecipes.usmle import LETTERS, chat_messages, extract_answer, letters_for, option_map, sft_target
 
 logger = logging.getLogger(__name__)
@@ -516,7 +516,7 @@ def run_evaluation(args) -> dict:
     from medrecipes.eval_tasks import load_task
 
     if args.output:  # before the model loads: a refused output must not cost the evaluation
-        check_new_output(args.output, "output", overwrite=args.overwrite)
+        claim_output(args.output, "eval", "output", overwrite=args.overwrite)
     started = time.time()
     set_seed(args.seed)
     tasks = {
@@ -558,7 +558,7 @@ def run_evaluation(args) -> dict:
     }
     results = {"tasks": reports, "settings": settings, "versions": _versions(), "wall_time_s": time.time() - started}
     if args.output:
-        with staged(args.output, folder=False) as path, open(path, "w", encoding="utf-8") as f:
+        with staged(args.output, folder=False, kind="eval") as path, open(path, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
         logger.info("results written to %s", args.output)
     return results

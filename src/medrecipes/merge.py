@@ -12,9 +12,9 @@ import json
 import logging
 import os
 
-from medrecipes.errors import UserError, check_output_folder
+from medrecipes.errors import UserError
 from medrecipes.models import resolve_dtype, split_gguf
-from medrecipes.outputs import check_new_output, staged
+from medrecipes.outputs import claim_output, staged
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
     from transformers import AutoModelForCausalLM
 
     base, revision = adapter_base(adapter_dir)
-    check_output_folder(out_dir, "merge-lora")
-    check_new_output(out_dir, "merge-lora OUT_DIR", [adapter_dir, base], overwrite)
+    claim_output(out_dir, "merge-lora", "merge-lora OUT_DIR", [adapter_dir, base], overwrite, folder=True)
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
@@ -96,7 +95,7 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
         ) from None
     model = model.merge_and_unload()
     model.generation_config = _load_generation_config(adapter_dir, model)
-    with staged(out_dir, folder=True) as path:  # a kill leaves the old folder or the new, whole
+    with staged(out_dir, folder=True, kind="merge-lora") as path:  # a kill leaves the old folder or the new, whole
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
     logger.info("merged %s into %s; saved to %s", adapter_dir, base, out_dir)

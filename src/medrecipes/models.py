@@ -21,7 +21,7 @@ from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import looks_local, shipped_template, shipped_templates
-from medrecipes.outputs import check_new_output, staged
+from medrecipes.outputs import claim_output, staged
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
     gets its turn format's (Gemma's for the Gemma 3 base), and generation stops at its end of turn."""
     if not gguf.endswith(".gguf"):
         raise UserError(f"convert-gguf: {gguf} is not a .gguf file; pass the model file itself")
-    check_new_output(out_dir, "convert-gguf OUT_DIR", [gguf], overwrite)
+    claim_output(out_dir, "convert-gguf", "convert-gguf OUT_DIR", [gguf], overwrite, folder=True)
     tokenizer = load_tokenizer(gguf)
     source, kwargs = split_gguf(gguf)
     try:
@@ -309,7 +309,7 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
         raise UserError(f"convert-gguf: cannot load {gguf} ({str(err).splitlines()[0]})") from None
     unmark_dequantized_gguf(model)
     align_generation_eos(model, tokenizer, turn_end(tokenizer.chat_template))
-    with staged(out_dir, folder=True) as folder:
+    with staged(out_dir, folder=True, kind="convert-gguf") as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 

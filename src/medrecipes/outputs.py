@@ -1,5 +1,8 @@
-"""Where commands write: never over their own input, never over an earlier result unless the
-user says so, and atomically, so that a kill leaves the old result or the new one, never a part.
+"""Where commands write: never over their own input, never over anything this project did not
+write, over an earlier result of ours only when the user says so, and atomically, so that a
+kill leaves the old result or the new one, never a part. Every command and recipe script
+claims its output with `claim_output` before it starts work; a training run also locks its
+folder (`lock_folder`).
 
 A result is written beside its final path and renamed into place: one rename for a file
 (`os.replace`) or a new folder; a folder that replaces an older one is swapped with it in one
@@ -7,9 +10,11 @@ step on Linux (elsewhere the older one is moved aside first), then the older one
 """
 
 import ctypes
+import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -18,6 +23,11 @@ from medrecipes.errors import UserError
 # A run's checkpoint folders in its output_dir, as the trainer names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 REPLACED = ".replaced"  # the older folder's name, beside the staged one, while it is replaced
+MARKER = ".medrecipes.json"  # what wrote a result: inside a folder, `.<name>.medrecipes.json` beside a file
+LOCK = ".medrecipes.lock"  # held by the process training in a run's folder
+# Results written before the marker existed: a run's record.
+EARLIER_MARKERS = {"run.json": "run"}
+_HELD_LOCKS: dict[str, int] = {}  # folder -> the lock's descriptor, open for the life of the process
 
 
 def checkpoint_step(path: str) -> int | None:
@@ -41,18 +51,135 @@ def same_path(a: str, b: str) -> bool:
 
 
 def holds_something(path: str) -> bool:
-    """A file, or a folder with anything in it."""
-    return os.path.isfile(path) or (os.path.isdir(path) and bool(os.listdir(path)))
+    """A file, or a folder with anything in it but our lock and marker."""
+    return os.path.isfile(path) or (os.path.isdir(path) and bool(set(os.listdir(path)) - {LOCK, MARKER}))
 
 
-def check_new_output(path: str, where: str, inputs: Iterable[str] = (), overwrite: bool = False) -> None:
-    """Refuse, in one line, to write `path` over one of `inputs` (always) or over something that
-    exists (unless `overwrite`, the command's --overwrite)."""
+def _record_path(path: str) -> str:
+    """Where the record of what wrote `path` lies: inside a folder, beside a file."""
+    if os.path.isdir(path):
+        return os.path.join(path, MARKER)
+    head, name = os.path.split(os.path.abspath(path))
+    return os.path.join(head, f".{name}{MARKER}")
+
+
+def written_kind(path: str) -> str | None:
+    """The kind of result ("run", "eval", "report", ...) this project wrote at `path`, or None
+    for anything else: a file counts only while it is the very file written (same size and
+    modification time as recorded), so a user's file put there since is not ours."""
+    record = _record_path(path)
+    if os.path.isdir(path) and not os.path.isfile(record):
+        return next((kind for name, kind in EARLIER_MARKERS.items() if os.path.isfile(os.path.join(path, name))), None)
+    try:
+        with open(record, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    if os.path.isfile(path):
+        stat = os.stat(path)
+        if (saved.get("size"), saved.get("mtime_ns")) != (stat.st_size, stat.st_mtime_ns):
+            return None
+    return saved.get("kind")
+
+
+def mark(path: str, kind: str) -> None:
+    """Record that this project wrote `path` as a result of `kind` (see `written_kind`)."""
+    if os.path.isdir(path) and written_kind(path) == kind:
+        return  # already marked: a run started again writes nothing
+    record = {"kind": kind, "written_by": "medrecipes"}
+    if os.path.isfile(path):
+        stat = os.stat(path)
+        record.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+    target = _record_path(path)
+    with open(target + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    os.replace(target + ".tmp", target)
+
+
+def check_writable(path: str, where: str, folder: bool = False) -> None:
+    """`path` (a `folder` to write into, or either) can be written: the nearest existing folder
+    on its way is a folder (not a file) and takes a new file, tried for real (permissions, a
+    read-only disk, root or not)."""
+    if "://" in path:
+        return
+    if folder and os.path.isfile(path):
+        raise UserError(f"{where}: {path} is a file; name a folder to write into")
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if existing != os.path.abspath(path) and not os.path.isdir(existing):
+        raise UserError(f"{where}: cannot create {path}: {existing} is a file; name a path under a folder")
+    folder = existing if os.path.isdir(existing) else os.path.dirname(existing)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".medrecipes-probe-")
+    except OSError as err:
+        raise UserError(
+            f"{where}: cannot write {path}: {folder} is not writable ({err.strerror}); name a path you can write to"
+        ) from None
+    os.close(fd)
+    os.remove(probe)
+
+
+def _relation(output: str, source: str) -> str | None:
+    out, src = os.path.realpath(output), os.path.realpath(source)
+    if out == src:
+        return "is"
+    if src.startswith(out.rstrip(os.sep) + os.sep):
+        return "contains"
+    if out.startswith(src.rstrip(os.sep) + os.sep):
+        return "lies inside"
+    return None
+
+
+def claim_output(
+    path: str, kind: str, where: str, inputs: Iterable[str] = (), overwrite: bool = False, folder: bool = False
+) -> None:
+    """The one check before a command writes `path`, made before any long work so that a
+    refusal costs nothing. Refused in one line: a path that cannot be written; one that is,
+    contains or lies inside anything the command reads (`inputs`: recipe, model, data files
+    and folders; Hub ids and URLs are skipped); one that holds anything but an earlier `kind`
+    result of this project (`--overwrite` included: it replaces only our own result); and an
+    earlier result of ours unless `overwrite` (a training run passes True and decides by its
+    run record whether it resumes). A `folder` result may not replace a file."""
+    if "://" in path:
+        return
+    check_writable(path, where, folder)
     for source in inputs:
-        if same_path(path, source):
-            raise UserError(f"{where}: {path} is also what this command reads; write to another path")
-    if not overwrite and holds_something(path):
+        if source and "://" not in source and os.path.lexists(source) and (how := _relation(path, source)):
+            what = "is also what" if how == "is" else f"{how} {source}, which"
+            raise UserError(f"{where}: {path} {what} this command reads; write to another path")
+    if not holds_something(path):
+        return
+    found = written_kind(path)
+    if found != kind:
+        what = f"a '{found}' result" if found else "files that medrecipes did not write"
+        raise UserError(
+            f"{where}: {path} holds {what}; name a new path (nothing there is replaced, "
+            f"--overwrite included: it replaces only an earlier '{kind}' result)"
+        )
+    if not overwrite:
         raise UserError(f"{where}: {path} already exists; name a new path, or pass --overwrite to replace it")
+
+
+def lock_folder(path: str, where: str) -> None:
+    """Hold an advisory lock on the folder `path` for the rest of this process: a second process
+    that asks is refused in one line. The OS drops the lock when the process ends, however it
+    ends (a kill -9 leaves nothing to clean up)."""
+    import fcntl  # POSIX; the recipes run on Linux
+
+    if os.path.realpath(path) in _HELD_LOCKS:
+        return
+    fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(
+            f"{where}: another process is training in {path}; wait for it to end, or give this run its own output_dir"
+        ) from None
+    _HELD_LOCKS[os.path.realpath(path)] = fd
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -95,9 +222,10 @@ def finish_publish(staged: str, final: str) -> bool:
 
 
 @contextmanager
-def staged(final: str, folder: bool) -> Iterator[str]:
+def staged(final: str, folder: bool, kind: str | None = None) -> Iterator[str]:
     """A path beside `final` to write the result into; published to `final` when the block ends
-    without an error, removed otherwise."""
+    without an error, removed otherwise. A `kind` marks the result as ours (`written_kind`), so
+    that a later `claim_output` of that kind may replace it."""
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     path = os.path.join(parent, f".{os.path.basename(os.path.abspath(final))}.partial-{os.getpid()}")
@@ -111,4 +239,8 @@ def staged(final: str, folder: bool) -> Iterator[str]:
         elif os.path.exists(path):
             os.remove(path)
         raise
+    if kind is not None and folder:
+        mark(path, kind)  # travels with the folder's rename
     publish(path, final)
+    if kind is not None and not folder:
+        mark(final, kind)

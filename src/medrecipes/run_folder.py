@@ -16,8 +16,9 @@ import os
 import shutil
 
 from medrecipes.config.parse import resolved_recipe
+from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError
-from medrecipes.outputs import CHECKPOINT, staged
+from medrecipes.outputs import CHECKPOINT, claim_output, lock_folder, mark, staged
 
 logger = logging.getLogger(__name__)
 
@@ -89,17 +90,19 @@ def finished(record: dict, training_args) -> bool:
 
 def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bool:
     """Check that output_dir is this run's (one line and exit 2 if it holds another run's, unless
-    the recipe sets overwrite_output_dir), record the run there if it is new, and say whether it
+    the recipe sets overwrite_output_dir, or anything medrecipes did not write, or anything the
+    run reads), lock it for this launch, record the run there if it is new, and say whether it
     already finished: the script then stops without training a step or writing anything. The
     main process looks first, so the others find the folder as it leaves it."""
     output_dir = training_args.output_dir
     ours = run_identity(method, recipe, model_args)
-    model = os.path.realpath(model_args.model_name_or_path or "")
-    if recipe.overwrite_output_dir and model.startswith(os.path.realpath(output_dir) + os.sep):
-        raise UserError(
-            f"output_dir: overwrite_output_dir would delete {model_args.model_name_or_path}, the model this "
-            "run starts from; copy it out of output_dir first, or give this run its own output_dir"
-        )
+    where = f"{recipe.recipe_file or 'command line'}: output_dir"
+    if training_args.should_save:  # the process that writes; the launch's others wait below
+        inputs = [*recipe_inputs(recipe, training_args, model_args, recipe.recipe_file), recipe.built_data]
+        claim_output(output_dir, "run", where, inputs, overwrite=True, folder=True)  # resumes or refuses by its record
+        os.makedirs(output_dir, exist_ok=True)
+        lock_folder(output_dir, where)
+        mark(output_dir, "run")
     with training_args.main_process_first(local=False, desc="checking output_dir"):
         if recipe.overwrite_output_dir and training_args.should_save and os.path.isdir(output_dir):
             _start_over(output_dir)
@@ -109,7 +112,7 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
         differences = _differences(saved, ours) if saved is not None else ""
         if differences:
             raise UserError(
-                f"output_dir: {output_dir} holds another run ({differences}); give this run "
+                f"{where}: {output_dir} holds another run ({differences}); give this run "
                 "its own output_dir, or set overwrite_output_dir: true to delete that run and start over"
             )
         if saved is not None and finished(saved, training_args):
@@ -121,7 +124,6 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
             )
             return True
         if saved is None and training_args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
             # The settings it ran with, for `medrecipes report`; only `ours` tells runs apart.
             write_record(output_dir, {**ours, "recipe": resolved_recipe(recipe, model_args, training_args)})
     return False

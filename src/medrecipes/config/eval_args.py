@@ -4,9 +4,9 @@ import os
 from dataclasses import dataclass, field
 
 from medrecipes.config.reading import RecipeParser, check_choices, split_names
-from medrecipes.errors import UserError, check_output_folder, did_you_mean
+from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import EvalMode, check_task_names
-from medrecipes.outputs import check_new_output
+from medrecipes.outputs import claim_output
 
 
 @dataclass
@@ -96,8 +96,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     if args.output:  # written at the end: a bad path must not cost the evaluation
         if os.path.isdir(args.output):
             raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
-        check_output_folder(os.path.dirname(os.path.abspath(args.output)), f"{where}: output")
-        inputs = [args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
-        # Never over an input; over an earlier result, checked when the evaluation starts.
-        check_new_output(args.output, f"{where}: output", inputs, overwrite=True)
+        inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
+        # Never over an input or what we did not write; over an earlier result of ours, checked
+        # when the evaluation starts (`medrecipes validate` of this recipe does not refuse it).
+        claim_output(args.output, "eval", f"{where}: output", inputs, overwrite=True)
     return args

@@ -13,7 +13,8 @@ from medrecipes.config import checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
 from medrecipes.config.schema import CPTConfig, MedGRPOConfig, MedSFTConfig, RecipeArguments
-from medrecipes.errors import UserError, check_output_folder
+from medrecipes.errors import UserError
+from medrecipes.outputs import check_writable
 
 # The dataclasses of each recipe script, in the order the script's main() receives them.
 METHODS = {
@@ -45,8 +46,9 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
     if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
         raise UserError(f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)")
+    recipe.recipe_file = path
     path = path or "command line"
-    check_output_folder(args.output_dir, f"{path}: output_dir")
+    check_writable(args.output_dir, f"{path}: output_dir", folder=True)
     for obj in (recipe, args, model_args):
         check_choices(obj, path)
     checks.resolve_data(recipe, path)

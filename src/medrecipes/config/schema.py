@@ -113,6 +113,7 @@ class RecipeArguments:
         self.mixture: MixtureConfig | None = None
         self.eval_sources: dict[str, SourceConfig] = {}
         self.derived: dict[str, Any] = {}
+        self.recipe_file: str | None = None  # the YAML it was read from; None for the command line
 
 
 # Trainer settings that, out of range, fail only once training runs (a division by zero, a

@@ -8,6 +8,7 @@ source came out, and the result of checking the training data against the evalua
 """
 
 import logging
+import os
 import shutil
 import tempfile
 from itertools import islice
@@ -34,8 +35,9 @@ from medrecipes.data.manifest import (
 )
 from medrecipes.data.mixture import document_probabilities, source_names
 from medrecipes.data.pretraining import source_data
-from medrecipes.data.sources import load_source
-from medrecipes.errors import UserError, check_output_folder
+from medrecipes.data.sources import load_source, recipe_inputs
+from medrecipes.errors import UserError
+from medrecipes.outputs import claim_output, mark
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +116,10 @@ def build_data(
     out = out or recipe.built_data
     if not out:
         raise UserError(f"{recipe_path}: no built_data folder; set built_data in the recipe or pass --out DIR")
-    check_output_folder(out, "build-data")
+    # An earlier build here is ours to replace (it is rebuilt when out of date).
+    claim_output(
+        out, "built-data", "build-data", recipe_inputs(recipe, args, model_args, recipe_path), True, folder=True
+    )
     if recipe.mixture is None:
         raise UserError(f"{recipe_path}: no 'dataset_mixture'; add one with at least one source")
     tokenizer = recipe_tokenizer(recipe, model_args)
@@ -126,6 +131,9 @@ def build_data(
         return old, False
 
     _clear(out)
+    if "://" not in out:  # a partial build, killed, is still ours to rebuild
+        os.makedirs(out, exist_ok=True)
+        mark(out, "built-data")
     mixture, names = recipe.mixture, source_names(recipe.mixture)
     train, evals = source_data(recipe, tokenizer, args.max_length, args.dataset_num_proc)
     if blocks is not None:

@@ -8,6 +8,7 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 
 import glob
 import os
+import re
 from collections.abc import Callable, Iterable
 
 import datasets
@@ -210,6 +211,22 @@ def row_of(source: SourceConfig, index: int) -> str:
 def files_of(sources: Iterable[SourceConfig]) -> list[str]:
     """The local files of these sources, source by source, each one's in the order `datasets` reads them."""
     return [file for source in sources for file in sorted(local_files(source))]
+
+
+def recipe_inputs(recipe, args, model_args, recipe_path: str | None) -> list[str]:
+    """Every path the recipe's data and model come from (for `outputs.claim_output`, which skips
+    those not on this machine): the recipe file, the model and tokenizer, the chat template,
+    and each source's files with the folders they are found in (a pattern's folder, up to
+    its first wildcard, counts whole: files written there would join the source)."""
+    paths = [recipe_path, model_args.model_name_or_path, recipe.tokenizer_name_or_path]
+    paths.append(getattr(args, "chat_template_path", None))
+    for source in [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]:
+        patterns = source.data_files if source.data_files is not None else [source.path]
+        for pattern in [patterns] if isinstance(patterns, str) else patterns:
+            fixed = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+            paths.append(pattern if fixed == pattern else os.path.dirname(fixed))
+        paths += local_files(source)
+    return [path for path in paths if path]
 
 
 def local_files(source: SourceConfig) -> list[str]:

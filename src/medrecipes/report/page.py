@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import check_new_output, staged
+from medrecipes.outputs import claim_output, staged
 from medrecipes.report.figures import figures
 from medrecipes.report.runs import Evaluation, Run, read_inputs, training_logs
 
@@ -171,14 +171,14 @@ def write_report(paths: list[str], output: str, title: str | None = None, overwr
         )
     images = images_folder(output)
     for target in (output, images):
-        check_new_output(target, "report: --output", paths, overwrite)
+        claim_output(target, "report", "report: --output", paths, overwrite)
     runs, evaluations = read_inputs(paths)
     plots = figures(runs, evaluations)
     title = title or f"medrecipes report: {', '.join(r.name for r in runs) or 'evaluations'}"
     page = render_html(runs, evaluations, plots, title)
-    with staged(images, folder=True) as folder:
+    with staged(images, folder=True, kind="report") as folder:
         for name, (_, png) in plots.items():
             Path(folder, f"{name}.png").write_bytes(png)
-    with staged(output, folder=False) as path:
+    with staged(output, folder=False, kind="report") as path:
         Path(path).write_text(page, encoding="utf-8")
     return {name: os.path.join(images, f"{name}.png") for name in plots}

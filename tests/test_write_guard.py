@@ -1,0 +1,190 @@
+"""One guard for every write (`outputs.claim_output`): a command writes only into a new path or
+over an earlier result of the same kind that medrecipes wrote, never into, over or around what
+it reads, and a training run's folder is held by one process at a time."""
+
+import hashlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT, run
+
+from medrecipes import cli
+from medrecipes.errors import UserError
+from medrecipes.outputs import claim_output, lock_folder, staged, written_kind
+
+CPT = "recipes/tiny_cpt.yaml"
+TEST_SET = str(ROOT / "data/usmle_sample/test.jsonl")
+
+
+def hashes(folder: Path) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+
+
+def errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+def result_of(tmp_path: Path, kind: str, folder: bool) -> Path:
+    """An earlier result of ours of `kind`, written as every command writes one."""
+    path = tmp_path / ("earlier" if folder else "earlier.json")
+    with staged(str(path), folder=folder, kind=kind) as staging:
+        Path(staging, "model.safetensors").write_text("w") if folder else Path(staging).write_text("{}")
+    return path
+
+
+# What may be at the output path, and what the guard must do there with and without --overwrite.
+STATES = ("missing", "empty folder", "user file", "user folder", "ours", "ours of another kind", "ours, edited since")
+
+
+def make_state(tmp_path: Path, state: str, folder: bool) -> Path:
+    path = tmp_path / "out"
+    if state == "empty folder":
+        path.mkdir()
+    elif state == "user file":
+        path.write_text("the user's notes")
+    elif state == "user folder":
+        path.mkdir()
+        (path / "config.json").write_text("{}")
+    elif state.startswith("ours"):
+        earlier = result_of(tmp_path, "eval" if state == "ours of another kind" else "report", folder)
+        os.rename(earlier, path)
+        marker = earlier.parent / f".{earlier.name}.medrecipes.json"
+        if marker.exists():
+            os.rename(marker, tmp_path / ".out.medrecipes.json")
+        if state == "ours, edited since":
+            target = path / "model.safetensors" if folder else path
+            if folder:
+                (path / ".medrecipes.json").unlink()  # a folder the user rebuilt by hand
+            else:
+                target.write_text('{"edited": "by the user"}')
+    return path
+
+
+@pytest.mark.parametrize("state, overwrite, folder", list(itertools.product(STATES, (False, True), (False, True))))
+def test_a_result_replaces_only_an_earlier_result_of_its_own_kind(tmp_path, state, overwrite, folder):
+    path = make_state(tmp_path, state, folder)
+    before = hashes(tmp_path)
+    free = state in ("missing", "empty folder")
+    allowed = free or (state == "ours" and overwrite)
+    if folder and state == "user file":
+        allowed = False
+    if allowed:
+        claim_output(str(path), "report", "report --output", [], overwrite, folder)
+        return
+    with pytest.raises(UserError) as info:
+        claim_output(str(path), "report", "report --output", [], overwrite, folder)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("report --output: ")
+    if state == "ours":
+        assert "pass --overwrite" in message
+    elif not (folder and state == "user file"):
+        assert "did not write" in message or "a 'eval' result" in message
+    assert hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize("relation", ["is", "inside", "contains"])
+@pytest.mark.parametrize("input_kind", ["file", "folder"])
+def test_no_output_is_inside_around_or_the_same_as_an_input(tmp_path, relation, input_kind):
+    source = tmp_path / "data" / ("notes.jsonl" if input_kind == "file" else "notes")
+    source.parent.mkdir()
+    if input_kind == "file":
+        source.write_text('{"text": "x"}\n')
+    else:
+        source.mkdir()
+        (source / "a.jsonl").write_text('{"text": "x"}\n')
+    output = {"is": source, "inside": source / "built", "contains": tmp_path / "data"}[relation]
+    if relation == "inside" and input_kind == "file":
+        output = source.parent / "notes.jsonl" / "x"  # under a file: refused as not creatable
+    with pytest.raises(UserError) as info:
+        claim_output(str(output), "built-data", "build-data", [str(source)], overwrite=True, folder=True)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "where", ["/sys/medrecipes-out/run", "{file}/below-a-file"], ids=["read-only place", "parent is a file"]
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, where):
+    parent_file = tmp_path / "file.txt"
+    parent_file.write_text("x")
+    path = where.format(file=parent_file)
+    with pytest.raises(UserError) as info:
+        claim_output(path, "eval", "eval --output", overwrite=True)
+    assert "\n" not in str(info.value) and ("not writable" in str(info.value) or "is a file" in str(info.value))
+
+
+def test_every_command_refuses_a_users_folder_and_leaves_it_untouched(tmp_path, tiny_model, capsys):
+    """The cases that lost files: build-data over a data folder or inside its source, a run into
+    a folder that holds a model, eval over a model's config.json and over the recipe it runs,
+    report over a run's trainer_state.json; --overwrite given to each."""
+    data = tmp_path / "mydata"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "notes.jsonl").write_text('{"text": "iron deficiency anemia"}\n' * 20)
+    model = Path(tiny_model)
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text(f"model_name_or_path: {tiny_model}\ntasks: [usmle]\ndata: [usmle={TEST_SET}]\n")
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    (run_folder / "trainer_state.json").write_text('{"log_history": []}')
+    (run_folder / "run.json").write_text('{"script": "recipes/cpt.py"}')
+    before = {folder: hashes(folder) for folder in (data, model, run_folder, tmp_path)}
+    source = ["--dataset_mixture", f"{{sources: [{{path: {data}/train}}]}}", "--model_name_or_path", tiny_model]
+    cases = [
+        (["build-data", CPT, "--out", str(data), *source], "contains"),
+        (["build-data", CPT, "--out", str(data / "train" / "built"), *source], "lies inside"),
+        (["eval", "--model", tiny_model, "--data", TEST_SET, "--output", str(model / "config.json"), "--overwrite"], "lies inside"),
+        (["eval", str(recipe), "--output", str(recipe), "--overwrite"], "is also what"),
+        (["report", str(run_folder), "--output", str(run_folder / "trainer_state.json"), "--overwrite"], "lies inside"),
+        (["tiny-model", str(model), "--overwrite"], "did not write"),
+    ]  # fmt: skip
+    for argv, words in cases:
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        lines = errors(capsys.readouterr().err)
+        assert info.value.code == 2 and len(lines) == 1 and words in lines[0], (argv, lines)
+    result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", str(model),
+                 "--overwrite_output_dir", "true", timeout=300)  # fmt: skip
+    assert result.returncode == 2 and "is also what this command reads" in errors(result.stderr)[0]
+    other = tmp_path / "someone's model"
+    other.mkdir()
+    (other / "model.safetensors").write_text("weights")
+    result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", str(other),
+                 "--overwrite_output_dir", "true", timeout=300)  # fmt: skip
+    assert result.returncode == 2 and "did not write" in errors(result.stderr)[0]
+    assert (other / "model.safetensors").read_text() == "weights"
+    for folder, saved in before.items():
+        if folder is not tmp_path:
+            assert hashes(folder) == saved, folder
+
+
+HOLD = """
+import sys, time
+from medrecipes.outputs import lock_folder
+lock_folder(sys.argv[1], "output_dir")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_one_process_at_a_time_trains_in_a_folder_and_a_killed_one_leaves_no_lock(tmp_path, tiny_model):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", str(out),
+                     "--max_steps", "1", timeout=300)  # fmt: skip
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert errors(result.stderr) == [
+            f"error: {CPT}: output_dir: another process is training in {out}; wait for it to end, "
+            "or give this run its own output_dir"
+        ]
+        assert written_kind(str(out)) is None and os.listdir(out) == [".medrecipes.lock"]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    lock_folder(str(out), "output_dir")  # the OS dropped the killed holder's lock
