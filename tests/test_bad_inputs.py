@@ -8,6 +8,7 @@ fast; the commands' own subprocess tests cover the scripts end to end.
 
 import contextlib
 import io
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 TEST_SET = "data/usmle_sample/test.jsonl"
+EVAL_SETS_CPT = """eval_sets:
+  medical_text: {path: json, data_files: data/medical_text/eval.jsonl, text_field: text}
+  usmle: {path: json, data_files: data/usmle_sample/test.jsonl, format: usmle}
+"""
 EVAL_SETS_SFT = """eval_sets:
   usmle_train: {path: data/usmle_sample/train.jsonl, format: usmle}
   usmle_test: {path: data/usmle_sample/test.jsonl, format: usmle}
@@ -41,9 +46,15 @@ def _recipe(files: Path, base: str, replace: tuple[str, str] = ("", ""), append:
     return str(path)
 
 
+def run_in(files: Path, model: str) -> list[str]:
+    """A run's own model and a new output_dir among the test's files (the rows that get past the
+    recipe's parse)."""
+    return ["--model_name_or_path", model, "--output_dir", str(files / "runs" / Path(model).name)]
+
+
 def cases(files: Path, model: str) -> list[Case]:
     """The table. `files` holds the bad files below; `model` is a whole tiny model."""
-    f = {name.split("/")[0]: str(files / name.split("/")[0]) for name in FILES}  # files and folders
+    f = {name.split("/")[0]: str(files / name.split("/")[0]) for name in [*FILES, *BROKEN_MODELS]}  # files, folders
     cpt = "recipes/tiny_cpt.yaml"
     sft = "recipes/tiny_sft.yaml"
     grpo = "recipes/tiny_grpo.yaml"
@@ -67,7 +78,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("recipe not UTF-8", script("cpt", f["latin1.yaml"]), "UTF-8"),
         Case("unknown key", key("cpt", cpt, "learning_rate:", "learning_rat:"), "did you mean 'learning_rate'"),
         Case("unknown key in a source", script("cpt", src("{path: data/medical_text/train.jsonl, wieght: 1}")), "wieght"),
-        Case("unknown key in eval_sets", script("cpt", _recipe(files, cpt, append="\neval_sets:\n  x: {path: a.jsonl, fromat: usmle}\n")), "fromat"),
+        Case("unknown key in eval_sets", key("cpt", cpt, EVAL_SETS_CPT, "eval_sets:\n  x: {path: a.jsonl, fromat: usmle}\n"), "fromat"),
         # --- numbers out of range, in the YAML and on the command line
         Case("learning_rate negative", script("cpt", cpt, "--learning_rate", "-1e-3"), "learning_rate must be 0 or more"),
         Case("learning_rate not a number", script("cpt", cpt, "--learning_rate", "fast"), "learning_rate"),
@@ -96,7 +107,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("output_dir is a file", script("cpt", cpt, "--output_dir", TEST_SET), "is a file"),
         Case("eval_strategy with no eval sets", script("sft", _recipe(files, sft, (EVAL_SETS_SFT, "")), "--eval_strategy", "steps"), "there are no eval_sets"),
         # --- data sources
-        Case("no sources", script("cpt", _recipe(files, cpt, append="\ndataset_mixture: {sources: []}\n")), "sources"),
+        Case("no sources", key("cpt", cpt, "  sources:\n    - {path: json, data_files: data/medical_text/train.jsonl, text_field: text, weight: 0.8}\n    - {path: json, data_files: data/usmle_sample/train.jsonl, format: usmle, weight: 0.2}\n", "  sources: []\n"), "sources"),
         Case("source weight 0", script("cpt", src("{path: data/medical_text/train.jsonl, weight: 0}")), "weight must be positive"),
         Case("source weight negative", script("cpt", src("{path: data/medical_text/train.jsonl, weight: -1}")), "weight must be positive"),
         Case("source weight text", script("cpt", src("{path: data/medical_text/train.jsonl, weight: abc}")), "weight must be a number"),
@@ -213,6 +224,33 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: output over an input", ["report", f["existing.json"], "--output", f["existing.json"]], "also what"),
         Case("report: output over a user's file", ["report", f["existing.json"], "--output", f["notes.jsonl"]], "medrecipes did not write"),
         Case("report: output is a folder", ["report", f["existing.json"], "--output", str(files)], "is a folder"),
+        # --- values the schema's types and relations refuse, in the YAML and on the command line
+        Case("key written twice", script("cpt", _recipe(files, cpt, append="\nmax_steps: 5\n")), "key 'max_steps' is written twice"),
+        Case("learning_rate NaN in the YAML", key("cpt", cpt, "learning_rate: 3.0e-3", "learning_rate: .nan"), "learning_rate must be a finite number"),
+        Case("learning_rate inf on the command line", script("cpt", cpt, "--learning_rate", "inf"), "must be a finite number"),
+        Case("whole number given a fraction", key("cpt", cpt, "max_steps: 60", "max_steps: 2.7"), "max_steps must be a whole number"),
+        Case("whole number given true", key("cpt", cpt, "max_steps: 60", "max_steps: true"), "max_steps must be a whole number"),
+        Case("true/false given a number", key("cpt", cpt, "use_cpu: true", "use_cpu: 1"), "use_cpu must be true or false"),
+        Case("warmup beyond the run", script("cpt", cpt, "--warmup_steps", "90"), "warmup_steps 90 is beyond max_steps 60"),
+        Case("eval_sets given a list", script("cpt", cpt, "--eval_sets", "[a, b]"), "expected a YAML dict"),
+        Case("eval_sets a list in the YAML", key("cpt", cpt, EVAL_SETS_CPT, "eval_sets: [a, b]\n"), "eval_sets must be a mapping"),
+        Case("reward weight NaN", script("grpo", grpo, "--reward_weights", "1", "nan"), "must be a finite number"),
+        Case("eval: an empty question", ["eval", "--model", model, "--data", f["emptyq.jsonl"]], "emptyq.jsonl line 1: the question is empty"),
+        Case("SFT chat: assistant speaks first", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['asstfirst.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "the first turn after any system turn is not the user's"),
+        Case("SFT chat: unknown role", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['badrole.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "turn 1 has role 'doctor'"),
+        Case("abbreviated flag", ["plan", cpt, "--num-gpu", "2"], "unknown argument 'num-gpu'"),
+        Case("flag a command does not have", ["report", f["existing.json"], "--outpt", "r.html"], "medrecipes report: unknown argument '--outpt'"),
+        # --- boundaries: models, tokenizers, adapters, places to write
+        Case("model weights cut short", ["eval", "--model", f["truncated"], "--data", TEST_SET], "is cut short or corrupt"),
+        Case("model without tokenizer files", ["eval", "--model", f["notokenizer"], "--data", TEST_SET], "has no tokenizer files"),
+        Case("adapter whose base is missing", script("sft", sft, *run_in(files, f["nobase"])), "nobase/adapter_config.json: base_model_name_or_path"),
+        Case("eval: output under a read-only place", ["eval", "--model", model, "--data", TEST_SET, "--output", "/sys/medrecipes/eval.json"], "is not writable"),
+        Case("eval: output below a file", ["eval", "--model", model, "--data", TEST_SET, "--output", f"{f['existing.json']}/eval.json"], "is a file"),
+        # --- the write guard: nothing that medrecipes did not write is replaced
+        Case("build-data into a user's folder", ["build-data", cpt, "--out", f["emptyish"], "--model_name_or_path", model], "medrecipes did not write"),
+        Case("build-data inside its source folder", ["build-data", src(f"{{path: {f['textdir']}}}"), "--out", f"{f['textdir']}/built", "--model_name_or_path", model], "lies inside"),
+        Case("run into a user's model folder", script("cpt", cpt, "--model_name_or_path", model, "--output_dir", f["emptyish"]), "medrecipes did not write"),
+        Case("run whose output_dir holds its data", script("cpt", src(f"{{path: {f['textdir']}}}"), "--model_name_or_path", model, "--output_dir", str(files)), "which this command reads"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
         Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
     ]  # fmt: skip
@@ -236,10 +274,18 @@ FILES = {
     "notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
     "emptydir/": None,
     "adapter/adapter_config.json": '{"base_model_name_or_path": "MODEL"}',
-    "adapter/adapter_model.safetensors": b"",
+    "adapter/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",  # whole, with no tensors
     "badadapter/adapter_config.json": "{not json",
     "emptyish/keep.txt": "an earlier result",
+    "emptyq.jsonl": '{"question": "  ", "options": {"A": "a", "B": "b"}, "answer": "A"}\n',
+    "asstfirst.jsonl": '{"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
+    "badrole.jsonl": '{"messages": [{"role": "doctor", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
+    "textdir/notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
+    "nobase/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model"}',
+    "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }
+# Copies of the tiny model, broken one way each (make_files).
+BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer"}
 
 
 def make_files(folder: Path, model: str) -> Path:
@@ -253,21 +299,32 @@ def make_files(folder: Path, model: str) -> Path:
             path.write_bytes(content)
         else:
             path.write_text(content.replace("MODEL", model), encoding="utf-8")
+    for name, broken in BROKEN_MODELS.items():
+        copy = folder / name
+        shutil.copytree(model, copy, dirs_exist_ok=True)
+        for file in copy.iterdir():
+            if broken == "model.safetensors" and file.name == broken:
+                file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+            elif file.name.startswith(broken):
+                file.unlink()
     return folder
 
 
 def outcome(argv: list[str]) -> tuple[int | str, list[str], str]:
     """(exit code, or 'traceback'/'silent', the lines on stderr, the first line of a traceback)."""
+    import runpy
+
     from medrecipes import cli
-    from medrecipes.config import parse_recipe
-    from medrecipes.errors import exit_on_user_error
 
     err = io.StringIO()
     if argv and argv[0].startswith("recipes/"):
-        method = Path(argv[0]).stem
 
-        def call():
-            return exit_on_user_error(lambda: parse_recipe(method, argv[1:]))()
+        def call():  # the script itself, in this process: most rows stop at the recipe's parse
+            saved, sys.argv = sys.argv, list(argv)
+            try:
+                runpy.run_path(str(ROOT / argv[0]), run_name="__main__")
+            finally:
+                sys.argv = saved
     else:
 
         def call():

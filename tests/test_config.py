@@ -236,7 +236,7 @@ def test_settings_out_of_range_are_one_line_at_parse(tmp_path, method, key, valu
 def test_outputs_inside_a_file_or_onto_a_folder_are_refused_before_running(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("")
-    with pytest.raises(UserError, match=f"output: {taken} is a file; name a folder to write into"):
+    with pytest.raises(UserError, match=f"output: cannot create {taken}/deeper/results.json: {taken} is a file"):
         parse_eval_args(["--model", "m", "--output", str(taken / "deeper" / "results.json")])
     with pytest.raises(UserError, match=f"output {tmp_path} is a folder; name the JSON file to write"):
         parse_eval_args(["--model", "m", "--output", str(tmp_path)])

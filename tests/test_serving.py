@@ -87,3 +87,17 @@ def test_serve_answers_openai_chat_completions(memorised_model):
     message = reply["choices"][0]["message"]
     assert message["role"] == "assistant" and message["content"].strip() == ANSWER
     assert reply["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["port in use", "unknown host"])
+def test_serve_names_an_address_it_cannot_listen_on_in_one_line(memorised_model, taken, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        host = "127.0.0.1" if taken else "no-such-host.invalid"
+        with pytest.raises(SystemExit) as exit:
+            cli.main(["serve", memorised_model, "--host", host, "--port", str(port)])
+    lines = capsys.readouterr().err.splitlines()
+    assert exit.value.code == 2 and len(lines) == 1, lines
+    assert ("cannot listen on" if taken else "unknown host") in lines[0]

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, run
+from conftest import NO_EVAL, PYTHON, ROOT, run
 
 from medrecipes import cli
 from medrecipes.errors import UserError
@@ -188,3 +188,26 @@ def test_one_process_at_a_time_trains_in_a_folder_and_a_killed_one_leaves_no_loc
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     lock_folder(str(out), "output_dir")  # the OS dropped the killed holder's lock
+
+
+def test_ctrl_c_is_one_line_that_says_what_was_kept_and_exit_130(tmp_path, tiny_model):
+    import time
+
+    out = tmp_path / "run"
+    command = [PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", str(out),
+               "--max_steps", "100000", "--save_steps", "2", "--logging_steps", "1", *NO_EVAL]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+    )
+    deadline = time.time() + 240
+    while not list(out.glob("checkpoint-*")) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]  # tqdm's bar may follow
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted: {out}/checkpoint-"), stderr[-2000:]
+    assert lines[0].endswith("is kept, whole; run the same command again to resume from it")
+    assert (out / lines[0].split("/")[-1].split(" ")[0] / "trainer_state.json").is_file()

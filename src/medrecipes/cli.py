@@ -286,9 +286,26 @@ def cmd_serve(args) -> None:
     serve(args.model, args.host, args.port)
 
 
+def input_path(text: str) -> str:
+    """argparse type of an argument that names something the command reads (a file or folder;
+    tests/test_properties.py feeds every such argument bad paths)."""
+    return text
+
+
+def output_path(text: str) -> str:
+    """argparse type of an argument that names where the command writes (outputs.claim_output)."""
+    return text
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse, with its errors as the command's one line ("error: medrecipes plan: ...") in
-    place of the usage block and argparse's own line; `--help` still shows the usage."""
+    place of the usage block and argparse's own line; `--help` still shows the usage. A flag
+    must be written whole: `--num-gpu` is not taken for `--num-gpus` (nor, for a command that
+    passes other flags to its recipe, kept from the recipe, which names it)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message}; see {self.prog} --help")
@@ -306,7 +323,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     def recipe_command(name: str, help: str):
         sub = commands.add_parser(name, help=help)
-        sub.add_argument("recipe", help="a recipe YAML file")
+        sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
         sub.add_argument(
             "--method", choices=["cpt", "sft", "grpo"], help="the recipe script it is for (default: from its keys)"
         )
@@ -335,17 +352,25 @@ def make_parser() -> argparse.ArgumentParser:
     build = commands.add_parser(
         "build-data", help="tokenise, pack and save a pretraining recipe's data, with a manifest"
     )
-    build.add_argument("recipe", help="a CPT or pretraining recipe YAML file")
+    build.add_argument("recipe", type=input_path, help="a CPT or pretraining recipe YAML file")
     build.set_defaults(func=cmd_build_data, takes_overrides=True)
-    build.add_argument("--out", help="folder to write (default: the recipe's built_data); an fsspec URL works too")
+    build.add_argument(
+        "--out", type=output_path, help="folder to write (default: the recipe's built_data); an fsspec URL works too"
+    )
     build.add_argument("--num-gpus", type=int, default=1, help="processes the run will use (streaming: sets blocks)")
     build.add_argument("--force", action="store_true", help="build even when the manifest says it is up to date")
 
     decon = commands.add_parser("decontaminate", help="n-gram overlap between training data and evaluation sets")
-    decon.add_argument("--train", required=True, help="a training file (text or MCQ) or a recipe YAML")
-    decon.add_argument("--eval", action="append", help="an evaluation file or folder (MCQ or text); repeatable")
+    decon.add_argument(
+        "--train", type=input_path, required=True, help="a training file (text or MCQ) or a recipe YAML"
+    )
+    decon.add_argument(
+        "--eval", type=input_path, action="append", help="an evaluation file or folder (MCQ or text); repeatable"
+    )
     decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
-    decon.add_argument("--drop", metavar="OUT", help="write the training rows without overlap to OUT")
+    decon.add_argument(
+        "--drop", type=output_path, metavar="OUT", help="write the training rows without overlap to OUT"
+    )
     decon.add_argument("--overwrite", action="store_true", help="let --drop replace an existing OUT")
     decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
     decon.add_argument(
@@ -358,19 +383,19 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
 
     ppl = commands.add_parser("perplexity", help="perplexity of whole documents, each from BOS as in use")
-    ppl.add_argument("--model", required=True, help="Hub id, local folder or .gguf file")
-    ppl.add_argument("--data", required=True, help="a text, JSON or JSONL file of documents")
+    ppl.add_argument("--model", type=input_path, required=True, help="Hub id, local folder or .gguf file")
+    ppl.add_argument("--data", type=input_path, required=True, help="a text, JSON or JSONL file of documents")
     ppl.add_argument("--text-field", default="text", help="the documents' column (default text)")
     ppl.add_argument("--limit", type=int, help="the first N documents")
     ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
-    ppl.add_argument("--output", help="JSON file for the result")
+    ppl.add_argument("--output", type=output_path, help="JSON file for the result")
     ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     ppl.set_defaults(func=cmd_perplexity)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
-    tiny.add_argument("out_dir")
+    tiny.add_argument("out_dir", type=output_path)
     tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
-    tiny.add_argument("--corpus", nargs="+", help="text or JSONL files to train the tokenizer on")
+    tiny.add_argument("--corpus", type=input_path, nargs="+", help="text or JSONL files to train the tokenizer on")
     tiny.add_argument("--vocab-size", type=int, default=1024)
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--hidden-size", type=int, default=64)
@@ -379,8 +404,8 @@ def make_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=cmd_tiny_model)
 
     merge = commands.add_parser("merge-lora", help="fold a LoRA adapter into its base model and save the result")
-    merge.add_argument("adapter_dir", help="the folder a LoRA run saved (with adapter_config.json)")
-    merge.add_argument("out_dir", help="where to save the merged model and tokenizer")
+    merge.add_argument("adapter_dir", type=input_path, help="the folder a LoRA run saved (with adapter_config.json)")
+    merge.add_argument("out_dir", type=output_path, help="where to save the merged model and tokenizer")
     merge.add_argument(
         "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
     )
@@ -388,13 +413,13 @@ def make_parser() -> argparse.ArgumentParser:
     merge.set_defaults(func=cmd_merge_lora)
 
     convert = commands.add_parser("convert-gguf", help="save a .gguf model as an ordinary model folder, once")
-    convert.add_argument("gguf", help="the .gguf model file")
-    convert.add_argument("out_dir", help="where to save the model, tokenizer and generation config")
+    convert.add_argument("gguf", type=input_path, help="the .gguf model file")
+    convert.add_argument("out_dir", type=output_path, help="where to save the model, tokenizer and generation config")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     convert.set_defaults(func=cmd_convert_gguf)
 
     gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")
-    gen.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    gen.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--system", help="a system turn before the prompt")
     gen.add_argument("--max-new-tokens", type=int, default=256)
@@ -402,15 +427,21 @@ def make_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="one HTML page with the plots of runs and evaluations")
     report.add_argument(
-        "paths", nargs="+", metavar="PATH", help="run output_dirs, eval --output files or folders of them"
+        "paths",
+        type=input_path,
+        nargs="+",
+        metavar="PATH",
+        help="run output_dirs, eval --output files or folders of them",
     )
-    report.add_argument("--output", default="report.html", help="the HTML file; its PNG files go to <name>_files/")
+    report.add_argument(
+        "--output", type=output_path, default="report.html", help="the HTML file; its PNG files go to <name>_files/"
+    )
     report.add_argument("--title", help="the page's title (default: the runs' names)")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report")
     report.set_defaults(func=cmd_report)
 
     serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
-    serve.add_argument("model", help="a model folder (e.g. output_dir/final) or Hub id")
+    serve.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(func=cmd_serve)
@@ -422,7 +453,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = make_parser()
     args, overrides = parser.parse_known_args(argv)
     if overrides and not getattr(args, "takes_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
+        command = f"{parser.prog} {args.command}"
+        raise UserError(f"{command}: unknown argument {overrides[0]!r}; see {command} --help")
     args.overrides = overrides
     args.func(args)
 

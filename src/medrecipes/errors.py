@@ -212,9 +212,21 @@ def row_in_files(files: Sequence[str], index: int, header: bool = True, name: st
     return f"{name or (files[0] if len(files) == 1 else 'the source')} row {index + 1}"
 
 
+# What the line at Ctrl-C says was kept; a training run sets its own (run_folder).
+_interrupt_note: list[Callable[[], str]] = [
+    lambda: "nothing half-written was kept (results are written whole or not at all); run the command again"
+]
+
+
+def on_interrupt(note: Callable[[], str]) -> None:
+    """Say, at Ctrl-C, what was saved and how to go on (`note()` is asked then, not now)."""
+    _interrupt_note.append(note)
+
+
 def exit_on_user_error(main: Callable) -> Callable:
     """Run `main`; turn a UserError into its one line on stderr (once per launch, see
-    first_to_report) and exit code 2."""
+    first_to_report) and exit code 2, and Ctrl-C into one line that says what was kept and how to
+    resume, and exit code 130 (the shell's for an interrupt)."""
 
     @wraps(main)
     def wrapper(*args, **kwargs):
@@ -224,5 +236,23 @@ def exit_on_user_error(main: Callable) -> Callable:
             if first_to_report():
                 print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+        except (KeyboardInterrupt, Exception) as err:
+            if not _interrupted(err):
+                raise
+            if first_to_report():  # on a line of its own: a progress bar may have been cut mid-line
+                print(f"\ninterrupted: {_interrupt_note[-1]()}", file=sys.stderr)
+            sys.exit(130)
 
     return wrapper
+
+
+def _interrupted(err: BaseException | None) -> bool:
+    """A Ctrl-C, or an error raised while one was being handled (tqdm's lock, cut mid-write,
+    raises its own RuntimeError over the KeyboardInterrupt)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False

@@ -13,12 +13,10 @@ import logging
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.models import resolve_dtype, split_gguf
+from medrecipes.models import TOKENIZER_FILES, resolve_dtype, split_gguf
 from medrecipes.outputs import claim_output, staged
 
 logger = logging.getLogger(__name__)
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 def adapter_base(adapter_dir: str) -> tuple[str, str | None]:

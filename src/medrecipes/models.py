@@ -152,6 +152,15 @@ def missing_local_model(path: str) -> bool:
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+# A folder with none of these has no tokenizer for AutoTokenizer to load.
+TOKENIZER_FILES = {
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+}
 
 
 def check_model_folder(path: str) -> None:
@@ -161,15 +170,56 @@ def check_model_folder(path: str) -> None:
     if not os.path.isdir(path):
         return
     names = os.listdir(path)
-    if "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names):
-        return
-    if "adapter_config.json" in names and any(n.startswith("adapter_model") for n in names):
+    whole = "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names)
+    if whole or ("adapter_config.json" in names and any(n.startswith("adapter_model") for n in names)):
+        for name in sorted(names):
+            if name.endswith(".safetensors"):
+                _check_safetensors(os.path.join(path, name))
+            elif name.endswith(".safetensors.index.json"):
+                _check_shards(os.path.join(path, name))
         return
     missing = "config.json" if "config.json" not in names and "adapter_config.json" not in names else "weights"
     raise UserError(
         f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
         "such as output_dir/final or a checkpoint-N folder"
     )
+
+
+def _check_safetensors(file: str) -> None:
+    """A .safetensors file holds as many bytes as its header says (a save or a copy cut short is
+    one line here, not safetensors' "incomplete metadata" traceback at load)."""
+    size = os.path.getsize(file)
+    try:
+        with open(file, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length)) if 8 < size and length <= size - 8 else None
+        tensors = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        needed = 8 + length + max(tensors, default=0)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        needed = None  # no header that can be read
+    if needed is None or needed > size:
+        need = f"its header needs {needed:,}" if needed else "no readable header"
+        raise UserError(
+            f"model: {file} is cut short or corrupt ({size:,} bytes, {need}); the save or copy did not finish: "
+            "copy it again, or use another checkpoint"
+        )
+
+
+def _check_shards(index: str) -> None:
+    """Every shard a sharded checkpoint's index names is there."""
+    try:
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise UserError(
+            f"model: {index} is not a checkpoint index (no weight_map); copy the checkpoint again"
+        ) from None
+    missing = [name for name in shards if not os.path.isfile(os.path.join(os.path.dirname(index), name))]
+    if missing:
+        raise UserError(
+            f"model: {index} names {missing[0]}, which is not there ({len(missing)} of {len(shards)} shards missing); "
+            "copy the whole checkpoint"
+        )
 
 
 def resolve_dtype(name: str | None) -> torch.dtype | str:
@@ -203,7 +253,20 @@ def starting_model(model_args) -> str:
             "recipe: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
             "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
         )
-    check_model_folder(os.path.expanduser(model_args.model_name_or_path))
+    path = os.path.expanduser(model_args.model_name_or_path)
+    check_model_folder(path)
+    adapter = os.path.join(path, "adapter_config.json")
+    if os.path.isfile(adapter):  # peft loads the base the adapter names: a missing one is said here
+        try:
+            with open(adapter, encoding="utf-8") as f:
+                base = json.load(f).get("base_model_name_or_path")
+        except (ValueError, AttributeError):
+            raise UserError(f"{adapter}: not a JSON mapping; copy the adapter again from its run") from None
+        if base and looks_local(base) and not os.path.exists(os.path.expanduser(base)):
+            raise UserError(
+                f"{adapter}: base_model_name_or_path {base} is not there; put the base model at that path, "
+                "or set base_model_name_or_path to where it is"
+            )
     return model_args.model_name_or_path
 
 
@@ -214,6 +277,11 @@ def recipe_tokenizer(recipe, model_args):
 
 def load_tokenizer(name_or_path: str, revision: str | None = None):
     source, kwargs = split_gguf(name_or_path)
+    if os.path.isdir(name_or_path) and not set(os.listdir(name_or_path)) & TOKENIZER_FILES:
+        raise UserError(
+            f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
+            "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
     except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all
@@ -312,6 +380,22 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
     with staged(out_dir, folder=True, kind="convert-gguf") as folder:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+
+
+def check_positions(model, args) -> None:
+    """Refuse, before the first step, a sequence longer than the model has positions for: a
+    model with learned positions (GPT-2) fails inside its embedding, one with rotary positions
+    trains on positions it has never seen. The length is `max_length` (CPT, SFT) or a GRPO
+    completion's `max_completion_length`; a config without a limit is not checked."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    for key in ("max_length", "max_completion_length"):
+        length = getattr(args, key, None)
+        if limit and length and length > limit:
+            raise UserError(
+                f"{key}: {length} tokens is beyond the model's {limit} positions (max_position_embeddings in its "
+                f"config.json); set {key} to at most {limit}"
+            )
 
 
 def get_kbit_device_map() -> dict | None:

@@ -35,6 +35,28 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
     return output[0]["generated_text"][-1]["content"]
 
 
+def _check_address(host: str, port: int) -> None:
+    """Bind the address once, as the server will, so that an unknown host or a port in use is one
+    line here rather than the server's log and exit code 3."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise UserError(
+            f"serve: --host {host}: unknown host ({err.strerror}); use 127.0.0.1, 0.0.0.0 or a name this machine has"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise UserError(
+                f"serve: cannot listen on {host}:{port} ({err.strerror}); stop what uses that port or pass another --port"
+            ) from None
+
+
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Replace this process with `transformers serve MODEL`; it needs the `serve` extra."""
     from transformers.utils.import_utils import is_serve_available
@@ -42,6 +64,7 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000) -> None:
     _check_model(model)
     if not is_serve_available():
         raise UserError("serve: needs fastapi, uvicorn and openai; pip install 'medrecipes[serve]'")
+    _check_address(host, port)
     command = [sys.executable, "-m", "transformers.cli.transformers", "serve", model]
     print(f"serving {model} at http://{host}:{port}/v1/chat/completions (model name: {model})", flush=True)
     os.execv(sys.executable, [*command, "--host", host, "--port", str(port)])

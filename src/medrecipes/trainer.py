@@ -25,6 +25,7 @@ from medrecipes.allocator import keep_freed_memory
 from medrecipes.callbacks import NonFiniteGuard, StopsRun
 from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.errors import UserError, first_to_report
+from medrecipes.models import check_positions
 from medrecipes.monitoring import ThroughputMonitor
 from medrecipes.outputs import publish
 from medrecipes.resume import STAGING, TRAINER_STATE, check_resumable
@@ -196,6 +197,9 @@ class RecipeTrainerMixin:
             raise TypeError(f"{cls.__name__}: put RecipeTrainerMixin first in the base classes")
 
     def __init__(self, *args, **kwargs):
+        model, training_args = kwargs.get("model", args[0] if args else None), kwargs.get("args")
+        if not isinstance(model, str) and training_args is not None:  # before the data is tokenized
+            check_positions(model, training_args)
         super().__init__(*args, **kwargs)
         callbacks = self.callback_handler.callbacks
         self.guard = next((cb for cb in callbacks if isinstance(cb, NonFiniteGuard)), None)

@@ -39,8 +39,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     parser = RecipeParser(METHODS[method])
     try:
         outputs, path = parser.parse_recipe(argv)
-    except (TypeError, ValueError) as err:  # a dataclass __post_init__ refusing a value
-        raise UserError(f"{parser.recipe_path}: {str(err).splitlines()[0]}") from None
+    except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
+        raise UserError(f"{parser.recipe_path}: {' '.join(str(err).split())}") from None  # its lines, as one
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))

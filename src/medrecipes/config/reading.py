@@ -7,6 +7,7 @@ become dataclasses through `build_dataclass`; `check_choices` checks every `Lite
 """
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -19,6 +20,28 @@ import yaml
 from trl import TrlParser
 
 from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (YAML keeps the later value
+    without a word, so a recipe edited at its end would silently change a key set above)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is written twice (first on line {seen[key] + 1})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(stream):
+    """One YAML document (`yaml.safe_load`, with repeated keys refused)."""
+    return yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+
 
 NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", re.IGNORECASE)
 
@@ -53,6 +76,8 @@ class RecipeParser(TrlParser):
                 action.type, action.nargs = _yaml_value(kind), None
             if choices(hints[action.dest]):  # argparse checks only the command line; check_choices checks both
                 action.choices = None
+            if action.type is float:  # before the dataclass: TrainingArguments' own checks fail on inf
+                action.type = _finite_float
 
     def error(self, message):  # argparse calls this for bad values and types
         raise UserError(f"{self.recipe_path}: {message}")
@@ -80,13 +105,20 @@ class RecipeParser(TrlParser):
         if remaining:
             name = (unknown or remaining)[0].lstrip("-").split("=")[0]
             raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
+        for obj in outputs:
+            check_finite(obj, path or "command line")
         return outputs, path
 
     def _keys(self) -> list[str]:
         return field_names(self.dataclass_types)
 
     def _check_yaml_keys(self, path: str) -> None:
-        reject_unknown_keys(read_recipe_yaml(path), set(self._keys()) | {"env"}, path)
+        data = read_recipe_yaml(path)
+        reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
+        hints = {name: hint for cls in self.dataclass_types for name, hint in typing.get_type_hints(cls).items()}
+        for key, value in data.items():
+            if key in hints and value is not None:
+                check_value(key, value, hints[key], path, top_level=True)
 
 
 def _is_union(hint) -> bool:
@@ -115,12 +147,23 @@ def _structured_kind(hint) -> type | None:
     return None
 
 
+def _finite_float(text: str) -> float:
+    """argparse's float, refusing nan and infinities."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _yaml_value(kind: type):
     """An argparse type: the text as YAML (so JSON too), which must be a `kind` or null."""
 
     def parse(text: str):
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError as err:
             raise ArgumentTypeError(f"not valid YAML ({str(err).splitlines()[0]})") from None
         if value is not None and not isinstance(value, kind):
@@ -139,7 +182,7 @@ def read_recipe_yaml(path: str) -> dict:
         raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f)
     except UnicodeDecodeError as err:
         raise not_utf8(path, err) from None
     except yaml.YAMLError as err:
@@ -185,15 +228,40 @@ def build_dataclass(cls, data: Any, where: str):
     if missing:
         raise UserError(f"{where}: missing key '{missing[0]}'")
     hints = typing.get_type_hints(cls)
-    data = dict(data)
-    for key, value in data.items():
-        if isinstance(value, str) and _fits(1.0, hints[key]) and not _fits("", hints[key]):
-            data[key] = value = _yaml_number(value)  # YAML reads 1e-2 as text
-        if not _fits(value, hints[key]):
-            raise UserError(f"{where}: {key} must be {_kind(hints[key])}, got {value!r}")
+    data = {key: check_value(key, value, hints[key], where) for key, value in data.items()}
     built = cls(**data)
     check_choices(built, where)
     return built
+
+
+def check_value(key: str, value, hint, where: str, top_level: bool = False):
+    """A recipe value of the type its field declares, or the one line that says what is wrong:
+    numbers finite, whole numbers whole (not true/false, not 2.7), mappings and lists where the
+    type says so. Returns the value, a number YAML read as text (1e-2) made a number. At the
+    top level a list of names also takes one name or a comma-separated text, as the command
+    line does."""
+    if isinstance(value, str) and (_fits(1.0, hint) or _fits(1, hint)) and not _fits("", hint):
+        value = _yaml_number(value)  # YAML reads 1e-2 and 11e9 as text
+    if isinstance(value, float) and value.is_integer() and not _fits(1.0, hint) and _fits(1, hint):
+        value = int(value)  # 2.0 or 11e9 for a whole number
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{where}: {key} must be a finite number, got {value}")
+    if _fits(value, hint) or (top_level and isinstance(value, str) and _takes_names(hint)):
+        return value
+    raise UserError(f"{where}: {key} must be {_kind(hint)}, got {value!r}")
+
+
+def check_finite(obj, where: str) -> None:
+    """Every number of a parsed dataclass (lists and mappings included) is finite: a NaN or
+    infinite learning rate, weight or threshold from the YAML or the command line is refused
+    where it is given, not found as a NaN model after training. A field whose default is not
+    finite keeps it."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name, None)
+        values = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else [value]
+        bad = next((v for v in values if isinstance(v, float) and not math.isfinite(v)), None)
+        if bad is not None and value != f.default and not (isinstance(f.default, float) and math.isnan(f.default)):
+            raise UserError(f"{where}: {f.name} must be a finite number, got {bad}")
 
 
 def choices(hint) -> tuple | None:
@@ -234,6 +302,12 @@ def _yaml_number(text: str) -> float | str:
         return float(text)
     except ValueError:
         return text
+
+
+def _takes_names(hint) -> bool:
+    """A list of text (Optional stripped)."""
+    hint = _optional_of(hint)
+    return typing.get_origin(hint) is list and typing.get_args(hint) in ((str,), ())
 
 
 def _fits(value, hint) -> bool:

@@ -155,6 +155,14 @@ def check_ranges(args) -> None:
         raise ValueError(f"max_steps must be at least 1, or -1 to train num_train_epochs; got {args.max_steps}")
     if args.max_steps == -1 and args.num_train_epochs <= 0:
         raise ValueError(f"num_train_epochs must be positive when max_steps is -1, got {args.num_train_epochs}")
+    # Relations between keys: warmup (steps from 1 up, a fraction of the run below 1) within the run.
+    if args.warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be 0 or more, got {args.warmup_steps}")
+    if args.max_steps > 0 and args.warmup_steps >= 1 and args.warmup_steps > args.max_steps:
+        raise ValueError(
+            f"warmup_steps {args.warmup_steps:g} is beyond max_steps {args.max_steps}: the learning rate would never "
+            "reach its peak; lower warmup_steps, or give a fraction of the run below 1"
+        )
 
 
 @dataclass

@@ -186,6 +186,8 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                     f"{row_of(source, first)}: no '{name}' (the first of {values.null_count} row(s) without it); "
                     "fix or drop them"
                 )
+        if "messages" in fields:
+            check_turns(documents.data.column("messages").to_pylist(), range(len(documents)), source)
         fields = {}
     if not fields and tag is None:
         return documents
@@ -199,7 +201,41 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
         if None in values:
             where = row_of(source, indices[values.index(None)])
             raise UserError(f"{where}: no '{name}' (found as it streamed); fix or drop the row")
+    if "messages" in fields:
+        check_turns(batch["messages"], indices, source)
     return {} if tag is None else {"source": [tag] * len(indices)}
+
+
+ROLES = ("system", "user", "assistant")  # the roles every chat template we train with knows
+
+
+def check_turns(conversations: Iterable, indices: Iterable[int], source: SourceConfig) -> None:
+    """Each conversation is a list of {role, content} turns that a chat template renders and SFT
+    can train on: roles among ROLES, a system turn only first, the user speaking first, the
+    assistant last (its answer is what is trained). A row that breaks this is one line naming
+    it; templates would otherwise raise mid-run (Gemma's) or render a turn the model never sees
+    in use (ChatML)."""
+    for messages, index in zip(conversations, indices, strict=False):
+        problem = _turn_problem(messages)
+        if problem:
+            raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
+
+
+def _turn_problem(messages) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return "'messages' is not a list of turns"
+    roles = [turn.get("role") if isinstance(turn, dict) else None for turn in messages]
+    for number, role in enumerate(roles, 1):
+        if role not in ROLES:
+            return f"turn {number} has role {role!r}; use {', '.join(ROLES)}"
+        if role == "system" and number > 1:
+            return f"turn {number} is a system turn; only the first turn may be"
+    spoken = roles[1:] if roles[0] == "system" else roles
+    if not spoken or spoken[0] != "user":
+        return "the first turn after any system turn is not the user's"
+    if roles[-1] != "assistant":
+        return "the last turn is not the assistant's, so there is no answer to train on"
+    return None
 
 
 def row_of(source: SourceConfig, index: int) -> str:

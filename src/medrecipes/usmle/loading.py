@@ -242,6 +242,8 @@ def _normalise(
     def normalise_row(row: Row, index: int) -> Row:
         where = Where(source, index + 1, header)
         out = convert(row, where, **extra)
+        if not str(out["question"] or "").strip():
+            raise UserError(f"{where}: the question is empty; write the question, or drop the row")
         if answered and out["answer"] is None:
             raise UserError(
                 f"{where}: has no gold answer, which training and scoring need on every row; "

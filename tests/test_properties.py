@@ -1,0 +1,430 @@
+"""Properties of every recipe key and every command path, derived from the schema and the
+command's parser rather than listed: whatever value or path a user gives, the answer is the run
+going ahead or one `error:` line (exit 2), never a traceback, and no file changes that the
+command did not create.
+
+The keys come from the dataclasses of each recipe script (`config.parse.METHODS`) and of
+`medrecipes eval`; the values a key must refuse follow from its declared type: a non-finite
+number anywhere, true/false or a fraction for a whole number, a list or mapping for a single
+value, text for a number.
+"""
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from medrecipes.config import parse_eval_args, parse_recipe
+from medrecipes.config.eval_args import EvalArguments
+from medrecipes.config.parse import METHODS
+from medrecipes.errors import UserError
+
+RECIPES = {"cpt": "recipes/tiny_cpt.yaml", "sft": "recipes/tiny_sft.yaml", "grpo": "recipes/tiny_grpo.yaml"}
+# Keys whose value names something to load or reach (a model, the Hub, a backend), checked when
+# the run needs it rather than when the recipe is read; their types are still fed below.
+NOT_SCALAR = (list, dict)
+
+
+def _strip_optional(hint):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return options[0] if len(options) == 1 else None
+    return hint
+
+
+def simple_type(hint):
+    """int, float, bool, str, list or dict for a field declared as one of them (Optional or
+    not); None for unions of several kinds, Literals and enums (their values are checked by
+    name, in tests/test_config.py)."""
+    hint = _strip_optional(hint)
+    origin = typing.get_origin(hint) or hint
+    return origin if origin in (int, float, bool, str, list, dict) else None
+
+
+def fields_of(classes) -> list[tuple[str, type]]:
+    seen, out = set(), []
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            kind = simple_type(hints[f.name])
+            if f.init and f.name not in seen and kind is not None:
+                seen.add(f.name)
+                out.append((f.name, kind))
+    return out
+
+
+FIELDS = {method: fields_of(classes) for method, classes in METHODS.items()}
+FIELDS["eval"] = fields_of([EvalArguments])
+
+
+def bad_values(kind: type) -> st.SearchStrategy:
+    """Values a field of `kind` must refuse, whatever it is."""
+    non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
+    words = st.text(alphabet="abcxyz", min_size=1, max_size=6)
+    containers = st.one_of(st.lists(st.integers(), min_size=1, max_size=2), st.just({"a": 1}))
+    if kind is int:
+        fractions = st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: not float(x).is_integer())
+        return st.one_of(non_finite, fractions, st.booleans(), words, containers)
+    if kind is float:
+        return st.one_of(non_finite, st.booleans(), words, containers)
+    if kind is bool:
+        return st.one_of(st.integers(min_value=2), words, containers)
+    if kind is str:
+        return containers
+    if kind is dict:
+        return st.one_of(st.lists(st.integers(), min_size=1, max_size=2), st.integers(), non_finite)
+    return st.one_of(st.just({"a": 1}), non_finite)  # list
+
+
+def any_values(kind: type) -> st.SearchStrategy:
+    """Values of the right type that may still be out of range: negative, zero, huge."""
+    if kind is int:
+        return st.one_of(st.integers(-(10**12), 10**12), st.sampled_from([-1, 0, 1, 2**63]))
+    if kind is float:
+        return st.floats(allow_nan=False, allow_infinity=False, width=64)
+    if kind is bool:
+        return st.booleans()
+    return st.nothing()
+
+
+def base_recipe(method: str, tmp: Path) -> dict:
+    data = yaml.safe_load((ROOT / RECIPES[method]).read_text()) if method != "eval" else {}
+    if method == "eval":
+        data = {"model_name_or_path": "m", "tasks": ["usmle"], "data": [f"usmle={ROOT}/data/usmle_sample/test.jsonl"]}
+    data["output_dir" if method != "eval" else "output"] = str(tmp / ("out" if method != "eval" else "out.json"))
+    return data
+
+
+def parse_with(method: str, path: Path):
+    if method == "eval":
+        return parse_eval_args([str(path)])
+    return parse_recipe(method, [str(path)])
+
+
+def answer(method: str, data: dict, tmp: Path) -> str | None:
+    """None where the recipe parses; else the one line of its UserError (any other exception
+    fails the test with its traceback)."""
+    path = tmp / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    try:
+        parse_with(method, path)
+    except UserError as err:
+        line = str(err)
+        assert line and "\n" not in line, line
+        return line
+    return None
+
+
+def cases(value_strategy):
+    return st.sampled_from([(m, k, t) for m, fields in FIELDS.items() for k, t in fields]).flatmap(
+        lambda case: st.tuples(st.just(case), value_strategy(case[2]))
+    )
+
+
+SETTINGS = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@SETTINGS
+@given(cases(bad_values))
+def test_a_value_of_the_wrong_type_is_refused_in_one_line(tmp_path, case):
+    (method, key, kind), value = case
+    data = base_recipe(method, tmp_path)
+    data[key] = value
+    line = answer(method, data, tmp_path)
+    assert line is not None, f"{method}: {key}: {value!r} accepted for a {kind.__name__} field"
+    assert key in line or "finite" in line, line
+
+
+@SETTINGS
+@given(cases(any_values))
+def test_a_value_of_the_right_type_runs_or_is_refused_in_one_line(tmp_path, case):
+    (method, key, _), value = case
+    data = base_recipe(method, tmp_path)
+    data[key] = value
+    answer(method, data, tmp_path)  # one line or none; a traceback fails here
+
+
+@SETTINGS
+@given(
+    st.sampled_from(
+        [(m, k, t) for m, fields in FIELDS.items() if m != "eval" for k, t in fields if t in (int, float)]
+    ),
+    st.sampled_from(["nan", "inf", "-inf", "2.7", "true", "1e999"]),
+)
+def test_a_command_line_value_is_held_to_the_same_types(tmp_path, case, text):
+    method, key, kind = case
+    base = base_recipe(method, tmp_path)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(base))
+    must_refuse = text in ("nan", "inf", "-inf", "1e999", "true") or kind is int
+    try:
+        parse_recipe(method, [str(path), f"--{key}", text])
+    except UserError as err:
+        assert "\n" not in str(err)
+        return
+    assert not must_refuse, f"--{key} {text} accepted for a {kind.__name__} field"
+
+
+def test_every_recipe_field_is_covered():
+    """The properties see the schema's fields, not a few: every simple-typed key of each script."""
+    for method, fields in FIELDS.items():
+        assert len(fields) > (10 if method == "eval" else 80), (method, len(fields))
+    assert {"learning_rate", "max_steps", "use_peft", "eval_sets", "dataset_mixture"} <= {k for k, _ in FIELDS["sft"]}
+
+
+@pytest.mark.parametrize("method", list(RECIPES))
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path, method):
+    text = (ROOT / RECIPES[method]).read_text() + "\nseed: 7\n"
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"key 'seed' is written twice \(first on line \d+\)"):
+        parse_recipe(method, [str(path)])
+
+
+def test_bools_and_fractions_are_not_whole_numbers_anywhere_in_a_mixture(tmp_path):
+    data = base_recipe("cpt", tmp_path)
+    for value, words in ((math.nan, "finite"), (True, "number"), ("abc", "number")):
+        data["dataset_mixture"]["sources"][0]["weight"] = value
+        line = answer("cpt", data, tmp_path)
+        assert line is not None and words in line, (value, line)
+    assert os.listdir(tmp_path) == ["recipe.yaml"]
+
+
+# --- every path argument of every command ---------------------------------------------------
+#
+# The path arguments are the parser's own (`cli.input_path` and `cli.output_path` types, and
+# `medrecipes eval`'s --model and --output, whose parser is config.EvalArguments); each command
+# runs from a valid invocation with one path replaced by a bad one of each kind below.
+
+
+def path_arguments() -> list[tuple[str, str, str]]:
+    """(command, option or positional name, "input" or "output") for every path argument."""
+    from medrecipes.cli import input_path, make_parser, output_path
+
+    commands = next(a for a in make_parser()._actions if a.dest == "command").choices
+    found = [("eval", "--model", "input"), ("eval", "--output", "output")]
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.type in (input_path, output_path):
+                flag = action.option_strings[0] if action.option_strings else action.dest
+                found.append((name, flag, "input" if action.type is input_path else "output"))
+    return found
+
+
+PATH_ARGUMENTS = path_arguments()
+INPUT_KINDS = ("missing", "empty folder", "unrelated file", "read-only place", "another command's output")
+OUTPUT_KINDS = (
+    "parent is a file",
+    "read-only place",
+    "user's folder",
+    "user's file",
+    "an input",
+    "another command's output",
+)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory, tiny_model):
+    """A folder of valid inputs for every command, and their values by argument."""
+    import shutil
+
+    from medrecipes import cli
+    from medrecipes.outputs import staged
+
+    root = tmp_path_factory.mktemp("paths")
+    model = shutil.copytree(tiny_model, root / "model")
+    (root / "notes.jsonl").write_text("".join(f'{{"text": "note {i} on iron deficiency anemia"}}\n' for i in range(8)))
+    shutil.copy(ROOT / "data/usmle_sample/test.jsonl", root / "questions.jsonl")
+    recipe = yaml.safe_load((ROOT / RECIPES["cpt"]).read_text())
+    recipe.update(model_name_or_path=str(model), output_dir=str(root / "run"))
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    (root / "model.gguf").write_bytes(b"GGUF")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora = LoraConfig(r=2, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(model), lora).save_pretrained(root / "adapter")
+    AutoTokenizer.from_pretrained(model).save_pretrained(root / "adapter")
+    (root / "unrelated.txt").write_text("not what any command reads")
+    cli.main(["eval", "--model", str(model), "--data", f"{root}/questions.jsonl", "--tasks", "usmle", "--limit", "4",
+              "--output", str(root / "result.json")])  # fmt: skip
+    with staged(str(root / "earlier-report.html"), folder=False, kind="report") as path:
+        Path(path).write_text("<html></html>")
+    valid = {
+        "recipe": str(root / "recipe.yaml"),
+        "--out": str(root / "new-built"),
+        "--train": str(root / "notes.jsonl"),
+        "--eval": str(root / "questions.jsonl"),
+        "--drop": str(root / "new-kept.jsonl"),
+        "--model": str(model),
+        "--data": str(root / "notes.jsonl"),
+        "--output": str(root / "new.json"),
+        "out_dir": str(root / "new-dir"),
+        "--corpus": str(root / "notes.jsonl"),
+        "adapter_dir": str(root / "adapter"),
+        "gguf": str(root / "model.gguf"),
+        "model": str(model),
+        "paths": str(root / "result.json"),
+    }
+    return root, valid
+
+
+INVOCATIONS = {  # each command's valid call, in terms of its path arguments
+    "validate": ["validate", "{recipe}"],
+    "plan": ["plan", "{recipe}"],
+    "preview": ["preview", "{recipe}", "--examples", "1"],
+    "launch-plan": ["launch-plan", "{recipe}", "--nodes", "1"],
+    "build-data": ["build-data", "{recipe}", "--out", "{--out}"],
+    "decontaminate": ["decontaminate", "--train", "{--train}", "--eval", "{--eval}", "--drop", "{--drop}"],
+    "eval": [
+        "eval",
+        "--model",
+        "{--model}",
+        "--data",
+        "{--eval}",
+        "--tasks",
+        "usmle",
+        "--limit",
+        "2",
+        "--output",
+        "{--output}",
+    ],
+    "perplexity": [
+        "perplexity",
+        "--model",
+        "{--model}",
+        "--data",
+        "{--data}",
+        "--limit",
+        "2",
+        "--output",
+        "{--output}",
+    ],
+    "tiny-model": [
+        "tiny-model",
+        "{out_dir}",
+        "--corpus",
+        "{--corpus}",
+        "--vocab-size",
+        "300",
+        "--hidden-size",
+        "8",
+        "--layers",
+        "1",
+    ],
+    "merge-lora": ["merge-lora", "{adapter_dir}", "{out_dir}"],
+    "convert-gguf": ["convert-gguf", "{gguf}", "{out_dir}"],
+    "generate": ["generate", "{model}", "--prompt", "Which vitamin prevents scurvy?", "--max-new-tokens", "2"],
+    "report": ["report", "{paths}", "--output", "{--output}"],
+    "serve": ["serve", "{model}", "--port", "8000"],
+}
+
+
+def bad_path(root: Path, role: str, kind: str, argv: list[str], valid: dict) -> str:
+    if kind == "missing":
+        return str(root / "no" / "such" / "path")
+    if kind == "empty folder":
+        folder = root / "empty"
+        folder.mkdir(exist_ok=True)
+        return str(folder)
+    if kind == "unrelated file":
+        return str(root / "unrelated.txt")
+    if kind == "read-only place":
+        return "/sys/medrecipes-check/x.json"
+    if kind == "parent is a file":
+        return str(root / "unrelated.txt" / "below")
+    if kind == "user's folder":
+        folder = root / "users"
+        folder.mkdir(exist_ok=True)
+        (folder / "config.json").write_text('{"mine": true}')
+        return str(folder)
+    if kind == "user's file":
+        return str(root / "unrelated.txt")
+    if kind == "an input":
+        inputs = [value for value in argv if value in valid.values() and not value.startswith(str(root / "new"))]
+        return inputs[0]
+    return str(root / ("earlier-report.html" if "eval" in argv[0] else "result.json"))  # another command's output
+
+
+def hashes(root: Path) -> dict:
+    import hashlib
+
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "command, argument, role, kind",
+    [(c, a, r, k) for c, a, r in PATH_ARGUMENTS for k in (INPUT_KINDS if r == "input" else OUTPUT_KINDS)],
+)
+def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
+    sandbox, command, argument, role, kind, capsys, monkeypatch
+):
+    from medrecipes import cli, serving
+
+    root, valid = sandbox
+    monkeypatch.setattr(serving.os, "execv", lambda *args: (_ for _ in ()).throw(SystemExit(0)))  # no server
+    argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
+    position = (
+        INVOCATIONS[command].index("{" + argument + "}") if "{" + argument + "}" in INVOCATIONS[command] else None
+    )
+    if position is None:
+        position = INVOCATIONS[command].index("{" + {"--model": "--model", "--output": "--output"}[argument] + "}")
+    argv[position] = bad_path(root, role, kind, argv, valid)
+    before = hashes(root)
+    try:
+        cli.main(argv)
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code in (0, 2), (argv, code)
+    assert code == 0 or len(errors) == 1, (argv, errors)
+    if role == "output" and kind != "another command's output":
+        assert code == 2, (argv, "a bad output was written")
+    after = hashes(root)
+    assert {p: h for p, h in after.items() if p in before} == before, (argv, "a file changed")
+    for created in set(after) - set(before):  # what a successful command wrote goes for the next case
+        assert code == 0, (argv, created)
+        created.unlink()
+
+
+@pytest.mark.parametrize("command", list(INVOCATIONS))
+def test_each_invocation_runs_as_given(sandbox, command, capsys, monkeypatch):
+    """The calls above are valid, so a refusal in the test before is the bad path's doing."""
+    from medrecipes import cli, serving
+
+    root, valid = sandbox
+    monkeypatch.setattr(serving.os, "execv", lambda *args: (_ for _ in ()).throw(SystemExit(0)))
+    argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
+    if command == "convert-gguf":
+        pytest.skip("no .gguf model in the tests: its valid run is tests/test_real_gemma.py's")
+    before = hashes(root)
+    try:
+        cli.main(argv)
+    except SystemExit as exit:
+        assert exit.code == 0, (argv, capsys.readouterr().err[-2000:])
+    for created in set(hashes(root)) - set(before):
+        created.unlink()
+    for folder in ("new-built", "new-dir"):
+        if (root / folder).is_dir():
+            import shutil
+
+            shutil.rmtree(root / folder)
+
+
+def test_every_command_has_its_paths_checked():
+    from medrecipes.cli import make_parser
+
+    commands = next(a for a in make_parser()._actions if a.dest == "command").choices
+    assert set(INVOCATIONS) == set(commands)
+    assert {c for c, _, _ in PATH_ARGUMENTS} == set(commands)
