@@ -101,10 +101,11 @@ def evaluate(out: Path, model: Path, stage: str) -> None:
                 "--mode", mode, "--output", str(result), "--batch_size", "4",
             )  # fmt: skip
     (out / "perplexity").mkdir(exist_ok=True)
-    medrecipes(
-        "perplexity", "--model", str(model), "--data", str(data / "abstracts_dev.jsonl"),
-        "--output", str(out / "perplexity" / f"{stage}.json"),
-    )  # fmt: skip
+    if not (out / "perplexity" / f"{stage}.json").exists():
+        medrecipes(
+            "perplexity", "--model", str(model), "--data", str(data / "abstracts_dev.jsonl"),
+            "--output", str(out / "perplexity" / f"{stage}.json"),
+        )  # fmt: skip
 
 
 HUB_REPO = "medrecipes/gemma3-270m-pubmedqa-grpo"

@@ -27,10 +27,12 @@ from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.parse import METHODS
 from medrecipes.errors import UserError
 
-RECIPES = {"cpt": "recipes/tiny_cpt.yaml", "sft": "recipes/tiny_sft.yaml", "grpo": "recipes/tiny_grpo.yaml"}
-# Keys whose value names something to load or reach (a model, the Hub, a backend), checked when
-# the run needs it rather than when the recipe is read; their types are still fed below.
-NOT_SCALAR = (list, dict)
+RECIPES = {
+    "cpt": "recipes/tiny_cpt.yaml",
+    "sft": "recipes/tiny_sft.yaml",
+    "grpo": "recipes/tiny_grpo.yaml",
+    "dpo": "recipes/tiny_dpo.yaml",
+}
 
 
 def _strip_optional(hint):
@@ -262,7 +264,8 @@ def sandbox(tmp_path_factory, tiny_model):
         Path(path).write_text("<html></html>")
     valid = {
         "recipe": str(root / "recipe.yaml"),
-        "--out": str(root / "new-built"),
+        "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file
+        "--mcq": str(root / "questions.jsonl"),
         "--train": str(root / "notes.jsonl"),
         "--eval": str(root / "questions.jsonl"),
         "--drop": str(root / "new-kept.jsonl"),
@@ -310,6 +313,7 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
         "--output",
         "{--output}",
     ],
+    "pairs": ["pairs", "--mcq", "{--mcq}", "--out", "{--out}"],
     "tiny-model": [
         "tiny-model",
         "{out_dir}",
@@ -415,7 +419,7 @@ def test_each_invocation_runs_as_given(sandbox, command, capsys, monkeypatch):
         assert exit.code == 0, (argv, capsys.readouterr().err[-2000:])
     for created in set(hashes(root)) - set(before):
         created.unlink()
-    for folder in ("new-built", "new-dir"):
+    for folder in ("new-out.jsonl", "new-dir"):
         if (root / folder).is_dir():
             import shutil
 

@@ -10,6 +10,7 @@ medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
 medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
 medrecipes perplexity --model outputs/demo/cpt/final --data data/medical_text/eval.jsonl
+medrecipes pairs --mcq data/usmle_sample/train.jsonl --out outputs/pairs/train.jsonl
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
@@ -33,7 +34,13 @@ DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 # (transformers' trainer utilities) would otherwise load, with lines some CPUs print.
 READ_ONLY_COMMANDS = ("validate", "plan", "launch-plan", "decontaminate", "report")
 
-SCRIPTS = {"cpt": "recipes/cpt.py", "sft": "recipes/sft.py", "grpo": "recipes/grpo.py", "eval": "recipes/evaluate.py"}
+SCRIPTS = {
+    "cpt": "recipes/cpt.py",
+    "sft": "recipes/sft.py",
+    "grpo": "recipes/grpo.py",
+    "dpo": "recipes/dpo.py",
+    "eval": "recipes/evaluate.py",
+}
 
 
 def _method(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> str:
@@ -57,7 +64,7 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 def cmd_validate(args) -> None:
     from medrecipes.config import parse_eval_args, resolved_yaml
 
-    method = _method(args.recipe, args.method, ("cpt", "sft", "grpo", "eval"))
+    method = _method(args.recipe, args.method, ("cpt", "sft", "grpo", "dpo", "eval"))
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
@@ -224,6 +231,22 @@ def cmd_perplexity(args) -> None:
             json.dump(result, f, indent=1)
 
 
+def cmd_pairs(args) -> None:
+    from medrecipes.data.preference import mcq_pairs
+    from medrecipes.outputs import claim_output, staged
+    from medrecipes.usmle import load_mcq
+
+    claim_output(args.out, "pairs", "pairs --out", args.mcq, args.overwrite)
+    if not args.out.endswith(".jsonl"):
+        raise UserError(f"pairs --out {args.out}: write a .jsonl file (one pair a line)")
+    pairs = [
+        pair for file in args.mcq for pair in mcq_pairs(load_mcq(file, answered=True), args.system_prompt, args.seed)
+    ]
+    with staged(args.out, folder=False, kind="pairs") as path, open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(pair, ensure_ascii=False) + "\n" for pair in pairs)
+    print(f"{len(pairs)} preference pairs (gold answer chosen, a wrong option rejected) written to {args.out}")
+
+
 def cmd_tiny_model(args) -> None:
     from medrecipes.outputs import claim_output, staged
     from medrecipes.tiny import build_tiny_model
@@ -325,7 +348,9 @@ def make_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help)
         sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
         sub.add_argument(
-            "--method", choices=["cpt", "sft", "grpo"], help="the recipe script it is for (default: from its keys)"
+            "--method",
+            choices=["cpt", "sft", "grpo", "dpo"],
+            help="the recipe script it is for (default: from its keys)",
         )
         sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
         return sub
@@ -391,6 +416,14 @@ def make_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--output", type=output_path, help="JSON file for the result")
     ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     ppl.set_defaults(func=cmd_perplexity)
+
+    pairs = commands.add_parser("pairs", help="DPO preference pairs from multiple-choice questions")
+    pairs.add_argument("--mcq", type=input_path, nargs="+", required=True, help="MCQ files with gold answers")
+    pairs.add_argument("--out", type=output_path, required=True, help="the JSONL file of pairs to write")
+    pairs.add_argument("--system-prompt", help="a system turn before each question, as the SFT recipe has")
+    pairs.add_argument("--seed", type=int, default=42, help="draws the rejected wrong option (default 42)")
+    pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
+    pairs.set_defaults(func=cmd_pairs)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir", type=output_path)

@@ -193,6 +193,21 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             )
 
 
+def check_preference_sources(recipe: RecipeArguments, path: str) -> None:
+    """DPO trains on pairs: every source and eval set is `format: preference` (rows with prompt,
+    chosen and rejected; `medrecipes pairs` builds them from multiple-choice questions)."""
+    sources = {
+        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
+    }
+    sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    for where, source in sources.items():
+        if source.format != "preference":
+            raise UserError(
+                f"{path}: {where}: format {source.format} is not preference pairs; give prompt/chosen/rejected rows "
+                "with format: preference (medrecipes pairs --mcq FILE --out PAIRS.jsonl builds them from questions)"
+            )
+
+
 def check_loggers(args: TrainingArguments, path: str) -> None:
     """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK

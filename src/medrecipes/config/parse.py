@@ -12,7 +12,7 @@ from trl import ModelConfig
 from medrecipes.config import checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
-from medrecipes.config.schema import CPTConfig, MedGRPOConfig, MedSFTConfig, RecipeArguments
+from medrecipes.config.schema import CPTConfig, MedDPOConfig, MedGRPOConfig, MedSFTConfig, RecipeArguments
 from medrecipes.errors import UserError
 from medrecipes.outputs import check_writable
 
@@ -21,6 +21,7 @@ METHODS = {
     "cpt": (RecipeArguments, CPTConfig, ModelConfig),
     "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
     "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
+    "dpo": (RecipeArguments, MedDPOConfig, ModelConfig),
 }
 
 
@@ -31,6 +32,10 @@ def recipe_method(path: str) -> str:
     then names the key that does not fit."""
     data = read_recipe_yaml(path)
     keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
+    mixture = data.get("dataset_mixture")
+    sources = mixture.get("sources") if isinstance(mixture, dict) else None
+    if isinstance(sources, list) and any(isinstance(s, dict) and s.get("format") == "preference" for s in sources):
+        return "dpo"  # DPO's keys (beta, loss_type) are GRPO's too: its data tells them apart
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
@@ -65,6 +70,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     checks.check_loggers(args, path)
     if isinstance(args, MedSFTConfig):
         checks.check_sft_sources(recipe, args, path)
+    if isinstance(args, MedDPOConfig):
+        checks.check_preference_sources(recipe, path)
     checks.check_eval_tasks(recipe, args, path, method)
     if not recipe.eval_sources and args.eval_strategy != "no":
         raise UserError(

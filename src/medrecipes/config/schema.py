@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments
 from transformers.trainer_utils import SchedulerType
-from trl import GRPOConfig, SFTConfig
+from trl import DPOConfig, GRPOConfig, SFTConfig
 
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, did_you_mean
@@ -287,6 +287,15 @@ class MedSFTConfig(DeviceDefaults, CheckpointingOnByDefault, SFTConfig):
 
 
 @dataclass
+class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
+    """TRL's DPOConfig with bf16/tf32 chosen by the device. Its own keys set the objective:
+    `beta`, `loss_type` (one or several of TRL's losses: sigmoid, ipo, hinge, robust, ...) with
+    `loss_weights`, `precompute_ref_log_probs` (the reference's log-probabilities computed once,
+    before training, so no reference is held while training). With LoRA the reference is the
+    base model with the adapter switched off, never a second copy."""
+
+
+@dataclass
 class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
     """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
     the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
@@ -362,5 +371,7 @@ def prompts_per_step_accumulation(args, world_size: int) -> int:
     return completions // per_pass
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, most: int = 1024) -> list[int]:
+    """The divisors of `n` up to `most` (the sizes and process counts a hint may offer): a
+    recipe's huge value must not make the reading of it count to that value."""
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]

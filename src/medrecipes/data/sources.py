@@ -146,6 +146,10 @@ def load_source(
         documents = rows.map(render, remove_columns=rows.column_names)
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
+    if source.format == "preference":
+        fields = ["prompt", "chosen", "rejected"]
+        _check_columns(documents, fields, source, "a preference source has prompt, chosen and rejected")
+        return _checked(documents, {name: name for name in fields}, source, tag)
     if source.format == "chat":
         fields = ["messages"] if "messages" in (documents.column_names or []) else ["prompt", "completion"]
         _check_columns(documents, fields, source, "a chat source has messages, or prompt and completion")
@@ -188,6 +192,8 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                 )
         if "messages" in fields:
             check_turns(documents.data.column("messages").to_pylist(), range(len(documents)), source)
+        if "chosen" in fields:
+            check_pairs(documents.select_columns(["chosen", "rejected"]).to_list(), range(len(documents)), source)
         fields = {}
     if not fields and tag is None:
         return documents
@@ -203,7 +209,31 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
             raise UserError(f"{where}: no '{name}' (found as it streamed); fix or drop the row")
     if "messages" in fields:
         check_turns(batch["messages"], indices, source)
+    if "chosen" in fields:
+        check_pairs(
+            [{"chosen": c, "rejected": r} for c, r in zip(batch["chosen"], batch["rejected"], strict=True)],
+            indices,
+            source,
+        )
     return {} if tag is None else {"source": [tag] * len(indices)}
+
+
+def check_pairs(pairs: Iterable[dict], indices: Iterable[int], source: SourceConfig) -> None:
+    """Each preference row prefers one answer to another: chosen and rejected differ (a pair
+    that does not teaches nothing and TRL's loss is flat on it), and a conversational answer is
+    the assistant's turn."""
+    for pair, index in zip(pairs, indices, strict=False):
+        problem = None
+        if pair["chosen"] == pair["rejected"]:
+            problem = "chosen and rejected are the same answer"
+        for key in ("chosen", "rejected"):
+            turns = pair[key]
+            if isinstance(turns, list) and (
+                not turns or not isinstance(turns[-1], dict) or turns[-1].get("role") != "assistant"
+            ):
+                problem = f"the last turn of {key} is not the assistant's"
+        if problem:
+            raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
 
 
 ROLES = ("system", "user", "assistant")  # the roles every chat template we train with knows

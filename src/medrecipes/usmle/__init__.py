@@ -18,7 +18,14 @@ below are its interface.
 
 from medrecipes.usmle.answers import extract_answer
 from medrecipes.usmle.loading import FORMATS, load_mcq
-from medrecipes.usmle.prompts import chat_messages, completion_prompt, options_block, pretraining_text, sft_target
+from medrecipes.usmle.prompts import (
+    chat_messages,
+    completion_prompt,
+    options_block,
+    preference_pair,
+    pretraining_text,
+    sft_target,
+)
 from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, option_map
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "load_mcq",
     "option_map",
     "options_block",
+    "preference_pair",
     "pretraining_text",
     "sft_target",
 ]

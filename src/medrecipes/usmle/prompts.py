@@ -53,6 +53,21 @@ def sft_target(row: Row, with_explanation: bool = False, chain_of_thought: bool 
     return f"{explanation}\n\nFinal Answer: {letter}".strip()
 
 
+def preference_pair(row: Row, rejected_letter: str, system_prompt: str | None = None) -> dict:
+    """TRL's conversational preference row for a question: the question as the SFT recipes ask
+    it, the gold answer chosen and the option `rejected_letter` rejected, both in the answer
+    style the SFT recipes train ("C. <option text>")."""
+    gold = _require_gold(row)
+    if rejected_letter == gold or rejected_letter not in option_map(row):
+        raise ValueError(f"row '{row.get('id', '')}': {rejected_letter} is not a wrong option of the question")
+    wrong = {**row, "answer": rejected_letter}
+    return {
+        "prompt": chat_messages(row, system_prompt=system_prompt),
+        "chosen": [{"role": "assistant", "content": sft_target(row)}],
+        "rejected": [{"role": "assistant", "content": sft_target(wrong)}],
+    }
+
+
 def pretraining_text(row: Row) -> str:
     """The row as one plain-text document; a row without gold ends at "Answer:"."""
     if not row.get("answer"):

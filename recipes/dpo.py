@@ -1,0 +1,70 @@
+"""Direct preference optimisation (DPO) of a chat model on pairs of answers, with TRL's DPOTrainer.
+
+Usage:
+
+    medrecipes pairs --mcq data/usmle_sample/train.jsonl --out outputs/demo/pairs/train.jsonl
+    python recipes/dpo.py recipes/tiny_dpo.yaml
+    accelerate launch --config_file accelerate_configs/ddp.yaml recipes/dpo.py recipes/medgemma_4b_dpo.yaml
+
+Every source of `dataset_mixture` and `eval_sets` holds preference rows (`format: preference`:
+prompt, chosen, rejected; plain text or conversational, which the model's chat template renders).
+`beta`, `loss_type` and `loss_weights` are TRL's own keys. With `use_peft` the reference model is
+the base with the adapter switched off, never a second copy; `precompute_ref_log_probs` computes
+the reference's log-probabilities once, before training. At each evaluation TRL logs the reward
+accuracy and margin on the eval pairs, and `eval_tasks` their accuracy. The final model (or
+adapter) goes to `output_dir/final`; with `push_to_hub`, to the Hub with a model card.
+"""
+
+from medrecipes.callbacks import recipe_callbacks
+from medrecipes.config import parse_recipe
+from medrecipes.data.preference import preference_data
+from medrecipes.dpo_trainer import MedDPOTrainer
+from medrecipes.errors import exit_on_user_error
+from medrecipes.eval_callback import add_task_evaluation
+from medrecipes.hub import push_run
+from medrecipes.logs import setup_logging
+from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.resume import checkpoint_to_resume
+from medrecipes.run_folder import output_dir_is_finished
+from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
+
+from transformers import set_seed
+from trl import get_peft_config
+
+
+def main(recipe, training_args, model_args):
+    setup_logging(training_args, recipe)
+    set_seed(training_args.seed)
+
+    if output_dir_is_finished("dpo", recipe, training_args, model_args):  # the same run, run again
+        return
+    checkpoint = checkpoint_to_resume(training_args)
+
+    tokenizer = recipe_tokenizer(recipe, model_args)
+    with training_args.main_process_first(desc="loading data"):
+        train_dataset, eval_datasets = preference_data(recipe)
+
+    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+
+    trainer = MedDPOTrainer(
+        model=model,
+        ref_model=None,  # TRL's: the adapter switched off with LoRA, else a frozen copy
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets or None,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=recipe_callbacks(recipe, training_args),
+    )
+    add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
+
+    final_dir = train_and_save(trainer, checkpoint)
+    metrics = evaluate_and_record(trainer) if eval_datasets else {}
+
+    if training_args.push_to_hub:
+        push_run(trainer, recipe, model_args, final_dir, metrics)
+    end_run(trainer)
+
+
+if __name__ == "__main__":
+    exit_on_user_error(lambda: main(*parse_recipe("dpo")))()
