@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 TEST_SET = "data/usmle_sample/test.jsonl"
+NO_EVAL = ["--eval_strategy", "no", "--eval_on_start", "false"]  # a run with no eval sets
 EVAL_SETS_CPT = """eval_sets:
   medical_text: {path: json, data_files: data/medical_text/eval.jsonl, text_field: text}
   usmle: {path: json, data_files: data/usmle_sample/test.jsonl, format: usmle}
@@ -58,6 +59,10 @@ def cases(files: Path, model: str) -> list[Case]:
     cpt = "recipes/tiny_cpt.yaml"
     sft = "recipes/tiny_sft.yaml"
     grpo = "recipes/tiny_grpo.yaml"
+    dpo = "recipes/tiny_dpo.yaml"
+
+    def pairs(file: str) -> list[str]:  # a DPO run on this file of pairs alone
+        return ["--dataset_mixture", f"{{sources: [{{path: {file}, format: preference}}]}}", "--eval_sets", "null", *NO_EVAL]
 
     def script(method: str, recipe: str, *extra: str) -> list[str]:
         return [f"recipes/{method}.py", recipe, *extra]
@@ -251,6 +256,11 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("build-data inside its source folder", ["build-data", src(f"{{path: {f['textdir']}}}"), "--out", f"{f['textdir']}/built", "--model_name_or_path", model], "lies inside"),
         Case("run into a user's model folder", script("cpt", cpt, "--model_name_or_path", model, "--output_dir", f["emptyish"]), "medrecipes did not write"),
         Case("run whose output_dir holds its data", script("cpt", src(f"{{path: {f['textdir']}}}"), "--model_name_or_path", model, "--output_dir", str(files)), "which this command reads"),
+        # --- DPO's preference pairs
+        Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
+        Case("DPO: a row without chosen", script("dpo", dpo, *run_in(files, model), *pairs(f["nochosen.jsonl"])), "nochosen.jsonl line 1: no 'chosen'"),
+        Case("DPO: chosen not the assistant's turn", script("dpo", dpo, *run_in(files, model), *pairs(f["userchosen.jsonl"])), "the last turn of chosen is not the assistant's"),
+        Case("DPO: sources that are not pairs", script("dpo", dpo, "--eval_sets", f"{{x: {{path: {TEST_SET}, format: usmle}}}}"), "is not preference pairs"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
         Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
     ]  # fmt: skip
@@ -281,6 +291,9 @@ FILES = {
     "asstfirst.jsonl": '{"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
     "badrole.jsonl": '{"messages": [{"role": "doctor", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
     "textdir/notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
+    "samepair.jsonl": '{"prompt": "Q?", "chosen": "A. yes", "rejected": "A. yes"}\n',
+    "nochosen.jsonl": '{"prompt": "Q?", "rejected": "B. no"}\n{"prompt": "Q?", "chosen": "A. yes", "rejected": "B. no"}\n',
+    "userchosen.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "chosen": [{"role": "user", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
     "nobase/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model"}',
     "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }
