@@ -62,7 +62,13 @@ def cases(files: Path, model: str) -> list[Case]:
     dpo = "recipes/tiny_dpo.yaml"
 
     def pairs(file: str) -> list[str]:  # a DPO run on this file of pairs alone
-        return ["--dataset_mixture", f"{{sources: [{{path: {file}, format: preference}}]}}", "--eval_sets", "null", *NO_EVAL]
+        return [
+            "--dataset_mixture",
+            f"{{sources: [{{path: {file}, format: preference}}]}}",
+            "--eval_sets",
+            "null",
+            *NO_EVAL,
+        ]
 
     def script(method: str, recipe: str, *extra: str) -> list[str]:
         return [f"recipes/{method}.py", recipe, *extra]

@@ -214,3 +214,29 @@ def test_every_figure_loads_in_a_browser(tmp_path):
     broken.write_text(output.read_text().replace("base64,", "base64,AAAA", 1))
     assert 'data-loaded="no"' in render(broken, tmp_path)
     assert os.path.getsize(output) > 10_000
+
+
+def test_a_dpo_run_gets_its_rewards_margins_and_reward_accuracy_plotted(tmp_path):
+    from medrecipes.report.figures import preference_figure
+
+    run = write_run(tmp_path / "dpo")
+    state = json.loads((run / "trainer_state.json").read_text())
+    for entry in state["log_history"]:
+        if "loss" in entry and "learning_rate" in entry:
+            entry |= {
+                "rewards/chosen": -0.1,
+                "rewards/rejected": -0.5,
+                "rewards/margins": 0.4,
+                "rewards/accuracies": 0.8,
+            }
+        elif "eval_usmle_loss" in entry:
+            entry |= {"eval_rewards/chosen": -0.2, "eval_rewards/rejected": -0.3, "eval_rewards/margins": 0.1,
+                      "eval_rewards/accuracies": 0.6}  # fmt: skip
+    (run / "trainer_state.json").write_text(json.dumps(state))
+    images = write_report([str(run)], str(tmp_path / "report.html"))
+    assert "preference" in images and "grpo" not in images
+    runs, _ = read_inputs([str(run)])
+    lines = {line.get_label(): line.get_ydata().tolist() for ax in preference_figure(runs).axes for line in ax.lines}
+    assert lines["dpo: accuracy, train"] == [0.8] * 4 and lines["dpo: accuracy, held-out"] == [0.6] * 2
+    assert lines["dpo: margin, held-out"] == [0.1] * 2 and lines["dpo: rejected, train"] == [-0.5] * 4
+    assert preference_figure(read_inputs([str(write_run(tmp_path / "sft"))])[0]) is None

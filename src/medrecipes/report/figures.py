@@ -202,6 +202,47 @@ def grpo_figure(runs: list[Run]):
     return fig
 
 
+def preference_figure(runs: list[Run]):
+    """DPO: TRL's chosen and rejected rewards, their margin and the share of pairs ranked right,
+    on the training pairs (solid) and the held-out pairs at each evaluation (dashed)."""
+    plt = _pyplot()
+    dpo = [r for r in runs if any("rewards/margins" in e or "eval_rewards/margins" in e for e in r.log_history)]
+    if not dpo:
+        return None
+    fig, (rewards, margins, accuracy) = plt.subplots(1, 3, figsize=(14, 4))
+    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+        if run not in dpo:
+            continue
+        for prefix, style, where in (("", "-", "train"), ("eval_", "--", "held-out")):
+            series = {
+                key: [(e["step"], e[prefix + key]) for e in run.log_history if prefix + key in e and "step" in e]
+                for key in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+            }
+            for ax, key, label in (
+                (rewards, "rewards/chosen", "chosen"),
+                (rewards, "rewards/rejected", "rejected"),
+                (margins, "rewards/margins", "margin"),
+                (accuracy, "rewards/accuracies", "accuracy"),
+            ):
+                if series[key]:
+                    dashes = {"-": ":", "--": "-."}[style] if key == "rewards/rejected" else style
+                    ax.plot(
+                        *zip(*series[key], strict=True), dashes, color=colour, label=f"{run.name}: {label}, {where}"
+                    )
+    for ax, title in (
+        (rewards, "rewards of chosen and rejected answers"),
+        (margins, "reward margin (chosen - rejected)"),
+        (accuracy, "pairs ranked right (reward accuracy)"),
+    ):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 THROUGHPUT = (("tokens_per_second", "tokens/s"), ("mfu", "MFU"), ("peak_memory_gib", "peak memory (GiB)"))
 
 
@@ -254,6 +295,7 @@ FIGURES = (
     ("accuracy", "Multiple-choice accuracy", accuracy_figure),
     ("subjects", "Accuracy by subject, best and last evaluation", subjects_figure),
     ("grpo", "GRPO: rewards, KL, completion length", grpo_figure),
+    ("preference", "DPO: rewards, margins and reward accuracy, training and held-out pairs", preference_figure),
     ("throughput", "Throughput and memory", throughput_figure),
 )
 
