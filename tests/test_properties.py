@@ -378,11 +378,7 @@ def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
     root, valid = sandbox
     monkeypatch.setattr(serving.os, "execv", lambda *args: (_ for _ in ()).throw(SystemExit(0)))  # no server
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
-    position = (
-        INVOCATIONS[command].index("{" + argument + "}") if "{" + argument + "}" in INVOCATIONS[command] else None
-    )
-    if position is None:
-        position = INVOCATIONS[command].index("{" + {"--model": "--model", "--output": "--output"}[argument] + "}")
+    position = INVOCATIONS[command].index("{" + argument + "}")
     argv[position] = bad_path(root, role, kind, argv, valid)
     before = hashes(root)
     try:

@@ -227,10 +227,7 @@ def check_pairs(pairs: Iterable[dict], indices: Iterable[int], source: SourceCon
         if pair["chosen"] == pair["rejected"]:
             problem = "chosen and rejected are the same answer"
         for key in ("chosen", "rejected"):
-            turns = pair[key]
-            if isinstance(turns, list) and (
-                not turns or not isinstance(turns[-1], dict) or turns[-1].get("role") != "assistant"
-            ):
+            if isinstance(pair[key], list) and _roles(pair[key])[-1:] != ["assistant"]:
                 problem = f"the last turn of {key} is not the assistant's"
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
@@ -251,10 +248,15 @@ def check_turns(conversations: Iterable, indices: Iterable[int], source: SourceC
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
 
 
+def _roles(turns: list) -> list:
+    """The role of each turn (None for a turn that is not a mapping)."""
+    return [turn.get("role") if isinstance(turn, dict) else None for turn in turns]
+
+
 def _turn_problem(messages) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "'messages' is not a list of turns"
-    roles = [turn.get("role") if isinstance(turn, dict) else None for turn in messages]
+    roles = _roles(messages)
     for number, role in enumerate(roles, 1):
         if role not in ROLES:
             return f"turn {number} has role {role!r}; use {', '.join(ROLES)}"

@@ -166,6 +166,16 @@ def subjects_figure(runs: list[Run]):
     return fig
 
 
+def _title_steps(*panels) -> None:
+    """Each (axes, title) panel: its title, steps along x, a grid, a legend where it has lines."""
+    for ax, title in panels:
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+
+
 def grpo_figure(runs: list[Run]):
     plt = _pyplot()
     grpo = [r for r in runs if reward_names(r) or step_series(r, "kl")]
@@ -187,17 +197,12 @@ def grpo_figure(runs: list[Run]):
             points = step_series(run, key)
             if points:
                 ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
-    for ax, title in (
+    _title_steps(
         (rewards, "mean reward per function"),
         (flat, "groups with all rewards equal (no signal)"),
         (kl, "KL to the reference"),
         (length, "completion length (tokens)"),
-    ):
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    )
     fig.tight_layout()
     return fig
 
@@ -229,16 +234,11 @@ def preference_figure(runs: list[Run]):
                     ax.plot(
                         *zip(*series[key], strict=True), dashes, color=colour, label=f"{run.name}: {label}, {where}"
                     )
-    for ax, title in (
+    _title_steps(
         (rewards, "rewards of chosen and rejected answers"),
         (margins, "reward margin (chosen - rejected)"),
         (accuracy, "pairs ranked right (reward accuracy)"),
-    ):
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    )
     fig.tight_layout()
     return fig
 
