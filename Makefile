@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check clean
+.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -170,6 +170,12 @@ learn-check: $(STAMP)
 REAL_CHECK = $(if $(filter gemma3-270m,$(MODEL)),real_check_gemma.py,real_check.py)
 real-check: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/$(REAL_CHECK) $(ARGS)
+
+# DPO of the Gemma check's SFT model on pairs of its own PubMedQA answers, against the check's GRPO
+# stage from the same start in about the same wall time (runs the Gemma check first, each finished
+# stage skipped). Figures: docs/real-model.md, benchmarks/results/real_preference_gemma3_270m.md.
+real-check-dpo: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_preference_gemma.py $(ARGS)
 
 eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)

@@ -58,7 +58,7 @@ RECIPES = {
     "grpo": "recipes/gemma3_270m_grpo_pubmedqa.yaml",
 }
 STAGES = ("base", "cpt", "sft", "grpo")
-CHAT_STAGES = ("sft", "grpo")  # fine-tuned on Gemma's turns: generate mode applies
+CHAT_STAGES = ("sft", "grpo", "dpo")  # fine-tuned on Gemma's turns: generate mode applies
 
 
 def abstract(row: dict) -> str:
@@ -216,14 +216,16 @@ def targets(rows: dict) -> list[dict]:
     return found
 
 
-def markdown(report: dict) -> str:
-    def cell(figure: dict | None, key: str = "accuracy", pct: bool = True) -> str:
-        if not figure:
-            return ""
-        fmt = "{:.1%}" if pct else "{:.3f}"
-        lo, hi = figure["ci95" if key in ("accuracy", "perplexity") else f"{key}_ci95"]
-        return f"{fmt.format(figure[key])} ({fmt.format(lo)}-{fmt.format(hi)})"
+def cell(figure: dict | None, key: str = "accuracy", pct: bool = True) -> str:
+    """A table cell: the figure's `key` with its 95% interval ("54.7% (46.7%-62.4%)")."""
+    if not figure:
+        return ""
+    fmt = "{:.1%}" if pct else "{:.3f}"
+    lo, hi = figure["ci95" if key in ("accuracy", "perplexity") else f"{key}_ci95"]
+    return f"{fmt.format(figure[key])} ({fmt.format(lo)}-{fmt.format(hi)})"
 
+
+def markdown(report: dict) -> str:
     lines = [
         "# Gemma 3 270M through CPT, SFT and GRPO (make real-check MODEL=gemma3-270m)",
         "",

@@ -61,10 +61,12 @@ def cases(files: Path, model: str) -> list[Case]:
     grpo = "recipes/tiny_grpo.yaml"
     dpo = "recipes/tiny_dpo.yaml"
 
-    def pairs(file: str) -> list[str]:  # a DPO run on this file of pairs alone
+    kto = "recipes/tiny_kto.yaml"
+
+    def pairs(file: str, layout: str = "preference") -> list[str]:  # a DPO or KTO run on this file alone
         return [
             "--dataset_mixture",
-            f"{{sources: [{{path: {file}, format: preference}}]}}",
+            f"{{sources: [{{path: {file}, format: {layout}}}]}}",
             "--eval_sets",
             "null",
             *NO_EVAL,
@@ -266,7 +268,14 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
         Case("DPO: a row without chosen", script("dpo", dpo, *run_in(files, model), *pairs(f["nochosen.jsonl"])), "nochosen.jsonl line 1: no 'chosen'"),
         Case("DPO: chosen not the assistant's turn", script("dpo", dpo, *run_in(files, model), *pairs(f["userchosen.jsonl"])), "the last turn of chosen is not the assistant's"),
-        Case("DPO: sources that are not pairs", script("dpo", dpo, "--eval_sets", f"{{x: {{path: {TEST_SET}, format: usmle}}}}"), "is not preference pairs"),
+        Case("DPO: sources that are not pairs", script("dpo", dpo, "--eval_sets", f"{{x: {{path: {TEST_SET}, format: usmle}}}}"), "is not what DPO trains on"),
+        # --- KTO's unpaired answers
+        Case("KTO: a label that is a word", script("kto", kto, *run_in(files, model), *pairs(f["wordlabel.jsonl"], "unpaired")), "wordlabel.jsonl line 2: label \"yes\" is not true or false"),
+        Case("KTO: a label that is a number", script("kto", kto, *run_in(files, model), *pairs(f["numberlabel.jsonl"], "unpaired")), "numberlabel.jsonl line 1: label 1 is not true or false"),
+        Case("KTO: a row without completion", script("kto", kto, *run_in(files, model), *pairs(f["nocompletion.jsonl"], "unpaired")), "nocompletion.jsonl line 1: no 'completion'"),
+        Case("KTO: completion not the assistant's turn", script("kto", kto, *run_in(files, model), *pairs(f["usercompletion.jsonl"], "unpaired")), "the last turn of completion is not the assistant's"),
+        Case("KTO: a batch of one answer", script("kto", kto, "--per_device_train_batch_size", "1"), "KTO's KL estimate needs at least 2 answers"),
+        Case("KTO: pairs and unpaired answers mixed", script("kto", kto, "--dataset_mixture", f"{{sources: [{{path: {f['nocompletion.jsonl']}, format: unpaired}}, {{path: {f['samepair.jsonl']}, format: preference}}]}}"), "mixes preference and unpaired sources"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
         Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
     ]  # fmt: skip
@@ -299,6 +308,10 @@ FILES = {
     "textdir/notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
     "samepair.jsonl": '{"prompt": "Q?", "chosen": "A. yes", "rejected": "A. yes"}\n',
     "nochosen.jsonl": '{"prompt": "Q?", "rejected": "B. no"}\n{"prompt": "Q?", "chosen": "A. yes", "rejected": "B. no"}\n',
+    "wordlabel.jsonl": '{"prompt": "Q?", "completion": "A. yes", "label": true}\n{"prompt": "Q?", "completion": "B. no", "label": "yes"}\n',
+    "numberlabel.jsonl": '{"prompt": "Q?", "completion": "A. yes", "label": 1}\n',
+    "nocompletion.jsonl": '{"prompt": "Q?", "label": true}\n{"prompt": "Q?", "completion": "A. yes", "label": true}\n',
+    "usercompletion.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "completion": [{"role": "user", "content": "A"}], "label": false}\n',
     "userchosen.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "chosen": [{"role": "user", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
     "nobase/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model"}',
     "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",

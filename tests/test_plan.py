@@ -180,6 +180,40 @@ def test_grpo_reference_model_and_kv_cache():
     assert memory_per_device(shape, 1, 1, 1024, True)["ddp"]["generation"] == 0
 
 
+def test_dpo_and_kto_plans_count_the_reference_model_and_dpo_its_two_answers(tmp_path, capsys):
+    def recipe(name: str, layout: str, **keys) -> str:
+        data = {
+            "path": str(ROOT / f"data/usmle_sample/{layout}_train.jsonl"),
+            "format": layout.replace("pairs", "preference"),
+        }
+        folder = tmp_path / name
+        folder.mkdir()
+        return write_recipe(folder, model_name_or_path="google/gemma-3-4b-pt", dtype="bfloat16", max_length=1024,
+                            per_device_train_batch_size=4, activation_checkpointing=True,
+                            dataset_mixture={"sources": [data]}, **keys)  # fmt: skip
+
+    dpo = plan_json(capsys, recipe("dpo", "pairs"))
+    kto = plan_json(capsys, recipe("kto", "unpaired"))
+    once = plan_json(capsys, recipe("once", "pairs", precompute_ref_log_probs=True))
+    lora = plan_json(capsys, recipe("lora", "pairs", use_peft=True))
+    assert (dpo["preference"], kto["preference"]) == ("pairs", "answers")
+    assert dpo["reference_model"] and kto["reference_model"] and not once["reference_model"]
+    assert not lora["reference_model"]  # the base with the adapter switched off
+    ddp = dpo["memory_breakdown_gb"]["ddp"]
+    assert ddp["reference"] == round(2 * dpo["num_parameters"] / GIB, 2)  # a frozen bf16 copy
+    assert once["memory_breakdown_gb"]["ddp"]["reference"] == lora["memory_breakdown_gb"]["ddp"]["reference"] == 0
+    # A pair's chosen and rejected answers train together: twice the activations of KTO's one answer.
+    kto_activations = kto["memory_breakdown_gb"]["ddp"]["activations"]
+    assert ddp["activations"] == pytest.approx(2 * kto_activations, abs=0.02)
+    assert ddp["total"] == pytest.approx(
+        ddp["weights"] + ddp["gradients"] + ddp["optimizer"] + ddp["activations"] + ddp["reference"], abs=0.05
+    )
+    cli.main(["plan", recipe("text", "pairs")])
+    text = capsys.readouterr().out
+    assert "preference        each sequence is one of the pairs (chosen and rejected" in text
+    assert "reference model   yes, in ref" in text and "ref" in text.split("memory per device")[1]
+
+
 def test_plan_takes_prompt_tokens_for_grpo_only(gemma_cpt, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["plan", gemma_cpt, "--prompt-tokens", "300"])

@@ -21,6 +21,7 @@ medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/de
 
 import argparse
 import json
+import math
 import sys
 
 from medrecipes.errors import UserError, exit_on_user_error
@@ -39,8 +40,10 @@ SCRIPTS = {
     "sft": "recipes/sft.py",
     "grpo": "recipes/grpo.py",
     "dpo": "recipes/dpo.py",
+    "kto": "recipes/kto.py",
     "eval": "recipes/evaluate.py",
 }
+TRAINING = tuple(method for method in SCRIPTS if method != "eval")  # the training recipes' methods
 
 
 def _method(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> str:
@@ -64,7 +67,7 @@ def _parse(recipe_path: str, method: str, overrides: list[str]):
 def cmd_validate(args) -> None:
     from medrecipes.config import parse_eval_args, resolved_yaml
 
-    method = _method(args.recipe, args.method, ("cpt", "sft", "grpo", "dpo", "eval"))
+    method = _method(args.recipe, args.method, (*TRAINING, "eval"))
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
@@ -98,7 +101,8 @@ def cmd_plan(args) -> None:
                         ("prompt-tokens", args.prompt_tokens)):  # fmt: skip
         if value is not None and value < 1:
             raise UserError(f"plan: --{flag} must be at least 1, got {value}")
-    recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
+    method = _method(args.recipe, args.method, TRAINING)
+    recipe, training_args, model_args = _parse(args.recipe, method, args.overrides)
     result = plan(
         recipe,
         training_args,
@@ -128,7 +132,9 @@ def cmd_launch_plan(args) -> None:
 
     from medrecipes.plan import launch_plan
 
-    recipe, training_args, model_args = _parse(args.recipe, _method(args.recipe, args.method), args.overrides)
+    recipe, training_args, model_args = _parse(
+        args.recipe, _method(args.recipe, args.method, TRAINING), args.overrides
+    )
     values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
@@ -232,19 +238,65 @@ def cmd_perplexity(args) -> None:
 
 
 def cmd_pairs(args) -> None:
-    from medrecipes.data.preference import mcq_pairs
+    from medrecipes.data.preference import mcq_pairs, on_policy_pairs, unpaired
     from medrecipes.outputs import claim_output, staged
     from medrecipes.usmle import load_mcq
 
-    claim_output(args.out, "pairs", "pairs --out", args.mcq, args.overwrite)
+    claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
     if not args.out.endswith(".jsonl"):
-        raise UserError(f"pairs --out {args.out}: write a .jsonl file (one pair a line)")
-    pairs = [
-        pair for file in args.mcq for pair in mcq_pairs(load_mcq(file, answered=True), args.system_prompt, args.seed)
-    ]
-    with staged(args.out, folder=False, kind="pairs") as path, open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(pair, ensure_ascii=False) + "\n" for pair in pairs)
-    print(f"{len(pairs)} preference pairs (gold answer chosen, a wrong option rejected) written to {args.out}")
+        raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")
+    for flag, value, least in (("samples", args.samples, 2), ("max-new-tokens", args.max_new_tokens, 1),
+                               ("batch-size", args.batch_size, 1)):  # fmt: skip
+        if value is not None and value < least:
+            raise UserError(f"pairs: --{flag} must be at least {least}, got {value}")
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise UserError(
+            f"pairs: --temperature must be a positive number (answers are sampled), got {args.temperature}"
+        )
+    rows = [row for file in args.mcq for row in load_mcq(file, answered=True)]
+    files = ", ".join(args.mcq)
+    if args.model:
+        pairs, left_out = on_policy_pairs(rows, _sampled_answers(args, rows), args.system_prompt, args.seed)
+        how = (
+            f"on-policy: {args.model}'s own answers to {len(rows)} questions of {files}, {args.samples} sampled "
+            f"each (temperature {args.temperature:g}, seed {args.seed}); a right answer chosen against a wrong one; "
+            f"{left_out['all right']} questions left out where every sample was right, {left_out['all wrong']} "
+            "where every one was wrong"
+        )
+    else:
+        pairs = mcq_pairs(rows, args.system_prompt, args.seed)
+        how = f"the gold answer of each of {len(rows)} questions of {files} chosen against a wrong option drawn with seed {args.seed}"
+    written = unpaired(pairs) if args.layout == "unpaired" else pairs
+    if args.layout == "unpaired":
+        how += "; written unpaired (chosen labelled true, rejected false)"
+    with staged(args.out, folder=False, kind="pairs", about=how) as path, open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in written)
+    count = (
+        f"{len(written)} answers ({len(pairs)} pairs split)" if args.layout == "unpaired" else f"{len(pairs)} pairs"
+    )
+    print(f"{count} written to {args.out}: {how}")
+
+
+def _sampled_answers(args, rows) -> list[list[str]]:
+    """`--samples` answers of the model to each row, sampled in the chat prompt eval uses."""
+    from transformers import set_seed
+
+    from medrecipes.evaluation import generate_answers, load_for_evaluation
+
+    set_seed(args.seed)
+    model, tokenizer = load_for_evaluation(args.model)
+    repeated = [row for row in rows for _ in range(args.samples)]
+    answers, _ = generate_answers(
+        model,
+        tokenizer,
+        repeated,
+        system_prompt=args.system_prompt,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        temperature=args.temperature,
+        progress=True,
+    )
+    return [answers[i : i + args.samples] for i in range(0, len(answers), args.samples)]
 
 
 def cmd_tiny_model(args) -> None:
@@ -349,7 +401,7 @@ def make_parser() -> argparse.ArgumentParser:
         sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
         sub.add_argument(
             "--method",
-            choices=["cpt", "sft", "grpo", "dpo"],
+            choices=TRAINING,
             help="the recipe script it is for (default: from its keys)",
         )
         sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
@@ -417,11 +469,24 @@ def make_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     ppl.set_defaults(func=cmd_perplexity)
 
-    pairs = commands.add_parser("pairs", help="DPO preference pairs from multiple-choice questions")
+    pairs = commands.add_parser("pairs", help="DPO and KTO preference data from multiple-choice questions")
     pairs.add_argument("--mcq", type=input_path, nargs="+", required=True, help="MCQ files with gold answers")
-    pairs.add_argument("--out", type=output_path, required=True, help="the JSONL file of pairs to write")
+    pairs.add_argument("--out", type=output_path, required=True, help="the JSONL file to write")
     pairs.add_argument("--system-prompt", help="a system turn before each question, as the SFT recipe has")
-    pairs.add_argument("--seed", type=int, default=42, help="draws the rejected wrong option (default 42)")
+    pairs.add_argument(
+        "--layout",
+        choices=["pairs", "unpaired"],
+        default="pairs",
+        help="pairs: prompt/chosen/rejected (DPO, KTO); unpaired: prompt/completion/label (KTO)",
+    )
+    pairs.add_argument(
+        "--model", type=input_path, help="on-policy: pair this model's own right and wrong sampled answers"
+    )
+    pairs.add_argument("--samples", type=int, default=4, help="--model: answers sampled per question (default 4)")
+    pairs.add_argument("--temperature", type=float, default=1.0, help="--model: sampling temperature")
+    pairs.add_argument("--max-new-tokens", type=int, help="--model: tokens per answer (default: eval's)")
+    pairs.add_argument("--batch-size", type=int, default=8, help="--model: prompts generated at once")
+    pairs.add_argument("--seed", type=int, default=42, help="draws the samples and the answers paired (default 42)")
     pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
     pairs.set_defaults(func=cmd_pairs)
 

@@ -24,8 +24,10 @@ class SourceConfig:
     # "text": a column of documents; "usmle": multiple-choice rows (MedQA, MedMCQA, MMLU, PubMedQA, ...)
     # rendered for the recipe (documents for CPT, chat turns for SFT); "chat": rows kept as they are
     # (messages, or prompt/completion), for SFT; "preference": prompt/chosen/rejected rows (TRL's
-    # preference layout, plain text or conversational), for DPO.
-    format: Literal["text", "usmle", "chat", "preference"] = "text"
+    # preference layout, plain text or conversational), for DPO and KTO; "unpaired":
+    # prompt/completion/label rows (TRL's unpaired preference layout, label true for a
+    # desirable answer), for KTO.
+    format: Literal["text", "usmle", "chat", "preference", "unpaired"] = "text"
     weight: float = 1.0
     # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
     # anon); passed to `datasets` as `storage_options`.

@@ -134,7 +134,7 @@ def generate_answers(
         chat_prompt(tokenizer, row, row_shots, system_prompt, chain_of_thought)
         for row, row_shots in zip(rows, shots, strict=True)
     ]
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
+    sampling = {"temperature": temperature, "top_p": top_p} if temperature > 0 else {}
     # Longest first: a batch of similar lengths wastes little on padding.
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     completions, stopped = [""] * len(prompts), [False] * len(prompts)

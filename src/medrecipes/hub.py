@@ -28,10 +28,11 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_tok
 
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
-from medrecipes.data.sources import local_files
+from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
+from medrecipes.outputs import written_about
 from medrecipes.report import figures, read_run
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ def source_rows(sources) -> list[dict]:
     total = sum(s.weight for s in sources)
     rows = []
     for source in sources:
+        made = []  # how `medrecipes pairs` made a local file of preference data, as it recorded
         if source.revision:
             revision = source.revision
         elif is_hub_dataset(source):
@@ -77,6 +79,7 @@ def source_rows(sources) -> list[dict]:
             files = local_files(source)
             count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
             revision = f"sha256:{_hash_files(files)[:16]} ({count})" if files else "files not found"
+            made = [about for about in map(written_about, files) if about]
         data_files = source.data_files if isinstance(source.data_files, list | type(None)) else [source.data_files]
         rows.append(
             {
@@ -87,6 +90,8 @@ def source_rows(sources) -> list[dict]:
                 "revision": revision,
                 "weight": f"{source.weight / total:.1%}",
                 "format": source.format,
+                "how": "; ".join(made)
+                or ("not recorded (not written by `medrecipes pairs`)" if source.format in PREFERENCE_FIELDS else ""),
             }
         )
     return rows

@@ -84,11 +84,24 @@ def written_kind(path: str) -> str | None:
     return saved.get("kind")
 
 
-def mark(path: str, kind: str) -> None:
-    """Record that this project wrote `path` as a result of `kind` (see `written_kind`)."""
+def written_about(path: str) -> str | None:
+    """How this project made the result at `path` (a pairs file: from which questions, how the
+    answers were drawn), while it is the very result written; None otherwise."""
+    if written_kind(path) is None:
+        return None
+    try:
+        with open(_record_path(path), encoding="utf-8") as f:
+            return json.load(f).get("about")
+    except OSError:  # a folder known by an earlier marker file has no record
+        return None
+
+
+def mark(path: str, kind: str, about: str | None = None) -> None:
+    """Record that this project wrote `path` as a result of `kind` (see `written_kind`), and
+    optionally how it was made (`written_about`)."""
     if os.path.isdir(path) and written_kind(path) == kind:
         return  # already marked: a run started again writes nothing
-    record = {"kind": kind, "written_by": "medrecipes"}
+    record = {"kind": kind, "written_by": "medrecipes", **({"about": about} if about else {})}
     if os.path.isfile(path):
         stat = os.stat(path)
         record.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
@@ -222,10 +235,10 @@ def finish_publish(staged: str, final: str) -> bool:
 
 
 @contextmanager
-def staged(final: str, folder: bool, kind: str | None = None) -> Iterator[str]:
+def staged(final: str, folder: bool, kind: str | None = None, about: str | None = None) -> Iterator[str]:
     """A path beside `final` to write the result into; published to `final` when the block ends
     without an error, removed otherwise. A `kind` marks the result as ours (`written_kind`), so
-    that a later `claim_output` of that kind may replace it."""
+    that a later `claim_output` of that kind may replace it; `about` says how it was made."""
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     path = os.path.join(parent, f".{os.path.basename(os.path.abspath(final))}.partial-{os.getpid()}")
@@ -240,7 +253,7 @@ def staged(final: str, folder: bool, kind: str | None = None) -> Iterator[str]:
             os.remove(path)
         raise
     if kind is not None and folder:
-        mark(path, kind)  # travels with the folder's rename
+        mark(path, kind, about)  # travels with the folder's rename
     publish(path, final)
     if kind is not None and not folder:
-        mark(final, kind)
+        mark(final, kind, about)

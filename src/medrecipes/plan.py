@@ -52,7 +52,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from medrecipes.config import MedGRPOConfig, RecipeArguments, prompts_per_step_accumulation, resolve_token_budget
+from medrecipes.config import (
+    MedDPOConfig,
+    MedGRPOConfig,
+    MedKTOConfig,
+    RecipeArguments,
+    prompts_per_step_accumulation,
+    resolve_token_budget,
+)
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models import PRESETS, load_config, missing_local_model, scratch_config
 
@@ -393,7 +400,16 @@ def plan(
     method = training_method(model, shape, model_args, training_args, path)
     checkpointing = checkpointing_on(training_args)
     fused = fused_loss_on(training_args)
-    reference = grpo and training_args.beta > 0 and method.name == "full"  # LoRA: the base, adapters off
+    # A frozen copy of the model is held by GRPO with a KL term and by DPO and KTO unless their
+    # reference log-probabilities are computed once before training; with LoRA it is the base.
+    preference = isinstance(training_args, MedDPOConfig | MedKTOConfig)
+    reference = method.name == "full" and (
+        (grpo and training_args.beta > 0) or (preference and not training_args.precompute_ref_log_probs)
+    )
+    # DPO runs a pair's chosen and rejected answers through the model together: two sequences
+    # with activations for each in the batch (KTO's mismatched answers for its KL estimate run
+    # without gradients).
+    trained_batch = training_args.per_device_train_batch_size * (2 if isinstance(training_args, MedDPOConfig) else 1)
     generation = None
     if grpo and not training_args.use_vllm:
         per_device = training_args.per_device_train_batch_size * training_args.steps_per_generation_on(num_gpus)
@@ -401,7 +417,7 @@ def plan(
     memory = memory_per_device(
         shape,
         num_gpus,
-        training_args.per_device_train_batch_size,
+        trained_batch,
         seq,
         checkpointing,
         method,
@@ -416,6 +432,7 @@ def plan(
         "gpu": gpu,
         "sequence_length": seq,
         "grpo": grpo,
+        "preference": "pairs" if isinstance(training_args, MedDPOConfig) else "answers" if preference else None,
         "prompt_tokens": prompt_tokens,
         "reference_model": reference,
         "generation_sequences": generation[0] if generation else None,
@@ -479,7 +496,13 @@ def format_plan(result: dict) -> str:
         f"parameters        {result['num_parameters']:,}",
         f"method            {method}",
     ]
-    columns = COLUMNS if result["grpo"] else COLUMNS[:4]
+    columns = COLUMNS if result["grpo"] else COLUMNS[:5] if result["preference"] else COLUMNS[:4]
+    if result["preference"]:
+        lines += [
+            f"preference        each sequence is one of the {result['preference']}"
+            + (" (chosen and rejected: 2 sequences of activations each)" if result["preference"] == "pairs" else ""),
+            f"reference model   {'yes, in ref' if result['reference_model'] else 'none (precomputed, or LoRA: the base)'}",
+        ]
     if result["grpo"]:
         prompts = (
             f"prompts of {result['prompt_tokens']:,} tokens"

@@ -6,7 +6,7 @@ dataclasses, every key checked and the derived settings computed once, for the a
 - `reading`: the YAML file and the command line into those dataclasses (`RecipeParser`), one
   line for each unknown key, wrong type or value outside a `Literal` field's choices.
 - `checks`: what each key needs of the others, and the derived settings (token budgets).
-- `parse`: `parse_recipe` for cpt, sft and grpo, and the resolved recipe it gives back.
+- `parse`: `parse_recipe` for cpt, sft, grpo, dpo and kto, and the resolved recipe it gives back.
 - `eval_args`: the arguments of `medrecipes eval` and recipes/evaluate.py.
 """
 
@@ -15,7 +15,9 @@ from medrecipes.config.eval_args import EvalArguments, parse_eval_args
 from medrecipes.config.parse import parse_recipe, recipe_method, resolved_recipe, resolved_yaml
 from medrecipes.config.schema import (
     CPTConfig,
+    MedDPOConfig,
     MedGRPOConfig,
+    MedKTOConfig,
     MedSFTConfig,
     RecipeArguments,
     prompts_per_step_accumulation,
@@ -25,7 +27,9 @@ from medrecipes.data_config import MixtureConfig, SourceConfig
 __all__ = [
     "CPTConfig",
     "EvalArguments",
+    "MedDPOConfig",
     "MedGRPOConfig",
+    "MedKTOConfig",
     "MedSFTConfig",
     "MixtureConfig",
     "RecipeArguments",

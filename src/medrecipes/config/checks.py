@@ -193,19 +193,33 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             )
 
 
-def check_preference_sources(recipe: RecipeArguments, path: str) -> None:
-    """DPO trains on pairs: every source and eval set is `format: preference` (rows with prompt,
-    chosen and rejected; `medrecipes pairs` builds them from multiple-choice questions)."""
+# The data each preference method trains on: DPO on pairs, KTO on pairs (split into one desirable
+# and one undesirable answer) or on unpaired answers.
+PREFERENCE_FORMATS = {"dpo": ("preference",), "kto": ("preference", "unpaired")}
+
+
+def check_preference_sources(recipe: RecipeArguments, path: str, method: str) -> None:
+    """DPO trains on pairs (prompt, chosen, rejected; `medrecipes pairs` builds them from
+    multiple-choice questions); KTO on pairs or unpaired answers (prompt, completion, label),
+    one layout for every source, since a mixture's rows share their columns."""
     sources = {
         f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
     }
     sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    allowed = PREFERENCE_FORMATS[method]
     for where, source in sources.items():
-        if source.format != "preference":
+        if source.format not in allowed:
+            layouts = " or ".join(f"format: {f}" for f in allowed)
             raise UserError(
-                f"{path}: {where}: format {source.format} is not preference pairs; give prompt/chosen/rejected rows "
-                "with format: preference (medrecipes pairs --mcq FILE --out PAIRS.jsonl builds them from questions)"
+                f"{path}: {where}: format {source.format} is not what {method.upper()} trains on; give {layouts} rows "
+                "(medrecipes pairs --mcq FILE --out PAIRS.jsonl builds them from questions)"
             )
+    training = {s.format for s in (recipe.mixture.sources if recipe.mixture else [])}
+    if len(training) > 1:
+        raise UserError(
+            f"{path}: dataset_mixture mixes {' and '.join(sorted(training))} sources; give every source one layout "
+            "(medrecipes pairs --layout writes either)"
+        )
 
 
 def check_loggers(args: TrainingArguments, path: str) -> None:

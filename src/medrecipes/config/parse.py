@@ -12,7 +12,14 @@ from trl import ModelConfig
 from medrecipes.config import checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
-from medrecipes.config.schema import CPTConfig, MedDPOConfig, MedGRPOConfig, MedSFTConfig, RecipeArguments
+from medrecipes.config.schema import (
+    CPTConfig,
+    MedDPOConfig,
+    MedGRPOConfig,
+    MedKTOConfig,
+    MedSFTConfig,
+    RecipeArguments,
+)
 from medrecipes.errors import UserError
 from medrecipes.outputs import check_writable
 
@@ -22,6 +29,7 @@ METHODS = {
     "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
     "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
     "dpo": (RecipeArguments, MedDPOConfig, ModelConfig),
+    "kto": (RecipeArguments, MedKTOConfig, ModelConfig),
 }
 
 
@@ -34,8 +42,11 @@ def recipe_method(path: str) -> str:
     keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
     mixture = data.get("dataset_mixture")
     sources = mixture.get("sources") if isinstance(mixture, dict) else None
-    if isinstance(sources, list) and any(isinstance(s, dict) and s.get("format") == "preference" for s in sources):
-        return "dpo"  # DPO's keys (beta, loss_type) are GRPO's too: its data tells them apart
+    formats = {s.get("format") for s in sources if isinstance(s, dict)} if isinstance(sources, list) else set()
+    if formats & {"preference", "unpaired"}:
+        # DPO's and KTO's keys (beta, loss_type) are GRPO's too: their data tells them apart. Pairs
+        # train either (KTO splits them): unpaired rows or KTO's own keys make it KTO.
+        return "kto" if "unpaired" in formats or set(data) & (keys["kto"] - keys["dpo"]) else "dpo"
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
@@ -70,8 +81,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     checks.check_loggers(args, path)
     if isinstance(args, MedSFTConfig):
         checks.check_sft_sources(recipe, args, path)
-    if isinstance(args, MedDPOConfig):
-        checks.check_preference_sources(recipe, path)
+    if isinstance(args, MedDPOConfig | MedKTOConfig):
+        checks.check_preference_sources(recipe, path, method)
     checks.check_eval_tasks(recipe, args, path, method)
     if not recipe.eval_sources and args.eval_strategy != "no":
         raise UserError(

@@ -1,8 +1,8 @@
 """The recipe schema: the dataclasses a recipe's keys fill, besides TRL's `ModelConfig`.
 
 `RecipeArguments` holds what the trainer configs lack (data, token budgets, checkpoints, long
-runs, prompts, benchmarks during training); `CPTConfig`, `MedSFTConfig` and `MedGRPOConfig` are
-the trainer configs with this project's defaults. A field whose values are a fixed list is a
+runs, prompts, benchmarks during training); `CPTConfig`, `MedSFTConfig`, `MedGRPOConfig`,
+`MedDPOConfig` and `MedKTOConfig` are the trainer configs with this project's defaults. A field whose values are a fixed list is a
 `Literal`: the parser checks it (`reading.check_choices`) and the list is written once, here.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments
 from transformers.trainer_utils import SchedulerType
-from trl import DPOConfig, GRPOConfig, SFTConfig
+from trl import DPOConfig, GRPOConfig, KTOConfig, SFTConfig
 
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, did_you_mean
@@ -293,6 +293,29 @@ class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
     `loss_weights`, `precompute_ref_log_probs` (the reference's log-probabilities computed once,
     before training, so no reference is held while training). With LoRA the reference is the
     base model with the adapter switched off, never a second copy."""
+
+
+@dataclass
+class MedKTOConfig(DeviceDefaults, CheckpointingOnByDefault, KTOConfig):
+    """TRL's KTOConfig with bf16/tf32 chosen by the device. KTO learns from single answers marked
+    desirable or not (pairs are split into one of each): `beta`, `loss_type` (kto or
+    apo_zero_unpaired), `desirable_weight` and `undesirable_weight` (to balance unequal counts)
+    are TRL's keys. The reference is as in DPO: the adapter switched off with LoRA."""
+
+    def __post_init__(self):
+        # KTO's KL term pairs each answer with the next one's prompt in its batch (TRL's trainer
+        # raises both only once the model and data are loaded).
+        if self.loss_type == "kto" and self.per_device_train_batch_size < 2:
+            raise ValueError(
+                f"per_device_train_batch_size {self.per_device_train_batch_size}: KTO's KL estimate needs at "
+                "least 2 answers per device batch; raise it, or use loss_type apo_zero_unpaired"
+            )
+        if self.loss_type == "kto" and self.train_sampling_strategy != "sequential":
+            raise ValueError(
+                f"train_sampling_strategy {self.train_sampling_strategy}: KTO's KL estimate pairs neighbours in a "
+                "batch fixed in advance; use sequential (the mixture is already shuffled with its seed)"
+            )
+        super().__post_init__()
 
 
 @dataclass

@@ -1,5 +1,7 @@
-"""Preference data for DPO: pairs built from multiple-choice questions, and the recipe's mixture
-of preference sources (TRL's layout: prompt, chosen, rejected; plain text or conversational)."""
+"""Preference data for DPO and KTO: pairs built from multiple-choice questions (the gold answer
+against a distractor, or the model's own right answer against its own wrong one), TRL's
+unpaired layout of them, and the recipe's mixture of preference sources (TRL's layouts: prompt,
+chosen, rejected; or prompt, completion, label; plain text or conversational)."""
 
 import random
 
@@ -21,10 +23,74 @@ def mcq_pairs(rows, system_prompt: str | None = None, seed: int = 42) -> list[di
     return pairs
 
 
-def preference_data(recipe):
-    """(train pairs, {eval set: pairs}) from the recipe's preference sources."""
+def on_policy_pairs(
+    rows, samples: list[list[str]], system_prompt: str | None = None, seed: int = 42
+) -> tuple[list[dict], dict[str, int]]:
+    """Pairs of a model's own answers: for each question, one of its sampled answers whose letter
+    is the gold one chosen against one whose letter is not (or that names none), each drawn with
+    `seed` among the distinct answers. A question whose samples are all right, or all wrong,
+    teaches no preference: it is left out and counted ({"all right": n, "all wrong": n})."""
+    rng = random.Random(seed)
+    pairs, left_out = [], {"all right": 0, "all wrong": 0}
+    for row, answers in zip(rows, samples, strict=True):
+        options = list(usmle.option_map(row).values())
+        right, wrong = [], []
+        for answer in dict.fromkeys(answer.strip() for answer in answers):  # distinct, in sampled order
+            letter = usmle.extract_answer(answer, usmle.letters_for(row), options=options)
+            (right if letter == row["answer"] else wrong).append(answer)
+        if not wrong or not right:
+            left_out["all right" if right else "all wrong"] += 1
+            continue
+        pairs.append(
+            {
+                "id": row["id"],
+                "prompt": usmle.chat_messages(row, system_prompt=system_prompt),
+                "chosen": [{"role": "assistant", "content": rng.choice(right)}],
+                "rejected": [{"role": "assistant", "content": rng.choice(wrong)}],
+            }
+        )
+    return pairs, left_out
+
+
+PAIR = ("chosen", "rejected")
+
+
+def _split_pairs(batch: dict) -> dict:
+    """TRL's unpaired layout of a batch of pairs: each chosen answer labelled true, followed by
+    its rejected one labelled false, the other columns repeated. TRL's own
+    `unpair_preference_dataset` puts a whole batch's chosen answers before its rejected ones, so
+    that an unshuffled eval batch holds answers of one kind only (KTO's margin is then never
+    logged) and KTO's KL estimate pairs an answer with a neighbour of its own kind."""
+    split = {key: [v for v in values for _ in range(2)] for key, values in batch.items() if key not in PAIR}
+    split["completion"] = [a for pair in zip(batch["chosen"], batch["rejected"], strict=True) for a in pair]
+    split["label"] = [True, False] * len(batch["chosen"])
+    return split
+
+
+def split_pairs(dataset):
+    """`dataset`'s pairs as unpaired answers (see `_split_pairs`); a Dataset or a stream."""
+    return dataset.map(_split_pairs, batched=True, remove_columns=list(PAIR))
+
+
+def unpaired(pairs: list[dict]) -> list[dict]:
+    """`pairs` (rows with prompt, chosen, rejected) in TRL's unpaired layout, for KTO."""
+    columns = {key: [pair[key] for pair in pairs] for key in (pairs[0] if pairs else {})}
+    split = _split_pairs(columns) if pairs else {}
+    return [dict(zip(split, row, strict=True)) for row in zip(*split.values(), strict=True)]
+
+
+def preference_data(recipe, unpair: bool = False):
+    """(train rows, {eval set: rows}) from the recipe's preference sources; with `unpair` (KTO)
+    pairs are split into one desirable and one undesirable answer."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one preference source")
     train = build_mixture(recipe.mixture)
     evals = {name: load_source(source) for name, source in recipe.eval_sources.items()}
+    if unpair:
+        if recipe.mixture.sources[0].format == "preference":  # every source has one layout (config.checks)
+            train = split_pairs(train)
+        evals = {
+            name: split_pairs(rows) if recipe.eval_sources[name].format == "preference" else rows
+            for name, rows in evals.items()
+        }
     return train, evals

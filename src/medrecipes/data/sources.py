@@ -7,6 +7,7 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 """
 
 import glob
+import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -146,9 +147,9 @@ def load_source(
         documents = rows.map(render, remove_columns=rows.column_names)
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
-    if source.format == "preference":
-        fields = ["prompt", "chosen", "rejected"]
-        _check_columns(documents, fields, source, "a preference source has prompt, chosen and rejected")
+    if source.format in PREFERENCE_FIELDS:
+        fields = PREFERENCE_FIELDS[source.format]
+        _check_columns(documents, fields, source, f"a {source.format} source has {', '.join(fields)}")
         return _checked(documents, {name: name for name in fields}, source, tag)
     if source.format == "chat":
         fields = ["messages"] if "messages" in (documents.column_names or []) else ["prompt", "completion"]
@@ -160,6 +161,10 @@ def load_source(
     if source.text_field != "text":
         documents = documents.rename_column(source.text_field, "text")
     return _checked(documents, {"text": source.text_field}, source, tag)
+
+
+# The columns of TRL's two preference layouts: pairs (DPO, KTO) and unpaired answers (KTO).
+PREFERENCE_FIELDS = {"preference": ["prompt", "chosen", "rejected"], "unpaired": ["prompt", "completion", "label"]}
 
 
 def _check_columns(documents, fields: list[str], source: SourceConfig, hint: str) -> None:
@@ -192,8 +197,9 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                 )
         if "messages" in fields:
             check_turns(documents.data.column("messages").to_pylist(), range(len(documents)), source)
-        if "chosen" in fields:
-            check_pairs(documents.select_columns(["chosen", "rejected"]).to_list(), range(len(documents)), source)
+        if source.format in PREFERENCE_FIELDS:
+            answers = [c for c in ANSWER_COLUMNS if c in fields]
+            check_answers(documents.select_columns(answers).to_list(), range(len(documents)), source)
         fields = {}
     if not fields and tag is None:
         return documents
@@ -209,26 +215,30 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
             raise UserError(f"{where}: no '{name}' (found as it streamed); fix or drop the row")
     if "messages" in fields:
         check_turns(batch["messages"], indices, source)
-    if "chosen" in fields:
-        check_pairs(
-            [{"chosen": c, "rejected": r} for c, r in zip(batch["chosen"], batch["rejected"], strict=True)],
-            indices,
-            source,
-        )
+    if source.format in PREFERENCE_FIELDS:
+        answers = [c for c in ANSWER_COLUMNS if c in fields]
+        rows = [dict(zip(answers, row, strict=True)) for row in zip(*(batch[c] for c in answers), strict=True)]
+        check_answers(rows, indices, source)
     return {} if tag is None else {"source": [tag] * len(indices)}
 
 
-def check_pairs(pairs: Iterable[dict], indices: Iterable[int], source: SourceConfig) -> None:
-    """Each preference row prefers one answer to another: chosen and rejected differ (a pair
-    that does not teaches nothing and TRL's loss is flat on it), and a conversational answer is
-    the assistant's turn."""
-    for pair, index in zip(pairs, indices, strict=False):
+ANSWER_COLUMNS = ("chosen", "rejected", "completion", "label")  # what a preference row says of its answers
+
+
+def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceConfig) -> None:
+    """Each preference row says something of an answer: a pair's chosen and rejected differ (a
+    pair that does not teaches nothing and TRL's loss is flat on it), a conversational answer is
+    the assistant's turn, and an unpaired answer's label is true (desirable) or false (TRL's
+    collator would take 1, 0 or "yes" for a tensor of something else)."""
+    for row, index in zip(rows, indices, strict=False):
         problem = None
-        if pair["chosen"] == pair["rejected"]:
+        if "chosen" in row and row["chosen"] == row["rejected"]:
             problem = "chosen and rejected are the same answer"
-        for key in ("chosen", "rejected"):
-            if isinstance(pair[key], list) and _roles(pair[key])[-1:] != ["assistant"]:
+        for key in ("chosen", "rejected", "completion"):
+            if isinstance(row.get(key), list) and _roles(row[key])[-1:] != ["assistant"]:
                 problem = f"the last turn of {key} is not the assistant's"
+        if "label" in row and not isinstance(row["label"], bool):
+            problem = f"label {json.dumps(row['label'])} is not true or false (true: a desirable answer)"
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
 

@@ -208,8 +208,9 @@ def grpo_figure(runs: list[Run]):
 
 
 def preference_figure(runs: list[Run]):
-    """DPO: TRL's chosen and rejected rewards, their margin and the share of pairs ranked right,
-    on the training pairs (solid) and the held-out pairs at each evaluation (dashed)."""
+    """DPO and KTO: TRL's chosen (desirable) and rejected (undesirable) rewards, their margin and
+    (DPO) the share of pairs ranked right, on the training data (solid) and the held-out data at
+    each evaluation (dashed)."""
     plt = _pyplot()
     dpo = [r for r in runs if any("rewards/margins" in e or "eval_rewards/margins" in e for e in r.log_history)]
     if not dpo:
@@ -295,7 +296,7 @@ FIGURES = (
     ("accuracy", "Multiple-choice accuracy", accuracy_figure),
     ("subjects", "Accuracy by subject, best and last evaluation", subjects_figure),
     ("grpo", "GRPO: rewards, KL, completion length", grpo_figure),
-    ("preference", "DPO: rewards, margins and reward accuracy, training and held-out pairs", preference_figure),
+    ("preference", "DPO and KTO: rewards, margins and reward accuracy, training and held-out data", preference_figure),
     ("throughput", "Throughput and memory", throughput_figure),
 )
 

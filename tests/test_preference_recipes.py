@@ -1,0 +1,258 @@
+"""recipes/dpo.py and recipes/kto.py: preference data from questions (the gold answer against a
+distractor, or a model's own right answer against its own wrong one; paired or unpaired), DPO and
+KTO through TRL's trainers on a tiny chat model (one process and two under accelerate), the memory
+plan counting the reference model, and bad rows refused in one line."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_recipe
+
+from medrecipes import cli, usmle
+from medrecipes.config import parse_recipe, recipe_method
+from medrecipes.data.preference import on_policy_pairs, unpaired
+from medrecipes.errors import UserError
+
+TINY = "recipes/tiny_dpo.yaml"
+TINY_KTO = "recipes/tiny_kto.yaml"
+SYSTEM = "You are a careful medical expert. Answer the multiple-choice question."
+
+
+def test_pairs_prefer_the_gold_answer_to_a_wrong_option_in_the_sft_answer_style(tmp_path, capsys):
+    out = tmp_path / "pairs.jsonl"
+    cli.main(
+        ["pairs", "--mcq", str(ROOT / "data/usmle_sample/train.jsonl"), "--out", str(out), "--system-prompt", SYSTEM]
+    )
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = {row["id"]: row for row in usmle.load_mcq(ROOT / "data/usmle_sample/train.jsonl", answered=True)}
+    assert len(pairs) == len(rows) == 60
+    for pair in pairs:
+        row = rows[pair["id"]]
+        assert pair["prompt"] == usmle.chat_messages(row, system_prompt=SYSTEM)
+        assert pair["chosen"] == [{"role": "assistant", "content": usmle.sft_target(row)}]
+        wrong = pair["rejected"][0]["content"]
+        assert pair["rejected"][0]["role"] == "assistant" and wrong != pair["chosen"][0]["content"]
+        assert usmle.extract_answer(wrong, usmle.letters_for(row)) in set(usmle.letters_for(row)) - {row["answer"]}
+    # The bundled pairs are this command's output for the bundled questions.
+    assert out.read_text() == (ROOT / "data/usmle_sample/pairs_train.jsonl").read_text()
+
+
+def test_a_dpo_recipe_is_told_apart_from_grpo_by_its_data():
+    assert recipe_method(TINY) == "dpo"
+    recipe, args, _ = parse_recipe("dpo", [TINY])
+    assert args.beta == 0.1 and args.loss_type == ["sigmoid"] and recipe.mixture.sources[0].format == "preference"
+
+
+def test_dpo_starts_at_ln2_learns_its_pairs_and_logs_reward_accuracy(chat_model, tmp_path):
+    out = tmp_path / "run"
+    run_recipe("recipes/dpo.py", TINY, "--model_name_or_path", chat_model, "--output_dir", str(out),
+               "--max_steps", "12", "--eval_steps", "12", "--logging_steps", "4")  # fmt: skip
+    history = log_history(out)
+    evals = [e for e in history if "eval_rewards/accuracies" in e]
+    # Before a step the policy is its own reference: every pair's reward is 0, the loss ln 2.
+    assert evals[0]["step"] == 0 and evals[0]["eval_pairs_test_loss"] == pytest.approx(math.log(2), abs=1e-4)
+    assert evals[0]["eval_rewards/margins"] == pytest.approx(0, abs=1e-4)
+    train = [e for e in history if "rewards/margins" in e and "loss" in e]
+    assert train[-1]["loss"] < train[0]["loss"] and train[-1]["rewards/margins"] > train[0]["rewards/margins"]
+    assert (out / "final" / "model.safetensors").is_file() and "eval_rewards/margins" in evals[-1]
+
+
+@pytest.mark.parametrize(
+    "script, recipe", [("recipes/dpo.py", TINY), ("recipes/kto.py", TINY_KTO)], ids=["dpo", "kto"]
+)
+def test_lora_trains_the_adapter_under_two_processes(chat_model, tmp_path, script, recipe):
+    out = tmp_path / "lora"
+    launcher = (ACCELERATE, "launch", "--config_file", "accelerate_configs/ddp.yaml", "--mixed_precision", "no",
+                "--num_processes", "2")  # fmt: skip
+    run_recipe(script, recipe, "--model_name_or_path", chat_model, "--output_dir", str(out),
+               "--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj",
+               "--max_steps", "2", "--eval_strategy", "no", "--eval_on_start", "false", launcher=launcher)  # fmt: skip
+    assert (out / "final" / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "final" / "adapter_config.json").read_text())["base_model_name_or_path"] == chat_model
+
+
+PROMPT = {"prompt": [{"role": "user", "content": "What lowers preload?"}]}
+A, B = [{"role": "assistant", "content": "A"}], [{"role": "assistant", "content": "B"}]
+USER = [{"role": "user", "content": "A"}]
+GOOD = {"preference": {**PROMPT, "chosen": A, "rejected": B}, "unpaired": {**PROMPT, "completion": B, "label": False}}
+RECIPES = {"preference": ("recipes/dpo.py", TINY), "unpaired": ("recipes/kto.py", TINY_KTO)}
+
+
+@pytest.mark.parametrize(
+    "layout, row, words",
+    [
+        ("preference", {**PROMPT, "chosen": A, "rejected": A}, "chosen and rejected are the same answer"),
+        ("preference", {**PROMPT, "rejected": B}, "no 'chosen'"),
+        ("preference", {**PROMPT, "chosen": USER, "rejected": B}, "the last turn of chosen is not the assistant's"),
+        ("unpaired", {**PROMPT, "completion": A, "label": "yes"}, 'label "yes" is not true or false'),
+        ("unpaired", {**PROMPT, "completion": A, "label": 1}, "label 1 is not true or false"),
+        ("unpaired", {**PROMPT, "completion": USER, "label": True}, "the last turn of completion is not the assistant's"),
+        ("unpaired", {**PROMPT, "label": True}, "no 'completion'"),
+    ],
+    ids=["chosen equals rejected", "no chosen", "chosen not the assistant's", "label a word", "label a number",
+         "completion not the assistant's", "no completion"],
+)  # fmt: skip
+def test_a_bad_preference_row_is_one_line_naming_its_file_and_line(chat_model, tmp_path, layout, row, words):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(GOOD[layout]) + "\n" + json.dumps(row) + "\n")
+    script, recipe = RECIPES[layout]
+    result = run(PYTHON, script, recipe, "--model_name_or_path", chat_model, "--output_dir", str(tmp_path / "o"),
+                 "--dataset_mixture", f"{{sources: [{{path: {data}, format: {layout}}}]}}", "--eval_sets", "null",
+                 "--eval_strategy", "no", "--eval_on_start", "false", timeout=300)  # fmt: skip
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-1500:]
+    assert errors[0].startswith(f"error: {data} line 2: {words}"), errors
+    assert not Path(tmp_path / "o" / "final").exists()
+
+
+def test_a_dpo_recipe_refuses_sources_that_are_not_pairs(tmp_path):
+    with pytest.raises(UserError, match="format usmle is not what DPO trains on"):
+        parse_recipe("dpo", [TINY, "--eval_sets", "{x: {path: data/usmle_sample/test.jsonl, format: usmle}}"])
+
+
+def test_unpaired_answers_follow_their_pairs_chosen_first(tmp_path, capsys):
+    out = tmp_path / "unpaired.jsonl"
+    cli.main(["pairs", "--mcq", str(ROOT / "data/usmle_sample/train.jsonl"), "--out", str(out), "--layout", "unpaired",
+              "--system-prompt", SYSTEM])  # fmt: skip
+    answers = [json.loads(line) for line in out.read_text().splitlines()]
+    pairs = [json.loads(line) for line in (ROOT / "data/usmle_sample/pairs_train.jsonl").read_text().splitlines()]
+    assert len(answers) == 2 * len(pairs)
+    for pair, chosen, rejected in zip(pairs, answers[::2], answers[1::2], strict=True):
+        assert chosen == {"id": pair["id"], "prompt": pair["prompt"], "completion": pair["chosen"], "label": True}
+        assert rejected == {**chosen, "completion": pair["rejected"], "label": False}
+    assert out.read_text() == (ROOT / "data/usmle_sample/unpaired_train.jsonl").read_text()
+    assert "120 answers (60 pairs split)" in capsys.readouterr().out
+    assert unpaired([]) == []
+
+
+ROWS = usmle.load_mcq(ROOT / "data/usmle_sample/test.jsonl", answered=True).to_list()[:5]
+
+
+def _answer(row, letter: str) -> str:
+    return f"{letter}. {usmle.option_map(row)[letter]}"
+
+
+def test_on_policy_pairs_set_a_right_sample_against_a_wrong_one_and_count_the_rest():
+    wrong = [next(x for x in usmle.letters_for(row) if x != row["answer"]) for row in ROWS]
+    samples = [
+        [_answer(ROWS[0], ROWS[0]["answer"])] * 3,  # every sample right: left out
+        [_answer(ROWS[1], wrong[1]), "I cannot tell."],  # every sample wrong (one names no letter): left out
+        [_answer(ROWS[2], wrong[2]), _answer(ROWS[2], ROWS[2]["answer"]), _answer(ROWS[2], wrong[2])],
+        ["no letter here", f" {_answer(ROWS[3], ROWS[3]['answer'])} "],  # an answer naming none is wrong
+        [_answer(ROWS[4], ROWS[4]["answer"]), _answer(ROWS[4], wrong[4])],
+    ]
+    pairs, left_out = on_policy_pairs(ROWS, samples, system_prompt=SYSTEM, seed=1)
+    assert left_out == {"all right": 1, "all wrong": 1}
+    assert [p["id"] for p in pairs] == [ROWS[i]["id"] for i in (2, 3, 4)]
+    for pair, i in zip(pairs, (2, 3, 4), strict=True):
+        row = ROWS[i]
+        assert pair["prompt"] == usmle.chat_messages(row, system_prompt=SYSTEM)
+        chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
+        assert chosen == _answer(row, row["answer"]) and chosen.strip() == chosen  # the sample, stripped
+        assert usmle.extract_answer(rejected, usmle.letters_for(row)) != row["answer"]
+        assert rejected in [s.strip() for s in samples[i]]
+    assert on_policy_pairs(ROWS, samples, system_prompt=SYSTEM, seed=1) == (pairs, left_out)  # seeded
+
+
+def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_path, capsys):
+    from medrecipes.outputs import written_about
+
+    out = tmp_path / "pairs.jsonl"
+    argv = ["pairs", "--mcq", str(ROOT / "data/usmle_sample/test.jsonl"), "--model", chat_model, "--samples", "3",
+            "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    cli.main(argv)
+    printed = capsys.readouterr().out
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = {row["id"]: row for row in usmle.load_mcq(ROOT / "data/usmle_sample/test.jsonl", answered=True)}
+    about = written_about(str(out))  # the card's account of how the pairs were made
+    left_out = re.search(
+        r"(\d+) questions left out where every sample was right, (\d+) where every one was wrong", about
+    )
+    assert len(pairs) + int(left_out[1]) + int(left_out[2]) == len(rows) and f"{len(pairs)} pairs written" in printed
+    assert about.startswith(f"on-policy: {chat_model}'s own answers to 20 questions") and about in printed
+    for pair in pairs:
+        row = rows[pair["id"]]
+        assert usmle.extract_answer(pair["chosen"][0]["content"], usmle.letters_for(row)) == row["answer"]
+        assert pair["chosen"] != pair["rejected"]
+    with pytest.raises(SystemExit) as info:
+        cli.main([*argv[:-2], "--out", str(tmp_path / "again.jsonl"), "--temperature", "0"])
+    assert info.value.code == 2 and "--temperature must be a positive number" in capsys.readouterr().err
+
+
+def test_kto_recipes_are_told_apart_by_their_data_and_keys(tmp_path):
+    assert recipe_method(TINY_KTO) == "kto"
+    recipe, args, _ = parse_recipe("kto", [TINY_KTO])
+    assert args.loss_type == "kto" and recipe.mixture.sources[0].format == "unpaired"
+    pairs_with_kto_keys = tmp_path / "kto.yaml"
+    pairs_with_kto_keys.write_text(Path(TINY).read_text() + "desirable_weight: 1.33\n")
+    assert recipe_method(str(pairs_with_kto_keys)) == "kto" and recipe_method(TINY) == "dpo"
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["--per_device_train_batch_size", "1"], "KTO's KL estimate needs at least 2 answers per device batch"),
+        (["--train_sampling_strategy", "random"], "train_sampling_strategy random: KTO's KL estimate pairs"),
+        (["--dataset_mixture", "{sources: [{path: data/usmle_sample/unpaired_train.jsonl, format: unpaired}, "
+          "{path: data/usmle_sample/pairs_train.jsonl, format: preference}]}"], "mixes preference and unpaired"),
+        (["--eval_sets", "{x: {path: data/usmle_sample/test.jsonl, format: usmle}}"],
+         "format usmle is not what KTO trains on; give format: preference or format: unpaired rows"),
+    ],
+    ids=["batch of one", "random order", "two layouts", "questions"],
+)  # fmt: skip
+def test_a_kto_recipe_refuses_what_its_trainer_would_fail_on_later(overrides, words):
+    with pytest.raises(UserError, match=words):
+        parse_recipe("kto", [TINY_KTO, *overrides])
+
+
+def test_kto_starts_at_one_half_and_learns_its_answers(chat_model, tmp_path):
+    out = tmp_path / "run"
+    run_recipe("recipes/kto.py", TINY_KTO, "--model_name_or_path", chat_model, "--output_dir", str(out),
+               "--max_steps", "20", "--eval_steps", "20", "--logging_steps", "4")  # fmt: skip
+    history = log_history(out)
+    evals = [e for e in history if "eval_rewards/margins" in e]
+    # Before a step the policy is its own reference: every reward is 0 and KTO's loss 1 - sigmoid(0).
+    assert evals[0]["step"] == 0 and evals[0]["eval_pairs_test_loss"] == pytest.approx(0.5, abs=1e-4)
+    assert evals[0]["eval_rewards/chosen"] == pytest.approx(0, abs=1e-4)
+    # The eval pairs were split with each chosen answer beside its rejected one: every batch has both.
+    assert len(evals) == 2 and "eval_rewards/margins" in evals[-1]
+    train = [e for e in history if "rewards/margins" in e and "loss" in e]
+    assert train[-1]["loss"] < train[0]["loss"] and train[-1]["rewards/margins"] > train[0]["rewards/margins"]
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_the_card_names_the_preference_data_and_how_it_was_made(tmp_path, capsys):
+    from medrecipes.hub import model_card
+
+    made = tmp_path / "pairs.jsonl"
+    cli.main(["pairs", "--mcq", str(ROOT / "data/usmle_sample/train.jsonl"), "--out", str(made), "--seed", "7"])
+    capsys.readouterr()
+    copied = tmp_path / "copied.jsonl"
+    copied.write_text(made.read_text())  # the same rows, but not a file `pairs` wrote
+    cards = {}
+    for path in (made, copied):
+        recipe, args, model_args = parse_recipe(
+            "dpo", [TINY, "--dataset_mixture", f"{{sources: [{{path: {path}, format: preference}}]}}"]
+        )
+        summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:01:00", "final_train_loss": 0.6}
+        card = model_card(
+            "med/x",
+            "dpo",
+            recipe,
+            model_args,
+            args,
+            summary,
+            {},
+            "1 x CPU, 1 node, one process",
+            "python recipes/dpo.py",
+        )
+        cards[path] = str(card)
+    assert f"| `{made}` |" in cards[made] and "| preference |" in cards[made]
+    assert (
+        f"- `{made}`: the gold answer of each of 60 questions of {ROOT / 'data/usmle_sample/train.jsonl'} chosen "
+        "against a wrong option drawn with seed 7"
+    ) in cards[made]
+    assert f"- `{copied}`: not recorded (not written by `medrecipes pairs`)" in cards[copied]
