@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo clean
+.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -176,6 +176,13 @@ real-check: install
 # stage skipped). Figures: docs/real-model.md, benchmarks/results/real_preference_gemma3_270m.md.
 real-check-dpo: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_preference_gemma.py $(ARGS)
+
+# Calibration of SmolLM2 and of Gemma 3 270M at every stage of its check on MedQA, MedMCQA,
+# PubMedQA and MMLU medical; temperature scaling; GRPO with an abstention reward (runs the Gemma
+# check and its DPO stage first, finished stages skipped). Figures: docs/evaluation.md,
+# benchmarks/results/real_calibration.md.
+real-check-calibration: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_calibration.py $(ARGS)
 
 eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)

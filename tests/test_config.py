@@ -498,7 +498,10 @@ def test_plan_refuses_an_evaluation_recipe(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["plan", str(ROOT / "recipes/tiny_eval.yaml")])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "a recipe for recipes/evaluate.py; this command takes a cpt, sft or grpo" in err
+    assert (
+        info.value.code == 2
+        and "a recipe for recipes/evaluate.py; this command takes a cpt, sft, grpo, dpo or kto recipe" in err
+    )
 
 
 def _recipe_table() -> dict[str, str]:

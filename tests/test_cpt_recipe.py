@@ -73,15 +73,15 @@ def test_eval_tasks_log_their_accuracy_at_each_evaluation(tiny_run):
 
 def test_the_report_of_a_real_run(tiny_run, tmp_path):
     """`medrecipes report` on what the recipe wrote: loss against tokens seen, the eval task's
-    accuracy with its interval, by subject at the best and last evaluation, throughput; and the
-    run's record (script, resolved recipe, data mixture)."""
+    accuracy with its interval, by subject at the best and last evaluation, the calibration of
+    the last evaluation, throughput; and the run's record (script, resolved recipe, data mixture)."""
     from medrecipes.report import read_inputs, write_report
 
     (run,), _ = read_inputs([str(tiny_run)])
     assert run.record["script"] == "recipes/cpt.py" and run.record["recipe"]["max_steps"] == 12
     assert sorted(run.reports) == [0, 4, 8, 12] and run.best_step in (4, 8, 12)
     images = write_report([str(tiny_run)], str(tmp_path / "report.html"))
-    assert sorted(images) == ["accuracy", "loss", "subjects", "throughput"]
+    assert sorted(images) == ["accuracy", "calibration", "loss", "subjects", "throughput"]
     page = (tmp_path / "report.html").read_text()
     assert "data/usmle_sample/train.jsonl" in page and "recipes/cpt.py" in page
 

@@ -189,8 +189,9 @@ def test_generate_mode_reads_the_answers_the_model_gives(tiny_model):
     report = score(ROWS, completions, stopped)
     assert report["stopped"] == 1.0
     assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "D", None]
-    assert report["accuracy"] == 0.5 and report["unparseable"] == 0.25
-    assert report["subjects"]["cardiology"]["accuracy"] == 0.5  # q1 right, q4 unparseable
+    # "Unsure." declines to answer: an abstention, counted apart from replies that name nothing.
+    assert report["accuracy"] == 0.5 and report["abstained"] == 0.25 and report["unparseable"] == 0.0
+    assert report["subjects"]["cardiology"]["accuracy"] == 0.5  # q1 right, q4 abstained
 
 
 def test_chat_prompt_puts_few_shot_examples_before_the_question(tiny):

@@ -32,6 +32,7 @@ RECIPES = {
     "sft": "recipes/tiny_sft.yaml",
     "grpo": "recipes/tiny_grpo.yaml",
     "dpo": "recipes/tiny_dpo.yaml",
+    "kto": "recipes/tiny_kto.yaml",
 }
 
 
@@ -247,6 +248,7 @@ def sandbox(tmp_path_factory, tiny_model):
     model = shutil.copytree(tiny_model, root / "model")
     (root / "notes.jsonl").write_text("".join(f'{{"text": "note {i} on iron deficiency anemia"}}\n' for i in range(8)))
     shutil.copy(ROOT / "data/usmle_sample/test.jsonl", root / "questions.jsonl")
+    shutil.copy(ROOT / "data/usmle_sample/train.jsonl", root / "other-questions.jsonl")
     recipe = yaml.safe_load((ROOT / RECIPES["cpt"]).read_text())
     recipe.update(model_name_or_path=str(model), output_dir=str(root / "run"))
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
@@ -266,6 +268,9 @@ def sandbox(tmp_path_factory, tiny_model):
         "recipe": str(root / "recipe.yaml"),
         "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file
         "--mcq": str(root / "questions.jsonl"),
+        "--dev": str(root / "questions.jsonl"),
+        "--held-out": str(root / "other-questions.jsonl"),
+        "--data-dir": str(root),
         "--train": str(root / "notes.jsonl"),
         "--eval": str(root / "questions.jsonl"),
         "--drop": str(root / "new-kept.jsonl"),
@@ -313,7 +318,34 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
         "--output",
         "{--output}",
     ],
-    "pairs": ["pairs", "--mcq", "{--mcq}", "--out", "{--out}"],
+    "pairs": [
+        "pairs",
+        "--mcq",
+        "{--mcq}",
+        "--model",
+        "{--model}",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "2",
+        "--out",
+        "{--out}",
+    ],  # fmt: skip
+    "calibrate": [
+        "calibrate",
+        "--model",
+        "{--model}",
+        "--task",
+        "usmle",
+        "--dev",
+        "{--dev}",
+        "--held-out",
+        "{--held-out}",
+        "--data-dir",
+        "{--data-dir}",
+        "--limit",
+        "4",
+    ],  # fmt: skip
     "tiny-model": [
         "tiny-model",
         "{out_dir}",

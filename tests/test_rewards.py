@@ -55,6 +55,35 @@ def test_accuracy_on_plain_and_chat_completions(completion, expected):
     assert call(func, [chat(completion)]) == [expected]
 
 
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        ("A. Aortic stenosis", 1.0),
+        ("I don't know.", 0.25),
+        ("I do not know which of these it is", 0.25),
+        ("I am not sure.", 0.25),
+        ("I can't answer this without an echocardiogram.", 0.25),
+        ("I don't know, but A", 0.0),  # a hedge that names a letter: not an abstention
+        ("I'm not sure, probably B", 0.0),
+        ("B. Mitral stenosis", 0.0),
+        ("A or B", 0.0),  # a hedge is neither
+        ("", 0.0),
+    ],
+)
+def test_accuracy_or_abstain_pays_a_set_amount_for_an_explicit_abstention(completion, expected):
+    func = get_reward("accuracy_or_abstain", abstain_reward=0.25)
+    assert call(func, [completion]) == [expected]
+    assert call(func, [chat(completion)]) == [expected]
+    assert func.__name__ == "accuracy_or_abstain"
+    assert call(func, [completion], answer=None) == [None]
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, "0.25", True, 2])
+def test_accuracy_or_abstain_refuses_an_abstention_reward_outside_0_to_1(value):
+    with pytest.raises(UserError, match="abstain_reward must be a number from 0 up to 1"):
+        get_reward("accuracy_or_abstain", abstain_reward=value)
+
+
 def test_accuracy_is_none_where_a_row_has_no_gold_letter():
     func = get_reward("usmle_accuracy")
     out = func(completions=["A", "A", "B"], answer=[None, "A", ""], options=[OPTIONS] * 3)

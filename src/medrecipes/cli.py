@@ -1,5 +1,6 @@
 """The `medrecipes` command: validate a recipe, plan a run, build and check its data, evaluate a
-model, build a tiny model, merge a LoRA adapter, try a model.
+model and calibrate its confidence, build preference data, build a tiny model, merge a LoRA
+adapter, try a model.
 
 examples:
 medrecipes validate recipes/gemma3_4b.yaml
@@ -10,7 +11,9 @@ medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
 medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
 medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
 medrecipes perplexity --model outputs/demo/cpt/final --data data/medical_text/eval.jsonl
+medrecipes calibrate --model outputs/demo/sft/final --task medqa_4opt --dev data/usmle_sample/train.jsonl --held-out data/usmle_sample/test.jsonl
 medrecipes pairs --mcq data/usmle_sample/train.jsonl --out outputs/pairs/train.jsonl
+medrecipes pairs --mcq data/usmle_sample/train.jsonl --model outputs/demo/sft/final --samples 4 --layout unpaired --out outputs/pairs/kto.jsonl
 medrecipes tiny-model /tmp/tiny --arch llama
 medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
 medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
@@ -212,6 +215,27 @@ def cmd_eval(args) -> None:
 
     setup_logging()
     print(format_table(run_evaluation(parse_eval_args(args.overrides))["tasks"]))
+
+
+def cmd_calibrate(args) -> None:
+    from medrecipes.evaluation import calibration_table, run_calibration
+    from medrecipes.logs import setup_logging
+
+    setup_logging()
+    for flag, value in (("limit", args.limit), ("batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise UserError(f"calibrate: --{flag} must be at least 1, got {value}")
+    found = run_calibration(
+        args.model, args.task, args.dev, args.held_out, args.data_dir, args.limit, args.batch_size, args.overwrite
+    )
+    fit, held = found["fitted_on"], found["held_out"]
+    print(
+        f"temperature {found['temperature']:.3f}, fitted on {fit['questions']} questions of {fit['source']} "
+        f"(NLL {fit['nll_before']:.3f} -> {fit['nll_after']:.3f}); saved in {args.model}/calibration.json, "
+        f"where medrecipes eval finds it\n\n{held['questions']} held-out questions of {held['source']}:\n"
+    )
+    calibration = found["report"]["calibration"]
+    print(calibration_table([(args.task, v, calibration[v]) for v in ("acc", "acc_temperature_scaled")]))
 
 
 def cmd_perplexity(args) -> None:
@@ -489,6 +513,21 @@ def make_parser() -> argparse.ArgumentParser:
     pairs.add_argument("--seed", type=int, default=42, help="draws the samples and the answers paired (default 42)")
     pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
     pairs.set_defaults(func=cmd_pairs)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="fit a temperature to a model's answer probabilities and save it with the model"
+    )
+    calibrate.add_argument(
+        "--model", type=input_path, required=True, help="a local model folder (the file goes there)"
+    )
+    calibrate.add_argument("--task", required=True, help="the task whose questions are scored, e.g. medmcqa")
+    calibrate.add_argument("--dev", type=input_path, required=True, help="questions to fit on, not trained on")
+    calibrate.add_argument("--held-out", type=input_path, help="questions to measure on (default: the task's)")
+    calibrate.add_argument("--data-dir", type=input_path, help="the ../shared/data layout, for the task's own data")
+    calibrate.add_argument("--limit", type=int, help="the first N questions of each set")
+    calibrate.add_argument("--batch-size", type=int, default=8)
+    calibrate.add_argument("--overwrite", action="store_true", help="replace an earlier calibration.json")
+    calibrate.set_defaults(func=cmd_calibrate)
 
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir", type=output_path)

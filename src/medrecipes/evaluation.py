@@ -23,9 +23,18 @@ from collections import defaultdict
 import torch
 from tqdm.auto import tqdm
 
+from medrecipes import calibration as cal
 from medrecipes.errors import UserError
 from medrecipes.outputs import claim_output, staged
-from medrecipes.usmle import LETTERS, chat_messages, extract_answer, letters_for, option_map, sft_target
+from medrecipes.usmle import (
+    LETTERS,
+    chat_messages,
+    extract_answer,
+    is_abstention,
+    letters_for,
+    option_map,
+    sft_target,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -184,15 +193,51 @@ def score(rows, completions: list[str], stopped: list[bool] | None = None) -> di
                 "completion": completion,
             }
         )
+    for prediction, row in zip(predictions, rows, strict=True):
+        prediction["abstained"] = is_abstention(
+            prediction["completion"], letters_for(row), list(option_map(row).values())
+        )
     n = len(predictions)
     report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
-    unparseable = sum(p["predicted"] is None for p in predictions)
+    unparseable = sum(p["predicted"] is None and not p["abstained"] for p in predictions)
     f1 = macro_f1([p["answer"] for p in predictions], [p["predicted"] for p in predictions])
     if stopped is not None:
         for prediction, stop in zip(predictions, stopped, strict=True):
             prediction["stopped"] = stop
         report["stopped"] = sum(stopped) / n if n else 0.0
-    return {**report, **f1, "unparseable": unparseable / n if n else 0.0, "predictions": predictions}
+    abstained = sum(p["abstained"] for p in predictions)
+    return {
+        **report,
+        **f1,
+        "unparseable": unparseable / n if n else 0.0,
+        "abstained": abstained / n if n else 0.0,
+        "predictions": predictions,
+    }
+
+
+def score_votes(rows, completions: list[str], stopped: list[bool], samples: int) -> dict:
+    """Generate mode with `samples` sampled answers a question (in row order, each row's together):
+    the answer is the most frequent letter (of equal counts, the first in option order), given as
+    the first sample that named it, and scored as `score` scores one answer; its confidence is
+    the share of samples that named it, whose calibration is reported (medrecipes.calibration)."""
+    chosen, ends, votes_by_row, probabilities, smoothed, gold = [], [], [], [], [], []
+    for i, row in enumerate(rows):
+        answers, stops = completions[i * samples : (i + 1) * samples], stopped[i * samples : (i + 1) * samples]
+        letters = letters_for(row)
+        votes = [extract_answer(a, letters, options=list(option_map(row).values())) for a in answers]
+        shares = cal.vote_probabilities(votes, letters)
+        pick = votes.index(letters[_first_argmax(list(shares))]) if shares.max() > 0 else 0
+        chosen.append(answers[pick])
+        ends.append(stops[pick])
+        votes_by_row.append(votes)
+        probabilities.append(shares)
+        smoothed.append(cal.smoothed_votes(votes, letters))
+        gold.append(letters.index(row["answer"]))
+    report = score(rows, chosen, ends)
+    for prediction, votes in zip(report["predictions"], votes_by_row, strict=True):
+        prediction["votes"] = votes
+    arrays = cal.question_arrays(probabilities, gold, for_nll=smoothed)
+    return {**report, "samples": samples, "calibration": {"votes": cal.calibration_report(*arrays)}}
 
 
 def evaluate_mcq(model, tokenizer, rows, **generation) -> dict:
@@ -292,9 +337,12 @@ def _first_argmax(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
 
-def score_loglik(rows, choices: list[list[str]], results: list[list[tuple[float, bool]]]) -> dict:
+def score_loglik(
+    rows, choices: list[list[str]], results: list[list[tuple[float, bool]]], temperature: float | None = None
+) -> dict:
     """acc (highest log-likelihood) and acc_norm (highest per character of the answer string, as
-    lm-eval's acc_norm) overall and by subject, with each question's log-likelihoods."""
+    lm-eval's acc_norm) overall and by subject, with each question's log-likelihoods, and the
+    calibration of both (`loglik_calibration`; `temperature`, one fitted by `medrecipes calibrate`)."""
     predictions = []
     for row, row_choices, row_results in zip(rows, choices, results, strict=True):
         logliks = [loglik for loglik, _ in row_results]
@@ -315,7 +363,35 @@ def score_loglik(rows, choices: list[list[str]], results: list[list[tuple[float,
     for subject, result in report["subjects"].items():
         result["acc_norm"] = norm["subjects"][subject]["accuracy"]
     f1 = macro_f1([p["answer"] for p in predictions], [p["predicted"] for p in predictions])
-    return {**report, **f1, "acc_norm": norm["accuracy"], "acc_norm_ci95": norm["ci95"], "predictions": predictions}
+    calibration = loglik_calibration(predictions, choices, temperature)
+    return {
+        **report,
+        **f1,
+        "acc_norm": norm["accuracy"],
+        "acc_norm_ci95": norm["ci95"],
+        "calibration": calibration,
+        "predictions": predictions,
+    }
+
+
+def loglik_calibration(predictions: list[dict], choices: list[list[str]], temperature: float | None = None) -> dict:
+    """Calibration of the answers' probabilities over the options (medrecipes.calibration): for
+    the acc ranking (softmax of the log-likelihoods), the acc_norm ranking (per character) and,
+    given a fitted temperature, the acc ranking scaled by it."""
+    gold = [LETTERS.index(p["answer"]) for p in predictions]
+    variants = {"acc": (False, 1.0), "acc_norm": (True, 1.0)}
+    if temperature is not None:
+        variants["acc_temperature_scaled"] = (False, temperature)
+    found = {}
+    for name, (per_character, t) in variants.items():
+        probabilities = [
+            cal.loglik_probabilities(p, c if per_character else None, t)
+            for p, c in zip(predictions, choices, strict=True)
+        ]
+        found[name] = cal.calibration_report(*cal.question_arrays(probabilities, gold))
+    if temperature is not None:
+        found["acc_temperature_scaled"]["temperature"] = temperature
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -332,8 +408,12 @@ def evaluate_task(
     max_length: int | None = None,
     generation: dict | None = None,
     progress: bool = False,
+    temperature: float | None = None,
 ) -> dict:
-    """Score one `eval_tasks.TaskData`; the report also records the source, mode and one full prompt."""
+    """Score one `eval_tasks.TaskData`; the report also records the source, mode and one full
+    prompt. Loglik: `temperature`, one fitted by `medrecipes calibrate`, adds temperature-scaled
+    calibration. Generate: `generation["samples"]` above 1 answers by majority of that many
+    sampled answers (`score_votes`)."""
     task, rows = data.task, data.rows
     shots = [data.shots(row, num_fewshot) for row in rows]
     if mode == "loglik":
@@ -345,11 +425,23 @@ def evaluate_task(
         for cs in choices:
             grouped.append(flat[start : start + len(cs)])
             start += len(cs)
-        report = {**score_loglik(rows, choices, grouped), "example_continuations": [f" {c}" for c in choices[0]]}
+        report = {
+            **score_loglik(rows, choices, grouped, temperature),
+            "example_continuations": [f" {c}" for c in choices[0]],
+        }
         example = contexts[0]
     elif mode == "generate":
         settings = {"batch_size": batch_size, **(generation or {})}
-        report = score(rows, *generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
+        samples = settings.pop("samples", 1)
+        if samples > 1:
+            repeated, repeated_shots = (
+                [r for r in rows for _ in range(samples)],
+                [s for s in shots for _ in range(samples)],
+            )
+            answers = generate_answers(model, tokenizer, repeated, shots=repeated_shots, progress=progress, **settings)
+            report = score_votes(rows, *answers, samples)
+        else:
+            report = score(rows, *generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
         example = chat_prompt(
             tokenizer,
             rows[0],
@@ -364,26 +456,46 @@ def evaluate_task(
 
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
     """The scalars a trainer logs for each task: <prefix>_<task>_acc, _macro_f1, and _acc_norm or
-    _unparseable and _stopped (the share of replies that ended at a stop token)."""
+    _unparseable, _abstained and _stopped (the share of replies that ended at a stop token); and the
+    calibration of the acc ranking (or of sampled answers' votes): _ece, _brier, _nll, _auroc."""
     metrics = {}
     for name, report in reports.items():
         metrics[f"{prefix}_{name}_acc"] = report["accuracy"]
-        for key in ("macro_f1", "acc_norm", "unparseable", "stopped"):
+        for key in ("macro_f1", "acc_norm", "unparseable", "abstained", "stopped"):
             if key in report:
                 metrics[f"{prefix}_{name}_{key}"] = report[key]
+        found = cal.headline(report.get("calibration", {}))
+        for key in ("ece", "brier", "nll", "auroc"):
+            if found.get(key) is not None:
+                metrics[f"{prefix}_{name}_{key}"] = found[key]
     return metrics
 
 
 def format_report(name: str, report: dict) -> str:
     lo, hi = report["ci95"]
     extra = f", {report['unparseable']:.1%} unparseable" if "unparseable" in report else ""
+    extra += f", {report['abstained']:.1%} abstained" if report.get("abstained") else ""
     extra += f", {report['stopped']:.1%} ended at a stop token" if "stopped" in report else ""
     extra += f", acc_norm {report['acc_norm']:.1%}" if "acc_norm" in report else ""
     extra += f", macro-F1 {report['macro_f1']:.3f}" if "macro_f1" in report else ""
     lines = [f"{name}: accuracy {report['accuracy']:.1%} (95% CI {lo:.1%}-{hi:.1%}) on {report['n']} questions{extra}"]
+    for variant, found in report.get("calibration", {}).items():
+        lines.append(f"  calibration ({variant}): {format_calibration(found)}")
     for subject, result in report["subjects"].items():
         lines.append(f"  {subject:<24} {result['accuracy']:6.1%}  n={result['n']}")
     return "\n".join(lines)
+
+
+def format_calibration(found: dict) -> str:
+    """One line: ECE, Brier, NLL, AUROC and selective accuracy, each with its 95% interval."""
+    selective = ", ".join(
+        f"{c:.0%}: {cal.with_interval(found, f'selective_accuracy@{c:g}', '.1%')}" for c in cal.COVERAGES
+    )
+    return (
+        f"ECE {cal.with_interval(found, 'ece', '.3f')}, Brier {cal.with_interval(found, 'brier', '.3f')}, NLL {cal.with_interval(found, 'nll', '.3f')}, "
+        f"AUROC {cal.with_interval(found, 'auroc', '.3f')}; accuracy of the most confident (coverage {selective}), "
+        f"area under the accuracy-coverage curve {cal.with_interval(found, 'aurc_accuracy', '.3f')}"
+    )
 
 
 def format_table(reports: dict[str, dict]) -> str:
@@ -409,7 +521,38 @@ def format_table(reports: dict[str, dict]) -> str:
         lines.append(line(name, report["mode"], report))
         if len(report["subjects"]) > 1:
             lines += [line(f"  {name} / {s}", report["mode"], r) for s, r in report["subjects"].items()]
+    calibrated = [(name, v, found) for name, r in reports.items() for v, found in r.get("calibration", {}).items()]
+    if calibrated:
+        lines += ["", calibration_table(calibrated)]
     return "\n".join(lines)
+
+
+def calibration_table(rows: list[tuple[str, str, dict]]) -> str:
+    """A markdown table of calibration reports, one per (task, confidence variant, report)."""
+    head = (
+        "| task | confidence from | mean confidence | ECE | Brier | NLL | AUROC | acc @50% | acc @80% | acc @90% "
+        "| area acc-coverage |\n|---|---|---:|---|---|---|---|---|---|---|---|"
+    )
+    return "\n".join([head, *(_calibration_row(*row) for row in rows)])
+
+
+def _calibration_row(name: str, variant: str, found: dict) -> str:
+    """A row of `calibration_table`: each figure with its 95% interval."""
+    cells = [cal.with_interval(found, key, ".3f") for key in ("ece", "brier", "nll", "auroc")]
+    cells += [cal.with_interval(found, f"selective_accuracy@{c:g}", ".1%") for c in cal.COVERAGES]
+    cells.append(cal.with_interval(found, "aurc_accuracy", ".3f"))
+    return (
+        f"| {name} | {VARIANTS.get(variant, variant)} | {found['mean_confidence']:.3f} | " + " | ".join(cells) + " |"
+    )
+
+
+# What each calibration report's confidence is, in the tables.
+VARIANTS = {
+    "acc": "option log-likelihoods (softmax)",
+    "acc_norm": "per-character log-likelihoods",
+    "acc_temperature_scaled": "log-likelihoods / fitted temperature",
+    "votes": "agreement of sampled answers",
+}
 
 
 def lm_eval_agreement(report: dict, samples: list[dict]) -> dict:
@@ -537,13 +680,16 @@ def run_evaluation(args) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
         "top_p": args.top_p,
+        "samples": args.samples,
     }
+    fitted = cal.read_temperature(args.model_name_or_path)  # saved with the model by `medrecipes calibrate`
     reports = {}
     for name, data in tasks.items():
         logger.info("%s: %d questions from %s, %s mode", name, len(data.rows), data.source, args.mode)
         reports[name] = evaluate_task(
-            model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True
-        )
+            model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True,
+            fitted,
+        )  # fmt: skip
     settings = {
         "model": args.model_name_or_path,
         "mode": args.mode,
@@ -555,6 +701,7 @@ def run_evaluation(args) -> dict:
         "device": str(next(model.parameters()).device),
         "seed": args.seed,
         **(generation if args.mode == "generate" else {}),
+        **({"calibration_temperature": fitted} if fitted is not None and args.mode == "loglik" else {}),
     }
     results = {"tasks": reports, "settings": settings, "versions": _versions(), "wall_time_s": time.time() - started}
     if args.output:
@@ -562,3 +709,66 @@ def run_evaluation(args) -> dict:
             json.dump(results, f, indent=1)
         logger.info("results written to %s", args.output)
     return results
+
+
+def run_calibration(
+    model_path: str,
+    task: str,
+    dev: str,
+    held_out: str | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 8,
+    overwrite: bool = False,
+) -> dict:
+    """Temperature scaling (`medrecipes calibrate`): fit one temperature to the option
+    log-likelihoods of the `dev` questions of `task` (questions the model did not train on),
+    measure calibration before and after on the held-out questions (`held_out`, else the task's
+    own evaluation data), and save the temperature with the model (calibration.json), where
+    `medrecipes eval` finds it."""
+    from medrecipes.eval_tasks import load_task
+
+    if not os.path.isdir(model_path):
+        raise UserError(
+            f"calibrate: {model_path} is not a local model folder; the temperature is saved with the model"
+        )
+    target = os.path.join(model_path, cal.TEMPERATURE_FILE)
+    claim_output(target, "calibration", "calibrate", [dev, *([held_out] if held_out else [])], overwrite)
+    fit_data = load_task(task, data=dev, limit=limit)
+    test_data = load_task(task, data=held_out, data_dir=data_dir, limit=limit)
+    if {r["question"] for r in fit_data.rows} & {r["question"] for r in test_data.rows}:
+        raise UserError(
+            f"calibrate: the development questions ({fit_data.source}) and the held-out ones ({test_data.source}) "
+            "share questions; fit on questions that are not measured"
+        )
+    model, tokenizer = load_for_evaluation(model_path)
+    fitted = evaluate_task(model, tokenizer, fit_data, "loglik", batch_size=batch_size, progress=True)
+    logliks = [p["logliks"] for p in fitted["predictions"]]
+    gold = [LETTERS.index(p["answer"]) for p in fitted["predictions"]]
+    temperature = cal.fit_temperature(logliks, gold)
+    measured = evaluate_task(model, tokenizer, test_data, "loglik", batch_size=batch_size, progress=True,
+                             temperature=temperature)  # fmt: skip
+    record = {
+        "temperature": temperature,
+        "task": task,
+        "fitted_on": {
+            "source": fit_data.source,
+            "questions": len(fit_data.rows),
+            "nll_before": cal.gold_nll(logliks, gold),
+            "nll_after": cal.gold_nll(logliks, gold, temperature),
+        },
+        "held_out": {
+            "source": test_data.source,
+            "questions": len(test_data.rows),
+            "before": _summary(measured["calibration"]["acc"]),
+            "after": _summary(measured["calibration"]["acc_temperature_scaled"]),
+        },
+    }
+    with staged(target, folder=False, kind="calibration") as path, open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    return {**record, "report": measured}
+
+
+def _summary(found: dict) -> dict:
+    """A calibration report's figures and intervals, without its bins and curve."""
+    return {k: v for k, v in found.items() if k not in ("bins", "coverage_curve")}

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 
+from medrecipes.calibration import COVERAGES, headline, with_interval
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
@@ -146,6 +147,36 @@ def evaluation_rows(metrics: dict) -> list[tuple[str, str]]:
     ]
 
 
+def calibration_rows(reports: dict[str, dict]) -> list[dict]:
+    """The card's calibration table, one row per task with a calibration report, and what its
+    figures mean for use, in one sentence."""
+    rows = []
+    for name, report in reports.items():
+        found = headline(report.get("calibration") or {})
+        if not found.get("n"):
+            continue
+        kept = found.get("selective_accuracy@0.8")
+        helps = kept is not None and kept > report["accuracy"]
+        trust = "is close to" if found["ece"] < 0.05 else "is not"
+        rows.append(
+            {
+                "task": name,
+                "source": "agreement of sampled answers"
+                if "votes" in report["calibration"]
+                else "option probabilities",
+                **{key: with_interval(found, key, ".3f") for key in ("ece", "brier", "nll", "auroc")},
+                **{f"at{c:g}": with_interval(found, f"selective_accuracy@{c:g}", ".1%") for c in COVERAGES},
+                "meaning": (
+                    f"On {name} the model is right {report['accuracy']:.0%} of the time; its 80% most confident answers "
+                    f"are right {kept:.0%} of the time, so sending its least confident 20% to a person "
+                    f"{'raises' if helps else 'does not raise'} the accuracy of what it answers alone; its stated "
+                    f"confidence {trust} how often it is right (ECE {found['ece']:.3f})."
+                ),
+            }
+        )
+    return rows
+
+
 def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
     """The reports as the Hub's evaluation results (`model-index` in the card's metadata)."""
     results = []
@@ -209,6 +240,7 @@ def model_card(
             (name, r.get("mode", ""), r["n"], f"{r['accuracy']:.1%}", f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%}")
             for name, r in mcq_reports.items()
         ],
+        calibration=calibration_rows(mcq_reports),
         trained_splits=sorted(
             {f"{s.path} {s.split}" + (f" ({s.data_files})" if s.data_files else "") for s in sources}
         ),

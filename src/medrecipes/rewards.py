@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 
 from medrecipes.errors import UserError, check_choice, did_you_mean
-from medrecipes.usmle import LETTERS, extract_answer
+from medrecipes.usmle import LETTERS, extract_answer, is_abstention
 
 REWARDS: dict[str, Callable] = {}
 
@@ -178,6 +178,31 @@ def usmle_accuracy(completions, answer, options=None, **kwargs) -> list[float | 
             continue
         given = extract_answer(completion_text(completion), _letters(opts), options=opts)
         rewards.append(1.0 if given == gold else 0.0)
+    return rewards
+
+
+@reward
+def accuracy_or_abstain(abstain_reward: float = 0.25):
+    """1 for the gold letter, `abstain_reward` for an explicit "I don't know" that names no option
+    (`usmle.is_abstention`), 0 for a wrong or unreadable answer; None for a row without gold. Paying
+    less for abstaining than for a right answer and more than for a wrong one lets a model learn to
+    abstain where it would likely be wrong (its expected reward for answering is its chance of
+    being right), as abstention-aware rewards for medical QA propose."""
+    if isinstance(abstain_reward, bool) or not isinstance(abstain_reward, int | float) or not 0 <= abstain_reward < 1:
+        raise UserError(
+            f"reward 'accuracy_or_abstain': abstain_reward must be a number from 0 up to 1 (a right answer's "
+            f"reward), got {abstain_reward!r}"
+        )
+    return BoundReward("accuracy_or_abstain", _accuracy_or_abstain, abstain_reward=float(abstain_reward))
+
+
+def _accuracy_or_abstain(completions, answer, abstain_reward: float, options=None, **kwargs) -> list[float | None]:
+    rewards = []
+    right = usmle_accuracy(completions, answer, options)
+    for completion, score, opts in zip(completions, right, _per_row(options, len(completions)), strict=True):
+        if score == 0.0 and is_abstention(completion_text(completion), _letters(opts), opts):
+            score = abstain_reward
+        rewards.append(score)
     return rewards
 
 

@@ -45,6 +45,13 @@ class EvalArguments:
     max_new_tokens: int | None = field(default=None, metadata={"help": "generate: 16, or 512 with chain of thought."})
     temperature: float = field(default=0.0, metadata={"help": "generate: 0 is greedy; above 0 samples."})
     top_p: float = field(default=1.0, metadata={"help": "generate: nucleus sampling when temperature > 0."})
+    samples: int = field(
+        default=1,
+        metadata={
+            "help": "generate: answers sampled per question; above 1 the answer is their majority and its "
+            "confidence their agreement (needs temperature > 0)."
+        },
+    )
     seed: int = field(default=42, metadata={"help": "Seed for sampling."})
     output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
     overwrite: bool = field(default=False, metadata={"help": "Let `output` replace an existing file."})
@@ -84,13 +91,18 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
                     f"name the task as in tasks, or drop the {flag} entry"
                 )
     check_choices(args, where)
-    for key in ("limit", "batch_size", "max_new_tokens"):
+    for key in ("limit", "batch_size", "max_new_tokens", "samples"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
     if args.temperature < 0:
         raise UserError(f"{where}: temperature must be 0 (greedy) or more, got {args.temperature}")
+    if args.samples > 1 and (args.mode != "generate" or args.temperature <= 0):
+        raise UserError(
+            f"{where}: samples {args.samples} draws several answers to each question: use mode generate with "
+            "temperature above 0 (e.g. --mode generate --temperature 1.0), or samples 1"
+        )
     if not 0 < args.top_p <= 1:
         raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
     if args.output:  # written at the end: a bad path must not cost the evaluation

@@ -3,6 +3,7 @@ one colour per run; each is drawn only where some run has what it shows."""
 
 import io
 
+from medrecipes.calibration import headline
 from medrecipes.report.runs import (
     Evaluation,
     Run,
@@ -291,6 +292,55 @@ def evaluations_figure(evaluations: list[Evaluation]):
     return fig
 
 
+def calibration_reports(runs: list[Run], evaluations: list[Evaluation]) -> list[tuple[str, str, dict]]:
+    """(label, task, calibration report) of each evaluation file and of each run's last
+    evaluation: the report of the acc ranking (loglik) or of sampled answers' votes."""
+    found = []
+    sources = [(e.name, e.tasks) for e in evaluations]
+    sources += [(f"{r.name} (step {max(r.reports)})", r.reports[max(r.reports)]) for r in runs if r.reports]
+    for label, tasks in sources:
+        for task, report in tasks.items():
+            chosen = headline(report.get("calibration") or {})
+            if chosen.get("n"):
+                found.append((label, task, chosen))
+    return found
+
+
+def calibration_figure(runs: list[Run], evaluations: list[Evaluation]):
+    """Per task: the reliability diagram (accuracy against confidence in 15 bins; the diagonal is
+    a calibrated model) and the accuracy of the most confident answers against the share kept;
+    every run and evaluation overlaid."""
+    plt = _pyplot()
+    reports = calibration_reports(runs, evaluations)
+    tasks = list(dict.fromkeys(task for _, task, _ in reports))
+    if not tasks:
+        return None
+    labels = list(dict.fromkeys(label for label, _, _ in reports))
+    colours = dict(zip(labels, _colours(len(labels)), strict=True))
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 4 * len(tasks)), squeeze=False)
+    for (reliability, coverage), task in zip(axes, tasks, strict=True):
+        reliability.plot([0, 1], [0, 1], ":", color="grey", label="calibrated")
+        for label, name, found in reports:
+            if name != task:
+                continue
+            filled = [b for b in found["bins"] if b["n"]]
+            ece = f"ECE {found['ece']:.3f}"
+            reliability.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], "o-",
+                             color=colours[label], label=f"{label}: {ece}")  # fmt: skip
+            coverage.plot(*zip(*found["coverage_curve"], strict=True), color=colours[label],
+                          label=f"{label}: area {found['aurc_accuracy']:.3f}")  # fmt: skip
+        reliability.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy")
+        reliability.set_title(f"{task}: reliability (15 bins)")
+        coverage.set(xlim=(0, 1), ylim=(0, 1), xlabel="share of questions answered (most confident first)",
+                     ylabel="accuracy")  # fmt: skip
+        coverage.set_title(f"{task}: accuracy against coverage")
+        for ax in (reliability, coverage):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = (
     ("loss", "Loss", loss_figure),
     ("accuracy", "Multiple-choice accuracy", accuracy_figure),
@@ -311,4 +361,7 @@ def figures(runs: list[Run], evaluations: list[Evaluation]) -> dict[str, tuple[s
     fig = evaluations_figure(evaluations)
     if fig is not None:
         found["evaluations"] = ("Evaluations", _png(fig))
+    fig = calibration_figure(runs, evaluations)
+    if fig is not None:
+        found["calibration"] = ("Calibration: reliability and selective accuracy", _png(fig))
     return found

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from medrecipes.calibration import headline, with_interval
 from medrecipes.errors import UserError
 from medrecipes.outputs import claim_output, staged
 from medrecipes.report.figures import figures
@@ -87,9 +88,16 @@ def evaluation_rows(evaluations: list[Evaluation]) -> list[list]:
                     f"{report['accuracy']:.1%}",
                     f"{lo:.1%}-{hi:.1%}",
                     f"{report['unparseable']:.1%}" if "unparseable" in report else "",
+                    *_calibration_cells(report),
                 ]
             )
     return rows
+
+
+def _calibration_cells(report: dict) -> list[str]:
+    """ECE, Brier and AUROC with their intervals, of the acc ranking or of sampled answers' votes."""
+    found = headline(report.get("calibration") or {})
+    return [with_interval(found, key, ".3f") if found else "" for key in ("ece", "brier", "auroc")]
 
 
 STYLE = """
@@ -118,7 +126,18 @@ window.addEventListener("load", function () {
 
 
 RUN_COLUMNS = ["run", "script", "model", "steps", "tokens seen", "last training loss", "best checkpoint"]
-EVALUATION_COLUMNS = ["evaluation", "task", "mode", "n", "accuracy", "95% interval", "unparseable"]
+EVALUATION_COLUMNS = [
+    "evaluation",
+    "task",
+    "mode",
+    "n",
+    "accuracy",
+    "95% interval",
+    "unparseable",
+    "ECE",
+    "Brier",
+    "AUROC",
+]
 MIXTURE_COLUMNS = ["run", "path", "data_files", "split", "format", "weight"]
 
 

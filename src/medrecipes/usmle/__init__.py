@@ -16,7 +16,7 @@ reads), `prompts` (prompts and targets from a row) and `answers` (`extract_answe
 below are its interface.
 """
 
-from medrecipes.usmle.answers import extract_answer
+from medrecipes.usmle.answers import extract_answer, is_abstention
 from medrecipes.usmle.loading import FORMATS, load_mcq
 from medrecipes.usmle.prompts import (
     chat_messages,
@@ -36,6 +36,7 @@ __all__ = [
     "chat_messages",
     "completion_prompt",
     "extract_answer",
+    "is_abstention",
     "letters_for",
     "load_mcq",
     "option_map",

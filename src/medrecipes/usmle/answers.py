@@ -138,3 +138,23 @@ def extract_answer(text: str | None, letters: str = "ABCD", options: list[str] |
             return found.pop() if len(found) == 1 and found <= set(letters) else None
     said = _letter_from_option_text(text, by_letter) if by_letter else None
     return said if said and said in letters else None
+
+
+# An explicit refusal to answer: "I don't know", "I do not know", "I am not sure", "unsure",
+# "cannot answer", "cannot tell", as a model that may abstain says it.
+_ABSTENTION = re.compile(
+    r"\b(?:I\s+(?:do\s+not|don'?t|dont)\s+know|I'?m\s+not\s+sure|I\s+am\s+not\s+sure|(?:I\s+)?(?:am\s+)?unsure|"
+    r"(?:I\s+)?(?:cannot|can'?t|can\s+not)\s+(?:answer|tell))\b",
+    re.IGNORECASE,
+)
+
+
+def is_abstention(text: str | None, letters: str = "ABCD", options: list[str] | dict | None = None) -> bool:
+    """Whether `text` declines to answer ("I don't know", "I am not sure", ...) and names no option:
+    `extract_answer` finds none and no option letter stands alone in it ("I'm not sure, probably
+    B" is a hedged answer). An abstention, which a model may be rewarded for where it would be
+    wrong, and which evaluation counts apart from unparseable replies."""
+    if not text or not _ABSTENTION.search(text) or extract_answer(text, letters, options) is not None:
+        return False
+    rest = _ABSTENTION.sub(" ", text)  # its own "I" is not option I
+    return re.search(rf"\b[{re.escape(letters.upper())}]\b", rest) is None
