@@ -194,6 +194,15 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: model folder missing", ["eval", "--model", f"{files}/no-model", "--data", TEST_SET], "no such folder"),
         Case("eval: model folder empty", ["eval", "--model", f["emptydir"], "--data", TEST_SET], "not a complete model"),
         Case("eval: model is an adapter", ["eval", "--model", f["adapter"], "--data", TEST_SET], "LoRA adapter"),
+        Case("eval: samples without sampling", ["eval", "--model", model, "--data", TEST_SET, "--samples", "4"], "samples 4 draws several answers"),
+        Case("eval: a saved temperature that is not one", ["eval", "--model", f["badtemperature"], "--data", TEST_SET], "calibration.json: no positive temperature"),
+        # --- medrecipes calibrate
+        Case("calibrate: the same questions fitted and measured", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--held-out", TEST_SET], "share questions"),
+        Case("calibrate: a model that is not a local folder", ["calibrate", "--model", "google/gemma-3-270m", "--task", "usmle", "--dev", TEST_SET], "not a local model folder"),
+        Case("calibrate: limit 0", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--limit", "0"], "--limit must be at least 1"),
+        # --- medrecipes pairs
+        Case("pairs: one sample a question", ["pairs", "--mcq", TEST_SET, "--model", model, "--samples", "1", "--out", f"{files}/p.jsonl"], "--samples must be at least 2"),
+        Case("pairs: greedy answers", ["pairs", "--mcq", TEST_SET, "--model", model, "--temperature", "0", "--out", f"{files}/p.jsonl"], "--temperature must be a positive number"),
         # --- medrecipes decontaminate
         Case("decontaminate: n 0", ["decontaminate", "--train", TEST_SET, "--eval", TEST_SET, "--n", "0"], "--n must be at least 1"),
         Case("decontaminate: no eval sets", ["decontaminate", "--train", "data/medical_text/train.jsonl"], "pass --eval"),
@@ -317,7 +326,7 @@ FILES = {
     "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }
 # Copies of the tiny model, broken one way each (make_files).
-BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer"}
+BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json"}
 
 
 def make_files(folder: Path, model: str) -> Path:
@@ -339,6 +348,8 @@ def make_files(folder: Path, model: str) -> Path:
                 file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
             elif file.name.startswith(broken):
                 file.unlink()
+        if broken == "calibration.json":  # what `medrecipes calibrate` saves, spoilt
+            (copy / broken).write_text('{"temperature": "warm"}')
     return folder
 
 

@@ -673,6 +673,7 @@ def run_evaluation(args) -> dict:
         )
         for name in args.tasks
     }
+    fitted = cal.read_temperature(args.model_name_or_path)  # saved with the model by `medrecipes calibrate`
     model, tokenizer = load_for_evaluation(args.model_name_or_path, args.model_revision, args.dtype, args.device)
     generation = {
         "system_prompt": args.system_prompt,
@@ -682,7 +683,6 @@ def run_evaluation(args) -> dict:
         "top_p": args.top_p,
         "samples": args.samples,
     }
-    fitted = cal.read_temperature(args.model_name_or_path)  # saved with the model by `medrecipes calibrate`
     reports = {}
     for name, data in tasks.items():
         logger.info("%s: %d questions from %s, %s mode", name, len(data.rows), data.source, args.mode)
