@@ -201,7 +201,7 @@ def test_ctrl_c_is_one_line_that_says_what_was_kept_and_exit_130(tmp_path, tiny_
         command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
     )
     deadline = time.time() + 240
-    while not list(out.glob("checkpoint-*")) and time.time() < deadline and process.poll() is None:
+    while not list(out.glob("checkpoint-*/trainer_state.json")) and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)

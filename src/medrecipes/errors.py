@@ -241,9 +241,25 @@ def exit_on_user_error(main: Callable) -> Callable:
                 raise
             if first_to_report():  # on a line of its own: a progress bar may have been cut mid-line
                 print(f"\ninterrupted: {_interrupt_note[-1]()}", file=sys.stderr)
+            _exit_within(EXIT_GRACE_SECONDS, 130)
             sys.exit(130)
 
     return wrapper
+
+
+EXIT_GRACE_SECONDS = 30
+
+
+def _exit_within(seconds: float, code: int) -> None:
+    """Make sure the process ends `seconds` from now with `code`: a Ctrl-C can land while a library
+    thread holds a lock that the interpreter's shutdown then waits on for ever (a logger's or a
+    writer's). What the run keeps is already whole on disk (checkpoints are published by rename)."""
+    import os
+    import threading
+
+    timer = threading.Timer(seconds, lambda: (sys.stderr.flush(), os._exit(code)))
+    timer.daemon = True
+    timer.start()
 
 
 def _interrupted(err: BaseException | None) -> bool:
