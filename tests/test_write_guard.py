@@ -197,9 +197,13 @@ def test_ctrl_c_is_one_line_that_says_what_was_kept_and_exit_130(tmp_path, tiny_
     command = [PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", str(out),
                "--max_steps", "100000", "--save_steps", "2", "--logging_steps", "1", *NO_EVAL]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # A process started with SIGINT ignored (as pytest-xdist's workers may run, and every background
+    # job of a shell) keeps it ignored: Python then raises no KeyboardInterrupt. A user's Ctrl-C
+    # reaches a foreground process whose SIGINT has its default action, as here.
     process = subprocess.Popen(
-        command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-    )
+        command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     deadline = time.time() + 240
     while not list(out.glob("checkpoint-*/trainer_state.json")) and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
