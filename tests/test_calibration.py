@@ -164,7 +164,7 @@ def test_sampled_answers_vote_and_their_agreement_is_the_confidence():
     completions = ["A. yes", "B. no", "A. yes", "A. yes",  # A by 3 of 4: right, confidence 0.75
                    "B. no", "C. maybe", "B. no", "C. maybe",  # a tie, B first in option order: wrong, 0.5
                    "I am not sure", "hmm", "no idea", "B. no"]  # fmt: skip
-    report = score_votes(rows, completions, [True] * 12, samples=4)
+    report = score_votes(rows, [completions[i : i + 4] for i in range(0, 12, 4)], [[True] * 4] * 3)
     assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "B"]
     assert report["predictions"][2]["votes"] == [None, None, None, "B"]
     assert report["accuracy"] == pytest.approx(2 / 3) and report["samples"] == 4

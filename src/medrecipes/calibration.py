@@ -60,17 +60,15 @@ def vote_probabilities(votes: list[str | None], letters: list[str]) -> np.ndarra
     return np.asarray([sum(v == letter for v in votes) for letter in letters], dtype=np.float64) / max(len(votes), 1)
 
 
-def _first_argmax(p: np.ndarray) -> int:
-    return int(np.argmax(p))  # numpy's argmax takes the first of equal values, as lm-eval does
-
-
 def question_arrays(probabilities: list[np.ndarray], gold: list[int], for_nll: list[np.ndarray] | None = None):
     """(confidence, right, gold probability) per question; the gold probability from `for_nll`
     where given (sampled answers' smoothed shares, `smoothed_votes`)."""
     confidence = np.asarray([p.max() for p in probabilities], dtype=np.float64)
     # An answer with no probability anywhere (no sample named an option) is no answer: not right.
     right = np.asarray(
-        [p.max() > 0 and _first_argmax(p) == g for p, g in zip(probabilities, gold, strict=True)], dtype=bool
+        # numpy's argmax takes the first of equal values, as lm-eval does
+        [p.max() > 0 and int(np.argmax(p)) == g for p, g in zip(probabilities, gold, strict=True)],
+        dtype=bool,
     )
     gold_p = np.asarray([p[g] for p, g in zip(for_nll or probabilities, gold, strict=True)], dtype=np.float64)
     return confidence, right, gold_p

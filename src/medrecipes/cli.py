@@ -61,6 +61,13 @@ def _method(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> str
     return method
 
 
+def _at_least(command: str, *checks: tuple[str, int | None, int]) -> None:
+    """Each (flag, value, least) given has a value of at least `least`: one line otherwise."""
+    for flag, value, least in checks:
+        if value is not None and value < least:
+            raise UserError(f"{command}: --{flag} must be at least {least}, got {value}")
+
+
 def _parse(recipe_path: str, method: str, overrides: list[str]):
     from medrecipes.config import parse_recipe
 
@@ -100,10 +107,8 @@ def _check_local_inputs(recipe) -> None:
 def cmd_plan(args) -> None:
     from medrecipes.plan import format_plan, plan
 
-    for flag, value in (("num-gpus", args.num_gpus), ("dataset-sequences", args.dataset_sequences),
-                        ("prompt-tokens", args.prompt_tokens)):  # fmt: skip
-        if value is not None and value < 1:
-            raise UserError(f"plan: --{flag} must be at least 1, got {value}")
+    _at_least("plan", ("num-gpus", args.num_gpus, 1), ("dataset-sequences", args.dataset_sequences, 1),
+              ("prompt-tokens", args.prompt_tokens, 1))  # fmt: skip
     method = _method(args.recipe, args.method, TRAINING)
     recipe, training_args, model_args = _parse(args.recipe, method, args.overrides)
     result = plan(
@@ -125,8 +130,7 @@ def cmd_preview(args) -> None:
 
     setup_logging()
     method = _method(args.recipe, args.method)
-    if args.examples < 1:
-        raise UserError(f"preview: --examples must be at least 1, got {args.examples}")
+    _at_least("preview", ("examples", args.examples, 1))
     print(preview(method, *_parse(args.recipe, method, args.overrides), count=args.examples))
 
 
@@ -148,8 +152,7 @@ def cmd_build_data(args) -> None:
     from medrecipes.data.build import build_data
     from medrecipes.data.decontamination import format_report
 
-    if args.num_gpus < 1:
-        raise UserError(f"build-data: --num-gpus must be at least 1, got {args.num_gpus}")
+    _at_least("build-data", ("num-gpus", args.num_gpus, 1))
     recipe, training_args, model_args = _parse(args.recipe, "cpt", args.overrides)
     manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
     out = args.out or recipe.built_data
@@ -167,8 +170,7 @@ def cmd_decontaminate(args) -> None:
     from medrecipes.data.sources import local_files
     from medrecipes.outputs import claim_output, staged
 
-    if args.n < 1:
-        raise UserError(f"decontaminate: --n must be at least 1, got {args.n}")
+    _at_least("decontaminate", ("n", args.n, 1))
     is_recipe = args.train.endswith((".yaml", ".yml"))
     if not is_recipe and not args.eval:
         raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
@@ -222,9 +224,7 @@ def cmd_calibrate(args) -> None:
     from medrecipes.logs import setup_logging
 
     setup_logging()
-    for flag, value in (("limit", args.limit), ("batch-size", args.batch_size)):
-        if value is not None and value < 1:
-            raise UserError(f"calibrate: --{flag} must be at least 1, got {value}")
+    _at_least("calibrate", ("limit", args.limit, 1), ("batch-size", args.batch_size, 1))
     found = run_calibration(
         args.model, args.task, args.dev, args.held_out, args.data_dir, args.limit, args.batch_size, args.overwrite
     )
@@ -269,10 +269,8 @@ def cmd_pairs(args) -> None:
     claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
     if not args.out.endswith(".jsonl"):
         raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")
-    for flag, value, least in (("samples", args.samples, 2), ("max-new-tokens", args.max_new_tokens, 1),
-                               ("batch-size", args.batch_size, 1)):  # fmt: skip
-        if value is not None and value < least:
-            raise UserError(f"pairs: --{flag} must be at least {least}, got {value}")
+    _at_least("pairs", ("samples", args.samples, 2), ("max-new-tokens", args.max_new_tokens, 1),
+              ("batch-size", args.batch_size, 1))  # fmt: skip
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         raise UserError(
             f"pairs: --temperature must be a positive number (answers are sampled), got {args.temperature}"
@@ -305,22 +303,15 @@ def _sampled_answers(args, rows) -> list[list[str]]:
     """`--samples` answers of the model to each row, sampled in the chat prompt eval uses."""
     from transformers import set_seed
 
-    from medrecipes.evaluation import generate_answers, load_for_evaluation
+    from medrecipes.evaluation import load_for_evaluation, sample_answers
 
     set_seed(args.seed)
     model, tokenizer = load_for_evaluation(args.model)
-    repeated = [row for row in rows for _ in range(args.samples)]
-    answers, _ = generate_answers(
-        model,
-        tokenizer,
-        repeated,
-        system_prompt=args.system_prompt,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        temperature=args.temperature,
-        progress=True,
-    )
-    return [answers[i : i + args.samples] for i in range(0, len(answers), args.samples)]
+    answers, _ = sample_answers(
+        model, tokenizer, rows, args.samples, system_prompt=args.system_prompt, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size, temperature=args.temperature, progress=True,
+    )  # fmt: skip
+    return answers
 
 
 def cmd_tiny_model(args) -> None:
@@ -363,8 +354,7 @@ def cmd_generate(args) -> None:
 
     if not args.prompt.strip():
         raise UserError("generate: --prompt is empty; give the question to answer")
-    if args.max_new_tokens < 1:
-        raise UserError(f"generate: --max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    _at_least("generate", ("max-new-tokens", args.max_new_tokens, 1))
 
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 

@@ -183,19 +183,16 @@ def score(rows, completions: list[str], stopped: list[bool] | None = None) -> di
     prediction; with `stopped`, the share of replies that ended at a stop token."""
     predictions = []
     for row, completion in zip(rows, completions, strict=True):
-        predicted = extract_answer(completion, letters_for(row), options=list(option_map(row).values()))
+        letters, options = letters_for(row), list(option_map(row).values())
         predictions.append(
             {
                 "id": row["id"],
                 "subject": row["subject"],
                 "answer": row["answer"],
-                "predicted": predicted,
+                "predicted": extract_answer(completion, letters, options=options),
                 "completion": completion,
+                "abstained": is_abstention(completion, letters, options),
             }
-        )
-    for prediction, row in zip(predictions, rows, strict=True):
-        prediction["abstained"] = is_abstention(
-            prediction["completion"], letters_for(row), list(option_map(row).values())
         )
     n = len(predictions)
     report = by_subject(rows, [p["predicted"] == p["answer"] for p in predictions])
@@ -215,14 +212,27 @@ def score(rows, completions: list[str], stopped: list[bool] | None = None) -> di
     }
 
 
-def score_votes(rows, completions: list[str], stopped: list[bool], samples: int) -> dict:
-    """Generate mode with `samples` sampled answers a question (in row order, each row's together):
-    the answer is the most frequent letter (of equal counts, the first in option order), given as
-    the first sample that named it, and scored as `score` scores one answer; its confidence is
-    the share of samples that named it, whose calibration is reported (medrecipes.calibration)."""
+def sample_answers(model, tokenizer, rows, samples: int, shots=None, **generation) -> tuple[list, list]:
+    """`samples` completions of each row's chat prompt (`generate_answers`, sampling as
+    `generation` says), and whether each stopped: two lists with one list per row."""
+    shots = shots or [()] * len(rows)
+    completions, stopped = generate_answers(
+        model,
+        tokenizer,
+        [row for row in rows for _ in range(samples)],
+        shots=[row_shots for row_shots in shots for _ in range(samples)],
+        **generation,
+    )
+    return tuple([flat[i : i + samples] for i in range(0, len(flat), samples)] for flat in (completions, stopped))
+
+
+def score_votes(rows, completions: list[list[str]], stopped: list[list[bool]]) -> dict:
+    """Generate mode with several sampled answers a question (`sample_answers`): the answer is
+    the most frequent letter (of equal counts, the first in option order), given as the first
+    sample that named it, and scored as `score` scores one answer; its confidence is the share of
+    samples that named it, whose calibration is reported (medrecipes.calibration)."""
     chosen, ends, votes_by_row, probabilities, smoothed, gold = [], [], [], [], [], []
-    for i, row in enumerate(rows):
-        answers, stops = completions[i * samples : (i + 1) * samples], stopped[i * samples : (i + 1) * samples]
+    for row, answers, stops in zip(rows, completions, stopped, strict=True):
         letters = letters_for(row)
         votes = [extract_answer(a, letters, options=list(option_map(row).values())) for a in answers]
         shares = cal.vote_probabilities(votes, letters)
@@ -237,6 +247,7 @@ def score_votes(rows, completions: list[str], stopped: list[bool], samples: int)
     for prediction, votes in zip(report["predictions"], votes_by_row, strict=True):
         prediction["votes"] = votes
     arrays = cal.question_arrays(probabilities, gold, for_nll=smoothed)
+    samples = len(completions[0]) if completions else 0
     return {**report, "samples": samples, "calibration": {"votes": cal.calibration_report(*arrays)}}
 
 
@@ -434,12 +445,9 @@ def evaluate_task(
         settings = {"batch_size": batch_size, **(generation or {})}
         samples = settings.pop("samples", 1)
         if samples > 1:
-            repeated, repeated_shots = (
-                [r for r in rows for _ in range(samples)],
-                [s for s in shots for _ in range(samples)],
+            report = score_votes(
+                rows, *sample_answers(model, tokenizer, rows, samples, shots, progress=progress, **settings)
             )
-            answers = generate_answers(model, tokenizer, repeated, shots=repeated_shots, progress=progress, **settings)
-            report = score_votes(rows, *answers, samples)
         else:
             report = score(rows, *generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
         example = chat_prompt(

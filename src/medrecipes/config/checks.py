@@ -167,6 +167,14 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
         )
 
 
+def named_sources(recipe: RecipeArguments) -> dict:
+    """Every data source of a recipe by where it is written: dataset_mixture.sources[i], eval_sets.NAME."""
+    sources = {
+        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
+    }
+    return sources | {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+
+
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """A chat template file must exist (TRL opens it once the trainer is built), and a template
     shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
@@ -181,10 +189,7 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
         )
     if not args.assistant_only_loss:
         return
-    sources = {
-        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
-    }
-    sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    sources = named_sources(recipe)
     for where, source in sources.items():
         if source.format == "text":
             raise UserError(
@@ -202,10 +207,7 @@ def check_preference_sources(recipe: RecipeArguments, path: str, method: str) ->
     """DPO trains on pairs (prompt, chosen, rejected; `medrecipes pairs` builds them from
     multiple-choice questions); KTO on pairs or unpaired answers (prompt, completion, label),
     one layout for every source, since a mixture's rows share their columns."""
-    sources = {
-        f"dataset_mixture.sources[{i}]": s for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
-    }
-    sources |= {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
+    sources = named_sources(recipe)
     allowed = PREFERENCE_FORMATS[method]
     for where, source in sources.items():
         if source.format not in allowed:
