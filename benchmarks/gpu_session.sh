@@ -79,7 +79,9 @@ grpo_usmle_check() {
         return 1
     fi
     local steps=${STEPS:-5}
-    make -o install grpo-usmle PY=python3 MODEL="$work/pretrain/final" RECIPE="$work/grpo_usmle.yaml" \
+    # -o: the venv's install stamp (the Makefile's STAMP, grpo-usmle's prerequisite) counts as made;
+    # the image's python3 and the wheels above are the install, and there is no network to make one.
+    make -o .venv/.install-stamp grpo-usmle PY=python3 MODEL="$work/pretrain/final" RECIPE="$work/grpo_usmle.yaml" \
         ARGS="--max_steps $steps --eval_steps $steps --save_steps $steps --output_dir $work/grpo --report_to none ${GRPO_ARGS:-}" \
         || return 1
     cp "$work/grpo/checkpoint-$steps/trainer_state.json" "$OUT/grpo-usmle-trainer_state.json"

@@ -6,6 +6,8 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
+import shutil
 
 import pytest
 from conftest import PYTHON, ROOT, run, run_ok
@@ -142,6 +144,20 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     result = gpu_session("cases", "pretrain_0p4b", OUT=str(tmp_path), REQUIRE_GPU="0", SESSION_SECONDS="30")
     assert result.returncode == 1
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
+
+
+def test_gpu_session_runs_the_grpo_recipe_without_installing(tmp_path):
+    """The lent GPU machine has the image's python3 and carried wheels, no venv and no network:
+    the script's own `make ... grpo-usmle` line, dry-run in a checkout with no .venv, runs the
+    recipe and no install step."""
+    script = (ROOT / "benchmarks/gpu_session.sh").read_text()
+    (line,) = re.findall(r"^ *(make (?:[^\n]*\\\n)*[^\n]*?) *\|\| return 1$", script, re.M)
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    command = "work=/tmp/w; steps=2; " + line.replace("make ", "make -n ", 1)
+    result = run("bash", "-c", command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "pip" not in result.stdout and "venv" not in result.stdout
+    assert "python3 recipes/grpo.py /tmp/w/grpo_usmle.yaml --model_name_or_path /tmp/w/pretrain/final" in result.stdout
 
 
 @pytest.mark.parametrize("name", SIZED_CASES)
