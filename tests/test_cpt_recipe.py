@@ -67,8 +67,51 @@ def test_eval_tasks_log_their_accuracy_at_each_evaluation(tiny_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(next(Path(tiny_run).glob("runs/*")))).Reload()
-    # ... and once more in the evaluation after training, which trainer_state.json predates
-    assert [e.step for e in events.Scalars("eval/usmle_acc")] == [0, 4, 8, 12, 12]
+    # ... and once more after training (which trainer_state.json predates) where the best
+    # checkpoint loaded at the end is not the last step's, whose evaluation is recorded as it was
+    state = json.loads((Path(tiny_run) / "trainer_state.json").read_text())
+    again = [12] if state["best_global_step"] != 12 else []
+    assert [e.step for e in events.Scalars("eval/usmle_acc")] == [0, 4, 8, 12, *again]
+    final = json.loads((Path(tiny_run) / "eval_results.json").read_text())
+    if not again:
+        assert final["eval_usmle_acc"] == scores[-1]["eval_usmle_acc"]
+
+
+def fake_trainer(log_history, best_step=None, sets=("text", "usmle")):
+    """What `evaluated_at_last_step` reads of a trainer: a run of 12 steps, its best checkpoint
+    (loaded at the end) at `best_step`, and its eval sets."""
+    from types import SimpleNamespace
+
+    best = f"out/checkpoint-{best_step}" if best_step else None
+    state = SimpleNamespace(
+        global_step=12, log_history=log_history, best_model_checkpoint=best, best_global_step=best_step
+    )
+    args = SimpleNamespace(load_best_model_at_end=best_step is not None)
+    return SimpleNamespace(state=state, args=args, eval_dataset=dict.fromkeys(sets) if sets else object())
+
+
+def evaluation(step, name=None, loss=1.0):
+    prefix = f"eval_{name}_" if name else "eval_"
+    return {f"{prefix}loss": loss, f"{prefix}runtime": 0.1, "epoch": 1.0, "step": step}
+
+
+def test_the_final_evaluation_records_the_last_steps_instead_of_repeating_it():
+    from medrecipes.trainer import evaluated_at_last_step
+
+    last = [evaluation(12, "text", 2.0), evaluation(12, "usmle", 3.0), {"eval_usmle_acc": 0.5, "step": 12}]
+    logs = [evaluation(8, "text"), evaluation(8, "usmle"), {"loss": 4.0, "step": 12}, *last]
+    recorded = {"eval_text_loss": 2.0, "eval_text_runtime": 0.1, "eval_usmle_loss": 3.0, "eval_usmle_runtime": 0.1}
+    assert evaluated_at_last_step(fake_trainer(logs)) == {**recorded, "eval_usmle_acc": 0.5, "epoch": 1.0}
+    assert evaluated_at_last_step(fake_trainer(logs, best_step=12)) is not None  # the best is the last
+    assert evaluated_at_last_step(fake_trainer(logs, best_step=8)) is None  # an earlier best is evaluated again
+    assert evaluated_at_last_step(fake_trainer(logs[:-2])) is None  # a set not evaluated at the last step
+    assert evaluated_at_last_step(fake_trainer(logs[:3])) is None  # no evaluation at the last step
+    one_set = [evaluation(12, loss=2.0)]
+    assert evaluated_at_last_step(fake_trainer(one_set, sets=None)) == {
+        "eval_loss": 2.0,
+        "eval_runtime": 0.1,
+        "epoch": 1.0,
+    }
 
 
 def test_the_report_of_a_real_run(tiny_run, tmp_path):

@@ -148,10 +148,37 @@ def end_run(trainer, status: int | str = 0) -> NoReturn:
 
 def evaluate_and_record(trainer) -> dict:
     """Evaluate every eval set once more and record the metrics beside the training ones (the
-    multiple-choice reports, accuracy by subject, are logged by `eval_callback`)."""
-    metrics = trainer.evaluate()
+    multiple-choice reports, accuracy by subject, are logged by `eval_callback`). Where the run
+    already evaluated the model in hand, at its last step, that evaluation is recorded instead
+    of a second pass over the same weights (`evaluated_at_last_step`)."""
+    metrics = evaluated_at_last_step(trainer) or trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
+    return metrics
+
+
+def evaluated_at_last_step(trainer) -> dict | None:
+    """The metrics the run logged when it evaluated every eval set at its last step, if the model
+    in hand is that step's: no best checkpoint was loaded at the end, or the best is the last.
+    None otherwise (the final evaluation then runs). With the best checkpoint from an earlier
+    step the evaluation runs again, so that the multiple-choice reports written for the last
+    step (output_dir/eval_tasks) are those of the model that is saved."""
+    state = trainer.state
+    if (
+        trainer.args.load_best_model_at_end
+        and state.best_model_checkpoint
+        and state.best_global_step != state.global_step
+    ):
+        return None
+    logged = [
+        e for e in state.log_history if e.get("step") == state.global_step and any(k.startswith("eval_") for k in e)
+    ]
+    metrics = {key: value for entry in logged for key, value in entry.items() if key != "step"}
+    sets = trainer.eval_dataset
+    runtimes = [f"eval_{name}_runtime" for name in sets] if isinstance(sets, dict) else ["eval_runtime"]
+    if not all(key in metrics for key in runtimes):
+        return None
+    logger.info("the model was evaluated at its last step %d: those metrics are recorded", state.global_step)
     return metrics
 
 
