@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from difflib import get_close_matches
@@ -254,9 +255,6 @@ def _exit_within(seconds: float, code: int) -> None:
     """Make sure the process ends `seconds` from now with `code`: a Ctrl-C can land while a library
     thread holds a lock that the interpreter's shutdown then waits on for ever (a logger's or a
     writer's). What the run keeps is already whole on disk (checkpoints are published by rename)."""
-    import os
-    import threading
-
     timer = threading.Timer(seconds, lambda: (sys.stderr.flush(), os._exit(code)))
     timer.daemon = True
     timer.start()
