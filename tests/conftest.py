@@ -85,7 +85,9 @@ ACCELERATE = Path(sys.executable).parent / "accelerate"
 def run_ok(*args, **kwargs) -> subprocess.CompletedProcess:
     """`run`, requiring exit code 0; a failure shows the tail of the output."""
     result = run(*args, **kwargs)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # A recipe's own one-line error can sit above a launcher's long report of the exit: shown first.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 0, "\n".join([*errors, result.stdout[-3000:], result.stderr[-3000:]])
     return result
 
 
