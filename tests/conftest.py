@@ -80,6 +80,9 @@ PYTHON = sys.executable
 AVX512_BF16_CPU = {"PYTHONPATH": str(ROOT / "tests" / "avx512_bf16_cpu")}
 BNB_LINE = "Failed to load CPU gemm_4bit_forward"
 ACCELERATE = Path(sys.executable).parent / "accelerate"
+# `accelerate launch` on a free port: two launches of the suite that start together on the
+# default 29500 can both find it free, and the later one then fails to listen on it.
+LAUNCH = (ACCELERATE, "launch", "--main_process_port", "0")
 
 
 def run_ok(*args, **kwargs) -> subprocess.CompletedProcess:

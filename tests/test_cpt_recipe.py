@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from conftest import ACCELERATE, AVX512_BF16_CPU, BNB_LINE, NO_EVAL, PYTHON, ROOT, log_history, run, run_recipe
+from conftest import AVX512_BF16_CPU, BNB_LINE, LAUNCH, NO_EVAL, PYTHON, ROOT, log_history, run, run_recipe
 from transformers import AutoConfig, AutoModelForCausalLM
 
 TINY = "recipes/tiny_cpt.yaml"
@@ -165,7 +165,7 @@ def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_pa
     # 2 CPU processes over gloo (the files say 8 GPUs; --cpu would silently start only one). The
     # configs' mixed_precision (bf16) is not overridden: the recipe, which leaves bf16 to the
     # machine, follows the launcher.
-    launcher = ("--config_file", f"accelerate_configs/{config}.yaml", "--main_process_port", "0")
+    launcher = ("--config_file", f"accelerate_configs/{config}.yaml")
     result = cpt(
         TINY,
         "--model_name_or_path",
@@ -186,7 +186,7 @@ def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_pa
         "usmle",
         "--eval_tasks_limit",
         "4",
-        launcher=(ACCELERATE, "launch", *launcher, "--num_processes", "2"),
+        launcher=(*LAUNCH, *launcher, "--num_processes", "2"),
     )
     # 8 sequences x 128 tokens x 2 processes fill the 2048-token step without accumulation.
     assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
@@ -216,7 +216,7 @@ def test_bad_recipe_is_one_line_and_exit_2(tmp_path):
 def test_bad_recipe_under_a_launcher_is_one_line_from_the_first_rank(tmp_path, launcher):
     recipe = tmp_path / "bad.yaml"
     recipe.write_text((ROOT / TINY).read_text().replace("learning_rate:", "learning_rat:"))
-    launch = (ACCELERATE, "launch", *launcher, "--num_processes", "2", "--main_process_port", "0")
+    launch = (*LAUNCH, *launcher, "--num_processes", "2")
     result = run(*launch, "recipes/cpt.py", recipe, env=AVX512_BF16_CPU, timeout=300)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "unknown key 'learning_rat'" in errors[0], result.stderr[-3000:]

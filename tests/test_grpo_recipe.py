@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 import yaml
-from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_ok, run_recipe
+from conftest import LAUNCH, PYTHON, ROOT, log_history, run, run_ok, run_recipe
 from transformers import AutoModelForCausalLM, Trainer
 
 from medrecipes import cli
@@ -105,7 +105,7 @@ def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
 @pytest.mark.slow
 def test_zero3_with_a_reference_model_on_two_processes(learn_check, tmp_path):
     zero3 = ("--config_file", "accelerate_configs/zero3.yaml", "--mixed_precision", "no", "--num_processes", "2")
-    result = two_steps(learn_check, tmp_path, *NO_EVAL, launcher=(ACCELERATE, "launch", *zero3))
+    result = two_steps(learn_check, tmp_path, *NO_EVAL, launcher=(*LAUNCH, *zero3))
     # 4 prompts x 4 completions over 2 processes x 8 per device: one pass per step.
     assert "derived from the recipe: gradient_accumulation_steps = 1" in result.stdout
     kl = {e["step"]: e["kl"] for e in log_history(tmp_path) if "kl" in e}

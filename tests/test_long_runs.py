@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import NO_EVAL, PYTHON, ROOT, run, run_recipe
+from conftest import LAUNCH, NO_EVAL, PYTHON, ROOT, run, run_recipe
 from safetensors.torch import load_file
 
 from medrecipes.callbacks import checkpoint_steps
@@ -269,7 +269,7 @@ print("not reached")
 def test_several_processes_end_with_the_status_after_exit_handlers_threads_and_output(tmp_path, status, code):
     script = tmp_path / "ends.py"
     script.write_text(ENDS)
-    launch = (PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2")
+    launch = (*LAUNCH, "--multi_gpu", "--num_processes", "2")
     result = run(*launch, script, tmp_path, status, timeout=120)
     assert result.returncode == code, result.stderr[-3000:]
     for rank in (0, 1):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ACCELERATE, PYTHON, ROOT, log_history, run, run_recipe
+from conftest import LAUNCH, PYTHON, ROOT, log_history, run, run_recipe
 
 from medrecipes import cli, usmle
 from medrecipes.config import parse_recipe, recipe_method
@@ -65,7 +65,7 @@ def test_dpo_starts_at_ln2_learns_its_pairs_and_logs_reward_accuracy(chat_model,
 )
 def test_lora_trains_the_adapter_under_two_processes(chat_model, tmp_path, script, recipe):
     out = tmp_path / "lora"
-    launcher = (ACCELERATE, "launch", "--config_file", "accelerate_configs/ddp.yaml", "--mixed_precision", "no",
+    launcher = (*LAUNCH, "--config_file", "accelerate_configs/ddp.yaml", "--mixed_precision", "no",
                 "--num_processes", "2")  # fmt: skip
     run_recipe(script, recipe, "--model_name_or_path", chat_model, "--output_dir", str(out),
                "--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ACCELERATE, log_history, run_recipe
+from conftest import LAUNCH, log_history, run_recipe
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
@@ -168,8 +168,7 @@ def test_zero3_sft_on_two_processes(chat_model, tmp_path):
         "--logging_steps",
         "1",
         launcher=(
-            ACCELERATE,
-            "launch",
+            *LAUNCH,
             "--config_file",
             "accelerate_configs/zero3.yaml",
             "--mixed_precision",
