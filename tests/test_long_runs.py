@@ -182,6 +182,52 @@ def test_a_kill_while_final_is_written_leaves_no_final_and_the_next_start_saves_
     assert_same_run(out, straight)
 
 
+# A disk that fills during a save: checkpoint-8's optimizer state meets ENOSPC, as Python's own
+# writes report it; or final/'s weights meet torch's and safetensors' way, an error that does
+# not say why, on a disk with 1 MiB left.
+FULL_DISK = """
+import errno, os, shutil, safetensors.torch, torch
+_save, _save_file, _disk_usage = torch.save, safetensors.torch.save_file, shutil.disk_usage
+full = []
+def save(obj, f, *args, **kwargs):
+    if {where!r} == "checkpoint" and str(f).endswith(os.path.join("checkpoint-8", "optimizer.pt")):
+        open(f, "wb").write(b"part of it")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+    return _save(obj, f, *args, **kwargs)
+def save_file(tensors, filename, *args, **kwargs):
+    if {where!r} == "final" and os.path.join("_staging", "final") in str(filename):
+        full.append(True)
+        open(filename, "wb").write(b"part of it")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 960")
+    return _save_file(tensors, filename, *args, **kwargs)
+def disk_usage(path):
+    usage = _disk_usage(path)
+    return usage._replace(free=2**20) if full else usage
+torch.save, safetensors.torch.save_file, shutil.disk_usage = save, save_file, disk_usage
+"""
+
+
+@pytest.mark.parametrize("where, kept", [("checkpoint", 4), ("final", STEPS)])
+def test_a_full_disk_during_a_save_is_one_line_keeps_the_last_checkpoint_and_resumes(
+    tiny_model, straight, tmp_path, where, kept
+):
+    out = tmp_path / "run"
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(FULL_DISK.format(where=where))
+    assert start(tiny_model, out, hook_dir=hook_dir).wait() == 2, output_of(out)[-3000:]
+    output = output_of(out)
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert f"the disk holding {out} is full" in errors[0], errors[0]
+    assert f"{out}/checkpoint-{kept} is kept whole, and the same command resumes from it" in errors[0]
+    # The part written is gone (it would only hold the space); what was saved before is whole.
+    assert not (out / "_staging").exists() and not (out / "final").exists()
+    assert checkpoint_steps(out)[-1] == kept
+    finish(tiny_model, out)
+    assert_same_run(out, straight)
+
+
 GRPO_STEPS = 6
 
 

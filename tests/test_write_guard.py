@@ -215,3 +215,43 @@ def test_ctrl_c_is_one_line_that_says_what_was_kept_and_exit_130(tmp_path, tiny_
     assert len(lines) == 1 and lines[0].startswith(f"interrupted: {out}/checkpoint-"), stderr[-2000:]
     assert lines[0].endswith("is kept, whole; run the same command again to resume from it")
     assert (out / lines[0].split("/")[-1].split(" ")[0] / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize("folder", [False, True], ids=["file", "folder"])
+def test_a_result_that_fills_the_disk_is_one_line_and_leaves_the_earlier_one(tmp_path, folder):
+    import errno
+
+    from medrecipes.errors import UserError
+    from medrecipes.outputs import staged
+
+    final = tmp_path / "result"
+    if folder:
+        final.mkdir()
+        (final / "earlier.json").write_text("{}")
+    else:
+        final.write_text("earlier")
+    with pytest.raises(UserError) as raised, staged(str(final), folder=folder) as path:
+        Path(path, "part").write_text("part") if folder else Path(path).write_text("part")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert f"{final}: cannot write it, the disk holding {tmp_path} is full" in str(raised.value)
+    assert "nothing was replaced" in str(raised.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result"]  # the part is gone
+    assert (final / "earlier.json").exists() if folder else final.read_text() == "earlier"
+
+
+def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_full(tmp_path, monkeypatch):
+    import shutil
+
+    from medrecipes.errors import UserError
+    from medrecipes.outputs import LOW_SPACE, full_disk_is_one_line
+
+    failure = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 960")
+    with pytest.raises(RuntimeError, match="unexpected pos"), full_disk_is_one_line(str(tmp_path), "checkpoint-2"):
+        raise failure  # a disk with room: the error is not about space, and passes unchanged
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=LOW_SPACE - 1))
+    with pytest.raises(UserError, match="checkpoint-2: cannot write it, the disk holding .* is full"):
+        with full_disk_is_one_line(str(tmp_path), "checkpoint-2"):
+            raise failure
+    with pytest.raises(ValueError), full_disk_is_one_line(str(tmp_path), "checkpoint-2"):
+        raise ValueError("not a write")  # not an error a write raises: passes, whatever the space

@@ -10,6 +10,7 @@ step on Linux (elsewhere the older one is moved aside first), then the older one
 """
 
 import ctypes
+import errno
 import json
 import os
 import re
@@ -234,6 +235,54 @@ def finish_publish(staged: str, final: str) -> bool:
     return True
 
 
+# Below this many free bytes, a write that failed without saying why (torch's writer reports
+# "unexpected pos" or an iostream error, not ENOSPC) is taken to have failed for want of space.
+LOW_SPACE = 64 * 2**20
+
+
+def _free_bytes(path: str) -> int | None:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or ".").free
+    except OSError:
+        return None
+
+
+def _for_want_of_space(err: BaseException, free: int | None) -> bool:
+    seen = err
+    while seen is not None:  # the error, or one it was raised from or while handling
+        if getattr(seen, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return free is not None and free < LOW_SPACE
+
+
+@contextmanager
+def full_disk_is_one_line(path: str, what: str, partial: str | None = None, kept: str = "nothing was replaced"):
+    """A write of `what` under `path` that fails for want of space (the disk or the user's quota
+    full) becomes one line that says so, what is `kept` and how to go on, after removing the
+    `partial` result, which would only hold the space; any other failure passes unchanged."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        free = _free_bytes(path)
+        if not _for_want_of_space(err, free):
+            raise
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True) if os.path.isdir(partial) else _remove(partial)
+        left = f"{free / 2**20:.1f} MiB free" if free is not None else "no free space"
+        raise UserError(
+            f"{what}: cannot write it, the disk holding {path} is full ({left}); {kept}. "
+            "Free some space (old checkpoints, caches) or name an output on another disk, and run again"
+        ) from None
+
+
+def _remove(path: str) -> None:
+    if os.path.lexists(path):
+        os.remove(path)
+
+
 @contextmanager
 def staged(final: str, folder: bool, kind: str | None = None, about: str | None = None) -> Iterator[str]:
     """A path beside `final` to write the result into; published to `final` when the block ends
@@ -242,15 +291,16 @@ def staged(final: str, folder: bool, kind: str | None = None, about: str | None 
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     path = os.path.join(parent, f".{os.path.basename(os.path.abspath(final))}.partial-{os.getpid()}")
-    if folder:
-        os.makedirs(path)
     try:
-        yield path
+        with full_disk_is_one_line(parent, final, partial=path):
+            if folder:
+                os.makedirs(path)
+            yield path
     except BaseException:
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
-        elif os.path.exists(path):
-            os.remove(path)
+        else:
+            _remove(path)
         raise
     if kind is not None and folder:
         mark(path, kind, about)  # travels with the folder's rename

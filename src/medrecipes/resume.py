@@ -22,12 +22,21 @@ def last_checkpoint(output_dir: str) -> str | None:
     which the trainer writes last: a folder without it (a save killed by an older version, or
     by a process that did not stage its checkpoints) is skipped with a warning.
     """
+    path = newest_complete_checkpoint(output_dir, warn=True)
+    if path is not None:
+        logger.info("resuming from %s", path)
+    return path
+
+
+def newest_complete_checkpoint(output_dir: str, warn: bool = False) -> str | None:
+    """The newest checkpoint folder in `output_dir` that holds the trainer state (see
+    `last_checkpoint`); `warn` logs each newer one skipped."""
     for step in reversed(checkpoint_steps(output_dir)):
         path = os.path.join(output_dir, f"checkpoint-{step}")
         if os.path.isfile(os.path.join(path, TRAINER_STATE)):
-            logger.info("resuming from %s", path)
             return path
-        logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+        if warn:
+            logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
     return None
 
 
