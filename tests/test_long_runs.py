@@ -208,7 +208,7 @@ torch.save, safetensors.torch.save_file, shutil.disk_usage = save, save_file, di
 
 
 @pytest.mark.parametrize("where, kept", [("checkpoint", 4), ("final", STEPS)])
-def test_a_full_disk_during_a_save_is_one_line_keeps_the_last_checkpoint_and_resumes(
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     tiny_model, straight, tmp_path, where, kept
 ):
     out = tmp_path / "run"
@@ -224,8 +224,9 @@ def test_a_full_disk_during_a_save_is_one_line_keeps_the_last_checkpoint_and_res
     # The part written is gone (it would only hold the space); what was saved before is whole.
     assert not (out / "_staging").exists() and not (out / "final").exists()
     assert checkpoint_steps(out)[-1] == kept
-    finish(tiny_model, out)
-    assert_same_run(out, straight)
+    if where == "checkpoint":  # a resume from a checkpoint at max_steps has a test of its own, above
+        finish(tiny_model, out)
+        assert_same_run(out, straight)
 
 
 GRPO_STEPS = 6
