@@ -85,11 +85,16 @@ ACCELERATE = Path(sys.executable).parent / "accelerate"
 LAUNCH = (ACCELERATE, "launch", "--main_process_port", "0")
 
 
+def error_lines(output: str) -> list[str]:
+    """The one-line errors (`error: ...`) in a command's output."""
+    return [line for line in output.splitlines() if line.startswith("error: ")]
+
+
 def run_ok(*args, **kwargs) -> subprocess.CompletedProcess:
     """`run`, requiring exit code 0; a failure shows the tail of the output."""
     result = run(*args, **kwargs)
     # A recipe's own one-line error can sit above a launcher's long report of the exit: shown first.
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    errors = error_lines(result.stderr)
     assert result.returncode == 0, "\n".join([*errors, result.stdout[-3000:], result.stderr[-3000:]])
     return result
 

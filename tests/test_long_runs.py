@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LAUNCH, NO_EVAL, PYTHON, ROOT, run, run_recipe
+from conftest import LAUNCH, NO_EVAL, PYTHON, ROOT, error_lines, run, run_recipe
 from safetensors.torch import load_file
 
 from medrecipes.callbacks import checkpoint_steps
@@ -217,7 +217,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     (hook_dir / "sitecustomize.py").write_text(FULL_DISK.format(where=where))
     assert start(tiny_model, out, hook_dir=hook_dir).wait() == 2, output_of(out)[-3000:]
     output = output_of(out)
-    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    errors = error_lines(output)
     assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
     assert f"the disk holding {out} is full" in errors[0], errors[0]
     assert f"{out}/checkpoint-{kept} is kept whole, and the same command resumes from it" in errors[0]

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import NO_EVAL, PYTHON, ROOT, run, run_ok, write_jsonl
+from conftest import NO_EVAL, PYTHON, ROOT, error_lines, run, run_ok, write_jsonl
 from safetensors.torch import load_file
 
 from medrecipes import cli
@@ -28,7 +28,7 @@ def same_weights(a: dict, b: dict) -> bool:
 
 
 def errors(result) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    return error_lines(result.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_a_folder_that_is_not_a_whole_model_is_one_line_for_every_command(finish
     ):
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
-        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        lines = error_lines(capsys.readouterr().err)
         assert info.value.code == 2 and len(lines) == 1 and wanted in lines[0], (argv, lines)
     result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", model, "--output_dir", tmp_path / "out", *RUN)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

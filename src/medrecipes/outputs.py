@@ -270,7 +270,7 @@ def full_disk_is_one_line(path: str, what: str, partial: str | None = None, kept
         if not _for_want_of_space(err, free):
             raise
         if partial is not None:
-            shutil.rmtree(partial, ignore_errors=True) if os.path.isdir(partial) else _remove(partial)
+            _discard(partial)
         left = f"{free / 2**20:.1f} MiB free" if free is not None else "no free space"
         raise UserError(
             f"{what}: cannot write it, the disk holding {path} is full ({left}); {kept}. "
@@ -278,8 +278,11 @@ def full_disk_is_one_line(path: str, what: str, partial: str | None = None, kept
         ) from None
 
 
-def _remove(path: str) -> None:
-    if os.path.lexists(path):
+def _discard(path: str) -> None:
+    """Remove a partial result, a folder or a file, if it is there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
         os.remove(path)
 
 
@@ -292,15 +295,12 @@ def staged(final: str, folder: bool, kind: str | None = None, about: str | None 
     os.makedirs(parent, exist_ok=True)
     path = os.path.join(parent, f".{os.path.basename(os.path.abspath(final))}.partial-{os.getpid()}")
     try:
-        with full_disk_is_one_line(parent, final, partial=path):
+        with full_disk_is_one_line(parent, final):
             if folder:
                 os.makedirs(path)
             yield path
     except BaseException:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            _remove(path)
+        _discard(path)
         raise
     if kind is not None and folder:
         mark(path, kind, about)  # travels with the folder's rename
