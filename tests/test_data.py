@@ -1,5 +1,6 @@
 """Tests for training data: sources, weighted mixtures, upsampling, streaming and packing."""
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -426,3 +427,30 @@ def test_pretraining_data_without_mixture(tmp_path, tokenizer):
     recipe, args, _ = parse_recipe("cpt", [write_recipe(tmp_path)])
     with pytest.raises(UserError, match="dataset_mixture"):
         pretraining_data(recipe, tokenizer, args.max_length)
+
+
+def test_an_sft_recipe_reads_pubmedqa_in_its_setting_and_writes_the_conclusion_first(tmp_path):
+    """The recipe's data source picks the setting for training and eval rows alike; with_explanation
+    and chain_of_thought make the target PubMedQA's long answer, then the label."""
+    from medrecipes.data.sft import sft_data
+
+    row = {"QUESTION": "Does it work?", "CONTEXTS": ["Methods.", "Results."], "final_decision": "no",
+           "LONG_ANSWER": "It did not work."}  # fmt: skip
+    path = tmp_path / "pqal.json"
+    path.write_text(json.dumps({"1": row}), encoding="utf-8")
+    source = {"path": str(path), "format": "usmle", "pubmedqa_setting": "reasoning_free"}
+    recipe_file = tmp_path / "sft.yaml"
+    recipe_file.write_text(yaml.safe_dump({
+        "model_name_or_path": "m", "use_cpu": True, "report_to": "none", "output_dir": str(tmp_path / "out"),
+        "dataset_mixture": {"sources": [source]}, "eval_sets": {"dev": source},
+        "chain_of_thought": True, "with_explanation": True,
+    }))  # fmt: skip
+    recipe, _, _ = parse_recipe("sft", [str(recipe_file)])
+    train, evals, mcq = sft_data(recipe)
+    user, answer = train[0]["messages"][-2]["content"], train[0]["messages"][-1]["content"]
+    assert user.startswith("Context: Conclusion: It did not work.\n\nDoes it work?") and "Methods." not in user
+    assert answer == "It did not work.\n\nFinal Answer: B"
+    assert (
+        evals["dev"][0]["messages"] == train[0]["messages"]
+        and mcq["dev"][0]["context"] == "Conclusion: It did not work."
+    )

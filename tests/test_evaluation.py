@@ -261,6 +261,55 @@ def test_real_benchmark_files_load_with_their_subjects_and_few_shot_examples(tin
     assert all(len(p["logliks"]) == 5 for p in report["predictions"])
 
 
+PQAL = {
+    "11": {"QUESTION": "Does aspirin prevent stroke?", "CONTEXTS": ["A trial.", "It worked."],
+           "final_decision": "yes", "LONG_ANSWER": "Aspirin prevented strokes."},
+    "12": {"QUESTION": "Is coffee harmful?", "CONTEXTS": ["A cohort."],
+           "final_decision": "no", "LONG_ANSWER": "Coffee was not harmful."},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "setting, context",
+    [
+        (None, "Abstract: A trial.\nIt worked.\n"),
+        ("reasoning_required", "Abstract: A trial.\nIt worked.\n"),
+        ("reasoning_free", "Conclusion: Aspirin prevented strokes.\n"),
+        ("reasoning_free_with_abstract", "Abstract: A trial.\nIt worked.\nConclusion: Aspirin prevented strokes.\n"),
+    ],
+)
+def test_pubmedqa_is_scored_and_recorded_in_its_setting(tiny, tmp_path, setting, context):
+    model, tokenizer = tiny
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(json.dumps(PQAL))
+    data = load_task("pubmedqa", data=str(path), pubmedqa_setting=setting)
+    prompt = f"{context}Question: Does aspirin prevent stroke?\nAnswer:"
+    assert data.task.context(data.rows[0], []) == prompt
+    loglik = evaluate_task(model, tokenizer, data)
+    assert loglik["example_prompt"] == prompt and loglik["pubmedqa_setting"] == (setting or "reasoning_required")
+    generated = evaluate_task(model, tokenizer, data, "generate", generation={"max_new_tokens": 2})
+    assert ("Aspirin prevented strokes." in generated["example_prompt"]) == ("Conclusion" in context)
+    assert "A trial.\nIt worked." in generated["example_prompt"] or setting == "reasoning_free"
+    assert generated["pubmedqa_setting"] == (setting or "reasoning_required")
+    # A task that brings its own PubMedQA questions takes the setting; the other registry tasks do not.
+    assert load_task("mine", data=str(path), pubmedqa_setting=setting).pubmedqa_setting == setting
+    medqa = load_task("medqa_4opt", data=str(ROOT / "data/usmle_sample/test.jsonl"), pubmedqa_setting=setting)
+    assert medqa.pubmedqa_setting is None and "pubmedqa_setting" not in evaluate_task(model, tokenizer, medqa)
+
+
+def test_a_pubmedqa_setting_without_a_pubmedqa_task_is_one_line():
+    for tasks in ("medqa_4opt", "medqa_4opt,mmlu_medical"):
+        with pytest.raises(UserError, match=f"pubmedqa_setting .* tasks {tasks.replace(',', ', ')} hold none"):
+            parse_eval_args(["--model", "m", "--tasks", tasks, "--pubmedqa_setting", "reasoning_free"])
+    with pytest.raises(UserError, match="pubmedqa_setting 'free' is unknown"):
+        parse_eval_args(["--model", "m", "--tasks", "pubmedqa", "--pubmedqa_setting", "free"])
+    for tasks in ("pubmedqa", "medqa_4opt,pubmedqa", "mine"):
+        args = parse_eval_args(
+            ["--model", "m", "--tasks", tasks, "--data", "mine=x.json", "--pubmedqa_setting", "reasoning_free"]
+        )
+        assert args.pubmedqa_setting == "reasoning_free"
+
+
 def test_eval_yaml_and_flags_parse_into_one_set_of_arguments():
     args = parse_eval_args(
         [str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "loglik", "--tasks", "usmle_test,pubmedqa"]

@@ -40,6 +40,30 @@ def test_pairs_prefer_the_gold_answer_to_a_wrong_option_in_the_sft_answer_style(
     assert out.read_text() == (ROOT / "data/usmle_sample/pairs_train.jsonl").read_text()
 
 
+def test_pairs_ask_pubmedqa_questions_in_the_setting_given(tmp_path, capsys):
+    row = {"QUESTION": "Does it work?", "CONTEXTS": ["Methods."], "final_decision": "yes", "LONG_ANSWER": "It worked."}
+    questions = tmp_path / "pqal.json"
+    questions.write_text(json.dumps({"1": row}))
+    for setting, context in ((None, "Methods."), ("reasoning_free", "Conclusion: It worked.")):
+        out = tmp_path / f"{setting}.jsonl"
+        cli.main(
+            [
+                "pairs",
+                "--mcq",
+                str(questions),
+                "--out",
+                str(out),
+                *(["--pubmedqa-setting", setting] if setting else []),
+            ]
+        )
+        (pair,) = [json.loads(line) for line in out.read_text().splitlines()]
+        assert pair["prompt"][-1]["content"].startswith(f"Context: {context}\n\nDoes it work?")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["pairs", "--mcq", str(ROOT / "data/usmle_sample/train.jsonl"), "--out", str(tmp_path / "m.jsonl"),
+                  "--pubmedqa-setting", "reasoning_free"])  # fmt: skip
+    assert exit_info.value.code == 2 and "pubmedqa_setting reasoning_free" in capsys.readouterr().err
+
+
 def test_a_dpo_recipe_is_told_apart_from_grpo_by_its_data():
     assert recipe_method(TINY) == "dpo"
     recipe, args, _ = parse_recipe("dpo", [TINY])

@@ -187,6 +187,55 @@ def test_pubmedqa_jsonl(tmp_path):
     assert row["explanation"] == "The evidence is mixed."
 
 
+# What each PubMedQA setting asks the question about: the abstract alone (reasoning-required), the
+# conclusion alone (reasoning-free), or both; the same file serves every setting.
+PUBMEDQA_CONTEXTS = {
+    None: "Background sentence.\nResults sentence.",
+    "reasoning_required": "Background sentence.\nResults sentence.",
+    "reasoning_free": "Conclusion: The evidence is mixed.",
+    "reasoning_free_with_abstract": "Abstract: Background sentence.\nResults sentence.\nConclusion: The evidence is mixed.",
+}
+
+
+@pytest.mark.parametrize("setting", list(PUBMEDQA_CONTEXTS))
+def test_pubmedqa_settings_read_one_file(tmp_path, setting):
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(json.dumps({"1": PUBMEDQA_ROW, "2": {**PUBMEDQA_ROW, "final_decision": "yes"}}), encoding="utf-8")
+    rows = load_mcq(path, pubmedqa_setting=setting).to_list()
+    assert [r["context"] for r in rows] == [PUBMEDQA_CONTEXTS[setting]] * 2
+    assert [r["answer"] for r in rows] == ["C", "A"]
+    assert all(r["explanation"] == "The evidence is mixed." for r in rows)  # the long-answer target
+
+
+def test_pubmedqa_settings_cover_the_named_ones():
+    from medrecipes.names import PUBMEDQA_SETTINGS
+
+    assert set(PUBMEDQA_SETTINGS) == set(PUBMEDQA_CONTEXTS) - {None}
+
+
+@pytest.mark.parametrize("setting", ["reasoning_free", "reasoning_free_with_abstract"])
+@pytest.mark.parametrize("long_answer", [None, "", "   "])
+def test_reasoning_free_needs_each_rows_conclusion(tmp_path, setting, long_answer):
+    rows = [PUBMEDQA_ROW, {**PUBMEDQA_ROW, "LONG_ANSWER": long_answer}]
+    path = write_jsonl(tmp_path / "pqal.jsonl", rows)
+    with pytest.raises(UserError, match=rf"pqal.jsonl line 2: has no LONG_ANSWER .* {setting} .*reasoning_required"):
+        load_mcq(path, pubmedqa_setting=setting)
+    assert load_mcq(path)[1]["context"] == PUBMEDQA_CONTEXTS[None]  # the abstract needs no conclusion
+
+
+@pytest.mark.parametrize("setting", ["reasoning_required", "reasoning_free"])
+def test_a_pubmedqa_setting_on_other_rows_is_refused(tmp_path, setting):
+    path = write_jsonl(tmp_path / "medqa.jsonl", [MEDQA_ROW])
+    with pytest.raises(UserError, match=rf"medqa.jsonl: pubmedqa_setting {setting} .* these are medqa rows"):
+        load_mcq(path, pubmedqa_setting=setting)
+
+
+def test_an_unknown_pubmedqa_setting_names_the_valid_ones(tmp_path):
+    path = write_jsonl(tmp_path / "pqal.jsonl", [PUBMEDQA_ROW])
+    with pytest.raises(UserError, match="pubmedqa_setting 'reasoning-free' is unknown.*did you mean 'reasoning_free'"):
+        load_mcq(path, pubmedqa_setting="reasoning-free")
+
+
 def test_pubmedqa_keyed_json_uses_the_key_as_id(tmp_path):
     path = tmp_path / "ori_pqal.json"
     data = {"12345": PUBMEDQA_ROW, "67890": {**PUBMEDQA_ROW, "final_decision": "no"}}
@@ -612,3 +661,24 @@ def test_answer_index_that_is_not_a_number(tmp_path):
     row = {"sent1": "Q?", "ending0": "a", "ending1": "b", "label": "two"}
     with pytest.raises(UserError, match="line 1: answer index 'two' does not name one of the 2 options"):
         load_mcq(write_jsonl(tmp_path / "hf.jsonl", [row]))
+
+
+@needs_shared_data
+def test_real_pubmedqa_in_every_setting():
+    """PQA-L's 500 labelled questions: the conclusion is given only where the setting gives it, and
+    the long-answer target (the conclusion, then the label) is read back as the gold label."""
+    path = SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json"
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    rows = {s: load_mcq(path, pubmedqa_setting=s).to_list() for s in PUBMEDQA_CONTEXTS}
+    assert all(len(r) == 500 for r in rows.values())
+    for required, free, both in zip(
+        rows["reasoning_required"], rows["reasoning_free"], rows["reasoning_free_with_abstract"], strict=True
+    ):
+        entry = raw[required["id"]]
+        assert required["context"] == "\n".join(entry["CONTEXTS"]) and entry["LONG_ANSWER"] not in required["context"]
+        assert free["context"] == f"Conclusion: {entry['LONG_ANSWER'].strip()}"
+        assert both["context"] == f"Abstract: {required['context']}\n{free['context']}"
+        target = sft_target(free, with_explanation=True, chain_of_thought=True)
+        assert target.startswith(entry["LONG_ANSWER"].strip()) and target.endswith(f"Final Answer: {free['answer']}")
+        assert extract_answer(target, "ABC", free["options"]) == free["answer"]
+    assert Counter(r["answer"] for r in rows[None]) == {"A": 276, "B": 169, "C": 55}

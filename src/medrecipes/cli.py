@@ -29,6 +29,7 @@ import sys
 
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.libraries import keep_out
+from medrecipes.names import PUBMEDQA_SETTINGS
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 
@@ -275,7 +276,7 @@ def cmd_pairs(args) -> None:
         raise UserError(
             f"pairs: --temperature must be a positive number (answers are sampled), got {args.temperature}"
         )
-    rows = [row for file in args.mcq for row in load_mcq(file, answered=True)]
+    rows = [row for file in args.mcq for row in load_mcq(file, answered=True, pubmedqa_setting=args.pubmedqa_setting)]
     files = ", ".join(args.mcq)
     if args.model:
         pairs, left_out = on_policy_pairs(rows, _sampled_answers(args, rows), args.system_prompt, args.seed)
@@ -487,6 +488,11 @@ def make_parser() -> argparse.ArgumentParser:
     pairs.add_argument("--mcq", type=input_path, nargs="+", required=True, help="MCQ files with gold answers")
     pairs.add_argument("--out", type=output_path, required=True, help="the JSONL file to write")
     pairs.add_argument("--system-prompt", help="a system turn before each question, as the SFT recipe has")
+    pairs.add_argument(
+        "--pubmedqa-setting",
+        choices=PUBMEDQA_SETTINGS,
+        help="PubMedQA questions: asked about the abstract (reasoning_required, the default), the conclusion or both",
+    )
     pairs.add_argument(
         "--layout",
         choices=["pairs", "unpaired"],

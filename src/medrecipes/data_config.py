@@ -9,6 +9,8 @@ so neither side imports the other to share them.
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from medrecipes.names import PubMedQASetting
+
 
 @dataclass
 class SourceConfig:
@@ -29,6 +31,10 @@ class SourceConfig:
     # desirable answer), for KTO.
     format: Literal["text", "usmle", "chat", "preference", "unpaired"] = "text"
     weight: float = 1.0
+    # format usmle, PubMedQA rows only: what the question is asked about, the abstract
+    # (reasoning_required, PubMedQA's standard setting, also when unset), its conclusion
+    # (reasoning_free) or both (reasoning_free_with_abstract).
+    pubmedqa_setting: PubMedQASetting | None = None
     # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
     # anon); passed to `datasets` as `storage_options`.
     storage_options: dict[str, Any] | None = None

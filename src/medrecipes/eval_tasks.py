@@ -10,7 +10,7 @@ the registry but comes with its own questions (`--data NAME=FILE`, or a recipe's
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from medrecipes.data.sources import load_mcq_source
@@ -34,6 +34,11 @@ def _medmcqa_prompt(row: Row) -> str:
 
 def _pubmedqa_prompt(row: Row) -> str:
     return f"Abstract: {row['context']}\nQuestion: {row['question']}\nAnswer:"
+
+
+def _pubmedqa_free_prompt(row: Row) -> str:
+    # The reasoning-free context names its parts itself ("Conclusion: ...", "Abstract: ...\nConclusion: ...").
+    return f"{row['context']}\nQuestion: {row['question']}\nAnswer:"
 
 
 def _mmlu_prompt(row: Row) -> str:
@@ -131,6 +136,7 @@ class TaskData:
     rows: list[Row]
     source: str
     fewshot: list[Row]
+    pubmedqa_setting: str | None = None  # what PubMedQA's questions were asked about, for a PubMedQA task
 
     def shots(self, row: Row, k: int) -> list[Row]:
         pool = [r for r in self.fewshot if r["subject"] == row["subject"]] if self.task.subjects else self.fewshot
@@ -152,12 +158,19 @@ def _source(task: Task, data: str | None, data_dir: str | None) -> str:
     raise UserError(f"{task.name}: has no Hub copy; pass --data_dir (with {task.local}) or --data {task.name}=FILE")
 
 
-def _load(task: Task, source: str, split: str | None) -> list[Row]:
+def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | None = None) -> list[Row]:
     subjects = list(task.subjects) or None
+    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting}
     if looks_local(source) or Path(source).exists():
-        return load_mcq(source, split=split, subjects=subjects).to_list()
+        return load_mcq(source, split=split, **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)
-    return [row for config in configs for row in load_mcq(source, split=split, subjects=subjects, config=config)]
+    return [row for config in configs for row in load_mcq(source, split=split, config=config, **reading)]
+
+
+def takes_pubmedqa_setting(name: str) -> bool:
+    """Whether `--pubmedqa_setting` reaches task `name`: PubMedQA's, and a task that brings its own
+    questions (which must then be PubMedQA's)."""
+    return name == "pubmedqa" or name not in TASKS
 
 
 def _first_per_subject(rows: list[Row], limit: int | None, per_subject: bool) -> list[Row]:
@@ -182,17 +195,27 @@ def load_task(
     limit: int | None = None,
     num_fewshot: int = 0,
     fewshot_data: str | None = None,
+    pubmedqa_setting: str | None = None,
 ) -> TaskData:
     """The questions of task `name`, from `data` (a file, folder or Hub id), else from
     `data_dir` (the ../shared/data layout), else from the Hub; the first `limit` of them (per
-    subject for MMLU), and `num_fewshot` examples each from `fewshot_data` or the task's dev split."""
+    subject for MMLU), and `num_fewshot` examples each from `fewshot_data` or the task's dev split.
+    `pubmedqa_setting` (names.PUBMEDQA_SETTINGS) applies to the tasks `takes_pubmedqa_setting`
+    names; the pubmedqa task in a reasoning-free setting is prompted with the conclusion it gives."""
     task = task_for(name)
     if data is None and name not in TASKS:
         raise UserError(f"{name}: not a known task; pass its questions with --data {name}=FILE")
+    setting = pubmedqa_setting if takes_pubmedqa_setting(name) else None
+    if setting not in (None, "reasoning_required") and task.prompt is _pubmedqa_prompt:
+        task = replace(
+            task, prompt=_pubmedqa_free_prompt, reference=f"{task.reference}, the conclusion given ({setting})"
+        )
     source = _source(task, data, data_dir)
-    loaded = _task_data(task, _load(task, source, task.split), source, limit)
+    loaded = _task_data(task, _load(task, source, task.split, setting), source, limit)
+    if name == "pubmedqa" or setting:
+        loaded.pubmedqa_setting = setting or "reasoning_required"
     if num_fewshot > 0:
-        loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data))
+        loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data), setting)
         short = next((r for r in loaded.rows if len(loaded.shots(r, num_fewshot)) < num_fewshot), None)
         if short is not None:
             raise UserError(

@@ -459,7 +459,15 @@ def evaluate_task(
         )
     else:
         raise UserError(f"mode '{mode}' is unknown; use loglik or generate")
-    return {**report, "mode": mode, "reference": task.reference, "source": data.source, "example_prompt": example}
+    setting = {"pubmedqa_setting": data.pubmedqa_setting} if data.pubmedqa_setting else {}
+    return {
+        **report,
+        "mode": mode,
+        "reference": task.reference,
+        "source": data.source,
+        **setting,
+        "example_prompt": example,
+    }
 
 
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
@@ -678,6 +686,7 @@ def run_evaluation(args) -> dict:
             limit=args.limit,
             num_fewshot=args.num_fewshot,
             fewshot_data=args.fewshot_by_task.get(name),
+            pubmedqa_setting=args.pubmedqa_setting,
         )
         for name in args.tasks
     }

@@ -1,4 +1,5 @@
-"""The names a recipe or a command may give for benchmark tasks and evaluation modes.
+"""The names a recipe or a command may give for benchmark tasks, evaluation modes and PubMedQA's
+settings.
 
 A leaf: the recipe schema checks these names when a recipe is read, without importing the code
 that loads and scores the tasks (`eval_tasks`, `evaluation`), which sits above it.
@@ -13,6 +14,11 @@ TASK_NAMES = ("medqa_4opt", "medqa_5opt", "medmcqa", "pubmedqa", "mmlu_medical")
 # How `evaluation` scores a question: lm-eval's log-likelihood of each answer, or a generated reply.
 EvalMode = Literal["loglik", "generate"]
 EVAL_MODES = get_args(EvalMode)
+# PubMedQA's two settings (Jin et al. 2019): reasoning-required asks about the abstract without its
+# conclusion, the benchmark's standard score; reasoning-free gives the conclusion (`LONG_ANSWER`),
+# alone or after the abstract. A figure is reported under its setting's name.
+PubMedQASetting = Literal["reasoning_required", "reasoning_free", "reasoning_free_with_abstract"]
+PUBMEDQA_SETTINGS = get_args(PubMedQASetting)
 
 
 def check_task_names(names: list[str], own_data: list[str], where: str) -> None:

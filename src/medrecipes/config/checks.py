@@ -30,6 +30,11 @@ def _build_source(data: Any, where: str) -> SourceConfig:
     source = build_dataclass(SourceConfig, data, where)
     if source.weight <= 0:
         raise UserError(f"{where}: weight must be positive, got {source.weight}")
+    if source.pubmedqa_setting is not None and source.format != "usmle":
+        raise UserError(
+            f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and this source is "
+            f"format {source.format}; set format: usmle for PubMedQA rows, or leave pubmedqa_setting out"
+        )
     return source
 
 
@@ -178,7 +183,14 @@ def named_sources(recipe: RecipeArguments) -> dict:
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """A chat template file must exist (TRL opens it once the trainer is built), and a template
     shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
-    TRL refuses plain documents once it is built."""
+    TRL refuses plain documents once it is built. A target that writes the explanation (for
+    PubMedQA the long answer) before its label needs the prompt that asks for it, and evaluation
+    the room to read it."""
+    if recipe.with_explanation and not recipe.chain_of_thought:
+        raise UserError(
+            f"{path}: with_explanation trains answers that explain, then end in 'Final Answer: X', while the prompt "
+            "asks for the letter only and evaluation reads 16 tokens; set chain_of_thought: true with it"
+        )
     template = args.chat_template_path
     if template and shipped_template(template):
         args.chat_template_path = shipped_template(template)

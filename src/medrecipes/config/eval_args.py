@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from medrecipes.config.reading import RecipeParser, check_choices, split_names
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.names import EvalMode, check_task_names
+from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
 from medrecipes.outputs import claim_output
 
 
@@ -28,6 +28,13 @@ class EvalArguments:
     )
     limit: int | None = field(
         default=None, metadata={"help": "First N questions of each task (of each MMLU subject)."}
+    )
+    pubmedqa_setting: PubMedQASetting | None = field(
+        default=None,
+        metadata={
+            "help": "pubmedqa: reasoning_required (the abstract; PubMedQA's standard score, the default), "
+            "reasoning_free (its conclusion) or reasoning_free_with_abstract (both)."
+        },
     )
     num_fewshot: int = field(default=0, metadata={"help": "Solved examples before each question (MMLU: dev split)."})
     fewshot_data: list[str] | None = field(
@@ -91,6 +98,12 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
                     f"name the task as in tasks, or drop the {flag} entry"
                 )
     check_choices(args, where)
+    # The tasks it reaches: eval_tasks.takes_pubmedqa_setting, which this layer may not import.
+    if args.pubmedqa_setting and all(name in TASK_NAMES and name != "pubmedqa" for name in args.tasks):
+        raise UserError(
+            f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and tasks "
+            f"{', '.join(args.tasks)} hold none; add pubmedqa to tasks, or leave pubmedqa_setting out"
+        )
     for key in ("limit", "batch_size", "max_new_tokens", "samples"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")

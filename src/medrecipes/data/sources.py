@@ -120,7 +120,9 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
     files = source.data_files or source.path
     return datasets.concatenate_datasets(
         [
-            usmle.load_mcq(f, split=source.split, subjects=subjects, answered=True)
+            usmle.load_mcq(
+                f, split=source.split, subjects=subjects, answered=True, pubmedqa_setting=source.pubmedqa_setting
+            )
             for f in ([files] if isinstance(files, str) else files)
         ]
     )

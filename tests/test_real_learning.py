@@ -1,0 +1,72 @@
+"""The report of the learning check (benchmarks/real_learning_gemma.py): figures read from the eval
+outputs, a paired bootstrap for "stage B beats stage A", label counts that show a collapse, and
+each target judged on the figure it names."""
+
+import json
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import real_learning_gemma as check  # noqa: E402
+
+
+def eval_output(answers: str, predicted: str, setting: str) -> dict:
+    """`medrecipes eval`'s output for PubMedQA questions q0, q1, ... with these gold and predicted letters."""
+    from medrecipes.evaluation import score
+
+    rows = [
+        {"id": f"q{i}", "subject": "", "answer": a, "options": ["yes", "no", "maybe"]} for i, a in enumerate(answers)
+    ]
+    report = score(rows, [f"{p}. {check.LABELS.get(p, '')}" for p in predicted])
+    return {"tasks": {"pubmedqa": {**report, "pubmedqa_setting": setting}}}
+
+
+@pytest.fixture
+def out(tmp_path):
+    gold = "AAAAABBBC" * 4
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "split.json").write_text(json.dumps({"seed": 42, "labels": {}}))
+    decisions = {"A": "yes", "B": "no", "C": "maybe"}
+    dev = {f"q{i}": {"final_decision": decisions[a]} for i, a in enumerate(gold)}
+    (tmp_path / "data" / "pubmedqa_dev.json").write_text(json.dumps(dev))
+    (tmp_path / "eval").mkdir()
+    outputs = {
+        "base-free-pubmedqa-loglik": "B" * len(gold),  # 8 of 36 right
+        "sft-free-pubmedqa-generate": "A" * len(gold),  # always yes: 20 of 36
+        "grpo-free-pubmedqa-generate": gold[:-4] + "AAAA",  # all but the last four right
+    }
+    for stem, predicted in outputs.items():
+        (tmp_path / "eval" / f"{stem}.json").write_text(json.dumps(eval_output(gold, predicted, "reasoning_free")))
+    return tmp_path
+
+
+def test_the_report_reads_every_stage_and_judges_its_targets(out):
+    report = check.summarise(out, {"sft-free": 60.0, "cpt": 900.0})
+    stages = report["stages"]
+    assert list(stages) == ["always yes", "base (loglik)", "SFT", "GRPO from SFT"]
+    assert stages["always yes"]["accuracy"] == stages["SFT"]["accuracy"] == pytest.approx(20 / 36)
+    assert stages["SFT"]["predicted"] == {"yes": 36, "no": 0, "maybe": 0, "none": 0}
+    assert stages["GRPO from SFT"]["accuracy"] == pytest.approx(32 / 36)
+    assert stages["SFT"]["setting"] == "reasoning_free"
+    assert set(report["claims"]) == {"SFT beats the base", "GRPO beats SFT"}
+    grpo = report["claims"]["GRPO beats SFT"]
+    assert grpo["difference"] == pytest.approx(12 / 36) and 0 < grpo["ci95"][0] < grpo["difference"] < grpo["ci95"][1]
+    met = {t["target"]: t["met"] for t in report["targets"]}
+    assert met["reasoning-free GRPO beats SFT, paired 95% interval above 0"]
+    assert not met["reasoning-free SFT: accuracy >= 75%, macro-F1 >= 0.55, 95% lower bound above 54.7%"]
+    assert (
+        not met["SFT: predicted labels not all one class"] and met["GRPO from SFT: predicted labels not all one class"]
+    )
+    assert report["seconds"] == {"sft-free": 60.0}  # the real check's own stages are timed in its report
+    text = check.markdown(report)
+    assert "| reasoning_free | SFT | 55.6% (" in text and "| GRPO beats SFT | +33.3% (paired 95% CI +" in text
+
+
+def test_the_paired_interval_is_zero_for_the_same_answers_and_refuses_other_questions(out):
+    sft = check.read(out / "eval" / "sft-free-pubmedqa-generate.json")
+    assert check.paired(sft, sft) == {"difference": 0.0, "ci95": [0.0, 0.0]}
+    fewer = {**sft, "predictions": sft["predictions"][:-1]}
+    with pytest.raises(SystemExit, match="different questions"):
+        check.paired(sft, fewer)
