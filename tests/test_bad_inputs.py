@@ -140,8 +140,17 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("gpu_hour_price negative", script("cpt", cpt, "--gpu_hour_price", "-2"), "gpu_hour_price"),
         Case("scratch without architecture", script("cpt", cpt, "--init_from_scratch", "true"), "init_from_scratch"),
         # --- GRPO
-        Case("GRPO temperature 0", script("grpo", grpo, "--temperature", "0"), "temperature must be positive"),
+        Case("GRPO temperature 0", script("grpo", grpo, "--temperature", "0"), "temperature must be above 0"),
         Case("GRPO beta negative", script("grpo", grpo, "--beta", "-0.1"), "beta"),
+        Case("GRPO reward weight NaN", script("grpo", grpo, "--rewards", "[{name: usmle_accuracy, weight: .nan}]"), "rewards[0].weight must be a finite number"),
+        # --- values only the library would refuse, after loading (or never)
+        Case("adam_beta1 above 1", script("sft", sft, "--adam_beta1", "1.5"), "adam_beta1 1.5 is refused by the adamw_torch"),
+        Case("adam_epsilon negative", script("cpt", cpt, "--adam_epsilon", "-1e-8"), "Invalid epsilon value"),
+        Case("scheduler argument unknown", script("cpt", cpt, "--lr_scheduler_kwargs", "{warmup: 3}"), "lr_scheduler_kwargs"),
+        Case("batch of 1e20", script("sft", sft, "--per_device_train_batch_size", "100000000000000000000"), "beyond the largest whole number"),
+        Case("DPO beta negative", script("dpo", dpo, "--beta", "-0.1"), "a negative beta prefers the rejected answers"),
+        Case("DPO label_smoothing 0.5", script("dpo", dpo, "--label_smoothing", "0.5"), "label_smoothing must be at least 0 and below 0.5"),
+        Case("KTO desirable_weight 0", script("kto", kto, "--desirable_weight", "0"), "desirable_weight must be above 0"),
         Case("GRPO one generation", script("grpo", grpo, "--num_generations", "1"), "num_generations"),
         Case("GRPO unknown reward", script("grpo", grpo, "--rewards", "[{name: usmle_acuracy}]"), "did you mean 'usmle_accuracy'"),
         Case("GRPO reward weight text", script("grpo", grpo, "--rewards", "[{name: usmle_accuracy, weight: high}]"), "weight"),

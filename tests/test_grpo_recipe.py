@@ -156,8 +156,8 @@ def test_rewards_become_functions_and_weights(tmp_path):
         ({"prompt_format": "chta"}, "prompt_format 'chta' is unknown (did you mean 'chat'?)"),
         ({"prompt_format": "plain"}, "with prompt_format: plain, leave them out"),
         ({"total_tokens": 1000}, "token budgets are for pretraining"),
-        ({"temperature": 0.0}, "temperature must be positive (GRPO samples its completions), got 0.0"),
-        ({"beta": -0.1}, "beta must be 0 or more, got -0.1"),
+        ({"temperature": 0.0}, "temperature must be above 0, got 0: answers are sampled"),
+        ({"beta": -0.1}, "beta must be at least 0, got -0.1: a negative beta rewards"),
         (
             {"vllm_mode": "colocat"},
             "vllm_mode 'colocat' is unknown (did you mean 'colocate'?); use colocate or server",

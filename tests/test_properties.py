@@ -460,3 +460,89 @@ def test_every_command_has_its_paths_checked():
     commands = next(a for a in make_parser()._actions if a.dest == "command").choices
     assert set(INVOCATIONS) == set(commands)
     assert {c for c, _, _ in PATH_ARGUMENTS} == set(commands)
+
+
+def _nested_numbers(value, path=()):
+    """(path, number) of every number inside a recipe's lists and mappings."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _nested_numbers(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _nested_numbers(item, (*path, index))
+    elif isinstance(value, int | float) and not isinstance(value, bool) and len(path) > 1:
+        yield path, value
+
+
+def _spelled(path) -> str:
+    return path[0] + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
+
+
+NESTED = [(m, path) for m in RECIPES for path, _ in _nested_numbers(yaml.safe_load((ROOT / RECIPES[m]).read_text()))]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_number_anywhere_in_a_nested_key_is_refused_where_it_is(tmp_path, bad):
+    """Every number inside the shipped tiny recipes' lists and mappings (reward weights, source
+    weights, mixture seeds, ...) made NaN or infinite: one line naming where it is, or its key."""
+    assert {m for m, _ in NESTED} >= {"grpo", "cpt"} and any("rewards" in path for _, path in NESTED)
+    for method, path in NESTED:
+        data = base_recipe(method, tmp_path)
+        holder = data
+        for step in path[:-1]:
+            holder = holder[step]
+        holder[path[-1]] = bad
+        line = answer(method, data, tmp_path)
+        assert line is not None, f"{method}: {_spelled(path)} = {bad} accepted"
+        assert "finite" in line or "number" in line, line
+
+
+def _bounded_keys():
+    for method, classes in METHODS.items():
+        for cls in classes:
+            for key, bound in getattr(cls, "BOUNDS", {}).items():
+                yield method, key, bound
+
+
+@pytest.mark.parametrize("method, key, bound", list(_bounded_keys()), ids=lambda v: str(v)[:20])
+def test_a_method_key_whose_sign_or_zero_defeats_the_method_is_refused_with_why(tmp_path, method, key, bound):
+    """0, negative, huge and the bound itself: the schema's meaning of each numeric key's sign."""
+    for value in (0, -1, -0.5, 1e-9, bound.low, 0.25, 1e12):
+        data = base_recipe(method, tmp_path)
+        data[key] = value
+        line = answer(method, data, tmp_path)
+        if bound.admits(value):
+            assert line is None or key not in line, line
+        else:
+            assert line is not None and key in line and bound.why in line, (key, value, line)
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "learning_rate"]),
+    st.floats(-2, 2, allow_nan=False),
+)
+def test_the_recipe_takes_an_optimizer_setting_exactly_when_torch_does(tmp_path, key, value):
+    """The optimizer's own checks, not a copy of them: parse refuses a value iff AdamW refuses it."""
+    import torch
+
+    data = base_recipe("sft", tmp_path)
+    data[key] = value
+    settings = {"lr": 2e-5, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+    torch_key = {"adam_beta1": "betas", "adam_beta2": "betas", "adam_epsilon": "eps", "learning_rate": "lr"}.get(
+        key, key
+    )
+    settings[torch_key] = (value, 0.999) if key == "adam_beta1" else (0.9, value) if key == "adam_beta2" else value
+    for other in ("learning_rate", "weight_decay"):  # the recipe's own, where not the key tried
+        if other != key and other in data:
+            settings[{"learning_rate": "lr"}.get(other, other)] = data[other]
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], **settings)
+        accepted = True
+    except ValueError:
+        accepted = False
+    line = answer("sft", data, tmp_path)
+    if accepted:
+        assert line is None or key not in line, line
+    else:
+        assert line is not None and key in line, (key, value)

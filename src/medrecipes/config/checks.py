@@ -138,10 +138,6 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
         )
     if args.reward_weights is not None:
         raise UserError(f"{path}: give each reward its weight in its 'rewards' entry, not in reward_weights")
-    if args.temperature <= 0:
-        raise UserError(f"{path}: temperature must be positive (GRPO samples its completions), got {args.temperature}")
-    if args.beta < 0:
-        raise UserError(f"{path}: beta must be 0 or more, got {args.beta}")
     check_choice(args.vllm_mode, VLLM_MODES, f"{path}: vllm_mode")  # TRL's field: a str, not a Literal
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
@@ -286,3 +282,62 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
             f"{path}: {ignored[0]} is set but use_peft is false, so the whole model would train; "
             f"set use_peft: true for LoRA, or drop {', '.join(ignored)}"
         )
+
+
+# The TrainingArguments the optimizer is built from (weight_decay through its parameter groups).
+OPTIMIZER_SETTINGS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "optim_args")
+
+
+def _optimizer_probe(args: TrainingArguments):
+    """The run's optimizer, built as the trainer builds it on a one-element parameter, with its
+    learning-rate scheduler; None where it cannot be built without the model or a GPU (GaLore,
+    some 8-bit optimizers): the trainer then checks it at its own time."""
+    import torch
+    from transformers import Trainer
+    from transformers.optimization import get_scheduler
+
+    try:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    except Exception:  # an optimizer that needs the model, or a library that is not installed
+        return None
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)
+    steps = args.max_steps if args.max_steps > 0 else 100
+    get_scheduler(
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=args.get_warmup_steps(steps),
+        num_training_steps=steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    return optimizer
+
+
+def check_optimizer(args: TrainingArguments, path: str) -> None:
+    """The optimizer and its schedule accept the recipe's settings: torch's and transformers' own
+    refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
+    any model or data is loaded rather than at the first step. The key is the one whose default
+    makes the optimizer build."""
+    import copy
+
+    try:
+        _optimizer_probe(args)
+        return
+    except (ValueError, TypeError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
+    optim = getattr(args.optim, "value", args.optim)
+    for key in (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs"):
+        trial = copy.copy(args)
+        setattr(trial, key, getattr(defaults, key))
+        try:
+            _optimizer_probe(trial)
+        except (ValueError, TypeError):
+            continue
+        raise UserError(
+            f"{path}: {key} {getattr(args, key)!r} is refused by the {optim} optimizer or its schedule ({reason}); "
+            f"use a value it accepts (default {getattr(defaults, key)!r})"
+        )
+    raise UserError(
+        f"{path}: the {optim} optimizer refuses these settings ({reason}); check {', '.join(OPTIMIZER_SETTINGS)}"
+    )

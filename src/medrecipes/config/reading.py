@@ -251,17 +251,39 @@ def check_value(key: str, value, hint, where: str, top_level: bool = False):
     raise UserError(f"{where}: {key} must be {_kind(hint)}, got {value!r}")
 
 
+def _numbers(value, name: str):
+    """(where, number) for every number inside `value`, however deeply nested: "rewards[1].weight"."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _numbers(item, f"{name}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _numbers(item, f"{name}[{index}]")
+    elif isinstance(value, float | int) and not isinstance(value, bool):
+        yield name, value
+
+
+# The largest whole number torch, numpy and Python's slicing take as a count or an index.
+LARGEST_COUNT = 2**63 - 1
+
+
 def check_finite(obj, where: str) -> None:
-    """Every number of a parsed dataclass (lists and mappings included) is finite: a NaN or
-    infinite learning rate, weight or threshold from the YAML or the command line is refused
-    where it is given, not found as a NaN model after training. A field whose default is not
-    finite keeps it."""
+    """Every number of a parsed dataclass, however deep in its lists and mappings (a reward's
+    weight inside `rewards`), is finite: a NaN or infinite learning rate, weight or threshold from
+    the YAML or the command line is refused where it is given, not found as a NaN model after
+    training. A field whose default is not finite keeps it. A whole number fits a 64-bit count
+    (a batch of 1e20 would fail in the sampler's arithmetic)."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name, None)
-        values = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else [value]
-        bad = next((v for v in values if isinstance(v, float) and not math.isfinite(v)), None)
-        if bad is not None and value != f.default and not (isinstance(f.default, float) and math.isnan(f.default)):
-            raise UserError(f"{where}: {f.name} must be a finite number, got {bad}")
+        if value == f.default or (isinstance(f.default, float) and math.isnan(f.default)):
+            continue
+        for name, number in _numbers(value, f.name):
+            if isinstance(number, float) and not math.isfinite(number):
+                raise UserError(f"{where}: {name} must be a finite number, got {number}")
+            if isinstance(number, int) and abs(number) > LARGEST_COUNT:
+                raise UserError(
+                    f"{where}: {name} {number} is beyond the largest whole number a count can be ({LARGEST_COUNT:.3g})"
+                )
 
 
 def choices(hint) -> tuple | None:

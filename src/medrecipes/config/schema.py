@@ -9,7 +9,7 @@ runs, prompts, benchmarks during training); `CPTConfig`, `MedSFTConfig`, `MedGRP
 import importlib.util
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from transformers import TrainingArguments
 from transformers.trainer_utils import SchedulerType
@@ -128,6 +128,30 @@ AT_LEAST_ONE = (
 NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The values a method's numeric key may take where its library accepts more: `low` (allowed
+    itself when `low_ok`), an optional `high` (never allowed itself), and what a value outside
+    does to the method."""
+
+    low: float
+    low_ok: bool
+    why: str
+    high: float | None = None
+
+    def admits(self, value: float) -> bool:
+        above = value >= self.low if self.low_ok else value > self.low
+        return above and (self.high is None or value < self.high)
+
+    def words(self) -> str:
+        low = f"{'at least' if self.low_ok else 'above'} {self.low:g}"
+        return low if self.high is None else f"{low} and below {self.high:g}"
+
+
+POSITIVE_BETA = Bound(0, False, "a negative beta prefers the rejected answers, and 0 learns no preference")
+ANSWER_WEIGHT = Bound(0, False, "0 leaves that kind of answer out of the loss, and a negative weight turns it around")
+
+
 # Step intervals: a count of steps, or below 1 a fraction of the run; 0 would never save, log
 # or evaluate, which the trainer accepts silently.
 POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
@@ -146,6 +170,10 @@ def check_ranges(args) -> None:
             value = getattr(args, key, None)
             if value is not None and value < low:
                 raise ValueError(f"{key} must be {words}, got {value}")
+    for key, bound in getattr(args, "BOUNDS", {}).items():
+        value = getattr(args, key, None)
+        if value is not None and not bound.admits(value):
+            raise ValueError(f"{key} must be {bound.words()}, got {value:g}: {bound.why}")
     for key in POSITIVE_INTERVALS:
         value = getattr(args, key, None)
         if value is not None and value <= 0:
@@ -294,6 +322,13 @@ class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
     before training, so no reference is held while training). With LoRA the reference is the
     base model with the adapter switched off, never a second copy."""
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "beta": POSITIVE_BETA,
+        "label_smoothing": Bound(
+            0, True, "the share of pairs taken as mislabelled: from 0.5 on, the rejected answers win", 0.5
+        ),
+    }
+
 
 @dataclass
 class MedKTOConfig(DeviceDefaults, CheckpointingOnByDefault, KTOConfig):
@@ -301,6 +336,12 @@ class MedKTOConfig(DeviceDefaults, CheckpointingOnByDefault, KTOConfig):
     desirable or not (pairs are split into one of each): `beta`, `loss_type` (kto or
     apo_zero_unpaired), `desirable_weight` and `undesirable_weight` (to balance unequal counts)
     are TRL's keys. The reference is as in DPO: the adapter switched off with LoRA."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "beta": POSITIVE_BETA,
+        "desirable_weight": ANSWER_WEIGHT,
+        "undesirable_weight": ANSWER_WEIGHT,
+    }
 
     def __post_init__(self):
         # KTO's KL term pairs each answer with the next one's prompt in its batch (TRL's trainer
@@ -322,6 +363,12 @@ class MedKTOConfig(DeviceDefaults, CheckpointingOnByDefault, KTOConfig):
 class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
     """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
     the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
+
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "beta": Bound(0, True, "a negative beta rewards moving away from the reference model (0: no reference)"),
+        "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
+        "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
+    }
 
     rewards: list[dict[str, Any]] | None = field(
         default=None,
