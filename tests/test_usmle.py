@@ -682,3 +682,17 @@ def test_real_pubmedqa_in_every_setting():
         assert target.startswith(entry["LONG_ANSWER"].strip()) and target.endswith(f"Final Answer: {free['answer']}")
         assert extract_answer(target, "ABC", free["options"]) == free["answer"]
     assert Counter(r["answer"] for r in rows[None]) == {"A": 276, "B": 169, "C": 55}
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 10, 11, 27])
+@pytest.mark.parametrize("layout", ["list", "dict"])
+def test_a_question_has_two_to_ten_options_and_is_told_so(tmp_path, count, layout):
+    letters = [chr(ord("A") + i) for i in range(count)]
+    texts = [f"option {i}" for i in range(count)]
+    options = texts if layout == "list" else dict(zip(letters, texts, strict=True))
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question": "Which?", "options": options, "answer": "A"}])
+    if 2 <= count <= 10:
+        assert load_mcq(path)[0]["options"] == texts
+    else:
+        with pytest.raises(UserError, match=rf"q.jsonl line 1: {count} option\(s\); a question has 2 to 10 options"):
+            load_mcq(path)

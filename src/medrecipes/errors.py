@@ -131,7 +131,7 @@ TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
 
 
 def check_text_file(path: str, where: str | None = None, decode: bool = True) -> None:
-    """A local data file that is empty or, for a text format, not UTF-8 (checked when `decode`):
+    """A local data file that is empty or, for a text format, blank or not UTF-8 (checked when `decode`):
     one line, where a reader would fail on its first row, or (pyarrow keeps the bytes as they
     come) only when a row is used."""
     if not os.path.isfile(path):
@@ -141,16 +141,18 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True) ->
         raise UserError(f"{where}: the file is empty; give a file with rows")
     if not decode or not path.endswith(TEXT_SUFFIXES):
         return
-    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    decoder, offset, blank = codecs.getincrementaldecoder("utf-8")(), 0, True
     try:
         with open(path, "rb") as f:
             while block := f.read(1 << 20):
-                decoder.decode(block)
+                blank = blank and not decoder.decode(block).strip()
                 offset += len(block)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError as err:
         err.start += offset  # from the start of the file, not of the block
         raise not_utf8(where, err) from None
+    if blank:  # `datasets` reads no row from it and fails on the empty split it makes
+        raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
 
 
 def _first_ragged_row(path: str) -> str | None:

@@ -204,6 +204,28 @@ class PerplexityMixin:
         super().log(logs, start_time)
 
 
+def _rows(dataset) -> int | None:
+    """The rows of a map-style dataset; None for a stream, whose length is not known."""
+    return len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
+
+
+def _check_rows_left(given: int | None, left: int | None, trainer: str, args) -> None:
+    """The trainer's own preparation (TRL truncates rows to max_length and drops those with
+    nothing left to train on) may leave fewer rows than the recipe gave: say how many it
+    dropped, and stop in one line where it dropped them all, not in the sampler's
+    "num_samples=0" once training starts."""
+    if not given or left is None or left == given:
+        return
+    length = getattr(args, "max_length", None)
+    why = f"truncated to max_length {length}, rows with nothing left to train on dropped" if length else "its filters"
+    if left == 0:
+        raise UserError(
+            f"no training rows are left of {given} once {trainer} prepared them ({why}); raise max_length, "
+            "or see the rows as the model gets them with `medrecipes preview`"
+        )
+    logger.warning("%s dropped %d of %d training rows (%s)", trainer, given - left, given, why)
+
+
 class RecipeTrainerMixin:
     """What every recipe's trainer does beyond the library's; put it first in the bases
     (`class T(RecipeTrainerMixin, SFTTrainer)`) and pass `callbacks.recipe_callbacks(...)`.
@@ -236,7 +258,9 @@ class RecipeTrainerMixin:
         model, training_args = kwargs.get("model", args[0] if args else None), kwargs.get("args")
         if not isinstance(model, str) and training_args is not None:  # before the data is tokenized
             check_positions(model, training_args)
+        given = _rows(kwargs.get("train_dataset"))
         super().__init__(*args, **kwargs)
+        _check_rows_left(given, _rows(self.train_dataset), type(self).__name__, self.args)
         callbacks = self.callback_handler.callbacks
         self.guard = next((cb for cb in callbacks if isinstance(cb, NonFiniteGuard)), None)
         self.monitor = next((cb for cb in callbacks if isinstance(cb, ThroughputMonitor)), None)

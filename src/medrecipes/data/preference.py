@@ -79,6 +79,20 @@ def unpaired(pairs: list[dict]) -> list[dict]:
     return [dict(zip(split, row, strict=True)) for row in zip(*split.values(), strict=True)]
 
 
+def _check_both_kinds(rows) -> None:
+    """KTO weighs desirable answers against undesirable ones: data of one kind has nothing to weigh
+    (TRL trains on it, its loss a function of the KL estimate alone). A stream is not counted."""
+    if not hasattr(rows, "__len__") or len(rows) == 0:
+        return
+    labels = set(rows["label"])
+    if len(labels) == 1:
+        kind = "desirable (label true)" if labels == {True} else "undesirable (label false)"
+        raise UserError(
+            f"dataset_mixture: every one of the {len(rows)} answers is {kind}; KTO needs both kinds "
+            "(medrecipes pairs --layout unpaired writes one of each a question)"
+        )
+
+
 def preference_data(recipe, unpair: bool = False):
     """(train rows, {eval set: rows}) from the recipe's preference sources; with `unpair` (KTO)
     pairs are split into one desirable and one undesirable answer."""
@@ -89,6 +103,8 @@ def preference_data(recipe, unpair: bool = False):
     if unpair:
         if recipe.mixture.sources[0].format == "preference":  # every source has one layout (config.checks)
             train = split_pairs(train)
+        else:
+            _check_both_kinds(train)
         evals = {
             name: split_pairs(rows) if recipe.eval_sources[name].format == "preference" else rows
             for name, rows in evals.items()

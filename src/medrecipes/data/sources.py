@@ -239,10 +239,19 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
         for key in ("chosen", "rejected", "completion"):
             if isinstance(row.get(key), list) and _roles(row[key])[-1:] != ["assistant"]:
                 problem = f"the last turn of {key} is not the assistant's"
+            elif key in row and not _answer_text(row[key]).strip():
+                problem = f"{key} is empty: there is no answer to prefer or avoid"
         if "label" in row and not isinstance(row["label"], bool):
             problem = f"label {json.dumps(row['label'])} is not true or false (true: a desirable answer)"
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
+
+
+def _answer_text(answer) -> str:
+    """An answer's text: the answer itself, or the content of its last (the assistant's) turn."""
+    if isinstance(answer, list):
+        answer = answer[-1].get("content") if answer and isinstance(answer[-1], dict) else None
+    return answer if isinstance(answer, str) else ""
 
 
 ROLES = ("system", "user", "assistant")  # the roles every chat template we train with knows
@@ -279,6 +288,8 @@ def _turn_problem(messages) -> str | None:
         return "the first turn after any system turn is not the user's"
     if roles[-1] != "assistant":
         return "the last turn is not the assistant's, so there is no answer to train on"
+    if not _answer_text(messages).strip():
+        return "the assistant's answer is empty, so there is nothing to train on"
     return None
 
 

@@ -53,10 +53,23 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+# How many options a question may have: a choice needs two, and answers are read as the letters A-J.
+FEWEST_OPTIONS, MOST_OPTIONS = 2, len(LETTERS)
+
+
+def _check_option_count(count: int, where: Where) -> None:
+    if not FEWEST_OPTIONS <= count <= MOST_OPTIONS:
+        raise UserError(
+            f"{where}: {count} option(s); a question has {FEWEST_OPTIONS} to {MOST_OPTIONS} options "
+            f"(letters A-{LETTERS[-1]}); split or fix the row, or drop it"
+        )
+
+
 def _options_from_dict(options: dict, where: Where) -> list[str]:
     # Arrow merges the keys of all rows, so a 4-option row in a mixed file has E=None.
     present = sorted(k for k, v in options.items() if v is not None)
-    if "".join(present) != LETTERS[: len(present)] or len(present) < 2:
+    _check_option_count(len(present), where)
+    if "".join(present) != LETTERS[: len(present)]:
         raise UserError(
             f"{where}: option keys {present} are not consecutive letters from A; "
             "label the options A, B, C, ... without gaps"
@@ -67,11 +80,12 @@ def _options_from_dict(options: dict, where: Where) -> list[str]:
 def _options(options: Any, where: Where) -> list[str]:
     if isinstance(options, dict):
         return _options_from_dict(options, where)
-    if isinstance(options, (list, tuple)) and 2 <= len(options) <= len(LETTERS):
+    if isinstance(options, (list, tuple)):
+        _check_option_count(len(options), where)
         return [_text(o) for o in options]
     raise UserError(
-        f"{where}: 'options' must be a dict {{'A': ..., 'B': ...}} or a list of 2 to "
-        f"{len(LETTERS)} texts, got {type(options).__name__}; fix the row"
+        f"{where}: 'options' must be a dict {{'A': ..., 'B': ...}} or a list of {FEWEST_OPTIONS} to "
+        f"{MOST_OPTIONS} texts, got {type(options).__name__}; fix the row"
     )
 
 
