@@ -20,9 +20,11 @@ Reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`):
   eval-grpo-free, eval-dpo-free
 
 Reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model:
+  cpt, sft           the real check's own stages (its CPT model; its answer-only LoRA SFT, merged),
+                     skipped where `make real-check MODEL=gemma3-270m` made them
+  eval-sft-answer-only  the answer-only SFT, generate mode (the real check's file, when it ran)
   sft-long           recipes/gemma3_270m_sft_pubmedqa_long.yaml: the conclusion, then the answer
   eval-sft-long      generate mode with chain of thought (the label read after the conclusion)
-  against the real check's answer-only SFT (eval/sft-pubmedqa-generate.json)
 
 The report (benchmarks/results/real_learning_gemma3_270m.json and .md): every figure with its 95%
 interval, the predicted label counts (a collapse to one label shows), a paired bootstrap interval
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from real_check import medrecipes, prepare, run, stage_runner, write_results
 from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
+from real_check_gemma import RECIPES as CHECK_RECIPES
 
 RECIPES = {
     "sft-free": "recipes/gemma3_270m_sft_pubmedqa_free.yaml",
@@ -221,7 +224,7 @@ def summarise(out: Path, seconds: dict) -> dict:
         "stages": stages,
         "claims": claims,
         "targets": targets(stages, claims),
-        "seconds": {name: t for name, t in seconds.items() if name.endswith(("-free", "-long"))},
+        "seconds": {name: t for name, t in seconds.items() if name.endswith(("-free", "-long", "-answer-only"))},
     }
 
 
@@ -257,9 +260,15 @@ def main(argv: list[str] | None = None) -> dict:
         stage("eval-dpo-free", out / "eval" / "dpo-free-pubmedqa-generate.json",
               lambda: evaluate(out, dpo, "dpo-free", free, "generate"))  # fmt: skip
     if args.part in ("required", "all"):
-        if not (out / "eval" / "sft-pubmedqa-generate.json").exists():
-            print("real check: the answer-only SFT and its CPT model first (make real-check MODEL=gemma3-270m)")
-            run(sys.executable, "benchmarks/real_check_gemma.py", "--out", str(out))
+        # The real check's CPT model and answer-only SFT, where that check has not made them yet.
+        cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
+        stage("cpt", cpt, lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]))
+        stage("sft", answer_only, lambda: (
+            run(sys.executable, "recipes/sft.py", CHECK_RECIPES["sft"]),
+            medrecipes("merge-lora", str(out / "sft" / "final"), str(answer_only)),
+        ))  # fmt: skip
+        stage("eval-sft-answer-only", out / "eval" / "sft-pubmedqa-generate.json",
+              lambda: evaluate(out, answer_only, "sft", required, "generate"))  # fmt: skip
         long = out / "sft-long-merged"
         stage("sft-long", long, lambda: (
             run(sys.executable, "recipes/sft.py", RECIPES["sft-long"]),

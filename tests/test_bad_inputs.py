@@ -146,7 +146,7 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- values only the library would refuse, after loading (or never)
         Case("adam_beta1 above 1", script("sft", sft, "--adam_beta1", "1.5"), "adam_beta1 1.5 is refused by the adamw_torch"),
         Case("adam_epsilon negative", script("cpt", cpt, "--adam_epsilon", "-1e-8"), "Invalid epsilon value"),
-        Case("scheduler argument unknown", script("cpt", cpt, "--lr_scheduler_kwargs", "{warmup: 3}"), "lr_scheduler_kwargs"),
+        Case("scheduler argument unknown", script("cpt", cpt, "--lr_scheduler_kwargs", "{\"warmup\": 3}"), "lr_scheduler_kwargs"),
         Case("batch of 1e20", script("sft", sft, "--per_device_train_batch_size", "100000000000000000000"), "beyond the largest whole number"),
         Case("DPO beta negative", script("dpo", dpo, "--beta", "-0.1"), "a negative beta prefers the rejected answers"),
         Case("DPO label_smoothing 0.5", script("dpo", dpo, "--label_smoothing", "0.5"), "label_smoothing must be at least 0 and below 0.5"),

@@ -255,3 +255,90 @@ def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_fu
             raise failure
     with pytest.raises(ValueError), full_disk_is_one_line(str(tmp_path), "checkpoint-2"):
         raise ValueError("not a write")  # not an error a write raises: passes, whatever the space
+
+
+# ---------------------------------------------------------------------------
+# The output claimed whole: its name, a link there, a second command, a killed one's staging
+
+
+CLAIM = "import sys; from medrecipes.outputs import claim_output; claim_output(sys.argv[1], 'eval', 'eval: output')"
+
+
+@pytest.mark.parametrize("kind, folder", [("eval", False), ("tiny-model", True)])
+def test_a_second_command_on_the_same_output_is_refused_while_the_first_writes(tmp_path, kind, folder):
+    out = tmp_path / ("result" if folder else "result.json")
+    claim_output(str(out), kind, "first", folder=folder)
+    second = subprocess.run(
+        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out)], capture_output=True, text=True
+    )
+    assert second.returncode != 0 and f"another medrecipes command is writing {out}" in second.stderr
+    with staged(str(out), folder=folder, kind=kind) as path:  # the first one's result, then its lock let go
+        Path(path, "x").write_text("1") if folder else Path(path).write_text("{}")
+    again = subprocess.run(
+        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out)], capture_output=True, text=True
+    )
+    assert "another medrecipes command" not in again.stderr and "already exists" in again.stderr
+
+
+def test_staging_left_by_a_killed_command_is_removed_by_the_next_claim(tmp_path):
+    out = tmp_path / "model"
+    killed = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+    stale = tmp_path / f".model.partial-{killed.pid}"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "weights.bin").write_bytes(b"0" * 1024)
+    killed.kill()
+    killed.wait()
+    other = tmp_path / ".other.partial-1"  # another output's staging is not this claim's to remove
+    other.mkdir()
+    claim_output(str(out), "convert-gguf", "convert-gguf OUT_DIR", folder=True)
+    assert not stale.exists() and other.exists()
+
+
+@pytest.mark.parametrize("how", ["to a file", "to nothing", "in a loop"])
+def test_a_link_at_the_output_is_never_replaced(tmp_path, how):
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"mine": true}')
+    link = tmp_path / "out.json"
+    if how == "to a file":
+        link.symlink_to(mine)
+    elif how == "to nothing":
+        link.symlink_to(tmp_path / "gone.json")
+    else:
+        link.symlink_to(tmp_path / "loop.json")
+        (tmp_path / "loop.json").symlink_to(link)
+    for overwrite in (False, True):
+        with pytest.raises(UserError, match=rf"eval: output: {link} is a symbolic link"):
+            claim_output(str(link), "eval", "eval: output", overwrite=overwrite)
+    assert link.is_symlink() and mine.read_text() == '{"mine": true}'
+
+
+def test_a_run_may_write_into_a_linked_folder(tmp_path):
+    real = tmp_path / "disk" / "run"
+    real.mkdir(parents=True)
+    (tmp_path / "run").symlink_to(real)
+    claim_output(str(tmp_path / "run"), "run", "output_dir", overwrite=True, folder=True)
+
+
+@pytest.mark.parametrize("length", [200, 300])
+def test_a_name_too_long_to_stage_is_refused_before_the_work(tmp_path, length):
+    out = tmp_path / ("r" * (length - 5) + ".json")
+    if length <= 200:
+        claim_output(str(out), "eval", "eval: output")
+    else:
+        with pytest.raises(
+            UserError, match=rf"eval: output: the name r+\.\.\. is {length} bytes long; name it in at most \d+"
+        ):
+            claim_output(str(out), "eval", "eval: output")
+
+
+def test_overwrite_refuses_an_earlier_result_that_holds_a_users_file(tmp_path):
+    out = tmp_path / "tiny"
+    claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", folder=True)
+    with staged(str(out), folder=True, kind="tiny-model") as path:
+        Path(path, "config.json").write_text("{}")
+    (out / "notes.txt").write_text("the user's notes")
+    with pytest.raises(UserError, match=r"is an earlier 'tiny-model' result, but notes.txt in it was put there since"):
+        claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
+    (out / "notes.txt").unlink()
+    claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
+    assert (out / "config.json").exists()

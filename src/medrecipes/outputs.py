@@ -9,6 +9,8 @@ A result is written beside its final path and renamed into place: one rename for
 step on Linux (elsewhere the older one is moved aside first), then the older one is removed.
 """
 
+import atexit
+import contextlib
 import ctypes
 import errno
 import json
@@ -56,12 +58,15 @@ def holds_something(path: str) -> bool:
     return os.path.isfile(path) or (os.path.isdir(path) and bool(set(os.listdir(path)) - {LOCK, MARKER}))
 
 
+def _beside(path: str, suffix: str) -> str:
+    """A hidden file beside `path`: ".NAME<suffix>"."""
+    head, name = os.path.split(os.path.abspath(path))
+    return os.path.join(head, f".{name}{suffix}")
+
+
 def _record_path(path: str) -> str:
     """Where the record of what wrote `path` lies: inside a folder, beside a file."""
-    if os.path.isdir(path):
-        return os.path.join(path, MARKER)
-    head, name = os.path.split(os.path.abspath(path))
-    return os.path.join(head, f".{name}{MARKER}")
+    return os.path.join(path, MARKER) if os.path.isdir(path) else _beside(path, MARKER)
 
 
 def written_kind(path: str) -> str | None:
@@ -97,6 +102,25 @@ def written_about(path: str) -> str | None:
         return None
 
 
+def _files_in(folder: str) -> list[str]:
+    """Every file under `folder`, as paths relative to it, but our marker and lock."""
+    found = (os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder) for n in names)
+    return sorted(f for f in found if f not in (MARKER, LOCK))
+
+
+def _not_written(path: str) -> str | None:
+    """A file inside our folder result at `path` that the result did not hold when it was
+    written (a user's file put there since); None where there is none or nothing was recorded."""
+    try:
+        with open(_record_path(path), encoding="utf-8") as f:
+            recorded = json.load(f).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, list):
+        return None
+    return next((f for f in _files_in(path) if f not in set(recorded)), None)
+
+
 def mark(path: str, kind: str, about: str | None = None) -> None:
     """Record that this project wrote `path` as a result of `kind` (see `written_kind`), and
     optionally how it was made (`written_about`)."""
@@ -106,6 +130,8 @@ def mark(path: str, kind: str, about: str | None = None) -> None:
     if os.path.isfile(path):
         stat = os.stat(path)
         record.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+    elif os.path.isdir(path) and kind != "run":  # a run's folder grows as it trains
+        record["files"] = _files_in(path)
     target = _record_path(path)
     with open(target + ".tmp", "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -160,10 +186,25 @@ def claim_output(
     if "://" in path:
         return
     check_writable(path, where, folder)
+    _check_name(path, where, kind)
     for source in inputs:
         if source and "://" not in source and os.path.lexists(source) and (how := _relation(path, source)):
             what = "is also what" if how == "is" else f"{how} {source}, which"
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
+    if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
+        _hold_lock(
+            _beside(path, LOCK),
+            f"{where}: another medrecipes command is writing {path}; wait for it to end, or name another path",
+        )
+        _remove_stale_staging(path)
+    try:
+        _check_earlier_result(path, kind, where, overwrite)
+    except UserError:
+        release(path)
+        raise
+
+
+def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> None:
     if not holds_something(path):
         return
     found = written_kind(path)
@@ -175,25 +216,111 @@ def claim_output(
         )
     if not overwrite:
         raise UserError(f"{where}: {path} already exists; name a new path, or pass --overwrite to replace it")
+    foreign = _not_written(path) if os.path.isdir(path) else None
+    if foreign is not None:
+        raise UserError(
+            f"{where}: {path} is an earlier '{kind}' result, but {foreign} in it was put there since; "
+            "move that file out, or name a new path (--overwrite replaces only what medrecipes wrote)"
+        )
+
+
+# What a staged result adds to its name beside the final path: ".NAME.partial-PID", and the
+# record beside a file, ".NAME.medrecipes.json".
+_STAGING_EXTRA = len(".") + len(".partial-") + 7
+
+
+def _check_name(path: str, where: str, kind: str) -> None:
+    """The final path itself: a name the filesystem takes with our staging around it, and no
+    symbolic link there (a result would replace the user's link; a run may write into a linked
+    folder)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        longest = os.pathconf(folder if os.path.isdir(folder) else "/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    room = longest - max(_STAGING_EXTRA, len(".") + len(MARKER))
+    if len(os.fsencode(name)) > room:
+        raise UserError(
+            f"{where}: the name {name[:40]}... is {len(os.fsencode(name))} bytes long; name it in at most {room}"
+        )
+    if os.path.islink(path) and not (kind == "run" and os.path.isdir(path)):
+        target = os.readlink(path)
+        broken = "" if os.path.exists(path) else " that leads nowhere (or round in a loop)"
+        raise UserError(
+            f"{where}: {path} is a symbolic link{broken} (to {target}); medrecipes does not replace a link: "
+            "name the path it should write, or another path"
+        )
+
+
+def _remove_stale_staging(path: str) -> None:
+    """Staging beside `path` left by a command that was killed while writing it (a kill -9 lets
+    nothing clean up): once this process holds the output's lock, no other is writing there."""
+    head, name = os.path.split(os.path.abspath(path))
+    if not os.path.isdir(head):
+        return
+    mine = f".{name}.partial-{os.getpid()}"
+    for entry in os.listdir(head):
+        if (
+            entry.startswith(f".{name}.partial-")
+            and entry != mine
+            and entry.removeprefix(f".{name}.partial-").split(".")[0].isdigit()
+        ):
+            _discard(os.path.join(head, entry))
+
+
+def _hold_lock(lock: str, refusal: str) -> None:
+    """Hold an advisory lock on the file `lock` for the rest of this process (or until
+    `release`); a second process that asks is refused with `refusal`. The OS drops the lock when
+    the process ends, however it ends (a kill -9 leaves nothing to clean up)."""
+    import fcntl  # POSIX; the recipes run on Linux
+
+    key = os.path.realpath(lock)
+    if key in _HELD_LOCKS:
+        return
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise UserError(refusal) from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # released and removed by its holder between our open and our lock: again
+    _HELD_LOCKS[key] = fd
+
+
+def release(path: str) -> None:
+    """Let go of the lock `claim_output` took on the output `path` and remove its file, once the
+    result is in place (or refused, or the process ends): in a process that goes on, such as a
+    notebook or a test, another command may then write there, and a refused command leaves
+    nothing behind."""
+    lock = _beside(path, LOCK)
+    fd = _HELD_LOCKS.pop(os.path.realpath(lock), None)
+    if fd is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock)  # while still held: no other process holds this file
+        os.close(fd)
+
+
+@atexit.register
+def _release_all() -> None:
+    """The output locks this process still holds (a command that stopped on an error), removed."""
+    for lock in [lock for lock in _HELD_LOCKS if os.path.basename(lock) != LOCK]:
+        head, name = os.path.split(lock)
+        release(os.path.join(head, name[1 : -len(LOCK)]))
 
 
 def lock_folder(path: str, where: str) -> None:
-    """Hold an advisory lock on the folder `path` for the rest of this process: a second process
-    that asks is refused in one line. The OS drops the lock when the process ends, however it
-    ends (a kill -9 leaves nothing to clean up)."""
-    import fcntl  # POSIX; the recipes run on Linux
-
-    if os.path.realpath(path) in _HELD_LOCKS:
-        return
-    fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise UserError(
-            f"{where}: another process is training in {path}; wait for it to end, or give this run its own output_dir"
-        ) from None
-    _HELD_LOCKS[os.path.realpath(path)] = fd
+    """Hold the lock of the run folder `path` for the rest of this process: a second process
+    training there is refused in one line."""
+    _hold_lock(
+        os.path.join(path, LOCK),
+        f"{where}: another process is training in {path}; wait for it to end, or give this run its own output_dir",
+    )
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -301,9 +428,11 @@ def staged(final: str, folder: bool, kind: str | None = None, about: str | None 
             yield path
     except BaseException:
         _discard(path)
+        release(final)
         raise
     if kind is not None and folder:
         mark(path, kind, about)  # travels with the folder's rename
     publish(path, final)
     if kind is not None and not folder:
         mark(final, kind, about)
+    release(final)
