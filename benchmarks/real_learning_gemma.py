@@ -64,6 +64,12 @@ def evaluate(out: Path, model: Path, stage: str, setting: str, mode: str, *extra
     return result
 
 
+def adapter_run(script: str, recipe: str, run_dir: Path, merged: Path) -> None:
+    """A LoRA recipe run as a user runs it, its adapter then merged into `merged` for evaluation."""
+    run(sys.executable, f"recipes/{script}.py", recipe)
+    medrecipes("merge-lora", str(run_dir / "final"), str(merged))
+
+
 def pairs(out: Path, samples: int, seed: int) -> None:
     """Right-against-wrong pairs of the SFT model's own sampled answers to the train questions."""
     medrecipes(
@@ -253,27 +259,18 @@ def main(argv: list[str] | None = None) -> dict:
               lambda: evaluate(out, grpo, "grpo-free", free, "generate"))  # fmt: skip
         stage("pairs-free", out / "preference-free" / "pairs_train.jsonl", lambda: pairs(out, args.samples, args.seed))
         dpo = out / "dpo-free" / "merged"
-        stage("dpo-free", dpo, lambda: (
-            run(sys.executable, "recipes/dpo.py", RECIPES["dpo-free"]),
-            medrecipes("merge-lora", str(out / "dpo-free" / "final"), str(dpo)),
-        ))  # fmt: skip
+        stage("dpo-free", dpo, lambda: adapter_run("dpo", RECIPES["dpo-free"], out / "dpo-free", dpo))
         stage("eval-dpo-free", out / "eval" / "dpo-free-pubmedqa-generate.json",
               lambda: evaluate(out, dpo, "dpo-free", free, "generate"))  # fmt: skip
     if args.part in ("required", "all"):
         # The real check's CPT model and answer-only SFT, where that check has not made them yet.
         cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
         stage("cpt", cpt, lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]))
-        stage("sft", answer_only, lambda: (
-            run(sys.executable, "recipes/sft.py", CHECK_RECIPES["sft"]),
-            medrecipes("merge-lora", str(out / "sft" / "final"), str(answer_only)),
-        ))  # fmt: skip
+        stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only))
         stage("eval-sft-answer-only", out / "eval" / "sft-pubmedqa-generate.json",
               lambda: evaluate(out, answer_only, "sft", required, "generate"))  # fmt: skip
         long = out / "sft-long-merged"
-        stage("sft-long", long, lambda: (
-            run(sys.executable, "recipes/sft.py", RECIPES["sft-long"]),
-            medrecipes("merge-lora", str(out / "sft-long" / "final"), str(long)),
-        ))  # fmt: skip
+        stage("sft-long", long, lambda: adapter_run("sft", RECIPES["sft-long"], out / "sft-long", long))
         stage("eval-sft-long", out / "eval" / "sft-long-pubmedqa-generate.json",
               lambda: evaluate(out, long, "sft-long", required, "generate", "--chain_of_thought", "--max_new_tokens", "160"))  # fmt: skip
     report = summarise(out, seconds)
