@@ -457,3 +457,27 @@ def test_device_names_find_their_peak(name, gpu):
     assert gpu_type(name) == gpu
     if gpu:
         assert GPUS[gpu][1] >= 312
+
+
+def _answer(argv: list[str], capsys) -> tuple[list[str], str]:
+    """A command's `error:` lines and its output, run in this process."""
+    try:
+        cli.main(argv)
+    except SystemExit:
+        pass
+    captured = capsys.readouterr()
+    return [line for line in captured.err.splitlines() if line.startswith("error:")], captured.out
+
+
+@pytest.mark.parametrize("recipe", ["recipes/tiny_grpo.yaml", "recipes/tiny_cpt.yaml", "recipes/tiny_pretrain.yaml"])
+def test_launch_plan_refuses_exactly_the_gpu_counts_that_plan_refuses(recipe, capsys):
+    """One derivation for a number of processes: where plan refuses a count, so does launch-plan,
+    with the same line; where plan takes it, launch-plan gives its processes."""
+    refused = 0
+    for gpus in (1, 2, 3, 4, 5, 6, 8):
+        plan_error, _ = _answer(["plan", recipe, "--num-gpus", str(gpus), "--architecture", "tiny"], capsys)
+        launch_error, out = _answer(["launch-plan", recipe, "--nodes", "1", "--gpus-per-node", str(gpus)], capsys)
+        assert plan_error == launch_error, (recipe, gpus)
+        assert plan_error or f"NUM_PROCESSES={gpus}" in out
+        refused += bool(plan_error)
+    assert refused or recipe != "recipes/tiny_grpo.yaml"  # 16 completions do not divide into 3, 5 or 6 processes

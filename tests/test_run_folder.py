@@ -56,6 +56,17 @@ def test_a_finished_run_run_again_trains_nothing_and_writes_nothing(finished_run
     assert {p: p.stat().st_mtime_ns for p in finished_run.rglob("*") if p.is_file()} == before
 
 
+def test_a_finished_run_run_again_with_other_settings_names_them(finished_run, tiny_model):
+    result = cpt_again(finished_run, tiny_model, "--learning_rate", "1e-4", "--logging_steps", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    assert (
+        "nothing to do" in output
+        and "ran with other settings than these (learning_rate 0.003 there, 0.0001 here)" in output
+    )
+    assert "logging_steps" not in output.split("other settings")[1].split(")")[0]  # logging does not change a run
+
+
 def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_model):
     final = weights(finished_run / "final")
     result = run(PYTHON, "recipes/sft.py", SFT, "--model_name_or_path", tiny_model, "--output_dir", finished_run)

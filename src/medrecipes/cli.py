@@ -173,6 +173,11 @@ def cmd_decontaminate(args) -> None:
 
     _at_least("decontaminate", ("n", args.n, 1))
     is_recipe = args.train.endswith((".yaml", ".yml"))
+    if not is_recipe and args.overrides:  # --key value pairs override a recipe's keys; a file has none
+        raise UserError(
+            f"decontaminate: unknown argument {args.overrides[0]!r}; see medrecipes decontaminate --help "
+            "(--key value overrides apply to a recipe given as --train)"
+        )
     if not is_recipe and not args.eval:
         raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
     benchmarks, streaming = {}, False

@@ -379,9 +379,7 @@ def plan(
             f"plan: --prompt-tokens {prompt_tokens}: "
             + ("must be 0 or more" if grpo else "is for GRPO recipes; a CPT or SFT sequence is max_length")
         )
-    resolve_token_budget(recipe, training_args, path, world_size=num_gpus)
-    if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
-        training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, num_gpus)
+    for_world_size(recipe, training_args, path, num_gpus)
     seq = (prompt_tokens or 0) + training_args.max_completion_length if grpo else training_args.max_length
     sequences_per_step = (
         training_args.per_device_train_batch_size * num_gpus * training_args.gradient_accumulation_steps
@@ -536,6 +534,18 @@ def format_plan(result: dict) -> str:
     return "\n".join(lines)
 
 
+def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
+    """The recipe's settings that depend on how many processes train, derived (or refused in one
+    line) for `world_size`, the same for `plan` and `launch-plan`: the token budget's steps and
+    accumulation, GRPO's accumulation from its prompts per step and the micro-batches it
+    generates at once."""
+    resolve_token_budget(recipe, training_args, path, world_size=world_size)
+    if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
+        training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, world_size)
+    if isinstance(training_args, MedGRPOConfig):
+        training_args.steps_per_generation_on(world_size)
+
+
 def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int) -> dict:
     """How a multi-node launch starts this recipe: training nodes and processes, the gradient
     accumulation the recipe derives for them, and whether one node serves vLLM (GRPO with
@@ -549,7 +559,7 @@ def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int
     if train_nodes < 1:
         raise UserError(f"{path}: vllm_mode server takes a node of its own; launch on 2 nodes or more")
     processes = train_nodes * gpus_per_node
-    resolve_token_budget(recipe, training_args, path, world_size=processes)
+    for_world_size(recipe, training_args, path, processes)
     return {
         "TRAIN_NODES": train_nodes,
         "NUM_PROCESSES": processes,

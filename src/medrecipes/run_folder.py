@@ -62,6 +62,20 @@ def _differences(saved: dict, ours: dict) -> str:
     )
 
 
+# Settings that do not change what a finished run trained: where and how it logs and saves.
+_NOT_TRAINING = ("logging_steps", "report_to", "save_steps", "save_strategy", "save_total_limit", "push_to_hub",
+                 "hub_model_id", "hub_strategy", "hub_private_repo", "run_name")  # fmt: skip
+
+
+def _changed_settings(saved: dict, ours: dict) -> str:
+    """The resolved settings a finished run differs in from these, "learning_rate 0.0003 there,
+    0.0001 here", those that only log or save left out."""
+    keys = [k for k in ours if k in saved and k not in _NOT_TRAINING and saved[k] != ours[k]]
+    return "; ".join(f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in keys[:5]) + (
+        "; ..." if len(keys) > 5 else ""
+    )
+
+
 def _start_over(output_dir: str) -> None:
     removed = [n for n in os.listdir(output_dir) if n in RUN_STATE or n == RECORD or CHECKPOINT.match(n)]
     for name in removed:
@@ -131,6 +145,13 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
                 output_dir,
                 saved["finished"]["global_step"],
             )
+            changed = _changed_settings(saved.get("recipe") or {}, resolved_recipe(recipe, model_args, training_args))
+            if changed:
+                logger.warning(
+                    "output_dir: the finished run there ran with other settings than these (%s); they were not "
+                    "applied: set overwrite_output_dir: true to train again with them, or give a new output_dir",
+                    changed,
+                )
             return True
         if saved is None and training_args.should_save:
             # The settings it ran with, for `medrecipes report`; only `ours` tells runs apart.

@@ -184,6 +184,13 @@ def write_report(paths: list[str], output: str, title: str | None = None, overwr
     a kill leaves the previous report or the new one."""
     if not paths:
         raise UserError("report: name at least one run folder or eval --output file")
+    seen: dict[str, str] = {}
+    for path in paths:  # a run named twice would be drawn twice, under one name
+        first = seen.get(os.path.realpath(path))
+        if first is not None:
+            same = "is given twice" if first == path else f"is {first} again"
+            raise UserError(f"report: {path} {same}; name each run folder or eval file once")
+        seen[os.path.realpath(path)] = path
     if os.path.isdir(output):
         raise UserError(
             f"report: --output {output} is a folder; name the HTML file to write, e.g. {output}/report.html"
