@@ -412,3 +412,63 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
     with pytest.raises(SystemExit) as exit:
         cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])
     assert exit.value.code == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_a_document_longer_than_the_model_is_scored_whole_in_windows(tiny_model):
+    """Every token after the first scored once, each forward pass no longer than the window; a
+    document that fits gives the one-pass figure, whatever the window."""
+    from medrecipes.evaluation import document_perplexity
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    text = " ".join(["Metformin lowers hepatic glucose output and is first-line in type 2 diabetes."] * 12)
+    length = len(tokenizer(text)["input_ids"])
+    whole = document_perplexity(model, tokenizer, [text], window=length)
+    seen = []
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    for window in (length // 3, 17, 2):
+        seen.clear()
+        cut = document_perplexity(model, tokenizer, [text], window=window)
+        assert cut["tokens"] == whole["tokens"] == length - 1 and cut["windowed_documents"] == 1
+        assert max(seen) <= window and cut["stride"] == max(window // 2, 1) and math.isfinite(cut["loss"])
+    assert whole["windowed_documents"] == 0
+    assert document_perplexity(model, tokenizer, [text], window=length + 50)["loss"] == pytest.approx(whole["loss"])
+    # A window that leaves half a window of context agrees closely with the one pass on this text.
+    assert document_perplexity(model, tokenizer, [text], window=length // 2 + 4)["loss"] == pytest.approx(
+        whole["loss"], rel=0.05
+    )
+
+
+@pytest.mark.parametrize("mode", ["loglik", "generate"])
+def test_a_question_longer_than_the_model_is_cut_and_counted_in_the_report(tiny_model, tmp_path, mode):
+    """A question longer than the model's positions keeps its last tokens (as lm-eval does), so
+    that generation never runs past the positions; the report says how many and how."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model.config.max_position_embeddings = 96
+    long = "Which drug? " + "A patient with a long history of hypertension and diabetes. " * 40
+    rows = [mcq("short", "Which drug?", ["Aspirin", "Statin"], "A"), mcq("long", long, ["Aspirin", "Statin"], "B")]
+    data = load_task("mine", data=str(write_jsonl_rows(rows, tmp_path)))
+    seen = []
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    report = evaluate_task(model, tokenizer, data, mode, generation={"max_new_tokens": 4})
+    assert report["truncated"]["prompts"] == 1 and "first tokens dropped" in report["truncated"]["how"]
+    assert report["n"] == 2 and max(seen) <= 96
+    short = evaluate_task(model, tokenizer, load_task("mine", data=str(write_jsonl_rows(rows[:1], tmp_path))), mode,
+                          generation={"max_new_tokens": 4})  # fmt: skip
+    assert "truncated" not in short
+
+
+def test_a_question_asked_more_than_once_is_reported(tiny, tmp_path):
+    model, tokenizer = tiny
+    rows = [mcq(f"q{i}", "Which drug?", ["Aspirin", "Statin"], "A") for i in range(3)]
+    rows.append(mcq("other", "Which drug?", ["Aspirin", "Heparin"], "A"))  # other options: another question
+    report = evaluate_task(model, tokenizer, load_task("mine", data=str(write_jsonl_rows(rows, tmp_path))))
+    assert report["n"] == 4 and report["duplicates"] == {"copies": 2, "pairs": [["q0", "q1"], ["q0", "q2"]]}
+    assert "duplicates" not in evaluate_task(
+        model, tokenizer, load_task("mine", data=str(write_jsonl_rows(rows[2:], tmp_path)))
+    )

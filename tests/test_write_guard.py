@@ -342,3 +342,17 @@ def test_overwrite_refuses_an_earlier_result_that_holds_a_users_file(tmp_path):
     (out / "notes.txt").unlink()
     claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
     assert (out / "config.json").exists()
+
+
+def test_a_claim_under_folders_not_made_yet_leaves_none_when_nothing_is_written(tmp_path):
+    from medrecipes.outputs import release
+
+    out = tmp_path / "a" / "b" / "result.json"
+    claim_output(str(out), "eval", "eval: output")
+    assert (tmp_path / "a" / "b").is_dir()  # its lock lies there while the command works
+    release(str(out))
+    assert list(tmp_path.iterdir()) == []
+    claim_output(str(out), "eval", "eval: output")
+    with staged(str(out), folder=False, kind="eval") as path:
+        Path(path).write_text("{}")
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == [".result.json.medrecipes.json", "result.json"]

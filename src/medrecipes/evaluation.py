@@ -144,8 +144,13 @@ def generate_answers(
         for row, row_shots in zip(rows, shots, strict=True)
     ]
     sampling = {"temperature": temperature, "top_p": top_p} if temperature > 0 else {}
+    # The template already holds BOS. A prompt longer than the model's positions less the reply's
+    # keeps its last tokens, as loglik scoring does (`evaluate_task` counts them in its report):
+    # generating past the positions would fail, or grow memory without bound.
+    room = max(max_context_length(model, tokenizer) - max_new_tokens, 1)
+    ids = [tokens[-room:] for tokens in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
     # Longest first: a batch of similar lengths wastes little on padding.
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    order = sorted(range(len(prompts)), key=lambda i: -len(ids[i]))
     completions, stopped = [""] * len(prompts), [False] * len(prompts)
     # A reply that holds one of the generation config's stop tokens ended there, not at max_new_tokens.
     eos = model.generation_config.eos_token_id
@@ -154,13 +159,9 @@ def generate_answers(
     model.eval()
     for start in tqdm(range(0, len(order), batch_size), desc="generating", disable=not progress):
         indices = order[start : start + batch_size]
-        # The template already holds BOS; left padding keeps every prompt's end at the same place.
-        batch = tokenizer(
-            [prompts[i] for i in indices],
-            add_special_tokens=False,
-            padding=True,
-            padding_side="left",
-            return_tensors="pt",
+        # Left padding keeps every prompt's end at the same place.
+        batch = tokenizer.pad(
+            {"input_ids": [ids[i] for i in indices]}, padding=True, padding_side="left", return_tensors="pt"
         ).to(model.device)
         output = model.generate(
             **batch,
@@ -427,6 +428,7 @@ def evaluate_task(
     sampled answers (`score_votes`)."""
     task, rows = data.task, data.rows
     shots = [data.shots(row, num_fewshot) for row in rows]
+    positions = max_length or max_context_length(model, tokenizer)
     if mode == "loglik":
         contexts = [task.context(row, row_shots) for row, row_shots in zip(rows, shots, strict=True)]
         choices = [task.choices(row) for row in rows]
@@ -439,6 +441,7 @@ def evaluate_task(
         report = {
             **score_loglik(rows, choices, grouped, temperature),
             "example_continuations": [f" {c}" for c in choices[0]],
+            **_too_long(tokenizer, contexts, positions - 1, "their first tokens dropped, as lm-eval does"),
         }
         example = contexts[0]
     elif mode == "generate":
@@ -450,16 +453,23 @@ def evaluate_task(
             )
         else:
             report = score(rows, *generate_answers(model, tokenizer, rows, shots=shots, progress=progress, **settings))
-        example = chat_prompt(
-            tokenizer,
-            rows[0],
-            shots[0],
-            settings.get("system_prompt"),
-            settings.get("chain_of_thought", False),
+        prompts = [
+            chat_prompt(
+                tokenizer, row, row_shots, settings.get("system_prompt"), settings.get("chain_of_thought", False)
+            )
+            for row, row_shots in zip(rows, shots, strict=True)
+        ]
+        reply = settings.get("max_new_tokens") or (
+            REASONING_TOKENS if settings.get("chain_of_thought") else LETTER_TOKENS
         )
+        report.update(
+            _too_long(tokenizer, prompts, positions - reply, "their first tokens dropped to leave room for the reply")
+        )
+        example = prompts[0]
     else:
         raise UserError(f"mode '{mode}' is unknown; use loglik or generate")
     setting = {"pubmedqa_setting": data.pubmedqa_setting} if data.pubmedqa_setting else {}
+    report.update(_duplicates(rows))
     return {
         **report,
         "mode": mode,
@@ -468,6 +478,40 @@ def evaluate_task(
         **setting,
         "example_prompt": example,
     }
+
+
+def _duplicates(rows) -> dict:
+    """Questions asked more than once (the same context, question and options): each copy is
+    scored and counted, so a figure that holds them weighs those questions more; {} when none."""
+    first: dict[tuple, str] = {}
+    copies = []
+    for row in rows:
+        key = (row.get("context") or "", row["question"], tuple(row["options"]))
+        if key in first:
+            copies.append([first[key], row["id"]])
+        else:
+            first[key] = row["id"]
+    if not copies:
+        return {}
+    logger.warning(
+        "%d questions repeat an earlier one (first: %s is %s again); each copy is scored",
+        len(copies),
+        copies[0][1],
+        copies[0][0],
+    )
+    return {"duplicates": {"copies": len(copies), "pairs": copies[:20]}}
+
+
+def _too_long(tokenizer, prompts: list[str], room: int, how: str) -> dict:
+    """How many prompts do not fit the `room` the model's positions leave them, and what was done:
+    {} when all fit; logged as well, since a figure on cut questions is not the same figure."""
+    over = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"]) > room for p in prompts)
+    if not over:
+        return {}
+    logger.warning(
+        "%d of %d prompts are longer than the %d tokens the model has room for: %s", over, len(prompts), room, how
+    )
+    return {"truncated": {"prompts": over, "room_tokens": room, "how": how}}
 
 
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
@@ -591,25 +635,44 @@ def lm_eval_agreement(report: dict, samples: list[dict]) -> dict:
 
 
 @torch.no_grad()
-def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0) -> dict:
+def _document_loss(model, ids: list[int], window: int, stride: int) -> float:
+    """The summed loss of every token of `ids` after the first, each scored once: in one pass where
+    the document fits the `window`, else in windows that move `stride` tokens at a time, each
+    scoring its new tokens with the window's earlier ones as their context (memory stays that of
+    one window, however long the document)."""
+    device = next(model.parameters()).device
+    total, done, end = 0.0, 1, min(window, len(ids))
+    while True:
+        begin = max(0, end - window)
+        chunk = torch.tensor([ids[begin:end]], device=device)
+        logits = model(input_ids=chunk).logits[0, done - 1 - begin : end - 1 - begin].float()
+        total += torch.nn.functional.cross_entropy(logits, chunk[0, done - begin :], reduction="sum").item()
+        if end == len(ids):
+            return total
+        done, end = end, min(end + stride, len(ids))
+
+
+def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0, window: int | None = None) -> dict:
     """Perplexity of whole documents as the model is used: each document tokenized alone, with the
     tokenizer's special tokens (BOS in front where it adds one), every token after the first scored,
-    one document per forward pass (no padding, no cut). Packed training blocks would favour a model
-    trained on that packing; this does not. The 95% interval comes from a seeded bootstrap over
-    the documents (total loss over total tokens of each resample); each document's loss and
-    token count are returned too, for paired comparisons."""
+    one document per forward pass (no padding) where it fits the model's positions (`window`), and
+    a document longer than that in windows moving half a window at a time (`_document_loss`), so
+    that every token is scored with at least half a window of context; the output says how many
+    documents that took and the stride. Packed training blocks would favour a model trained on
+    that packing; this does not. The 95% interval comes from a seeded bootstrap over the documents
+    (total loss over total tokens of each resample); each document's loss and token count are
+    returned too, for paired comparisons."""
     import numpy as np
 
-    limit = max_context_length(model, tokenizer)
-    losses, counts = [], []
-    device = next(model.parameters()).device
+    window = window or max_context_length(model, tokenizer)
+    stride = max(window // 2, 1)
+    losses, counts, windowed = [], [], 0
     for text in texts:
-        ids = _encode(tokenizer, text)[:limit]
+        ids = _encode(tokenizer, text)
         if len(ids) < 2:
             continue
-        input_ids = torch.tensor([ids], device=device)
-        logits = model(input_ids=input_ids).logits[0, :-1].float()
-        losses.append(torch.nn.functional.cross_entropy(logits, input_ids[0, 1:], reduction="sum").item())
+        windowed += len(ids) > window
+        losses.append(_document_loss(model, ids, window, stride))
         counts.append(len(ids) - 1)
     if not counts:
         raise UserError("perplexity: no document has two tokens or more; pass documents with text")
@@ -624,6 +687,11 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0) -> di
         "loss": float(loss),
         "documents": len(counts),
         "tokens": int(counts.sum()),
+        # Documents longer than the model's positions, scored in windows of `window` tokens that
+        # move `stride` at a time.
+        "windowed_documents": windowed,
+        "window": window,
+        "stride": stride,
         # Each document's summed loss and scored tokens, in order: two models' figures on the same
         # documents can be compared pair by pair.
         "document_losses": losses.tolist(),

@@ -31,6 +31,7 @@ LOCK = ".medrecipes.lock"  # held by the process training in a run's folder
 # Results written before the marker existed: a run's record.
 EARLIER_MARKERS = {"run.json": "run"}
 _HELD_LOCKS: dict[str, int] = {}  # folder -> the lock's descriptor, open for the life of the process
+_MADE_FOR: dict[str, list[str]] = {}  # an output's lock -> the folders its claim made, removed if left empty
 
 
 def checkpoint_step(path: str) -> int | None:
@@ -192,10 +193,17 @@ def claim_output(
             what = "is also what" if how == "is" else f"{how} {source}, which"
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
     if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
-        _hold_lock(
-            _beside(path, LOCK),
-            f"{where}: another medrecipes command is writing {path}; wait for it to end, or name another path",
-        )
+        lock = _beside(path, LOCK)
+        made = _make_folders(os.path.dirname(lock))
+        try:
+            _hold_lock(
+                lock,
+                f"{where}: another medrecipes command is writing {path}; wait for it to end, or name another path",
+            )
+        except UserError:
+            _remove_empty(made)
+            raise
+        _MADE_FOR[os.path.realpath(lock)] = made
         _remove_stale_staging(path)
     try:
         _check_earlier_result(path, kind, where, overwrite)
@@ -304,6 +312,27 @@ def release(path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(lock)  # while still held: no other process holds this file
         os.close(fd)
+        _remove_empty(_MADE_FOR.pop(os.path.realpath(lock), []))
+
+
+def _make_folders(folder: str) -> list[str]:
+    """Create `folder` and the folders above it that are missing; returns those made, outermost first."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for made in reversed(missing):
+        os.makedirs(made, exist_ok=True)
+    return list(reversed(missing))
+
+
+def _remove_empty(folders: list[str]) -> None:
+    """Remove the folders a claim made, innermost first, where nothing was written into them."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 @atexit.register
