@@ -41,8 +41,9 @@ def main(recipe, training_args, model_args):
     checkpoint = checkpoint_to_resume(training_args)
 
     tokenizer = recipe_tokenizer(recipe, model_args)  # a Gemma without a template gets Gemma's turns
+    template = sft_template(training_args, tokenizer)  # checked: it marks what assistant_only_loss trains
     # Answers are trained to end at the template's end of turn; generation stops there too.
-    training_args.eos_token = training_args.eos_token or turn_end(sft_template(training_args, tokenizer))
+    training_args.eos_token = training_args.eos_token or turn_end(template)
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = sft_data(recipe)
 

@@ -235,6 +235,10 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "no such folder"),
         Case("merge-lora: not an adapter", ["merge-lora", model, f"{files}/m2"], "no adapter_config.json"),
         Case("merge-lora: adapter config not JSON", ["merge-lora", f["badadapter"], f"{files}/m3"], "not valid JSON"),
+        Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
+        Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
+        Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
+        Case("generate: a model without tokenizer files", ["generate", f["notokenizer"], "--prompt", "Which drug?"], "has no tokenizer files"),
         Case("merge-lora: output is the adapter", ["merge-lora", f["adapter"], f["adapter"]], "also what"),
         Case("merge-lora: output holds a user's file", ["merge-lora", f["adapter"], f["emptyish"]], "medrecipes did not write"),
         # --- medrecipes generate / serve
@@ -330,6 +334,15 @@ FILES = {
     "adapter/adapter_config.json": '{"base_model_name_or_path": "MODEL"}',
     "adapter/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",  # whole, with no tensors
     "badadapter/adapter_config.json": "{not json",
+    "cutadapter/adapter_config.json": '{"base_model_name_or_path": "MODEL", "peft_type": "LORA"}',
+    # an adapter's weights cut short: the header names 1,024 bytes of a tensor, 100 follow
+    "cutadapter/adapter_model.safetensors": len(
+        b'{"a.lora_A.weight":{"dtype":"F32","shape":[4,64],"data_offsets":[0,1024]}}'
+    ).to_bytes(8, "little")
+    + b'{"a.lora_A.weight":{"dtype":"F32","shape":[4,64],"data_offsets":[0,1024]}}'
+    + bytes(100),
+    "nogen.jinja": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",
     "emptyish/keep.txt": "an earlier result",
     "emptyq.jsonl": '{"question": "  ", "options": {"A": "a", "B": "b"}, "answer": "A"}\n',
     "asstfirst.jsonl": '{"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',

@@ -131,8 +131,11 @@ def test_tiny_model_with_missing_corpus(tmp_path, capsys):
 
 def test_gguf_file_loads_from_its_folder(tmp_path):
     path = tmp_path / "model-Q4_K_M.gguf"
-    path.write_bytes(b"GGUF")
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + bytes(16))  # a whole header: no tensors, no metadata
     assert split_gguf(str(path)) == (str(tmp_path), {"gguf_file": "model-Q4_K_M.gguf"})
+    path.write_bytes(b"GGUF")  # cut short in its header
+    with pytest.raises(UserError, match="model-Q4_K_M.gguf is cut short or corrupt"):
+        split_gguf(str(path))
 
 
 def test_missing_gguf_file(tmp_path):

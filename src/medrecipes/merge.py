@@ -13,7 +13,7 @@ import logging
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.models import TOKENIZER_FILES, resolve_dtype, split_gguf
+from medrecipes.models import TOKENIZER_FILES, check_model_folder, resolve_dtype, split_gguf
 from medrecipes.outputs import claim_output, staged
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
     base, revision = adapter_base(adapter_dir)
     claim_output(out_dir, "merge-lora", "merge-lora OUT_DIR", [adapter_dir, base], overwrite, folder=True)
     source, kwargs = split_gguf(base)

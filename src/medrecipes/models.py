@@ -12,6 +12,7 @@ exact counts, and docs/architectures.md lists them beside the stated totals.
 import json
 import logging
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -70,9 +71,20 @@ def sft_template(training_args, tokenizer) -> str | None:
         training_args.chat_template_path = shipped_template("chatml")
         logger.info("the tokenizer has no chat template; using %s", training_args.chat_template_path)
     path = training_args.chat_template_path
-    if path and path.endswith(".jinja"):
-        return Path(path).read_text()
-    return tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    template = Path(path).read_text() if path and path.endswith(".jinja") else tokenizer.chat_template
+    template = template if isinstance(template, str) else None
+    if getattr(training_args, "assistant_only_loss", False) and template and not GENERATION_MARK.search(template):
+        source = path or "the tokenizer's chat template"
+        raise UserError(
+            f"chat_template_path: {source} has no {{% generation %}} block, which assistant_only_loss needs to tell "
+            f"the assistant's tokens from the rest; use a template that marks them ({', '.join(shipped_templates())} "
+            "are shipped with it), or set assistant_only_loss: false"
+        )
+    return template
+
+
+# How a chat template marks the assistant's tokens for assistant_only_loss: {% generation %}.
+GENERATION_MARK = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
 def turn_end(template: str | None) -> str | None:
@@ -140,10 +152,38 @@ def split_gguf(path: str) -> tuple[str, dict]:
     if path.endswith(".gguf"):
         if not os.path.isfile(path):
             raise UserError(f"model: no such file {path}")
+        check_gguf(path)
         return str(Path(path).parent), {"gguf_file": Path(path).name}
     if missing_local_model(path):
         raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
     return os.path.expanduser(path), {}  # a Hub id has no "~" to expand
+
+
+_CHECKED_GGUF: set[tuple[str, int, int]] = set()  # (path, size, mtime) read whole once in this process
+
+
+def check_gguf(path: str) -> None:
+    """A .gguf file holds its whole header and every tensor its header places: a download or copy
+    cut short is one line here, not the gguf reader's struct.error at load."""
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key in _CHECKED_GGUF:
+        return
+    import gguf
+
+    try:
+        tensors = gguf.GGUFReader(path).tensors
+        needed = max((t.data_offset + t.n_bytes for t in tensors), default=0)
+    except Exception as err:  # the reader raises struct.error, ValueError, IndexError, ... on a bad file
+        raise UserError(
+            f"model: {path} is cut short or corrupt (its header cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+            "copy or download it again"
+        ) from None
+    if needed > stat.st_size:
+        raise UserError(
+            f"model: {path} is cut short ({stat.st_size:,} bytes, its tensors need {needed:,}); copy or download it again"
+        )
+    _CHECKED_GGUF.add(key)
 
 
 def missing_local_model(path: str) -> bool:
@@ -275,13 +315,18 @@ def recipe_tokenizer(recipe, model_args):
     return load_tokenizer(recipe.tokenizer_name_or_path or starting_model(model_args), model_args.model_revision)
 
 
-def load_tokenizer(name_or_path: str, revision: str | None = None):
-    source, kwargs = split_gguf(name_or_path)
+def check_tokenizer_files(name_or_path: str) -> None:
+    """A local model folder holds its tokenizer's files (a save of the model alone does not)."""
     if os.path.isdir(name_or_path) and not set(os.listdir(name_or_path)) & TOKENIZER_FILES:
         raise UserError(
             f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
             "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
         )
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None):
+    source, kwargs = split_gguf(name_or_path)
+    check_tokenizer_files(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
     except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all

@@ -14,11 +14,12 @@ from medrecipes.locations import looks_local
 
 
 def _check_model(model: str) -> None:
-    from medrecipes.models import check_model_folder  # loads torch and transformers: only when serving
+    from medrecipes.models import check_model_folder, check_tokenizer_files  # torch and transformers: only here
 
     if looks_local(model) and not os.path.isdir(model):
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
+    check_tokenizer_files(model)
 
 
 def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:
