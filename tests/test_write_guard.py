@@ -213,7 +213,7 @@ def test_ctrl_c_is_one_line_that_says_what_was_kept_and_exit_130(tmp_path, tiny_
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]  # tqdm's bar may follow
     assert len(lines) == 1 and lines[0].startswith(f"interrupted: {out}/checkpoint-"), stderr[-2000:]
-    assert lines[0].endswith("is kept, whole; run the same command again to resume from it")
+    assert lines[0].endswith("is kept whole, and the same command resumes from it")
     assert (out / lines[0].split("/")[-1].split(" ")[0] / "trainer_state.json").is_file()
 
 

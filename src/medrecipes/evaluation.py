@@ -742,8 +742,9 @@ def run_evaluation(args) -> dict:
 
     from medrecipes.eval_tasks import load_task
 
-    if args.output:  # before the model loads: a refused output must not cost the evaluation
-        claim_output(args.output, "eval", "output", overwrite=args.overwrite)
+    if args.output:  # before the data and the model load: a refused output must not cost the evaluation
+        where = f"{getattr(args, 'where', 'command line')}: output"
+        claim_output(args.output, "eval", where, getattr(args, "inputs", []), overwrite=args.overwrite)
     started = time.time()
     set_seed(args.seed)
     tasks = {

@@ -47,6 +47,31 @@ def checkpoint_steps(output_dir: str) -> list[int]:
     return sorted(step for name in os.listdir(output_dir) if (step := checkpoint_step(name)) is not None)
 
 
+TRAINER_STATE = "trainer_state.json"  # the trainer writes it last into a checkpoint
+
+
+def newest_complete_checkpoint(output_dir: str, warn=None) -> str | None:
+    """The newest checkpoint folder in `output_dir` that holds the trainer state, which the
+    trainer writes last: the one a run resumes from, whose state a report reads, and the one a
+    failed or interrupted run says it keeps. `warn`, a logger, logs each newer folder skipped (a
+    save killed by an older version, or by a process that did not stage its checkpoints)."""
+    for step in reversed(checkpoint_steps(output_dir)):
+        path = os.path.join(output_dir, f"checkpoint-{step}")
+        if os.path.isfile(os.path.join(path, TRAINER_STATE)):
+            return path
+        if warn is not None:
+            warn.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+    return None
+
+
+def kept(output_dir: str) -> str:
+    """What a run that stops (a failed save, an interrupt) keeps, in the line it prints."""
+    checkpoint = newest_complete_checkpoint(output_dir)
+    if checkpoint is None:
+        return f"no checkpoint of this run was saved yet in {output_dir}; the same command starts it again"
+    return f"{checkpoint} is kept whole, and the same command resumes from it"
+
+
 def same_path(a: str, b: str) -> bool:
     """Whether two paths name the same file or folder (links and relative paths resolved)."""
     if os.path.exists(a) and os.path.exists(b):

@@ -7,11 +7,10 @@ import logging
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import REPLACED, checkpoint_steps, finish_publish
+from medrecipes.outputs import REPLACED, TRAINER_STATE, finish_publish, newest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
-TRAINER_STATE = "trainer_state.json"  # the trainer writes it last into a checkpoint
 STAGING = "_staging"  # under output_dir; the leading underscore keeps HF's Hub push off it
 
 
@@ -22,22 +21,10 @@ def last_checkpoint(output_dir: str) -> str | None:
     which the trainer writes last: a folder without it (a save killed by an older version, or
     by a process that did not stage its checkpoints) is skipped with a warning.
     """
-    path = newest_complete_checkpoint(output_dir, warn=True)
+    path = newest_complete_checkpoint(output_dir, warn=logger)
     if path is not None:
         logger.info("resuming from %s", path)
     return path
-
-
-def newest_complete_checkpoint(output_dir: str, warn: bool = False) -> str | None:
-    """The newest checkpoint folder in `output_dir` that holds the trainer state (see
-    `last_checkpoint`); `warn` logs each newer one skipped."""
-    for step in reversed(checkpoint_steps(output_dir)):
-        path = os.path.join(output_dir, f"checkpoint-{step}")
-        if os.path.isfile(os.path.join(path, TRAINER_STATE)):
-            return path
-        if warn:
-            logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
-    return None
 
 
 def finish_interrupted_saves(output_dir: str) -> None:

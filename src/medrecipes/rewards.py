@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 
 from medrecipes.errors import UserError, check_choice, did_you_mean
-from medrecipes.usmle import LETTERS, extract_answer, is_abstention
+from medrecipes.usmle import extract_answer, is_abstention, letters_of
 
 REWARDS: dict[str, Callable] = {}
 
@@ -159,10 +159,6 @@ def completion_text(completion) -> str:
     return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
 
 
-def _letters(options) -> str:
-    return LETTERS[: len(options)] if options else "ABCD"
-
-
 def _per_row(values, n: int) -> list:
     return list(values) if values is not None else [None] * n
 
@@ -176,7 +172,7 @@ def usmle_accuracy(completions, answer, options=None, **kwargs) -> list[float | 
         if not gold:
             rewards.append(None)
             continue
-        given = extract_answer(completion_text(completion), _letters(opts), options=opts)
+        given = extract_answer(completion_text(completion), letters_of(opts), options=opts)
         rewards.append(1.0 if given == gold else 0.0)
     return rewards
 
@@ -200,7 +196,7 @@ def _accuracy_or_abstain(completions, answer, abstain_reward: float, options=Non
     rewards = []
     right = usmle_accuracy(completions, answer, options)
     for completion, score, opts in zip(completions, right, _per_row(options, len(completions)), strict=True):
-        if score == 0.0 and is_abstention(completion_text(completion), _letters(opts), opts):
+        if score == 0.0 and is_abstention(completion_text(completion), letters_of(opts), opts):
             score = abstain_reward
         rewards.append(score)
     return rewards
@@ -229,7 +225,7 @@ def _answer_format(completions, pattern: re.Pattern, options=None, **kwargs) -> 
     rewards = []
     for completion, opts in zip(completions, _per_row(options, len(completions)), strict=True):
         match = pattern.search(completion_text(completion))
-        rewards.append(1.0 if match and match.group(1) in _letters(opts) else 0.0)
+        rewards.append(1.0 if match and match.group(1) in letters_of(opts) else 0.0)
     return rewards
 
 

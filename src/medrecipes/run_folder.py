@@ -18,7 +18,7 @@ import shutil
 from medrecipes.config.parse import resolved_recipe
 from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
-from medrecipes.outputs import CHECKPOINT, checkpoint_steps, claim_output, lock_folder, mark, staged
+from medrecipes.outputs import CHECKPOINT, claim_output, kept, lock_folder, mark, staged
 
 logger = logging.getLogger(__name__)
 
@@ -87,14 +87,6 @@ def _start_over(output_dir: str) -> None:
         )
 
 
-def _kept(output_dir: str) -> str:
-    """What an interrupted run leaves, in the line it prints."""
-    steps = checkpoint_steps(output_dir)
-    if not steps:
-        return f"no checkpoint saved yet in {output_dir}; run the same command again to start the run"
-    return f"{output_dir}/checkpoint-{steps[-1]} is kept, whole; run the same command again to resume from it"
-
-
 def _has_results(output_dir: str) -> bool:
     """A checkpoint or a final model in the folder."""
     return any(name == "final" or CHECKPOINT.match(name) for name in os.listdir(output_dir))
@@ -125,7 +117,7 @@ def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bo
         os.makedirs(output_dir, exist_ok=True)
         lock_folder(output_dir, where)
         mark(output_dir, "run")
-        on_interrupt(lambda: _kept(output_dir))
+        on_interrupt(lambda: kept(output_dir))
     with training_args.main_process_first(local=False, desc="checking output_dir"):
         if recipe.overwrite_output_dir and training_args.should_save and os.path.isdir(output_dir):
             _start_over(output_dir)

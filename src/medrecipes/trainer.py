@@ -27,8 +27,8 @@ from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.errors import UserError, first_to_report
 from medrecipes.models import check_positions
 from medrecipes.monitoring import ThroughputMonitor
-from medrecipes.outputs import full_disk_is_one_line, publish
-from medrecipes.resume import STAGING, TRAINER_STATE, check_resumable, newest_complete_checkpoint
+from medrecipes.outputs import TRAINER_STATE, full_disk_is_one_line, kept, publish
+from medrecipes.resume import STAGING, check_resumable
 from medrecipes.run_folder import record_finished
 
 logger = logging.getLogger(__name__)
@@ -61,14 +61,6 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     final_dir = save_final(trainer)
     record_finished(trainer.args, trainer.state)
     return final_dir
-
-
-def _kept(output_dir: str) -> str:
-    """What a run keeps when a save fails: its newest whole checkpoint, which it resumes from."""
-    checkpoint = newest_complete_checkpoint(output_dir)
-    if checkpoint is None:
-        return "no checkpoint of this run was saved before it"
-    return f"{checkpoint} is kept whole, and the same command resumes from it"
 
 
 def _steps_done(checkpoint: str) -> int:
@@ -110,7 +102,7 @@ def save_final(trainer) -> str:
         shutil.rmtree(staged, ignore_errors=True)
         os.makedirs(staged)
     trainer.accelerator.wait_for_everyone()
-    with full_disk_is_one_line(args.output_dir, final_dir, os.path.dirname(staged), _kept(args.output_dir)):
+    with full_disk_is_one_line(args.output_dir, final_dir, os.path.dirname(staged), kept(args.output_dir)):
         # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
         # sends final/ with its model card.
         trainer.save_model(staged, _internal_call=True)
@@ -339,7 +331,7 @@ class RecipeTrainerMixin:
         self.accelerator.wait_for_everyone()
         self._staging_root = staging_root
         try:
-            with full_disk_is_one_line(run_dir, final, partial=staging_root, kept=_kept(run_dir)):
+            with full_disk_is_one_line(run_dir, final, partial=staging_root, kept=kept(run_dir)):
                 super()._save_checkpoint(model, trial)
         finally:
             self._staging_root = None

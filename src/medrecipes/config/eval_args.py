@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from medrecipes.config.reading import RecipeParser, check_choices, split_names
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
-from medrecipes.outputs import claim_output
 
 
 @dataclass
@@ -118,11 +117,9 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         )
     if not 0 < args.top_p <= 1:
         raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
-    if args.output:  # written at the end: a bad path must not cost the evaluation
-        if os.path.isdir(args.output):
-            raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
-        inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
-        # Never over an input or what we did not write; over an earlier result of ours, checked
-        # when the evaluation starts (`medrecipes validate` of this recipe does not refuse it).
-        claim_output(args.output, "eval", f"{where}: output", inputs, overwrite=True)
+    if args.output and os.path.isdir(args.output):
+        raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
+    # What the output may not replace; `evaluation.run_evaluation` claims it before any work.
+    args.inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
+    args.where = where
     return args

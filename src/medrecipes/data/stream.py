@@ -34,9 +34,9 @@ from itertools import islice
 import numpy as np
 import torch
 from transformers.trainer_callback import TrainerState
-from transformers.trainer_utils import get_last_checkpoint
 
 from medrecipes.errors import UserError, bad_lines_named
+from medrecipes.outputs import newest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class StreamTrainerMixin:
                 )
             self.args.ignore_data_skip = True
             if resume_from_checkpoint is True:
-                resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+                resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint:
                 self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
         return super().train(resume_from_checkpoint, *args, **kwargs)

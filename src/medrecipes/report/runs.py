@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import checkpoint_step, checkpoint_steps
+from medrecipes.outputs import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
 
@@ -48,14 +48,11 @@ def _read_json(path: str, what: str):
 
 def _trainer_state(folder: str) -> str | None:
     """The run's trainer_state.json: the one written at the end, or the newest checkpoint's."""
-    root = os.path.join(folder, "trainer_state.json")
+    root = os.path.join(folder, TRAINER_STATE)
     if os.path.isfile(root):
         return root
-    for step in reversed(checkpoint_steps(folder)):
-        path = os.path.join(folder, f"checkpoint-{step}", "trainer_state.json")
-        if os.path.isfile(path):
-            return path
-    return None
+    checkpoint = newest_complete_checkpoint(folder)
+    return os.path.join(checkpoint, TRAINER_STATE) if checkpoint else None
 
 
 def read_run(folder: str, name: str) -> Run:

@@ -26,7 +26,7 @@ from medrecipes.usmle.prompts import (
     pretraining_text,
     sft_target,
 )
-from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, option_map
+from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, letters_of, option_map
 
 __all__ = [
     "COLUMNS",
@@ -38,6 +38,7 @@ __all__ = [
     "extract_answer",
     "is_abstention",
     "letters_for",
+    "letters_of",
     "load_mcq",
     "option_map",
     "options_block",

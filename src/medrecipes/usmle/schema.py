@@ -39,9 +39,15 @@ class Where(NamedTuple):
         return row_in_files([self.source], self.row - 1, self.header)
 
 
+def letters_of(options) -> str:
+    """The letters of a question's options: "ABCD" for 4, and A-D where they are not known (a
+    GRPO row without its options)."""
+    return LETTERS[: len(options)] if options else "ABCD"
+
+
 def letters_for(row: Row) -> str:
     """The option letters of a normalised row: "ABCD" for 4 options."""
-    return LETTERS[: len(row["options"])]
+    return letters_of(row["options"])
 
 
 def option_map(row: Row) -> dict[str, str]:
