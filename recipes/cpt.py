@@ -25,7 +25,7 @@ from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.resume import checkpoint_to_resume
-from medrecipes.run_folder import output_dir_is_finished
+from medrecipes.run_folder import claim_run_folder
 from medrecipes.trainer import (
     CausalLMTrainer,
     end_run,
@@ -42,7 +42,7 @@ def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if output_dir_is_finished("cpt", recipe, training_args, model_args):  # the same run, run again
+    if claim_run_folder("cpt", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args)
 

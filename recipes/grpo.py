@@ -30,7 +30,7 @@ from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.resume import checkpoint_to_resume
 from medrecipes.rewards import reward_functions
-from medrecipes.run_folder import output_dir_is_finished
+from medrecipes.run_folder import claim_run_folder
 from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
@@ -46,7 +46,7 @@ def main(recipe, training_args, model_args):
             "use_vllm: vLLM is not installed; pip install 'trl[vllm]' (a GPU machine), "
             "or set use_vllm: false to generate with transformers"
         )
-    if output_dir_is_finished("grpo", recipe, training_args, model_args):  # the same run, run again
+    if claim_run_folder("grpo", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args)
 

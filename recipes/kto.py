@@ -28,7 +28,7 @@ from medrecipes.kto_trainer import MedKTOTrainer
 from medrecipes.logs import setup_logging
 from medrecipes.models import load_model, recipe_tokenizer
 from medrecipes.resume import checkpoint_to_resume
-from medrecipes.run_folder import output_dir_is_finished
+from medrecipes.run_folder import claim_run_folder
 from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
 
 from transformers import set_seed
@@ -39,7 +39,7 @@ def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if output_dir_is_finished("kto", recipe, training_args, model_args):  # the same run, run again
+    if claim_run_folder("kto", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args)
 

@@ -24,7 +24,7 @@ from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models import align_generation_eos, load_model, recipe_tokenizer, sft_template, turn_end
 from medrecipes.resume import checkpoint_to_resume
-from medrecipes.run_folder import output_dir_is_finished
+from medrecipes.run_folder import claim_run_folder
 from medrecipes.sft_trainer import MedSFTTrainer
 from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
 
@@ -36,7 +36,7 @@ def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if output_dir_is_finished("sft", recipe, training_args, model_args):  # the same run, run again
+    if claim_run_folder("sft", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args)
 

@@ -218,18 +218,18 @@ def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):
 
 def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
     from medrecipes.config import parse_recipe
-    from medrecipes.run_folder import RECORD, output_dir_is_finished
+    from medrecipes.run_folder import RECORD, claim_run_folder
 
     out = tmp_path / "run"
     out.mkdir()
     (out / RECORD).write_text(json.dumps({"script": "recipes/sft.py", "model": "other", "data": "x"}))
     recipe, args, model_args = parse_recipe("cpt", [CPT, "--output_dir", str(out)])
-    assert not output_dir_is_finished("cpt", recipe, args, model_args)  # the record is replaced
+    assert not claim_run_folder("cpt", recipe, args, model_args)  # the record is replaced
     assert json.loads((out / RECORD).read_text())["script"] == "recipes/cpt.py"
     (out / "checkpoint-3").mkdir()  # once there is something to lose, another run is refused
     recipe, args, model_args = parse_recipe("sft", [SFT, "--output_dir", str(out)])
     with pytest.raises(UserError, match="holds another run"):
-        output_dir_is_finished("sft", recipe, args, model_args)
+        claim_run_folder("sft", recipe, args, model_args)
 
 
 def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):

@@ -102,12 +102,13 @@ def finished(record: dict, training_args) -> bool:
     return done["max_steps"] <= 0 and done["num_train_epochs"] >= training_args.num_train_epochs
 
 
-def output_dir_is_finished(method: str, recipe, training_args, model_args) -> bool:
-    """Check that output_dir is this run's (one line and exit 2 if it holds another run's, unless
-    the recipe sets overwrite_output_dir, or anything medrecipes did not write, or anything the
-    run reads), lock it for this launch, record the run there if it is new, and say whether it
-    already finished: the script then stops without training a step or writing anything. The
-    main process looks first, so the others find the folder as it leaves it."""
+def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
+    """Claim output_dir for this run: check that it is this run's (one line and exit 2 if it holds
+    another run's, unless the recipe sets overwrite_output_dir, which deletes that run first; or
+    anything medrecipes did not write, or anything the run reads), create and lock it for this
+    launch, mark it and record the run there if it is new. Returns whether the run already
+    finished there: the script then stops without training a step or writing anything. The main
+    process looks first, so the others find the folder as it leaves it."""
     output_dir = training_args.output_dir
     ours = run_identity(method, recipe, model_args)
     where = f"{recipe.recipe_file or 'command line'}: output_dir"
