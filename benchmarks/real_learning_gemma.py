@@ -118,19 +118,27 @@ def paired(before: dict, after: dict, seed: int = 0) -> dict:
 
 
 def always_yes(out: Path) -> dict:
-    """The majority-class baseline on the dev questions: its accuracy and macro-F1."""
+    """The majority-class baseline on the dev questions, as an evaluation's report: "yes" (A) to
+    each, with its accuracy and macro-F1, and its predictions for paired comparisons."""
     from medrecipes.evaluation import macro_f1, wilson_interval
 
     rows = json.loads((out / "data" / "pubmedqa_dev.json").read_text())
-    gold = ["ABC"[["yes", "no", "maybe"].index(r["final_decision"])] for r in rows.values()]
-    hits = sum(g == "A" for g in gold)
+    predictions = [
+        {"id": pmid, "answer": "ABC"[["yes", "no", "maybe"].index(row["final_decision"])], "predicted": "A"}
+        for pmid, row in rows.items()
+    ]
+    hits = sum(p["answer"] == "A" for p in predictions)
+    n = len(predictions)
     return {
-        "accuracy": hits / len(gold),
-        "ci95": list(wilson_interval(hits, len(gold))),
-        **macro_f1(gold, ["A"] * len(gold)),
-        "n": len(gold),
-        "predicted": {"yes": len(gold), "no": 0, "maybe": 0, "none": 0},
+        "accuracy": hits / n,
+        "ci95": list(wilson_interval(hits, n)),
+        **macro_f1([p["answer"] for p in predictions], ["A"] * n),
+        "n": n,
+        "predictions": predictions,
     }
+
+
+ALWAYS_YES = "always-yes"  # the baseline's name where a claim compares with it
 
 
 # (row name, eval file stem, setting) in the order the table shows them
@@ -145,10 +153,12 @@ ROWS = [
 ]
 # (claim, before, after): "after beats before", each with its paired interval
 CLAIMS = [
+    ("SFT beats always-yes", ALWAYS_YES, "sft-free-pubmedqa-generate"),
     ("SFT beats the base", "base-free-pubmedqa-loglik", "sft-free-pubmedqa-generate"),
     ("GRPO beats SFT", "sft-free-pubmedqa-generate", "grpo-free-pubmedqa-generate"),
     ("DPO beats SFT", "sft-free-pubmedqa-generate", "dpo-free-pubmedqa-generate"),
     ("long-answer SFT beats answer-only SFT", "sft-pubmedqa-generate", "sft-long-pubmedqa-generate"),
+    ("long-answer SFT beats always-yes", ALWAYS_YES, "sft-long-pubmedqa-generate"),
 ]
 
 
@@ -213,15 +223,15 @@ def markdown(report: dict) -> str:
 
 
 def summarise(out: Path, seconds: dict) -> dict:
-    evals = out / "eval"
-    stages = {"always yes": always_yes(out)}
+    evals, baseline = out / "eval", always_yes(out)
+    stages = {"always yes": {**figures(baseline), "setting": None}}
     for name, stem, setting in ROWS:
         found = read(evals / f"{stem}.json")
         if found:
             stages[name] = {**figures(found), "setting": setting}
     claims = {}
     for name, before, after in CLAIMS:
-        a, b = read(evals / f"{before}.json"), read(evals / f"{after}.json")
+        a, b = (baseline if stem == ALWAYS_YES else read(evals / f"{stem}.json") for stem in (before, after))
         if a and b:
             claims[name] = paired(a, b)
     return {

@@ -50,7 +50,8 @@ def test_the_report_reads_every_stage_and_judges_its_targets(out):
     assert stages["SFT"]["predicted"] == {"yes": 36, "no": 0, "maybe": 0, "none": 0}
     assert stages["GRPO from SFT"]["accuracy"] == pytest.approx(32 / 36)
     assert stages["SFT"]["setting"] == "reasoning_free"
-    assert set(report["claims"]) == {"SFT beats the base", "GRPO beats SFT"}
+    assert set(report["claims"]) == {"SFT beats always-yes", "SFT beats the base", "GRPO beats SFT"}
+    assert report["claims"]["SFT beats always-yes"] == {"difference": 0.0, "ci95": [0.0, 0.0]}  # the same answers
     grpo = report["claims"]["GRPO beats SFT"]
     assert grpo["difference"] == pytest.approx(12 / 36) and 0 < grpo["ci95"][0] < grpo["difference"] < grpo["ci95"][1]
     met = {t["target"]: t["met"] for t in report["targets"]}
