@@ -30,6 +30,7 @@ import sys
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.libraries import keep_out
 from medrecipes.names import PUBMEDQA_SETTINGS
+from medrecipes.outputs import release_all
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
 
@@ -594,7 +595,10 @@ def main(argv: list[str] | None = None) -> None:
         command = f"{parser.prog} {args.command}"
         raise UserError(f"{command}: unknown argument {overrides[0]!r}; see {command} --help")
     args.overrides = overrides
-    args.func(args)
+    try:
+        args.func(args)
+    finally:  # a command run in a process that goes on (a notebook, a test) leaves no lock behind
+        release_all()
 
 
 def run() -> None:

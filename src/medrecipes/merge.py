@@ -68,9 +68,9 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
     base, revision = adapter_base(adapter_dir)
     claim_output(out_dir, "merge-lora", "merge-lora OUT_DIR", [adapter_dir, base], overwrite, folder=True)
+    check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)

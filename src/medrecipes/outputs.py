@@ -147,16 +147,17 @@ def _not_written(path: str) -> str | None:
     return next((f for f in _files_in(path) if f not in set(recorded)), None)
 
 
-def mark(path: str, kind: str, about: str | None = None) -> None:
+def mark(path: str, kind: str, about: str | None = None, whole: bool = False) -> None:
     """Record that this project wrote `path` as a result of `kind` (see `written_kind`), and
-    optionally how it was made (`written_about`)."""
+    optionally how it was made (`written_about`); a folder written `whole` (by `staged`, before it
+    is published) records its files, so that a file put there since is known as not ours."""
     if os.path.isdir(path) and written_kind(path) == kind:
         return  # already marked: a run started again writes nothing
     record = {"kind": kind, "written_by": "medrecipes", **({"about": about} if about else {})}
     if os.path.isfile(path):
         stat = os.stat(path)
         record.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
-    elif os.path.isdir(path) and kind != "run":  # a run's folder grows as it trains
+    elif os.path.isdir(path) and whole:
         record["files"] = _files_in(path)
     target = _record_path(path)
     with open(target + ".tmp", "w", encoding="utf-8") as f:
@@ -361,7 +362,7 @@ def _remove_empty(folders: list[str]) -> None:
 
 
 @atexit.register
-def _release_all() -> None:
+def release_all() -> None:
     """The output locks this process still holds (a command that stopped on an error), removed."""
     for lock in [lock for lock in _HELD_LOCKS if os.path.basename(lock) != LOCK]:
         head, name = os.path.split(lock)
@@ -485,7 +486,7 @@ def staged(final: str, folder: bool, kind: str | None = None, about: str | None 
         release(final)
         raise
     if kind is not None and folder:
-        mark(path, kind, about)  # travels with the folder's rename
+        mark(path, kind, about, whole=True)  # travels with the folder's rename
     publish(path, final)
     if kind is not None and not folder:
         mark(final, kind, about)

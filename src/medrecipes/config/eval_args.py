@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from medrecipes.config.reading import RecipeParser, check_choices, split_names
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
+from medrecipes.outputs import check_writable
 
 
 @dataclass
@@ -119,6 +120,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
     if args.output and os.path.isdir(args.output):
         raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
+    if args.output:  # a path that cannot be written is refused by `validate` too
+        check_writable(args.output, f"{where}: output")
     # What the output may not replace; `evaluation.run_evaluation` claims it before any work.
     args.inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
     args.where = where
