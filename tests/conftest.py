@@ -18,6 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # read-only or another user's; kept between runs, so the ops compile once per checkout.
 os.environ.setdefault("XDG_CACHE_HOME", str(ROOT / ".cache"))
 os.environ.setdefault("HF_HOME", str(ROOT / ".cache" / "huggingface"))
+
+
+def _home_cache(name: str) -> str | None:
+    """`~/.cache/<name>` where HOME takes it (made, and a file written there), else None."""
+    folder = Path.home() / ".cache" / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError:
+        return None
+    return str(folder)
+
+
+# DeepSpeed's CPU ops compile in about 35 s and depend only on torch and DeepSpeed, not on the
+# checkout: under a writable HOME they compile once per machine, not once per clone.
+if "TORCH_EXTENSIONS_DIR" not in os.environ and (_extensions := _home_cache("torch_extensions")):
+    os.environ["TORCH_EXTENSIONS_DIR"] = _extensions
 SHARED_DATA = ROOT.parent / "shared" / "data"
 CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
 

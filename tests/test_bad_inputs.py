@@ -279,7 +279,6 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT chat: assistant speaks first", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['asstfirst.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "the first turn after any system turn is not the user's"),
         Case("SFT chat: unknown role", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['badrole.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "turn 1 has role 'doctor'"),
         Case("SFT: max_length that leaves no row", script("sft", sft, *run_in(files, model), "--max_length", "1", "--eval_sets", "null", *NO_EVAL), "no training rows are left of 60 once MedSFTTrainer prepared them"),
-        Case("DPO: max_length that leaves no row", script("dpo", dpo, *run_in(files, model), "--max_length", "1", "--eval_sets", "null", *NO_EVAL), "no training rows are left"),
         Case("abbreviated flag", ["plan", cpt, "--num-gpu", "2"], "unknown argument 'num-gpu'"),
         Case("flag a command does not have", ["report", f["existing.json"], "--outpt", "r.html"], "medrecipes report: unknown argument '--outpt'"),
         # --- boundaries: models, tokenizers, adapters, places to write
@@ -295,7 +294,6 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("run whose output_dir holds its data", script("cpt", src(f"{{path: {f['textdir']}}}"), "--model_name_or_path", model, "--output_dir", str(files)), "which this command reads"),
         # --- DPO's preference pairs
         Case("DPO: an empty chosen answer", script("dpo", dpo, *run_in(files, model), *pairs(f["emptychosen.jsonl"])), "emptychosen.jsonl line 2: chosen is empty"),
-        Case("KTO: an empty completion", script("kto", kto, *run_in(files, model), *pairs(f["emptycompletion.jsonl"], "unpaired")), "emptycompletion.jsonl line 1: completion is empty"),
         Case("SFT chat: an empty answer", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['emptyanswer.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "emptyanswer.jsonl line 1: the assistant's answer is empty"),
         Case("KTO: desirable answers only", script("kto", kto, *run_in(files, model), *pairs(f["alldesirable.jsonl"], "unpaired")), "every one of the 2 answers is desirable (label true); KTO needs both kinds"),
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
@@ -356,7 +354,6 @@ FILES = {
     "usercompletion.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "completion": [{"role": "user", "content": "A"}], "label": false}\n',
     "userchosen.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "chosen": [{"role": "user", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
     "emptychosen.jsonl": '{"prompt": "Q?", "chosen": "A. yes", "rejected": "B. no"}\n{"prompt": "Q?", "chosen": " ", "rejected": "B. no"}\n',
-    "emptycompletion.jsonl": '{"prompt": [{"role": "user", "content": "Q?"}], "completion": [{"role": "assistant", "content": ""}], "label": true}\n',
     "emptyanswer.jsonl": '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]}\n',
     "alldesirable.jsonl": '{"prompt": "Q?", "completion": "A. yes", "label": true}\n{"prompt": "R?", "completion": "B. no", "label": true}\n',
     "oneoption.jsonl": '{"question": "Which?", "options": {"A": "only"}, "answer": "A"}\n',

@@ -454,3 +454,22 @@ def test_an_sft_recipe_reads_pubmedqa_in_its_setting_and_writes_the_conclusion_f
         evals["dev"][0]["messages"] == train[0]["messages"]
         and mcq["dev"][0]["context"] == "Conclusion: It did not work."
     )
+
+
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({"prompt": "Q?", "chosen": "", "rejected": "B. no"}, "chosen is empty"),
+        ({"prompt": "Q?", "chosen": "A. yes", "rejected": "  "}, "rejected is empty"),
+        ({"prompt": "Q?", "completion": [{"role": "assistant", "content": ""}], "label": True}, "completion is empty"),
+        (
+            {"prompt": "Q?", "completion": [{"role": "assistant", "content": None}], "label": False},
+            "completion is empty",
+        ),
+    ],
+)
+def test_an_empty_answer_in_preference_data_is_one_line(row, problem):
+    from medrecipes.data.sources import check_answers
+
+    with pytest.raises(UserError, match=f"{problem}: there is no answer to prefer or avoid"):
+        check_answers([row], [0], SourceConfig(path="pairs.jsonl", format="preference"))
