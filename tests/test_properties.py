@@ -546,3 +546,16 @@ def test_the_recipe_takes_an_optimizer_setting_exactly_when_torch_does(tmp_path,
         assert line is None or key not in line, line
     else:
         assert line is not None and key in line, (key, value)
+
+
+@pytest.mark.parametrize("value", [0, -1, -0.5, 10**30, 2**64])
+def test_any_number_anywhere_in_a_nested_key_runs_or_is_refused_in_one_line(tmp_path, value):
+    """Zero, negative and huge values at every number inside the shipped tiny recipes' lists and
+    mappings: the recipe parses or one line names the problem, never a traceback."""
+    for method, path in NESTED:
+        data = base_recipe(method, tmp_path)
+        holder = data
+        for step in path[:-1]:
+            holder = holder[step]
+        holder[path[-1]] = value
+        answer(method, data, tmp_path)  # one line or none; a traceback fails here
