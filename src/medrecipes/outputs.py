@@ -209,7 +209,11 @@ def claim_output(
     and folders; Hub ids and URLs are skipped); one that holds anything but an earlier `kind`
     result of this project (`--overwrite` included: it replaces only our own result); and an
     earlier result of ours unless `overwrite` (a training run passes True and decides by its
-    run record whether it resumes). A `folder` result may not replace a file."""
+    run record whether it resumes). A `folder` result may not replace a file. The final name is
+    checked too (its length with our staging around it; no symbolic link there), and every result
+    but a run's (locked from inside its folder) takes a lock beside it until it is in place, so
+    that a second command on the same output is refused, and staging a killed command left there
+    is removed; `--overwrite` of our folder result that holds a file it did not is refused."""
     if "://" in path:
         return
     check_writable(path, where, folder)
@@ -229,7 +233,7 @@ def claim_output(
         except UserError:
             _remove_empty(made)
             raise
-        _MADE_FOR[os.path.realpath(lock)] = made
+        _MADE_FOR.setdefault(os.path.realpath(lock), made)  # a second claim of this process made none
         _remove_stale_staging(path)
     try:
         _check_earlier_result(path, kind, where, overwrite)
