@@ -478,6 +478,16 @@ def _spelled(path) -> str:
     return path[0] + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
 
 
+def _with_nested(method: str, path: tuple, value, tmp: Path) -> dict:
+    """The method's tiny recipe with the number at `path` inside its lists and mappings set to `value`."""
+    data = base_recipe(method, tmp)
+    holder = data
+    for step in path[:-1]:
+        holder = holder[step]
+    holder[path[-1]] = value
+    return data
+
+
 NESTED = [(m, path) for m in RECIPES for path, _ in _nested_numbers(yaml.safe_load((ROOT / RECIPES[m]).read_text()))]
 
 
@@ -487,12 +497,7 @@ def test_a_non_finite_number_anywhere_in_a_nested_key_is_refused_where_it_is(tmp
     weights, mixture seeds, ...) made NaN or infinite: one line naming where it is, or its key."""
     assert {m for m, _ in NESTED} >= {"grpo", "cpt"} and any("rewards" in path for _, path in NESTED)
     for method, path in NESTED:
-        data = base_recipe(method, tmp_path)
-        holder = data
-        for step in path[:-1]:
-            holder = holder[step]
-        holder[path[-1]] = bad
-        line = answer(method, data, tmp_path)
+        line = answer(method, _with_nested(method, path, bad, tmp_path), tmp_path)
         assert line is not None, f"{method}: {_spelled(path)} = {bad} accepted"
         assert "finite" in line or "number" in line, line
 
@@ -553,9 +558,4 @@ def test_any_number_anywhere_in_a_nested_key_runs_or_is_refused_in_one_line(tmp_
     """Zero, negative and huge values at every number inside the shipped tiny recipes' lists and
     mappings: the recipe parses or one line names the problem, never a traceback."""
     for method, path in NESTED:
-        data = base_recipe(method, tmp_path)
-        holder = data
-        for step in path[:-1]:
-            holder = holder[step]
-        holder[path[-1]] = value
-        answer(method, data, tmp_path)  # one line or none; a traceback fails here
+        answer(method, _with_nested(method, path, value, tmp_path), tmp_path)  # one line or none, no traceback

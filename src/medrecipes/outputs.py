@@ -262,9 +262,16 @@ def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> 
         )
 
 
-# What a staged result adds to its name beside the final path: ".NAME.partial-PID", and the
-# record beside a file, ".NAME.medrecipes.json".
-_STAGING_EXTRA = len(".") + len(".partial-") + 7
+PARTIAL = ".partial-"  # a result being written beside its final path: ".NAME.partial-PID"
+# What a staged result adds to its name (a process id of up to 7 digits), and the record beside a
+# file, ".NAME.medrecipes.json".
+_STAGING_EXTRA = len(".") + len(PARTIAL) + 7
+
+
+def _staging(final: str, pid: int | str = "") -> str:
+    """Where the process `pid` writes the result `final` before publishing it (without a pid, the
+    prefix every such path shares)."""
+    return _beside(final, f"{PARTIAL}{pid}")
 
 
 def _check_name(path: str, where: str, kind: str) -> None:
@@ -293,16 +300,13 @@ def _check_name(path: str, where: str, kind: str) -> None:
 def _remove_stale_staging(path: str) -> None:
     """Staging beside `path` left by a command that was killed while writing it (a kill -9 lets
     nothing clean up): once this process holds the output's lock, no other is writing there."""
-    head, name = os.path.split(os.path.abspath(path))
+    head = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(head):
         return
-    mine = f".{name}.partial-{os.getpid()}"
+    prefix, mine = os.path.basename(_staging(path)), os.path.basename(_staging(path, os.getpid()))
     for entry in os.listdir(head):
-        if (
-            entry.startswith(f".{name}.partial-")
-            and entry != mine
-            and entry.removeprefix(f".{name}.partial-").split(".")[0].isdigit()
-        ):
+        # ".NAME.partial-PID", or its ".replaced" older folder of a publish cut short
+        if entry.startswith(prefix) and entry != mine and entry.removeprefix(prefix).split(".")[0].isdigit():
             _discard(os.path.join(head, entry))
 
 
@@ -479,7 +483,7 @@ def staged(final: str, folder: bool, kind: str | None = None, about: str | None 
     that a later `claim_output` of that kind may replace it; `about` says how it was made."""
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
-    path = os.path.join(parent, f".{os.path.basename(os.path.abspath(final))}.partial-{os.getpid()}")
+    path = _staging(final, os.getpid())
     try:
         with full_disk_is_one_line(parent, final):
             if folder:
