@@ -273,16 +273,16 @@ def main(argv: list[str] | None = None) -> dict:
         stage("eval-dpo-free", out / "eval" / "dpo-free-pubmedqa-generate.json",
               lambda: evaluate(out, dpo, "dpo-free", free, "generate"))  # fmt: skip
     if args.part in ("required", "all"):
-        # The real check's CPT model and answer-only SFT, where that check has not made them yet.
-        cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
+        # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
+        # the stage this part is for, then the answer-only SFT it is compared with.
+        cpt, answer_only, long = out / "cpt" / "final", out / "sft-merged", out / "sft-long-merged"
         stage("cpt", cpt, lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]))
-        stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only))
-        stage("eval-sft-answer-only", out / "eval" / "sft-pubmedqa-generate.json",
-              lambda: evaluate(out, answer_only, "sft", required, "generate"))  # fmt: skip
-        long = out / "sft-long-merged"
         stage("sft-long", long, lambda: adapter_run("sft", RECIPES["sft-long"], out / "sft-long", long))
         stage("eval-sft-long", out / "eval" / "sft-long-pubmedqa-generate.json",
               lambda: evaluate(out, long, "sft-long", required, "generate", "--chain_of_thought", "--max_new_tokens", "160"))  # fmt: skip
+        stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only))
+        stage("eval-sft-answer-only", out / "eval" / "sft-pubmedqa-generate.json",
+              lambda: evaluate(out, answer_only, "sft", required, "generate"))  # fmt: skip
     report = summarise(out, seconds)
     write_results("real_learning_gemma3_270m", report, markdown(report))
     return report
