@@ -55,8 +55,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from medrecipes.data.packing import adds_bos, pack_batch
-    from medrecipes.evaluation import document_perplexity
-    from medrecipes.models import load_tokenizer
+    from medrecipes.evaluation.perplexity import document_perplexity
+    from medrecipes.models.loading import load_tokenizer
 
     texts = [json.loads(line)["text"] for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line]
     tokenizer = load_tokenizer(args.model)

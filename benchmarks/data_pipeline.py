@@ -7,7 +7,7 @@ Usage:
 
 Nothing is downloaded. The text is synthesised from the sentences of the bundled
 data/medical_text corpus (documents of 3 to 40 sentences in random order, seeded); the
-tokenizer is a byte-level BPE trained on that corpus by `tokenizers` (medrecipes.tiny), a fast
+tokenizer is a byte-level BPE trained on that corpus by `tokenizers` (medrecipes.models.tiny), a fast
 tokenizer like those of GPT-2, Llama 3 or SmolLM2.
 
 Measured in one process, on the same documents and tokenizer, with a fresh `datasets` cache:
@@ -112,7 +112,7 @@ def main() -> None:
     from medrecipes.data.sources import load_source
     from medrecipes.data.stream import TokenStream
     from medrecipes.data_config import SourceConfig
-    from medrecipes.tiny import train_tokenizer
+    from medrecipes.models.tiny import train_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="medrecipes-bench-"))
     sample = work / "sample.jsonl"

@@ -14,7 +14,7 @@ questions of MedQA's 4-option test set three ways, one after the other:
 
 - **lm-eval**: `lm_eval.simple_evaluate` on its own medqa_4options task
   (benchmarks/lm_eval_tasks/medqa_4options_local.yaml), through `HFLM` wrapping the loaded model;
-- **ours**: `evaluation.evaluate_task` on `eval_tasks.load_task("medqa_4opt")`, the code behind
+- **ours**: `evaluation.scoring.evaluate_task` on `evaluation.tasks.load_task("medqa_4opt")`, the code behind
   `medrecipes eval --mode loglik`;
 - **ours, full logits** (the ablation): the same with the model projecting every position onto
   the vocabulary, as ours did before it kept only the positions that score an answer.
@@ -56,7 +56,7 @@ def default_model() -> str:
 def load(model_path: str, dtype: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medrecipes.models import unmark_dequantized_gguf
+    from medrecipes.models.gguf import unmark_dequantized_gguf
 
     path = Path(model_path)
     where = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
@@ -70,7 +70,7 @@ def load(model_path: str, dtype: str):
 def input_tokens(tokenizer, data) -> int:
     """Tokens of the distinct model inputs of a loglik run (the context and the answer, less the
     answer's last token), as `continuation_logliks` builds them."""
-    from medrecipes.evaluation import encode_pair
+    from medrecipes.evaluation.loglik import encode_pair
 
     total = 0
     for row in data.rows:
@@ -95,20 +95,21 @@ def run_lm_eval(model, tokenizer, questions: int, batch_size: int) -> tuple[floa
 
 
 def run_ours(model, tokenizer, questions: int, batch_size: int, full_logits: bool) -> tuple[float, dict]:
-    from medrecipes import evaluation
-    from medrecipes.eval_tasks import load_task
+    from medrecipes.evaluation import loglik
+    from medrecipes.evaluation.scoring import evaluate_task
+    from medrecipes.evaluation.tasks import load_task
 
-    keeps = evaluation._accepts_logits_to_keep
+    keeps = loglik._accepts_logits_to_keep
     if full_logits:  # the ablation: the model projects every position, as before
-        evaluation._accepts_logits_to_keep = lambda model: False
+        loglik._accepts_logits_to_keep = lambda model: False
     try:
         start = time.perf_counter()
-        report = evaluation.evaluate_task(
+        report = evaluate_task(
             model, tokenizer, load_task("medqa_4opt", data=str(MEDQA), limit=questions), batch_size=batch_size
         )
         return time.perf_counter() - start, report
     finally:
-        evaluation._accepts_logits_to_keep = keeps
+        loglik._accepts_logits_to_keep = keeps
 
 
 def main(argv=None):
@@ -127,8 +128,8 @@ def main(argv=None):
     import torch
     from transformers.utils import logging as hf_logging
 
-    from medrecipes.eval_tasks import load_task
-    from medrecipes.evaluation import lm_eval_agreement
+    from medrecipes.evaluation.loglik import lm_eval_agreement
+    from medrecipes.evaluation.tasks import load_task
 
     hf_logging.set_verbosity_error()
     if options.threads:

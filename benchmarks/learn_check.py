@@ -121,7 +121,7 @@ def held_out(model_dir: Path, rows: list[dict]) -> dict:
     """Greedy accuracy on `rows`, overall and for the warm-up's findings and the new ones."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from medrecipes.evaluation import evaluate_mcq
+    from medrecipes.evaluation.generate import evaluate_mcq
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     report = evaluate_mcq(model, AutoTokenizer.from_pretrained(model_dir), rows, max_new_tokens=8)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.chdir(ROOT)
 
-    from medrecipes.tiny import build_tiny_model
+    from medrecipes.models.tiny import build_tiny_model
     from medrecipes.usmle import load_mcq
 
     out = Path(args.out)

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from medrecipes.evaluation import lm_eval_agreement
+from medrecipes.evaluation.loglik import lm_eval_agreement
 
 
 def lm_eval_files(folder: Path) -> tuple[dict, dict[str, list[dict]]]:

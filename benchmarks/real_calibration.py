@@ -33,7 +33,8 @@ from real_check import DATA, MEDQA, gguf_path, medrecipes, read_jsonl, run, stag
 from real_check_gemma import DEFAULT_OUT, GEMMA
 from real_preference_gemma import main as dpo_check
 
-from medrecipes.evaluation import calibration_table, wilson_interval
+from medrecipes.evaluation.statistics import wilson_interval
+from medrecipes.evaluation.tables import calibration_table
 
 ABSTAIN_RECIPE = "recipes/gemma3_270m_grpo_abstain_pubmedqa.yaml"
 SYSTEM_PROMPT = "Answer with the letter of the best option. If you do not know, answer: I don't know."

@@ -339,7 +339,7 @@ def push(out: Path, report: Path) -> None:
 
 
 def wilson(k: int, n: int) -> list[float]:
-    from medrecipes.evaluation import wilson_interval
+    from medrecipes.evaluation.statistics import wilson_interval
 
     return list(wilson_interval(k, n))
 

@@ -120,7 +120,7 @@ def paired(before: dict, after: dict, seed: int = 0) -> dict:
 def always_yes(out: Path) -> dict:
     """The majority-class baseline on the dev questions, as an evaluation's report: "yes" (A) to
     each, with its accuracy and macro-F1, and its predictions for paired comparisons."""
-    from medrecipes.evaluation import macro_f1, wilson_interval
+    from medrecipes.evaluation.statistics import macro_f1, wilson_interval
 
     rows = json.loads((out / "data" / "pubmedqa_dev.json").read_text())
     predictions = [

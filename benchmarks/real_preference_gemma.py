@@ -33,7 +33,7 @@ from real_check import medrecipes, read_jsonl, run, stage_runner, write_jsonl, w
 from real_check_gemma import DEFAULT_OUT, cell, evaluate, result
 from real_check_gemma import main as real_check
 
-from medrecipes.evaluation import wilson_interval
+from medrecipes.evaluation.statistics import wilson_interval
 
 RECIPE = "recipes/gemma3_270m_dpo_pubmedqa.yaml"
 EVAL_BATCH = 8  # the recipe's per_device_eval_batch_size
@@ -64,7 +64,8 @@ def pair_rewards(out: Path, beta: float = 0.1) -> list[float]:
     - (log pi(rejected) - log ref(rejected))), with the merged DPO model as pi and the SFT model as
     the reference; each answer scored after its prompt as the chat template renders them. TRL logs
     only a mean over batches, from which the pairs ranked right cannot be counted."""
-    from medrecipes.evaluation import continuation_logliks, load_for_evaluation
+    from medrecipes.evaluation.commands import load_for_evaluation
+    from medrecipes.evaluation.loglik import continuation_logliks
 
     pairs = read_jsonl(out / "preference" / "pairs_dev.jsonl")
     logps = {}

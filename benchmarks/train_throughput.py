@@ -21,7 +21,7 @@ data synthetic, so nothing is downloaded:
 - grpo: the questions of data/usmle_sample, rendered by the recipe's own `grpo_data`.
 
 "Ours" is the recipe's own path: `parse_recipe` of the recipe YAML (with the case's keys and
-`--set`), `models.load_model`, the recipe's trainer class (`CausalLMTrainer`, `MedSFTTrainer`,
+`--set`), `models.loading.load_model`, the recipe's trainer class (`CausalLMTrainer`, `MedSFTTrainer`,
 `MedGRPOTrainer`, all in the package) with the recipe's collator, data path and
 callbacks. The baseline is the same model, data, precision and batch shape given to the plain
 trainer with its defaults: transformers' `Trainer` with its padding collator (CPT), TRL's
@@ -45,8 +45,8 @@ What is reported, over the steps after the warm-up ones (compilation, allocator 
 
 - tokens/s: real tokens trained (padding not counted) / wall time of those steps, taken with
   `time.perf_counter` after a device synchronisation at the two ends of the window only;
-- MFU: model FLOPs / wall time / the device's dense bf16 peak (`plan.GPUS`, e.g. 989 TFLOP/s for
-  H100 and H200); FLOPs per token from `plan.flops_per_token` (6N + 12 L d S, 4N for a frozen
+- MFU: model FLOPs / wall time / the device's dense bf16 peak (`plan.hardware.GPUS`, e.g. 989 TFLOP/s for
+  H100 and H200); FLOPs per token from `plan.shape.flops_per_token` (6N + 12 L d S, 4N for a frozen
   LoRA base) with S the tokens' own sequence lengths, so padding and cross-document attention
   count for nothing and ours and the baseline are credited the same work; none on a CPU;
 - peak memory: `torch.cuda.max_memory_allocated` of the run (the process's peak RSS on a CPU);
@@ -424,8 +424,8 @@ def train_measured(trainer, warmup: int, window_steps: int | None = None, profil
 
 
 def add_mfu(record: dict, shape, trains_base: bool, peak_tflops: float | None) -> None:
-    """MFU and achieved TFLOP/s from plan.flops_per_token, over the whole step and, for GRPO, training alone."""
-    from medrecipes.plan import flops_per_token
+    """MFU and achieved TFLOP/s from plan.shape.flops_per_token, over the whole step and, for GRPO, training alone."""
+    from medrecipes.plan.shape import flops_per_token
 
     flops = record["tokens"] * flops_per_token(shape, record["mean_sequence_length"], trains_base)
     record["model_tflops_per_s"] = flops / record["wall_s"] / 1e12
@@ -462,8 +462,8 @@ class Bench:
     """One case: its data, tokenizer and model config, shared by every run in the process."""
 
     def __init__(self, case: dict, device: str, workdir: str, profile: bool = False):
-        from medrecipes.models import scratch_config
-        from medrecipes.plan import GPUS, gpu_type
+        from medrecipes.models.scratch import scratch_config
+        from medrecipes.plan.hardware import GPUS, gpu_type
 
         self.case, self.device, self.workdir = case, device, workdir
         self.profile = profile  # --profile: each run under torch.profiler
@@ -491,7 +491,7 @@ class Bench:
         self.peak_tflops = GPUS[self.gpu][1] if self.gpu else None
 
     def model_shape(self, model_args):
-        """plan.model_shape of the architecture, counted on the meta device."""
+        """plan.shape.model_shape of the architecture, counted on the meta device."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -512,7 +512,7 @@ class Bench:
         return max(1, round(self.base_args.per_device_train_batch_size * args.max_length / self.mean_length))
 
     def model_config(self, model_args):
-        from medrecipes.models import scratch_config
+        from medrecipes.models.scratch import scratch_config
 
         tok = self.tokenizer
         ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
@@ -523,7 +523,7 @@ class Bench:
         random model is saved once and both runs load it."""
         import torch
 
-        from medrecipes.models import load_model
+        from medrecipes.models.loading import load_model
 
         if self.saved_model is None:
             self.saved_model = os.path.join(self.workdir, "model")
@@ -539,9 +539,9 @@ class Bench:
         import torch
         from trl import get_peft_config
 
-        from medrecipes.callbacks import recipe_callbacks
-        from medrecipes.models import load_model
+        from medrecipes.models.loading import load_model
         from medrecipes.rewards import reward_functions
+        from medrecipes.training.callbacks import recipe_callbacks
 
         recipe, args, model_args = self.parse(changes)
         if self.method == "sft" and not args.packing:
@@ -563,15 +563,15 @@ class Bench:
         if self.method == "cpt":
             from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-            from medrecipes.trainer import CausalLMTrainer
+            from medrecipes.training.trainers import CausalLMTrainer
 
             collator = DataCollatorForLanguageModeling(pad_token_id=self.tokenizer.pad_token_id)
             return measured(CausalLMTrainer, self.clock)(data_collator=collator, **common)
         if self.method == "sft":
-            from medrecipes.sft_trainer import MedSFTTrainer as trainer_class
+            from medrecipes.training.trainers import MedSFTTrainer as trainer_class
 
             return measured(trainer_class, self.clock)(peft_config=get_peft_config(model_args), **common)
-        from medrecipes.grpo_trainer import MedGRPOTrainer as trainer_class
+        from medrecipes.training.trainers import MedGRPOTrainer as trainer_class
 
         reward_funcs, _ = reward_functions(args.rewards)
         return measured(trainer_class, self.clock)(
@@ -583,7 +583,7 @@ class Bench:
         import torch
         from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
-        from medrecipes.models import resolve_dtype
+        from medrecipes.models.loading import resolve_dtype
 
         recipe, ours, model_args = self.parse({})
         dtype = resolve_dtype(model_args.dtype)
@@ -675,7 +675,7 @@ class Bench:
 
     def knobs(self) -> list[dict]:
         """One change per speed setting, each switching it from what ours uses."""
-        from medrecipes.models import resolve_attention
+        from medrecipes.models.loading import resolve_attention
 
         recipe, args, model_args = self.parse({})
         cuda = self.device == "cuda"
@@ -801,7 +801,7 @@ def summary_line(record: dict) -> str:
 
 
 def model_shape(config, model):
-    from medrecipes.plan import model_shape as count
+    from medrecipes.plan.shape import model_shape as count
 
     return count(config, model)
 
@@ -827,7 +827,7 @@ def versions() -> dict:
 
 def memory_plan(bench: Bench, gpu: str) -> dict:
     """`medrecipes plan`'s estimate for ours on one device, beside the measured peak."""
-    from medrecipes.plan import plan
+    from medrecipes.plan.summary import plan
 
     recipe, args, model_args = bench.parse({})
     estimate = plan(recipe, args, model_args, bench.case["recipe"], num_gpus=1, gpu=gpu)

@@ -16,23 +16,18 @@ The final model and tokenizer go to `output_dir/final`; with `push_to_hub`, to t
 model card that records the run.
 """
 
-from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data.pretraining import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
-from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models import load_model, recipe_tokenizer
-from medrecipes.resume import checkpoint_to_resume
-from medrecipes.run_folder import claim_run_folder
-from medrecipes.trainer import (
-    CausalLMTrainer,
-    end_run,
-    eval_loss_summary,
-    evaluate_and_record,
-    train_and_save,
-)
+from medrecipes.models.loading import load_model, recipe_tokenizer
+from medrecipes.training.callbacks import recipe_callbacks
+from medrecipes.training.eval_callback import add_task_evaluation
+from medrecipes.training.resume import checkpoint_to_resume
+from medrecipes.training.run import end_run, eval_loss_summary, evaluate_and_record, train_and_save
+from medrecipes.training.run_folder import claim_run_folder
+from medrecipes.training.trainers import CausalLMTrainer
 
 from transformers import set_seed
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling

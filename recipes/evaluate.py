@@ -16,7 +16,8 @@ the Hub. The end of the run prints a markdown table; `--output` keeps every pred
 
 from medrecipes.config import parse_eval_args
 from medrecipes.errors import exit_on_user_error
-from medrecipes.evaluation import format_table, run_evaluation
+from medrecipes.evaluation.commands import run_evaluation
+from medrecipes.evaluation.tables import format_table
 from medrecipes.logs import setup_logging
 
 

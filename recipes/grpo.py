@@ -14,24 +14,24 @@ model; `use_peft` trains a LoRA adapter; `use_vllm` generates with vLLM (colocat
 `embedding_learning_rate` gives the embeddings a learning rate of their own. Each eval set
 reports its mean reward per function, KL and completion length, and for chat prompts the
 greedy accuracy `eval_<name>_acc`; `eval_tasks` adds benchmark accuracy
-(`medrecipes.eval_callback`). The final model (or adapter) goes to `output_dir/final`.
+(`medrecipes.training.eval_callback`). The final model (or adapter) goes to `output_dir/final`.
 """
 
 import importlib.util
 
-from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data.grpo import grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
-from medrecipes.eval_callback import add_task_evaluation
-from medrecipes.grpo_trainer import MedGRPOTrainer
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models import load_model, recipe_tokenizer
-from medrecipes.resume import checkpoint_to_resume
+from medrecipes.models.loading import load_model, recipe_tokenizer
 from medrecipes.rewards import reward_functions
-from medrecipes.run_folder import claim_run_folder
-from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
+from medrecipes.training.callbacks import recipe_callbacks
+from medrecipes.training.eval_callback import add_task_evaluation
+from medrecipes.training.resume import checkpoint_to_resume
+from medrecipes.training.run import end_run, evaluate_and_record, train_and_save
+from medrecipes.training.run_folder import claim_run_folder
+from medrecipes.training.trainers import MedGRPOTrainer
 
 from transformers import set_seed
 from trl import get_peft_config

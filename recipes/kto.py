@@ -18,18 +18,19 @@ sets, and `eval_tasks` their accuracy. The final model (or adapter) goes to `out
 with `push_to_hub`, to the Hub with a model card.
 """
 
-from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
 from medrecipes.data.preference import preference_data
 from medrecipes.errors import exit_on_user_error
-from medrecipes.eval_callback import add_task_evaluation
 from medrecipes.hub import push_run
-from medrecipes.kto_trainer import MedKTOTrainer
 from medrecipes.logs import setup_logging
-from medrecipes.models import load_model, recipe_tokenizer
-from medrecipes.resume import checkpoint_to_resume
-from medrecipes.run_folder import claim_run_folder
-from medrecipes.trainer import end_run, evaluate_and_record, train_and_save
+from medrecipes.models.loading import load_model, recipe_tokenizer
+from medrecipes.plan.summary import settle_checkpointing
+from medrecipes.training.callbacks import recipe_callbacks
+from medrecipes.training.eval_callback import add_task_evaluation
+from medrecipes.training.resume import checkpoint_to_resume
+from medrecipes.training.run import end_run, evaluate_and_record, train_and_save
+from medrecipes.training.run_folder import claim_run_folder
+from medrecipes.training.trainers import MedKTOTrainer
 
 from transformers import set_seed
 from trl import get_peft_config
@@ -47,6 +48,7 @@ def main(recipe, training_args, model_args):
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets = preference_data(recipe, unpair=True)
 
+    settle_checkpointing(recipe, training_args, model_args)  # where the recipe leaves it to the memory plan
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
 
     trainer = MedKTOTrainer(

@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
     """A random 2-layer llama with a tokenizer trained on the bundled medical text."""
-    from medrecipes.tiny import build_tiny_model
+    from medrecipes.models.tiny import build_tiny_model
 
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny-model")), [str(CORPUS)], "llama")
 
@@ -135,6 +135,6 @@ NO_EVAL = ["--eval_strategy", "no", "--eval_on_start", "false", "--load_best_mod
 @pytest.fixture(scope="session")
 def chat_model(tmp_path_factory) -> str:
     """A 2-layer llama of width 128: small enough for CPU, large enough to learn 60 questions."""
-    from medrecipes.tiny import build_tiny_model
+    from medrecipes.models.tiny import build_tiny_model
 
     return build_tiny_model(str(tmp_path_factory.mktemp("chat-model")), [str(CORPUS)], "llama", hidden_size=128)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import PYTHON, ROOT, run, run_ok
 
-from medrecipes.eval_tasks import TASKS
+from medrecipes.evaluation.tasks import TASKS
 from medrecipes.names import TASK_NAMES
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"

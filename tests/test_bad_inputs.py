@@ -464,7 +464,7 @@ if __name__ == "__main__":  # print the docs table: python tests/test_bad_inputs
 
     os.chdir(ROOT)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from medrecipes.tiny import build_tiny_model
+    from medrecipes.models.tiny import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_model(f"{tmp}/model", [str(ROOT / "data/medical_text/train.jsonl")])

@@ -21,7 +21,7 @@ from medrecipes.data.sources import load_source
 from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
 from medrecipes.mirror import COMPLETE, copy_to_url, mark_complete
-from medrecipes.trainer import CausalLMTrainer
+from medrecipes.training.trainers import CausalLMTrainer
 
 MEDQA_TEST = ROOT.parent / "shared" / "data" / "medqa" / "medqa_us_4opt_test.jsonl"
 QUESTION = (

@@ -1,4 +1,4 @@
-"""medrecipes.calibration: every metric held to an independent implementation on the same
+"""medrecipes.evaluation.calibration: every metric held to an independent implementation on the same
 predictions (scikit-learn's Brier score, log loss and ROC AUC, torchmetrics' calibration error,
 a sort in plain Python for selective accuracy), the bootstrap intervals, temperature scaling,
 and the calibration that loglik and sampled generate evaluations report."""
@@ -14,10 +14,12 @@ from conftest import ROOT
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from torchmetrics.functional.classification import binary_calibration_error
 
-from medrecipes import calibration as cal
 from medrecipes import cli
 from medrecipes.errors import UserError
-from medrecipes.evaluation import calibration_table, format_report, score_loglik, score_votes, task_metrics
+from medrecipes.evaluation import calibration as cal
+from medrecipes.evaluation.generate import score_votes
+from medrecipes.evaluation.loglik import score_loglik
+from medrecipes.evaluation.tables import calibration_table, format_report, task_metrics
 
 
 def predictions(seed: int, n: int = 400, options: int = 4, sharpness: float = 2.0, ties: bool = False):
@@ -230,7 +232,7 @@ def test_sampled_generate_mode_reports_the_votes_calibration(chat_model, tmp_pat
 
 
 def test_generate_mode_counts_abstentions_apart_from_unparseable_replies():
-    from medrecipes.evaluation import score
+    from medrecipes.evaluation.generate import score
 
     rows = [
         {"id": str(i), "subject": "s", "question": "?", "options": {"A": "yes", "B": "no"}, "answer": "A"}

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainingArguments
 
-from medrecipes.callbacks import KeepBestCheckpoints, checkpoint_steps
 from medrecipes.errors import UserError
-from medrecipes.resume import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
+from medrecipes.training.callbacks import KeepBestCheckpoints, checkpoint_steps
+from medrecipes.training.resume import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
 
 
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
@@ -96,9 +96,9 @@ def test_save_total_limit_rotates_the_published_checkpoints(tiny_model, tmp_path
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from medrecipes.callbacks import recipe_callbacks
     from medrecipes.config import parse_recipe
-    from medrecipes.trainer import CausalLMTrainer
+    from medrecipes.training.callbacks import recipe_callbacks
+    from medrecipes.training.trainers import CausalLMTrainer
 
     # The tiny recipe's own retention (keep_best_checkpoints) left out: save_total_limit instead.
     lines = Path("recipes/tiny_cpt.yaml").read_text().splitlines()
@@ -126,7 +126,7 @@ def test_save_total_limit_rotates_the_published_checkpoints(tiny_model, tmp_path
 def test_the_recipe_mixin_comes_first_in_the_bases():
     from transformers import Trainer
 
-    from medrecipes.trainer import PerplexityMixin, RecipeTrainerMixin
+    from medrecipes.training.mixins import PerplexityMixin, RecipeTrainerMixin
 
     with pytest.raises(TypeError, match="put RecipeTrainerMixin first"):
 

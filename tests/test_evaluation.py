@@ -13,17 +13,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from medrecipes import cli
 from medrecipes.config import parse_eval_args, parse_recipe
 from medrecipes.errors import UserError
-from medrecipes.eval_tasks import TASKS, load_task
-from medrecipes.evaluation import (
-    by_subject,
-    chat_prompt,
-    continuation_logliks,
-    evaluate_task,
-    format_table,
-    generate_answers,
-    score,
-    wilson_interval,
-)
+from medrecipes.evaluation.generate import chat_prompt, generate_answers, score
+from medrecipes.evaluation.loglik import continuation_logliks
+from medrecipes.evaluation.scoring import evaluate_task
+from medrecipes.evaluation.statistics import by_subject, wilson_interval
+from medrecipes.evaluation.tables import format_table
+from medrecipes.evaluation.tasks import TASKS, load_task
 
 needs_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"real benchmark files not present at {SHARED_DATA}"
@@ -351,7 +346,7 @@ def test_macro_f1_and_its_bootstrap_agree_with_scikit_learn(seed):
     import numpy as np
     from sklearn.metrics import f1_score
 
-    from medrecipes.evaluation import _macro_f1_of_resamples, macro_f1
+    from medrecipes.evaluation.statistics import _macro_f1_of_resamples, macro_f1
 
     rng = random.Random(seed)
     classes = "ABCD"[: rng.randint(2, 4)]
@@ -377,7 +372,7 @@ def test_macro_f1_and_its_bootstrap_agree_with_scikit_learn(seed):
 
 
 def test_always_yes_on_pubmedqa_scores_its_published_macro_f1():
-    from medrecipes.evaluation import macro_f1
+    from medrecipes.evaluation.statistics import macro_f1
 
     # PubMedQA's 500 labelled questions: yes 276, no 169, maybe 55; always "yes" gives 0.24 (its README).
     gold = ["A"] * 276 + ["B"] * 169 + ["C"] * 55
@@ -385,7 +380,7 @@ def test_always_yes_on_pubmedqa_scores_its_published_macro_f1():
 
 
 def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_path, capsys):
-    from medrecipes.evaluation import document_perplexity
+    from medrecipes.evaluation.perplexity import document_perplexity
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
@@ -417,7 +412,7 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
 def test_a_document_longer_than_the_model_is_scored_whole_in_windows(tiny_model):
     """Every token after the first scored once, each forward pass no longer than the window; a
     document that fits gives the one-pass figure, whatever the window."""
-    from medrecipes.evaluation import document_perplexity
+    from medrecipes.evaluation.perplexity import document_perplexity
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)

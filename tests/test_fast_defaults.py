@@ -13,7 +13,7 @@ from trl import SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from medrecipes.config import parse_recipe
-from medrecipes.trainer import CausalLMTrainer
+from medrecipes.training.trainers import CausalLMTrainer
 
 # Where each test runs: (device, model dtype); the GPU's float32 runs with TF32 off.
 ON_CPU = pytest.param("cpu", torch.float32, id="cpu")
@@ -73,7 +73,7 @@ def test_recipe_defaults_are_the_fast_ones(tmp_path):
 def test_chunked_lm_head_is_on_where_a_gpu_trains(tiny_model, tmp_path):
     from types import SimpleNamespace
 
-    from medrecipes.trainer import fused_lm_head_on
+    from medrecipes.training.mixins import fused_lm_head_on
 
     assert cpt_trainer(tiny_model, tmp_path / "auto", "--use_cpu", "true").fused_lm_head is False
     assert cpt_trainer(tiny_model, tmp_path / "on", "--use_cpu", "true", "--fused_lm_head", "true").fused_lm_head

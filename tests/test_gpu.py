@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import NO_EVAL, log_history, run_recipe
 
-from medrecipes.trainer import fused_lm_head_on
+from medrecipes.training.mixins import fused_lm_head_on
 
 pytestmark = pytest.mark.gpu
 

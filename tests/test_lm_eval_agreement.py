@@ -12,8 +12,9 @@ import yaml
 from conftest import ROOT, SHARED_DATA
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from medrecipes.eval_tasks import load_task
-from medrecipes.evaluation import evaluate_task, lm_eval_agreement
+from medrecipes.evaluation.loglik import lm_eval_agreement
+from medrecipes.evaluation.scoring import evaluate_task
+from medrecipes.evaluation.tasks import load_task
 
 lm_eval = pytest.importorskip("lm_eval")
 TASKS = ROOT / "benchmarks" / "lm_eval_tasks"

@@ -14,8 +14,8 @@ import torch
 from conftest import LAUNCH, NO_EVAL, PYTHON, ROOT, error_lines, run, run_recipe
 from safetensors.torch import load_file
 
-from medrecipes.callbacks import checkpoint_steps
-from medrecipes.resume import last_checkpoint
+from medrecipes.training.callbacks import checkpoint_steps
+from medrecipes.training.resume import last_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -277,7 +277,7 @@ def test_sigusr1_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path):
 # A process whose checkpoint never comes: SIGTERM, then the grace time runs out.
 HANGS = """
 import os, signal, time
-from medrecipes.callbacks import PreemptionHandler
+from medrecipes.training.callbacks import PreemptionHandler
 PreemptionHandler(grace_seconds=1).on_train_begin(None, None, None)
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(60)
@@ -297,7 +297,7 @@ from pathlib import Path
 from types import SimpleNamespace
 import torch
 from accelerate import Accelerator, PartialState
-from medrecipes.trainer import end_run
+from medrecipes.training.run import end_run
 
 out, status = Path(sys.argv[1]), sys.argv[2]
 PartialState(backend="gloo")  # as the trainer's arguments set it up on CPU

@@ -11,7 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
-from medrecipes.tiny import build_tiny_model
+from medrecipes.models.tiny import build_tiny_model
 
 SENTENCE = "The patient presented with chest pain radiating to the left arm."
 

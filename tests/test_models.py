@@ -9,16 +9,10 @@ from trl import ModelConfig
 
 from medrecipes import cli
 from medrecipes.errors import UserError
-from medrecipes.models import (
-    PRESETS,
-    load_model,
-    load_tokenizer,
-    preset_config,
-    resolve_attention,
-    resolve_dtype,
-    split_gguf,
-)
-from medrecipes.plan import model_shape
+from medrecipes.models.gguf import split_gguf
+from medrecipes.models.loading import load_model, load_tokenizer, resolve_attention, resolve_dtype
+from medrecipes.models.scratch import PRESETS, preset_config
+from medrecipes.plan.shape import model_shape
 
 # name: (layers, hidden size, stated total in the "Pure Transformer" table, exact count)
 TABLE = {

@@ -11,9 +11,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from medrecipes.callbacks import recipe_callbacks
 from medrecipes.config import parse_recipe
-from medrecipes.trainer import CausalLMTrainer, train_and_save
+from medrecipes.training.callbacks import recipe_callbacks
+from medrecipes.training.run import train_and_save
+from medrecipes.training.trainers import CausalLMTrainer
 
 
 class NaNAtSteps(TrainerCallback):

@@ -182,7 +182,7 @@ def test_on_policy_pairs_set_a_right_sample_against_a_wrong_one_and_count_the_re
 
 
 def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_path, capsys):
-    from medrecipes.outputs import written_about
+    from medrecipes.outputs.records import written_about
 
     out = tmp_path / "pairs.jsonl"
     argv = ["pairs", "--mcq", str(ROOT / "data/usmle_sample/test.jsonl"), "--model", chat_model, "--samples", "3",

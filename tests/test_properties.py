@@ -205,14 +205,15 @@ def test_bools_and_fractions_are_not_whole_numbers_anywhere_in_a_mixture(tmp_pat
 
 # --- every path argument of every command ---------------------------------------------------
 #
-# The path arguments are the parser's own (`cli.input_path` and `cli.output_path` types, and
+# The path arguments are the parser's own (`cli.arguments.input_path` and `output_path` types, and
 # `medrecipes eval`'s --model and --output, whose parser is config.EvalArguments); each command
 # runs from a valid invocation with one path replaced by a bad one of each kind below.
 
 
 def path_arguments() -> list[tuple[str, str, str]]:
     """(command, option or positional name, "input" or "output") for every path argument."""
-    from medrecipes.cli import input_path, make_parser, output_path
+    from medrecipes.cli import make_parser
+    from medrecipes.cli.arguments import input_path, output_path
 
     commands = next(a for a in make_parser()._actions if a.dest == "command").choices
     found = [("eval", "--model", "input"), ("eval", "--output", "output")]
@@ -242,7 +243,7 @@ def sandbox(tmp_path_factory, tiny_model):
     import shutil
 
     from medrecipes import cli
-    from medrecipes.outputs import staged
+    from medrecipes.outputs.writes import staged
 
     root = tmp_path_factory.mktemp("paths")
     model = shutil.copytree(tiny_model, root / "model")

@@ -14,7 +14,7 @@ from conftest import SHARED_DATA
 
 from medrecipes.config import parse_recipe
 from medrecipes.data.sft import sft_data
-from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.models.loading import load_model, recipe_tokenizer
 
 GEMMA = Path(sys.prefix) / "models" / "gemma-3-270m"
 PUBMEDQA = SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json"
@@ -45,7 +45,7 @@ def reference_render(messages: list[dict], add_generation_prompt: bool = False) 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from medrecipes.models import load_tokenizer
+    from medrecipes.models.loading import load_tokenizer
 
     return load_tokenizer(str(GEMMA))
 
@@ -101,7 +101,7 @@ def test_the_gemma_template_refuses_turns_out_of_order(tokenizer):
 def sft_trainer(questions, output_dir, *overrides):
     from trl import get_peft_config
 
-    from medrecipes.sft_trainer import MedSFTTrainer
+    from medrecipes.training.trainers import MedSFTTrainer
 
     base = ["--model_name_or_path", str(GEMMA), "--output_dir", str(output_dir), "--warmup_steps", "0"]
     recipe, args, model_args = parse_recipe("sft", [RECIPE, *base, *overrides])
@@ -139,7 +139,7 @@ def test_a_fine_tuned_gemma_stops_at_end_of_turn_and_merges_to_the_same_logits(t
     its own generation config ends the reply at <end_of_turn>, long before max_new_tokens."""
     from transformers import AutoModelForCausalLM
 
-    from medrecipes.merge import merge_lora
+    from medrecipes.models.saving import merge_lora
 
     steps = [
         "--max_steps",

@@ -14,7 +14,7 @@ import real_learning_gemma as check  # noqa: E402
 
 def eval_output(answers: str, predicted: str, setting: str) -> dict:
     """`medrecipes eval`'s output for PubMedQA questions q0, q1, ... with these gold and predicted letters."""
-    from medrecipes.evaluation import score
+    from medrecipes.evaluation.generate import score
 
     rows = [
         {"id": f"q{i}", "subject": "", "answer": a, "options": ["yes", "no", "maybe"]} for i, a in enumerate(answers)

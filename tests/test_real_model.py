@@ -12,7 +12,7 @@ from conftest import SHARED_DATA, write_jsonl
 
 from medrecipes.config import parse_recipe
 from medrecipes.data.sft import sft_data
-from medrecipes.models import load_model, recipe_tokenizer
+from medrecipes.models.loading import load_model, recipe_tokenizer
 
 RECIPE = "recipes/smollm2_sft_medmcqa.yaml"
 MEDMCQA = SHARED_DATA / "medmcqa" / "medmcqa_dev_single_2816.jsonl"

@@ -114,9 +114,10 @@ def test_best_and_last_evaluation_by_subject(tmp_path):
     points = subject_points(run)["usmle"]
     assert list(points) == ["best (step 20)", "last (step 40)"]
     assert points["best (step 20)"]["accuracy"] == pytest.approx(0.5)
-    # Without a best checkpoint with a report, the evaluation of the highest accuracy.
+    # Without a best checkpoint with a report, the evaluation of the highest accuracy, named so:
+    # "best" is the trainer's decision alone.
     run.best_step = None
-    assert list(subject_points(run)["usmle"]) == ["best and last (step 40)"]
+    assert list(subject_points(run)["usmle"]) == ["highest accuracy and last (step 40)"]
 
 
 def test_a_run_still_training_is_read_from_its_newest_checkpoint(tmp_path):

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from medrecipes import cli
 from medrecipes.errors import UserError
-from medrecipes.outputs import staged
+from medrecipes.outputs.writes import staged
 
 CPT, SFT = "recipes/tiny_cpt.yaml", "recipes/tiny_sft.yaml"
 # A constant learning rate, so that one step more would change the weights.
@@ -76,7 +76,7 @@ def test_a_kill_between_the_two_renames_of_a_checkpoint_loses_nothing(finished_r
     # that replaces an older one of its name is published in two renames. A run killed between
     # them, as it saved checkpoint-6 again, before final/: the old checkpoint-6 is moved aside,
     # the new one, whole, is still staged.
-    from medrecipes import outputs
+    from medrecipes.outputs import writes
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
@@ -93,10 +93,10 @@ def test_a_kill_between_the_two_renames_of_a_checkpoint_loses_nothing(finished_r
         renames.append(paths)
         rename(*paths)
 
-    monkeypatch.setattr(outputs, "_exchange", lambda *paths: False)
-    monkeypatch.setattr(outputs.os, "rename", killed_at_the_second)
+    monkeypatch.setattr(writes, "_exchange", lambda *paths: False)
+    monkeypatch.setattr(writes.os, "rename", killed_at_the_second)
     with pytest.raises(KeyboardInterrupt):
-        outputs.publish(str(out / "_staging" / "checkpoint-6"), str(out / "checkpoint-6"))
+        writes.publish(str(out / "_staging" / "checkpoint-6"), str(out / "checkpoint-6"))
     monkeypatch.undo()
     assert not (out / "checkpoint-6").exists() and (out / "_staging" / "checkpoint-6.replaced").is_dir()
 
@@ -212,7 +212,7 @@ def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):
 
 def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
     from medrecipes.config import parse_recipe
-    from medrecipes.run_folder import RECORD, claim_run_folder
+    from medrecipes.training.run_folder import RECORD, claim_run_folder
 
     out = tmp_path / "run"
     out.mkdir()
@@ -227,16 +227,16 @@ def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
 
 
 def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):
-    from medrecipes import outputs
+    from medrecipes.outputs import writes
 
     old, new = tmp_path / "checkpoint-6", tmp_path / "staged"
     for folder, text in ((old, "old"), (new, "new")):
         folder.mkdir()
         (folder / "weights").write_text(text)
-    if not outputs._exchange(str(new), str(old)):
+    if not writes._exchange(str(new), str(old)):
         pytest.skip("this system cannot swap two folders in one step")
-    outputs._exchange(str(new), str(old))  # back as they were
+    writes._exchange(str(new), str(old))  # back as they were
     moves = []
-    monkeypatch.setattr(outputs.os, "rename", lambda *a: moves.append(a))  # the two-rename path
-    outputs.publish(str(new), str(old))
+    monkeypatch.setattr(writes.os, "rename", lambda *a: moves.append(a))  # the two-rename path
+    writes.publish(str(new), str(old))
     assert moves == [] and (old / "weights").read_text() == "new" and not new.exists()

@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from medrecipes.mirror import COMPLETE
-from medrecipes.plan import flops_per_token, model_shape
+from medrecipes.plan.shape import flops_per_token, model_shape
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from medrecipes.data.pretraining import pretraining_data
 from medrecipes.data.sources import load_source
 from medrecipes.data.stream import STATE_FILE, TokenStream
 from medrecipes.errors import UserError
-from medrecipes.trainer import CausalLMTrainer
+from medrecipes.training.trainers import CausalLMTrainer
 
 WORDS = "aorta valve heparin protamine kidney insulin cortisol sepsis fever anaemia".split()
 

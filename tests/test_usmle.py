@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from medrecipes import usmle
 from medrecipes.errors import UserError
-from medrecipes.eval_tasks import MMLU_MEDICAL
+from medrecipes.evaluation.tasks import MMLU_MEDICAL
 from medrecipes.usmle import (
     COLUMNS,
     chat_messages,

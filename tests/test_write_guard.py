@@ -1,4 +1,4 @@
-"""One guard for every write (`outputs.claim_output`): a command writes only into a new path or
+"""One guard for every write (`outputs.claims.claim_output`): a command writes only into a new path or
 over an earlier result of the same kind that medrecipes wrote, never into, over or around what
 it reads, and a training run's folder is held by one process at a time."""
 
@@ -15,7 +15,9 @@ from conftest import NO_EVAL, PYTHON, ROOT, run
 
 from medrecipes import cli
 from medrecipes.errors import UserError
-from medrecipes.outputs import claim_output, lock_folder, staged, written_kind
+from medrecipes.outputs.claims import claim_output, lock_folder
+from medrecipes.outputs.records import written_kind
+from medrecipes.outputs.writes import staged
 
 CPT = "recipes/tiny_cpt.yaml"
 TEST_SET = str(ROOT / "data/usmle_sample/test.jsonl")
@@ -163,7 +165,7 @@ def test_every_command_refuses_a_users_folder_and_leaves_it_untouched(tmp_path, 
 
 HOLD = """
 import sys, time
-from medrecipes.outputs import lock_folder
+from medrecipes.outputs.claims import lock_folder
 lock_folder(sys.argv[1], "output_dir")
 print("held", flush=True)
 time.sleep(120)
@@ -222,7 +224,7 @@ def test_a_result_that_fills_the_disk_is_one_line_and_leaves_the_earlier_one(tmp
     import errno
 
     from medrecipes.errors import UserError
-    from medrecipes.outputs import staged
+    from medrecipes.outputs.writes import staged
 
     final = tmp_path / "result"
     if folder:
@@ -243,7 +245,7 @@ def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_fu
     import shutil
 
     from medrecipes.errors import UserError
-    from medrecipes.outputs import LOW_SPACE, full_disk_is_one_line
+    from medrecipes.outputs.writes import LOW_SPACE, full_disk_is_one_line
 
     failure = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 960")
     with pytest.raises(RuntimeError, match="unexpected pos"), full_disk_is_one_line(str(tmp_path), "checkpoint-2"):
@@ -261,7 +263,9 @@ def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_fu
 # The output claimed whole: its name, a link there, a second command, a killed one's staging
 
 
-CLAIM = "import sys; from medrecipes.outputs import claim_output; claim_output(sys.argv[1], 'eval', 'eval: output')"
+CLAIM = (
+    "import sys; from medrecipes.outputs.claims import claim_output; claim_output(sys.argv[1], 'eval', 'eval: output')"
+)
 
 
 @pytest.mark.parametrize("kind, folder", [("eval", False), ("tiny-model", True)])
@@ -345,7 +349,7 @@ def test_overwrite_refuses_an_earlier_result_that_holds_a_users_file(tmp_path):
 
 
 def test_a_claim_under_folders_not_made_yet_leaves_none_when_nothing_is_written(tmp_path):
-    from medrecipes.outputs import release
+    from medrecipes.outputs.claims import release
 
     out = tmp_path / "a" / "b" / "result.json"
     claim_output(str(out), "eval", "eval: output")

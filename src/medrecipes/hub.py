@@ -26,14 +26,14 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 
-from medrecipes.calibration import COVERAGES, headline, with_interval
 from medrecipes.config import resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
+from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
-from medrecipes.outputs import written_about
+from medrecipes.outputs.records import written_about
 from medrecipes.report import figures, read_run
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import Literal, get_args
 
 from medrecipes.errors import UserError, did_you_mean
 
-# The benchmark tasks of `eval_tasks.TASKS`, in its order (a test holds the two together).
+# The benchmark tasks of `evaluation.tasks.TASKS`, in its order (a test holds the two together).
 TASK_NAMES = ("medqa_4opt", "medqa_5opt", "medmcqa", "pubmedqa", "mmlu_medical")
 # How `evaluation` scores a question: lm-eval's log-likelihood of each answer, or a generated reply.
 EvalMode = Literal["loglik", "generate"]

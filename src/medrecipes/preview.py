@@ -14,7 +14,8 @@ mask shows here, not after an hour of training.
 
 from dataclasses import dataclass, field
 
-from medrecipes.models import recipe_tokenizer, sft_template, turn_end
+from medrecipes.models.loading import recipe_tokenizer
+from medrecipes.models.templates import sft_template, turn_end
 
 TRAINED_OPEN, TRAINED_CLOSE = "[[", "]]"
 
@@ -94,8 +95,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif method == "sft":
         from medrecipes.data.sft import sft_data
 
-        tokenizer.chat_template = sft_template(args, tokenizer)
-        end_of_turn = args.eos_token or turn_end(tokenizer.chat_template)
+        end_of_turn = args.eos_token or turn_end(sft_template(args, tokenizer))
         train, _, _ = sft_data(recipe)
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"

@@ -14,7 +14,7 @@ from medrecipes.locations import looks_local
 
 
 def _check_model(model: str) -> None:
-    from medrecipes.models import check_model_folder, check_tokenizer_files  # torch and transformers: only here
+    from medrecipes.models.files import check_model_folder, check_tokenizer_files
 
     if looks_local(model) and not os.path.isdir(model):
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")

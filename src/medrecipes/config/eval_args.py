@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from medrecipes.config.reading import RecipeParser, check_choices, split_names
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
-from medrecipes.outputs import check_writable
+from medrecipes.outputs.claims import check_writable
 
 
 @dataclass
@@ -98,7 +98,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
                     f"name the task as in tasks, or drop the {flag} entry"
                 )
     check_choices(args, where)
-    # The tasks it reaches: eval_tasks.takes_pubmedqa_setting, which this layer may not import.
+    # The tasks it reaches: evaluation.tasks.takes_pubmedqa_setting, which this layer may not import.
     if args.pubmedqa_setting and all(name in TASK_NAMES and name != "pubmedqa" for name in args.tasks):
         raise UserError(
             f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and tasks "
@@ -122,7 +122,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
     if args.output:  # a path that cannot be written is refused by `validate` too
         check_writable(args.output, f"{where}: output")
-    # What the output may not replace; `evaluation.run_evaluation` claims it before any work.
+    # What the output may not replace; `evaluation.commands.run_evaluation` claims it before any work.
     args.inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
     args.where = where
     return args

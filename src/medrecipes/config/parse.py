@@ -21,7 +21,7 @@ from medrecipes.config.schema import (
     RecipeArguments,
 )
 from medrecipes.errors import UserError
-from medrecipes.outputs import check_writable
+from medrecipes.outputs.claims import check_writable
 
 # The dataclasses of each recipe script, in the order the script's main() receives them.
 METHODS = {

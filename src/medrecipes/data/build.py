@@ -37,7 +37,8 @@ from medrecipes.data.mixture import document_probabilities, source_names
 from medrecipes.data.pretraining import source_data
 from medrecipes.data.sources import load_source, recipe_inputs
 from medrecipes.errors import UserError
-from medrecipes.outputs import claim_output, mark
+from medrecipes.outputs.claims import claim_output
+from medrecipes.outputs.records import mark
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def build_data(
 
     Nothing is built when the folder's manifest has the same content key, unless `force`.
     """
-    from medrecipes.models import recipe_tokenizer
+    from medrecipes.models.loading import recipe_tokenizer
 
     out = out or recipe.built_data
     if not out:

@@ -305,7 +305,7 @@ def files_of(sources: Iterable[SourceConfig]) -> list[str]:
 
 
 def recipe_inputs(recipe, args, model_args, recipe_path: str | None) -> list[str]:
-    """Every path the recipe's data and model come from (for `outputs.claim_output`, which skips
+    """Every path the recipe's data and model come from (for `outputs.claims.claim_output`, which skips
     those not on this machine): the recipe file, the model and tokenizer, the chat template,
     and each source's files with the folders they are found in (a pattern's folder, up to
     its first wildcard, counts whole: files written there would join the source)."""

@@ -36,7 +36,7 @@ import torch
 from transformers.trainer_callback import TrainerState
 
 from medrecipes.errors import UserError, bad_lines_named
-from medrecipes.outputs import newest_complete_checkpoint
+from medrecipes.outputs.checkpoints import newest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 

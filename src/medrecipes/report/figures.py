@@ -3,7 +3,7 @@ one colour per run; each is drawn only where some run has what it shows."""
 
 import io
 
-from medrecipes.calibration import headline
+from medrecipes.evaluation.calibration import headline
 from medrecipes.report.runs import (
     Evaluation,
     Run,
@@ -104,21 +104,28 @@ def accuracy_figure(runs: list[Run]):
 
 
 def subject_points(run: Run) -> dict[str, dict[str, dict]]:
-    """{task: {"best (step N)" or "last (step N)": report}} for the tasks with several subjects
-    ("best and last (step N)" where they are the same evaluation); the best evaluation is the
-    trainer's best checkpoint where it has a report, else the one of the highest accuracy."""
+    """{task: {"best (step N)": report, "last (step N)": report}} for the tasks with several
+    subjects ("best and last (step N)" where they are the same evaluation). "Best" is the trainer's
+    best checkpoint (`metric_for_best_model`), decided by the trainer alone; a run without one, or
+    whose best step has no report of the task, shows its highest-accuracy evaluation under that name."""
     if not run.reports:
         return {}
     last = max(run.reports)
     found: dict[str, dict[str, dict]] = {}
     for name in run.reports[last]:
         steps = [s for s in run.reports if name in run.reports[s]]
-        best = run.best_step if run.best_step in steps else max(steps, key=lambda s: run.reports[s][name]["accuracy"])
         report = run.reports[last][name]
-        if len(report.get("subjects", {})) > 1 and best == last:
-            found[name] = {f"best and last (step {last})": report}
-        elif len(report.get("subjects", {})) > 1:
-            found[name] = {f"best (step {best})": run.reports[best][name], f"last (step {last})": report}
+        if len(report.get("subjects", {})) <= 1:
+            continue
+        if run.best_step in steps:
+            chosen, label = run.best_step, "best"
+        else:
+            chosen = max(steps, key=lambda s: run.reports[s][name]["accuracy"])
+            label = "highest accuracy"
+        if chosen == last:
+            found[name] = {f"{label} and last (step {last})": report}
+        else:
+            found[name] = {f"{label} (step {chosen})": run.reports[chosen][name], f"last (step {last})": report}
     return found
 
 

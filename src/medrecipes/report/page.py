@@ -7,9 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from medrecipes.calibration import headline, with_interval
 from medrecipes.errors import UserError
-from medrecipes.outputs import claim_output, staged
+from medrecipes.evaluation.calibration import headline, with_interval
+from medrecipes.outputs.claims import claim_output
+from medrecipes.outputs.writes import staged
 from medrecipes.report.figures import figures
 from medrecipes.report.runs import Evaluation, Run, read_inputs, training_logs
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
+from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
 

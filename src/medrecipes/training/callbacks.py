@@ -1,6 +1,6 @@
 """Trainer callbacks shared by the recipes, and `recipe_callbacks`, the list every recipe runs with.
 
-A recipe's trainer combines them with `trainer.RecipeTrainerMixin`, which feeds them what a
+A recipe's trainer combines them with `mixins.RecipeTrainerMixin`, which feeds them what a
 callback cannot see (the gradient norm before the optimizer step, token counts, the log
 dictionary before it is recorded) and writes checkpoints atomically.
 """
@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from medrecipes.monitoring import ThroughputMonitor
-from medrecipes.outputs import checkpoint_step, checkpoint_steps
+from medrecipes.outputs.checkpoints import checkpoint_step, checkpoint_steps
+from medrecipes.training.monitoring import ThroughputMonitor
 
 logger = logging.getLogger(__name__)
 

@@ -1,186 +1,29 @@
-"""The HF Trainer and TRL's trainers as the recipes use them: checkpoints written atomically,
-exact resume, the long-run callbacks fed, teardown, and mixins for what the recipes log
-(perplexity, GRPO's per-set metrics) and for a learning rate of its own for the embeddings.
+"""What the recipes' trainers add to HF's and TRL's where the trainer offers no hook (each mixin
+says which): checkpoints written in a staging folder and renamed, token counts and gradient norms
+in the logs, perplexity beside each eval loss, GRPO's per-set eval metrics, a learning rate of its
+own for the embeddings, and the fused LM-head loss. What can be a callback is one
+(`training.callbacks.recipe_callbacks`)."""
 
-A mixin is kept only where the trainer offers no hook (each says which); multiple-choice
-accuracy is a callback (`eval_callback`)."""
-
-import atexit
-import json
 import logging
 import math
 import os
 import shutil
-import sys
-import threading
 import time
 from collections.abc import Mapping
-from typing import NoReturn
 
 import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from medrecipes.allocator import keep_freed_memory
-from medrecipes.callbacks import NonFiniteGuard, StopsRun
-from medrecipes.data.stream import StreamTrainerMixin
-from medrecipes.errors import UserError, first_to_report
-from medrecipes.models import check_positions
-from medrecipes.monitoring import ThroughputMonitor
-from medrecipes.outputs import TRAINER_STATE, full_disk_is_one_line, kept, publish
-from medrecipes.resume import STAGING, check_resumable
-from medrecipes.run_folder import record_finished
+from medrecipes.errors import UserError
+from medrecipes.models.loading import check_positions
+from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
+from medrecipes.outputs.writes import full_disk_is_one_line, publish
+from medrecipes.training.callbacks import NonFiniteGuard
+from medrecipes.training.monitoring import ThroughputMonitor
+from medrecipes.training.resume import STAGING
 
 logger = logging.getLogger(__name__)
-
-
-def train_and_save(trainer, checkpoint: str | None) -> str:
-    """Train (resuming from `checkpoint`), record the metrics and state, and save the model
-    and its tokenizer to output_dir/final; returns that folder.
-
-    A run that a callback stopped early (preemption, non-finite gradients) ends the process
-    here instead, with the callback's exit code: what follows the training (final model,
-    evaluation, push) belongs to the run that finishes.
-    """
-    if trainer.args.device.type == "cpu":
-        keep_freed_memory()  # freed buffers stay in the process for the next step
-    if checkpoint is not None:
-        check_resumable(checkpoint, trainer.model, trainer.args)
-    if checkpoint is not None and 0 < trainer.args.max_steps <= _steps_done(checkpoint):
-        return _finish_from(trainer, checkpoint)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
-    if stopped:
-        reason, code = stopped[0].stop_reason, stopped[0].exit_code
-        if code == 0:
-            logger.warning(reason)
-        end_run(trainer, 0 if code == 0 else f"error: {reason}")
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-    final_dir = save_final(trainer)
-    record_finished(trainer.args, trainer.state)
-    return final_dir
-
-
-def _steps_done(checkpoint: str) -> int:
-    with open(os.path.join(checkpoint, TRAINER_STATE), encoding="utf-8") as f:
-        return json.load(f)["global_step"]
-
-
-def _finish_from(trainer, checkpoint: str) -> str:
-    """A run whose newest checkpoint is at max_steps (killed while writing final/, say): its model
-    is loaded from the checkpoint and saved as final/, with no step trained. The trainer would
-    train one step more (it looks at max_steps only after a step)."""
-    from transformers import TrainerState
-
-    if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
-        raise UserError(
-            f"output_dir: {checkpoint} is at max_steps {trainer.args.max_steps} but final/ was not written; "
-            "under ZeRO-3 it is written by a run that trains: raise max_steps, or load that checkpoint's model"
-        )
-    trainer.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE))
-    best = trainer.state.best_model_checkpoint if trainer.args.load_best_model_at_end else None
-    source = best if best and os.path.isdir(best) else checkpoint  # what the end of training would load
-    logger.info(
-        "%s is at max_steps %d: final/ is saved from %s, no step trained", checkpoint, trainer.args.max_steps, source
-    )
-    trainer._load_from_checkpoint(source)  # the load a resume does before its first step
-    final_dir = save_final(trainer)
-    record_finished(trainer.args, trainer.state)
-    return final_dir
-
-
-def save_final(trainer) -> str:
-    """Save the model and its tokenizer to output_dir/final as checkpoints are saved: into the
-    staging folder, then renamed into place once every process has written its part, so a kill
-    leaves the previous final/ or the new one, whole. Returns the folder."""
-    args = trainer.args
-    final_dir = os.path.join(args.output_dir, "final")
-    staged = os.path.join(args.output_dir, STAGING, "final")
-    if args.should_save:
-        shutil.rmtree(staged, ignore_errors=True)
-        os.makedirs(staged)
-    trainer.accelerator.wait_for_everyone()
-    with full_disk_is_one_line(args.output_dir, final_dir, os.path.dirname(staged), kept(args.output_dir)):
-        # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
-        # sends final/ with its model card.
-        trainer.save_model(staged, _internal_call=True)
-        if trainer.is_world_process_zero():
-            trainer.processing_class.save_pretrained(staged)
-    trainer.accelerator.wait_for_everyone()
-    if args.should_save:
-        publish(staged, final_dir)
-        shutil.rmtree(os.path.dirname(staged), ignore_errors=True)
-        logger.info("final model saved to %s", final_dir)
-    trainer.accelerator.wait_for_everyone()
-    return final_dir
-
-
-def end_run(trainer, status: int | str = 0) -> NoReturn:
-    """End the process with `status` (an exit code, or a message for stderr, printed once per
-    launch, and exit code 1, as SystemExit takes them) once the process group is torn down.
-
-    A run of several processes ends without the interpreter's shutdown. gloo's worker threads
-    (DeepSpeed, DDP and FSDP on CPU) live as long as their process group object, which
-    `destroy_process_group` does not free while the wrapped model still holds it. A worker
-    that drops the last reference to a Python tensor while the interpreter shuts down is
-    stopped by Python in the middle of a C++ frame: the process aborts with "terminate called
-    without an active exception" after a good run, and the launcher reports the run as
-    failed. So the exit handlers run (loggers, trackers, temporary folders), other threads
-    are waited for, output is flushed, and the process leaves with os._exit.
-    """
-    several = trainer.accelerator.num_processes > 1
-    trainer.accelerator.end_training()
-    if not several:
-        raise SystemExit(status)
-    if isinstance(status, str):
-        if first_to_report():  # every process stops with the same message: print it once
-            print(status, file=sys.stderr)
-        status = 1
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what the interpreter's shutdown would run first
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
-def evaluate_and_record(trainer) -> dict:
-    """Evaluate every eval set once more and record the metrics beside the training ones (the
-    multiple-choice reports, accuracy by subject, are logged by `eval_callback`). Where the run
-    already evaluated the model in hand, at its last step, that evaluation is recorded instead
-    of a second pass over the same weights (`evaluated_at_last_step`)."""
-    metrics = evaluated_at_last_step(trainer) or trainer.evaluate()
-    trainer.log_metrics("eval", metrics)
-    trainer.save_metrics("eval", metrics)
-    return metrics
-
-
-def evaluated_at_last_step(trainer) -> dict | None:
-    """The metrics the run logged when it evaluated every eval set at its last step, if the model
-    in hand is that step's: no best checkpoint was loaded at the end, or the best is the last.
-    None otherwise (the final evaluation then runs). With the best checkpoint from an earlier
-    step the evaluation runs again, so that the multiple-choice reports written for the last
-    step (output_dir/eval_tasks) are those of the model that is saved."""
-    state = trainer.state
-    if (
-        trainer.args.load_best_model_at_end
-        and state.best_model_checkpoint
-        and state.best_global_step != state.global_step
-    ):
-        return None
-    logged = [
-        e for e in state.log_history if e.get("step") == state.global_step and any(k.startswith("eval_") for k in e)
-    ]
-    metrics = {key: value for entry in logged for key, value in entry.items() if key != "step"}
-    sets = trainer.eval_dataset
-    runtimes = [f"eval_{name}_runtime" for name in sets] if isinstance(sets, dict) else ["eval_runtime"]
-    if not all(key in metrics for key in runtimes):
-        return None
-    logger.info("the model was evaluated at its last step %d: those metrics are recorded", state.global_step)
-    return metrics
 
 
 class PerplexityMixin:
@@ -436,18 +279,3 @@ class FusedLMHeadMixin:
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
-
-
-class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, FusedLMHeadMixin, Trainer):
-    """HF Trainer for continued pretraining and pretraining from scratch."""
-
-
-def eval_loss_summary(log_history: list[dict]) -> list[str]:
-    """One line per evaluation loss: its first and last logged value, e.g. before and after training."""
-    lines = []
-    keys = dict.fromkeys(k for entry in log_history for k in entry if k.startswith("eval") and k.endswith("_loss"))
-    for key in keys:
-        values = [(entry["step"], entry[key]) for entry in log_history if key in entry]
-        (first_step, first), (last_step, last) = values[0], values[-1]
-        lines.append(f"{key}: {first:.4f} at step {first_step} -> {last:.4f} at step {last_step}")
-    return lines

@@ -21,14 +21,15 @@ import os
 
 from transformers import TrainerCallback
 
-from medrecipes.eval_tasks import TASKS, eval_set_task, load_task
-from medrecipes.evaluation import evaluate_task, format_report, task_metrics
+from medrecipes.evaluation.scoring import evaluate_task
+from medrecipes.evaluation.tables import format_report, task_metrics
+from medrecipes.evaluation.tasks import TASKS, eval_set_task, load_task
 
 logger = logging.getLogger(__name__)
 
 
 class TaskEvaluationCallback(TrainerCallback):
-    """Scores `tasks` ({name: eval_tasks.TaskData}) with the trainer's model at each evaluation,
+    """Scores `tasks` ({name: evaluation.tasks.TaskData}) with the trainer's model at each evaluation,
     each in its mode (`modes`: {name: "loglik" or "generate"}).
 
     It holds the trainer because a callback cannot log by itself: `trainer.log` is what records

@@ -7,7 +7,8 @@ import logging
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.outputs import REPLACED, TRAINER_STATE, finish_publish, newest_complete_checkpoint
+from medrecipes.outputs.checkpoints import TRAINER_STATE, newest_complete_checkpoint
+from medrecipes.outputs.writes import REPLACED, finish_publish
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def last_checkpoint(output_dir: str) -> str | None:
 
 def finish_interrupted_saves(output_dir: str) -> None:
     """Put in place a checkpoint or final/ whose save was killed as it replaced an older folder
-    of the same name (`outputs.finish_publish`); a save killed earlier is discarded by the next."""
+    of the same name (`outputs.writes.finish_publish`); a save killed earlier is discarded by the next."""
     staging = os.path.join(output_dir, STAGING)
     names = os.listdir(staging) if os.path.isdir(staging) else []
     for name in (n.removesuffix(REPLACED) for n in names if n.endswith(REPLACED)):

@@ -18,7 +18,10 @@ import shutil
 from medrecipes.config.parse import resolved_recipe
 from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
-from medrecipes.outputs import CHECKPOINT, claim_output, kept, lock_folder, mark, staged
+from medrecipes.outputs.checkpoints import CHECKPOINT, kept
+from medrecipes.outputs.claims import claim_output, lock_folder
+from medrecipes.outputs.records import mark
+from medrecipes.outputs.writes import staged
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ host-side counter.
 
     tokens_per_second   tokens of all processes / training seconds (evaluation and saving excluded)
     mfu                 model FLOPs / seconds / (peak FLOP/s per device x devices), FLOPs from
-                        `plan.flops_per_token` (6N + 12 L d S) and the peak from `plan.GPUS`
+                        `plan.shape.flops_per_token` (6N + 12 L d S) and the peak from `plan.hardware.GPUS`
     peak_memory_gib     torch.cuda.max_memory_allocated on this process
     eta_hours           steps left x seconds per step of the last logging window
     elapsed_hours       wall time of the run so far, carried over resumptions
@@ -23,7 +23,8 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from medrecipes.plan import GIB, GPUS, flops_per_token, gpu_type, model_shape
+from medrecipes.plan.hardware import GIB, GPUS, gpu_type
+from medrecipes.plan.shape import flops_per_token, model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class ThroughputMonitor(TrainerCallback):
             gpu = gpu_type(name)
             self.peak_tflops = GPUS[gpu][1] if gpu else None
             if gpu is None:
-                logger.info("MFU not logged: %s is not in plan.GPUS; set peak_tflops in the recipe", name)
+                logger.info("MFU not logged: %s is not in plan.hardware.GPUS; set peak_tflops in the recipe", name)
         try:  # the live model: building another one would go through DeepSpeed ZeRO-3's partitioning
             self.shape = model_shape(model.config, model)
         except AttributeError as err:  # no input embeddings or attention heads to count

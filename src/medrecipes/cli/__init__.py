@@ -1,0 +1,73 @@
+"""The `medrecipes` command: validate a recipe, plan a run, build and check its data, evaluate a
+model and calibrate its confidence, build preference data, build a tiny model, merge a LoRA
+adapter, try a model.
+
+examples:
+medrecipes validate recipes/gemma3_4b.yaml
+medrecipes eval --model outputs/demo/sft/final --tasks medqa_4opt,mmlu_medical --data-dir ../shared/data
+medrecipes preview recipes/tiny_sft.yaml --examples 2
+medrecipes plan recipes/gemma3_4b.yaml --num-gpus 8 --gpu h100-80gb --dataset-sequences 4312
+medrecipes launch-plan recipes/gemma3_4b.yaml --nodes 4 --gpus-per-node 8
+medrecipes build-data recipes/pure_transformer_0p4b.yaml --out data/built/0p4b --num-gpus 8
+medrecipes decontaminate --train recipes/tiny_cpt.yaml --eval ../shared/data/medqa/medqa_us_4opt_test.jsonl
+medrecipes perplexity --model outputs/demo/cpt/final --data data/medical_text/eval.jsonl
+medrecipes calibrate --model outputs/demo/sft/final --task medqa_4opt --dev data/usmle_sample/train.jsonl --held-out data/usmle_sample/test.jsonl
+medrecipes pairs --mcq data/usmle_sample/train.jsonl --out outputs/pairs/train.jsonl
+medrecipes pairs --mcq data/usmle_sample/train.jsonl --model outputs/demo/sft/final --samples 4 --layout unpaired --out outputs/pairs/kto.jsonl
+medrecipes tiny-model /tmp/tiny --arch llama
+medrecipes merge-lora outputs/sft-lora/final outputs/sft-merged --dtype bfloat16
+medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
+medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
+medrecipes serve outputs/demo/sft/final --port 8000
+medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json --output outputs/demo/report.html
+"""
+
+import argparse
+import sys
+
+from medrecipes.cli import data, models, recipes, results
+from medrecipes.cli.arguments import CommandParser
+from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.libraries import keep_out
+from medrecipes.outputs.claims import release_all
+
+# Commands that read recipes and data but never build or train a model: in a process of their own
+# they keep the training back ends out (libraries.keep_out), which the recipe schema's imports
+# (transformers' trainer utilities) would otherwise load, with lines some CPUs print.
+READ_ONLY_COMMANDS = ("validate", "plan", "launch-plan", "decontaminate", "report")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    summary, examples = __doc__.split("\n\n", 1)
+    parser = CommandParser(
+        prog="medrecipes",
+        description=summary,
+        epilog=examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for group in (recipes, data, results, models):  # the order of --help's list
+        group.add_commands(commands)
+    return parser
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser()
+    args, overrides = parser.parse_known_args(argv)
+    if overrides and not getattr(args, "takes_overrides", False):
+        command = f"{parser.prog} {args.command}"
+        raise UserError(f"{command}: unknown argument {overrides[0]!r}; see {command} --help")
+    args.overrides = overrides
+    try:
+        args.func(args)
+    finally:  # a command run in a process that goes on (a notebook, a test) leaves no lock behind
+        release_all()
+
+
+def run() -> None:
+    """The `medrecipes` console command: `main` in a process of its own."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    if command in READ_ONLY_COMMANDS:
+        keep_out()
+    sys.exit(main())

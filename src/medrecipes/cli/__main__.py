@@ -1,0 +1,5 @@
+"""`python -m medrecipes.cli`: the `medrecipes` command."""
+
+from medrecipes.cli import run
+
+run()

@@ -1,0 +1,173 @@
+"""The commands that make data from data: decontaminate (n-gram overlap with evaluation sets) and
+pairs (DPO and KTO preference data from multiple-choice questions)."""
+
+import json
+import math
+import sys
+
+from medrecipes.cli.arguments import (
+    at_least,
+    input_path,
+    method_of,
+    output_path,
+    parse_recipe_file,
+)
+from medrecipes.errors import UserError
+from medrecipes.names import PUBMEDQA_SETTINGS
+
+
+def add_commands(commands) -> None:
+    """decontaminate and pairs."""
+    decon = commands.add_parser("decontaminate", help="n-gram overlap between training data and evaluation sets")
+    decon.add_argument(
+        "--train", type=input_path, required=True, help="a training file (text or MCQ) or a recipe YAML"
+    )
+    decon.add_argument(
+        "--eval", type=input_path, action="append", help="an evaluation file or folder (MCQ or text); repeatable"
+    )
+    decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
+    decon.add_argument(
+        "--drop", type=output_path, metavar="OUT", help="write the training rows without overlap to OUT"
+    )
+    decon.add_argument("--overwrite", action="store_true", help="let --drop replace an existing OUT")
+    decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    decon.add_argument(
+        "--method", choices=["cpt", "sft"], help="the recipe script, for a recipe (default: from its keys)"
+    )
+    decon.set_defaults(func=cmd_decontaminate, takes_overrides=True)
+
+    pairs = commands.add_parser("pairs", help="DPO and KTO preference data from multiple-choice questions")
+    pairs.add_argument("--mcq", type=input_path, nargs="+", required=True, help="MCQ files with gold answers")
+    pairs.add_argument("--out", type=output_path, required=True, help="the JSONL file to write")
+    pairs.add_argument("--system-prompt", help="a system turn before each question, as the SFT recipe has")
+    pairs.add_argument(
+        "--pubmedqa-setting",
+        choices=PUBMEDQA_SETTINGS,
+        help="PubMedQA questions: asked about the abstract (reasoning_required, the default), the conclusion or both",
+    )
+    pairs.add_argument(
+        "--layout",
+        choices=["pairs", "unpaired"],
+        default="pairs",
+        help="pairs: prompt/chosen/rejected (DPO, KTO); unpaired: prompt/completion/label (KTO)",
+    )
+    pairs.add_argument(
+        "--model", type=input_path, help="on-policy: pair this model's own right and wrong sampled answers"
+    )
+    pairs.add_argument("--samples", type=int, default=4, help="--model: answers sampled per question (default 4)")
+    pairs.add_argument("--temperature", type=float, default=1.0, help="--model: sampling temperature")
+    pairs.add_argument("--max-new-tokens", type=int, help="--model: tokens per answer (default: eval's)")
+    pairs.add_argument("--batch-size", type=int, default=8, help="--model: prompts generated at once")
+    pairs.add_argument("--seed", type=int, default=42, help="draws the samples and the answers paired (default 42)")
+    pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
+    pairs.set_defaults(func=cmd_pairs)
+
+
+def cmd_decontaminate(args) -> None:
+    import os
+
+    from medrecipes.data import decontamination as dc
+    from medrecipes.data.sources import local_files
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+
+    at_least("decontaminate", ("n", args.n, 1))
+    is_recipe = args.train.endswith((".yaml", ".yml"))
+    if not is_recipe and args.overrides:  # --key value pairs override a recipe's keys; a file has none
+        raise UserError(
+            f"decontaminate: unknown argument {args.overrides[0]!r}; see medrecipes decontaminate --help "
+            "(--key value overrides apply to a recipe given as --train)"
+        )
+    if not is_recipe and not args.eval:
+        raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    benchmarks, streaming = {}, False
+    if is_recipe:
+        from medrecipes.data.mixture import source_names
+
+        recipe, _, _ = parse_recipe_file(
+            args.train, method_of(args.train, args.method, ("cpt", "sft")), args.overrides
+        )
+        if recipe.mixture is None:
+            raise UserError(f"{args.train}: no 'dataset_mixture'; nothing to check")
+        sources = dict(zip(source_names(recipe.mixture), recipe.mixture.sources, strict=True))
+        streaming = recipe.mixture.streaming
+        benchmarks = dc.recipe_benchmarks(recipe)
+    else:
+        sources = {dc.benchmark_name(args.train): dc.training_file_source(args.train)}
+    benchmarks.update(dc.file_benchmarks(args.eval or []))
+    if not benchmarks:
+        raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    drops = {}  # checked before the (long) check, so a refused --drop costs nothing
+    if args.drop:
+        drops = {
+            name: os.path.join(args.drop, name.replace("/", "_").replace("#", "_") + ".jsonl")
+            if is_recipe
+            else args.drop
+            for name in sources
+        }
+        inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
+        for out in drops.values():
+            claim_output(out, "decontaminate", "decontaminate --drop", inputs, args.overwrite)
+            if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
+                raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")
+    report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
+    print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
+    for name, out in drops.items():
+        with staged(out, folder=False, kind="decontaminate") as path:
+            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1])
+        print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
+
+
+def cmd_pairs(args) -> None:
+    from medrecipes.data.preference import mcq_pairs, on_policy_pairs, unpaired
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+    from medrecipes.usmle import load_mcq
+
+    claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
+    if not args.out.endswith(".jsonl"):
+        raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")
+    at_least("pairs", ("samples", args.samples, 2), ("max-new-tokens", args.max_new_tokens, 1),
+              ("batch-size", args.batch_size, 1))  # fmt: skip
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        raise UserError(
+            f"pairs: --temperature must be a positive number (answers are sampled), got {args.temperature}"
+        )
+    rows = [row for file in args.mcq for row in load_mcq(file, answered=True, pubmedqa_setting=args.pubmedqa_setting)]
+    files = ", ".join(args.mcq)
+    if args.model:
+        pairs, left_out = on_policy_pairs(rows, _sampled_answers(args, rows), args.system_prompt, args.seed)
+        how = (
+            f"on-policy: {args.model}'s own answers to {len(rows)} questions of {files}, {args.samples} sampled "
+            f"each (temperature {args.temperature:g}, seed {args.seed}); a right answer chosen against a wrong one; "
+            f"{left_out['all right']} questions left out where every sample was right, {left_out['all wrong']} "
+            "where every one was wrong"
+        )
+    else:
+        pairs = mcq_pairs(rows, args.system_prompt, args.seed)
+        how = f"the gold answer of each of {len(rows)} questions of {files} chosen against a wrong option drawn with seed {args.seed}"
+    written = unpaired(pairs) if args.layout == "unpaired" else pairs
+    if args.layout == "unpaired":
+        how += "; written unpaired (chosen labelled true, rejected false)"
+    with staged(args.out, folder=False, kind="pairs", about=how) as path, open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in written)
+    count = (
+        f"{len(written)} answers ({len(pairs)} pairs split)" if args.layout == "unpaired" else f"{len(pairs)} pairs"
+    )
+    print(f"{count} written to {args.out}: {how}")
+
+
+def _sampled_answers(args, rows) -> list[list[str]]:
+    """`--samples` answers of the model to each row, sampled in the chat prompt eval uses."""
+    from transformers import set_seed
+
+    from medrecipes.evaluation.commands import load_for_evaluation
+    from medrecipes.evaluation.generate import sample_answers
+
+    set_seed(args.seed)
+    model, tokenizer = load_for_evaluation(args.model)
+    answers, _ = sample_answers(
+        model, tokenizer, rows, args.samples, system_prompt=args.system_prompt, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size, temperature=args.temperature, progress=True,
+    )  # fmt: skip
+    return answers

@@ -1,0 +1,103 @@
+"""The commands that make or use a model: tiny-model, merge-lora, convert-gguf, generate, serve."""
+
+from medrecipes.cli.arguments import at_least, input_path, output_path
+from medrecipes.errors import UserError
+
+DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
+
+
+def add_commands(commands) -> None:
+    """tiny-model, merge-lora, convert-gguf, generate and serve."""
+    tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
+    tiny.add_argument("out_dir", type=output_path)
+    tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
+    tiny.add_argument("--corpus", type=input_path, nargs="+", help="text or JSONL files to train the tokenizer on")
+    tiny.add_argument("--vocab-size", type=int, default=1024)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--hidden-size", type=int, default=64)
+    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    tiny.set_defaults(func=cmd_tiny_model)
+
+    merge = commands.add_parser("merge-lora", help="fold a LoRA adapter into its base model and save the result")
+    merge.add_argument("adapter_dir", type=input_path, help="the folder a LoRA run saved (with adapter_config.json)")
+    merge.add_argument("out_dir", type=output_path, help="where to save the merged model and tokenizer")
+    merge.add_argument(
+        "--dtype", choices=["bfloat16", "float16", "float32"], help="weights dtype (default: the base checkpoint's)"
+    )
+    merge.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    merge.set_defaults(func=cmd_merge_lora)
+
+    convert = commands.add_parser("convert-gguf", help="save a .gguf model as an ordinary model folder, once")
+    convert.add_argument("gguf", type=input_path, help="the .gguf model file")
+    convert.add_argument("out_dir", type=output_path, help="where to save the model, tokenizer and generation config")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    convert.set_defaults(func=cmd_convert_gguf)
+
+    gen = commands.add_parser("generate", help="the model's greedy answer to one prompt")
+    gen.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--system", help="a system turn before the prompt")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.set_defaults(func=cmd_generate)
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
+    serve.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=cmd_serve)
+
+
+def cmd_tiny_model(args) -> None:
+    from medrecipes.models.tiny import build_tiny_model
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+
+    # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads.
+    for flag, value, low in (
+        ("vocab-size", args.vocab_size, 300),
+        ("hidden-size", args.hidden_size, 4),
+        ("layers", args.layers, 1),
+    ):
+        if value < low:
+            raise UserError(f"tiny-model: --{flag} must be at least {low}, got {value}")
+    if args.hidden_size % 4:
+        raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
+    corpus = args.corpus or DEFAULT_CORPUS
+    claim_output(args.out_dir, "tiny-model", "tiny-model OUT_DIR", corpus, args.overwrite, folder=True)
+    with staged(args.out_dir, folder=True, kind="tiny-model") as path:
+        build_tiny_model(path, corpus, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers)
+    print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
+
+
+def cmd_merge_lora(args) -> None:
+    from medrecipes.models.saving import merge_lora
+
+    merge_lora(args.adapter_dir, args.out_dir, args.dtype, args.overwrite)
+    print(f"adapter {args.adapter_dir} merged into its base model; saved to {args.out_dir}")
+
+
+def cmd_convert_gguf(args) -> None:
+    from medrecipes.models.saving import convert_gguf
+
+    convert_gguf(args.gguf, args.out_dir, args.overwrite)
+    print(f"{args.gguf} saved as a model folder in {args.out_dir}")
+
+
+def cmd_generate(args) -> None:
+    from medrecipes.serving import generate
+
+    if not args.prompt.strip():
+        raise UserError("generate: --prompt is empty; give the question to answer")
+    at_least("generate", ("max-new-tokens", args.max_new_tokens, 1))
+
+    print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
+
+
+def cmd_serve(args) -> None:
+    from medrecipes.serving import serve
+
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"serve: --port must be between 1 and 65535, got {args.port}")
+
+    serve(args.model, args.host, args.port)

@@ -1,0 +1,140 @@
+"""The commands that read a recipe: validate, plan, preview, launch-plan, build-data."""
+
+import json
+
+from medrecipes.cli.arguments import (
+    SCRIPTS,
+    TRAINING,
+    at_least,
+    input_path,
+    method_of,
+    output_path,
+    parse_recipe_file,
+    recipe_command,
+)
+
+
+def add_commands(commands) -> None:
+    """validate, plan, preview, launch-plan and build-data."""
+    recipe_command(commands, "validate", "parse a recipe and print the resolved configuration").set_defaults(
+        func=cmd_validate
+    )
+
+    plan_parser = recipe_command(commands, "plan", "training math and a memory estimate per device")
+    plan_parser.add_argument("--num-gpus", type=int, default=1)
+    plan_parser.add_argument("--gpu", default="h100-80gb", help="h100-80gb, a100-80gb, a100-40gb, l40s-48gb, ...")
+    plan_parser.add_argument("--dataset-sequences", type=int, help="packed training sequences, when not known")
+    plan_parser.add_argument("--prompt-tokens", type=int, help="GRPO: tokens per prompt, typical of the data")
+    plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    plan_parser.set_defaults(func=cmd_plan)
+
+    show = recipe_command(
+        commands, "preview", "the first training examples as the model will see them, trained part marked"
+    )
+    show.add_argument("--examples", type=int, default=3, help="how many (default 3)")
+    show.set_defaults(func=cmd_preview)
+
+    launch = recipe_command(commands, "launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
+    launch.add_argument("--nodes", type=int, required=True)
+    launch.add_argument("--gpus-per-node", type=int, default=8)
+    launch.set_defaults(func=cmd_launch_plan)
+
+    build = commands.add_parser(
+        "build-data", help="tokenise, pack and save a pretraining recipe's data, with a manifest"
+    )
+    build.add_argument("recipe", type=input_path, help="a CPT or pretraining recipe YAML file")
+    build.set_defaults(func=cmd_build_data, takes_overrides=True)
+    build.add_argument(
+        "--out", type=output_path, help="folder to write (default: the recipe's built_data); an fsspec URL works too"
+    )
+    build.add_argument("--num-gpus", type=int, default=1, help="processes the run will use (streaming: sets blocks)")
+    build.add_argument("--force", action="store_true", help="build even when the manifest says it is up to date")
+
+
+def cmd_validate(args) -> None:
+    from medrecipes.config import parse_eval_args, resolved_yaml
+
+    method = method_of(args.recipe, args.method, (*TRAINING, "eval"))
+    if method == "eval":
+        parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
+    else:
+        recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
+        parsed, derived = (recipe, model_args, training_args), recipe.derived
+        _check_local_inputs(recipe)
+    print(resolved_yaml(*parsed), end="")
+    for key, value in derived.items():
+        print(f"# derived: {key} = {value}")
+    print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
+
+
+def _check_local_inputs(recipe) -> None:
+    """What a run would refuse first among what is on this machine: a data source or data file
+    that is missing or empty, a scratch architecture that is not known. Hub ids, URLs and the
+    starting model (which an earlier stage may still be writing) are left to the run."""
+    from medrecipes.data.sources import check_local_source
+    from medrecipes.models.scratch import scratch_config
+
+    sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
+    for source in sources:
+        check_local_source(source)
+    if recipe.init_from_scratch and recipe.architecture:
+        scratch_config(recipe.architecture)
+
+
+def cmd_plan(args) -> None:
+    from medrecipes.plan.summary import format_plan, plan
+
+    at_least("plan", ("num-gpus", args.num_gpus, 1), ("dataset-sequences", args.dataset_sequences, 1),
+              ("prompt-tokens", args.prompt_tokens, 1))  # fmt: skip
+    method = method_of(args.recipe, args.method, TRAINING)
+    recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
+    result = plan(
+        recipe,
+        training_args,
+        model_args,
+        args.recipe,
+        args.num_gpus,
+        args.gpu,
+        args.dataset_sequences,
+        args.prompt_tokens,
+    )
+    print(json.dumps(result, indent=2) if args.json else format_plan(result))
+
+
+def cmd_preview(args) -> None:
+    from medrecipes.logs import setup_logging
+    from medrecipes.preview import preview
+
+    setup_logging()
+    method = method_of(args.recipe, args.method)
+    at_least("preview", ("examples", args.examples, 1))
+    print(preview(method, *parse_recipe_file(args.recipe, method, args.overrides), count=args.examples))
+
+
+def cmd_launch_plan(args) -> None:
+    import shlex
+
+    from medrecipes.plan.launch import launch_plan
+
+    recipe, training_args, model_args = parse_recipe_file(
+        args.recipe, method_of(args.recipe, args.method, TRAINING), args.overrides
+    )
+    values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
+    values["MODEL"] = model_args.model_name_or_path or ""
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(str(value))}")
+
+
+def cmd_build_data(args) -> None:
+    from medrecipes.data.build import build_data
+    from medrecipes.data.decontamination import format_report
+
+    at_least("build-data", ("num-gpus", args.num_gpus, 1))
+    recipe, training_args, model_args = parse_recipe_file(args.recipe, "cpt", args.overrides)
+    manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
+    out = args.out or recipe.built_data
+    shares = ", ".join(f"{name} {n:,}" for name, n in manifest["tokens_per_source"].items())
+    print(f"{out}: {'built' if built else 'up to date, not rebuilt'}: {manifest['train']['blocks']:,} training blocks")
+    print(f"tokens per source: {shares}")
+    if manifest["decontamination"]:
+        print(format_report(manifest["decontamination"]))

@@ -1,0 +1,118 @@
+"""The commands that measure a model or show results: eval, perplexity, calibrate, report."""
+
+import json
+
+from medrecipes.cli.arguments import (
+    at_least,
+    input_path,
+    output_path,
+)
+
+
+def add_commands(commands) -> None:
+    """eval, perplexity, calibrate and report."""
+    # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.
+    evaluate = commands.add_parser("eval", help="accuracy on MedQA, MedMCQA, PubMedQA, MMLU-medical", add_help=False)
+    evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
+
+    ppl = commands.add_parser("perplexity", help="perplexity of whole documents, each from BOS as in use")
+    ppl.add_argument("--model", type=input_path, required=True, help="Hub id, local folder or .gguf file")
+    ppl.add_argument("--data", type=input_path, required=True, help="a text, JSON or JSONL file of documents")
+    ppl.add_argument("--text-field", default="text", help="the documents' column (default text)")
+    ppl.add_argument("--limit", type=int, help="the first N documents")
+    ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
+    ppl.add_argument("--output", type=output_path, help="JSON file for the result")
+    ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
+    ppl.set_defaults(func=cmd_perplexity)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="fit a temperature to a model's answer probabilities and save it with the model"
+    )
+    calibrate.add_argument(
+        "--model", type=input_path, required=True, help="a local model folder (the file goes there)"
+    )
+    calibrate.add_argument("--task", required=True, help="the task whose questions are scored, e.g. medmcqa")
+    calibrate.add_argument("--dev", type=input_path, required=True, help="questions to fit on, not trained on")
+    calibrate.add_argument("--held-out", type=input_path, help="questions to measure on (default: the task's)")
+    calibrate.add_argument("--data-dir", type=input_path, help="the ../shared/data layout, for the task's own data")
+    calibrate.add_argument("--limit", type=int, help="the first N questions of each set")
+    calibrate.add_argument("--batch-size", type=int, default=8)
+    calibrate.add_argument("--overwrite", action="store_true", help="replace an earlier calibration.json")
+    calibrate.set_defaults(func=cmd_calibrate)
+
+    report = commands.add_parser("report", help="one HTML page with the plots of runs and evaluations")
+    report.add_argument(
+        "paths",
+        type=input_path,
+        nargs="+",
+        metavar="PATH",
+        help="run output_dirs, eval --output files or folders of them",
+    )
+    report.add_argument(
+        "--output", type=output_path, default="report.html", help="the HTML file; its PNG files go to <name>_files/"
+    )
+    report.add_argument("--title", help="the page's title (default: the runs' names)")
+    report.add_argument("--overwrite", action="store_true", help="replace an existing report")
+    report.set_defaults(func=cmd_report)
+
+
+def cmd_eval(args) -> None:
+    from medrecipes.config import parse_eval_args
+    from medrecipes.evaluation.commands import run_evaluation
+    from medrecipes.evaluation.tables import format_table
+    from medrecipes.logs import setup_logging
+
+    setup_logging()
+    print(format_table(run_evaluation(parse_eval_args(args.overrides))["tasks"]))
+
+
+def cmd_perplexity(args) -> None:
+    from medrecipes.data.sources import load_source
+    from medrecipes.data_config import SourceConfig
+    from medrecipes.evaluation.commands import load_for_evaluation
+    from medrecipes.evaluation.perplexity import document_perplexity
+    from medrecipes.logs import setup_logging
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+
+    setup_logging()
+    if args.output:  # before the model loads: a refused output must not cost the evaluation
+        claim_output(args.output, "perplexity", "perplexity --output", [args.data, args.model], args.overwrite)
+    texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
+    model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
+    result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
+    lo, hi = result["ci95"]
+    print(
+        f"{args.data}: perplexity {result['perplexity']:.3f} (95% CI {lo:.3f}-{hi:.3f}), loss {result['loss']:.4f}, "
+        f"{result['documents']} documents, {result['tokens']:,} tokens"
+    )
+    if args.output:
+        with staged(args.output, folder=False, kind="perplexity") as path, open(path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+
+
+def cmd_calibrate(args) -> None:
+    from medrecipes.evaluation.commands import run_calibration
+    from medrecipes.evaluation.tables import calibration_table
+    from medrecipes.logs import setup_logging
+
+    setup_logging()
+    at_least("calibrate", ("limit", args.limit, 1), ("batch-size", args.batch_size, 1))
+    found = run_calibration(
+        args.model, args.task, args.dev, args.held_out, args.data_dir, args.limit, args.batch_size, args.overwrite
+    )
+    fit, held = found["fitted_on"], found["held_out"]
+    print(
+        f"temperature {found['temperature']:.3f}, fitted on {fit['questions']} questions of {fit['source']} "
+        f"(NLL {fit['nll_before']:.3f} -> {fit['nll_after']:.3f}); saved in {args.model}/calibration.json, "
+        f"where medrecipes eval finds it\n\n{held['questions']} held-out questions of {held['source']}:\n"
+    )
+    calibration = found["report"]["calibration"]
+    print(calibration_table([(args.task, v, calibration[v]) for v in ("acc", "acc_temperature_scaled")]))
+
+
+def cmd_report(args) -> None:
+    from medrecipes.report import images_folder, write_report
+
+    images = write_report(args.paths, args.output, args.title, args.overwrite)
+    print(f"report written to {args.output}: {len(images)} plots, also as PNG files in {images_folder(args.output)}")

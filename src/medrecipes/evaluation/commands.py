@@ -1,0 +1,180 @@
+"""The `medrecipes eval` and `medrecipes calibrate` commands (and recipes/evaluate.py): load the
+tasks and the model, score, and write the results."""
+
+import json
+import logging
+import os
+import platform
+import time
+
+import torch
+
+from medrecipes.errors import UserError
+from medrecipes.evaluation import calibration as cal
+from medrecipes.evaluation.loglik import max_context_length
+from medrecipes.evaluation.scoring import evaluate_task
+from medrecipes.outputs.claims import claim_output
+from medrecipes.outputs.writes import staged
+from medrecipes.usmle import (
+    LETTERS,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=None):
+    """(model, tokenizer) as the recipes load them: Hub id, local folder or .gguf file."""
+    from trl import ModelConfig
+
+    from medrecipes.models.files import check_model_folder
+    from medrecipes.models.loading import load_model, load_tokenizer
+
+    check_model_folder(name_or_path)
+    if os.path.isfile(os.path.join(name_or_path, "adapter_config.json")):
+        raise UserError(
+            f"model: {name_or_path} is a LoRA adapter; fold it into its base first with "
+            f"`medrecipes merge-lora {name_or_path} OUT_DIR` and evaluate OUT_DIR"
+        )
+    tokenizer = load_tokenizer(name_or_path, revision)
+    model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype)
+    model = load_model(model_args, None, tokenizer)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), tokenizer
+
+
+def _versions() -> dict:
+    import transformers
+
+    import medrecipes
+
+    return {
+        "medrecipes": medrecipes.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_evaluation(args) -> dict:
+    """Load the tasks and the model of `args` (config.EvalArguments), score every task, write
+    `args.output` when set, and return {"tasks": {name: report}, "settings": ..., ...}."""
+    from transformers import set_seed
+
+    from medrecipes.evaluation.tasks import load_task
+
+    if args.output:  # before the data and the model load: a refused output must not cost the evaluation
+        where = f"{getattr(args, 'where', 'command line')}: output"
+        claim_output(args.output, "eval", where, getattr(args, "inputs", []), overwrite=args.overwrite)
+    started = time.time()
+    set_seed(args.seed)
+    tasks = {
+        name: load_task(
+            name,
+            data=args.data_by_task.get(name),
+            data_dir=args.data_dir,
+            limit=args.limit,
+            num_fewshot=args.num_fewshot,
+            fewshot_data=args.fewshot_by_task.get(name),
+            pubmedqa_setting=args.pubmedqa_setting,
+        )
+        for name in args.tasks
+    }
+    fitted = cal.read_temperature(args.model_name_or_path)  # saved with the model by `medrecipes calibrate`
+    model, tokenizer = load_for_evaluation(args.model_name_or_path, args.model_revision, args.dtype, args.device)
+    generation = {
+        "system_prompt": args.system_prompt,
+        "chain_of_thought": args.chain_of_thought,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "samples": args.samples,
+    }
+    reports = {}
+    for name, data in tasks.items():
+        logger.info("%s: %d questions from %s, %s mode", name, len(data.rows), data.source, args.mode)
+        reports[name] = evaluate_task(
+            model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True,
+            fitted,
+        )  # fmt: skip
+    settings = {
+        "model": args.model_name_or_path,
+        "mode": args.mode,
+        "num_fewshot": args.num_fewshot,
+        "limit": args.limit,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length or max_context_length(model, tokenizer),
+        "dtype": str(next(model.parameters()).dtype),
+        "device": str(next(model.parameters()).device),
+        "seed": args.seed,
+        **(generation if args.mode == "generate" else {}),
+        **({"calibration_temperature": fitted} if fitted is not None and args.mode == "loglik" else {}),
+    }
+    results = {"tasks": reports, "settings": settings, "versions": _versions(), "wall_time_s": time.time() - started}
+    if args.output:
+        with staged(args.output, folder=False, kind="eval") as path, open(path, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+        logger.info("results written to %s", args.output)
+    return results
+
+
+def run_calibration(
+    model_path: str,
+    task: str,
+    dev: str,
+    held_out: str | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    batch_size: int = 8,
+    overwrite: bool = False,
+) -> dict:
+    """Temperature scaling (`medrecipes calibrate`): fit one temperature to the option
+    log-likelihoods of the `dev` questions of `task` (questions the model did not train on),
+    measure calibration before and after on the held-out questions (`held_out`, else the task's
+    own evaluation data), and save the temperature with the model (calibration.json), where
+    `medrecipes eval` finds it."""
+    from medrecipes.evaluation.tasks import load_task
+
+    if not os.path.isdir(model_path):
+        raise UserError(
+            f"calibrate: {model_path} is not a local model folder; the temperature is saved with the model"
+        )
+    target = os.path.join(model_path, cal.TEMPERATURE_FILE)
+    claim_output(target, "calibration", "calibrate", [dev, *([held_out] if held_out else [])], overwrite)
+    fit_data = load_task(task, data=dev, limit=limit)
+    test_data = load_task(task, data=held_out, data_dir=data_dir, limit=limit)
+    if {r["question"] for r in fit_data.rows} & {r["question"] for r in test_data.rows}:
+        raise UserError(
+            f"calibrate: the development questions ({fit_data.source}) and the held-out ones ({test_data.source}) "
+            "share questions; fit on questions that are not measured"
+        )
+    model, tokenizer = load_for_evaluation(model_path)
+    fitted = evaluate_task(model, tokenizer, fit_data, "loglik", batch_size=batch_size, progress=True)
+    logliks = [p["logliks"] for p in fitted["predictions"]]
+    gold = [LETTERS.index(p["answer"]) for p in fitted["predictions"]]
+    temperature = cal.fit_temperature(logliks, gold)
+    measured = evaluate_task(model, tokenizer, test_data, "loglik", batch_size=batch_size, progress=True,
+                             temperature=temperature)  # fmt: skip
+    record = {
+        "temperature": temperature,
+        "task": task,
+        "fitted_on": {
+            "source": fit_data.source,
+            "questions": len(fit_data.rows),
+            "nll_before": cal.gold_nll(logliks, gold),
+            "nll_after": cal.gold_nll(logliks, gold, temperature),
+        },
+        "held_out": {
+            "source": test_data.source,
+            "questions": len(test_data.rows),
+            "before": _summary(measured["calibration"]["acc"]),
+            "after": _summary(measured["calibration"]["acc_temperature_scaled"]),
+        },
+    }
+    with staged(target, folder=False, kind="calibration") as path, open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    return {**record, "report": measured}
+
+
+def _summary(found: dict) -> dict:
+    """A calibration report's figures and intervals, without its bins and curve."""
+    return {k: v for k, v in found.items() if k not in ("bins", "coverage_curve")}

@@ -1,0 +1,95 @@
+"""A local model folder checked where it is read: weights that are there and whole, shards that
+its index names, tokenizer files; one line naming the file and what to do."""
+
+import json
+import os
+
+from medrecipes.errors import UserError
+from medrecipes.locations import looks_local
+
+
+def missing_local_model(path: str) -> bool:
+    """A model path that cannot be a Hub id (org/name) and does not exist here."""
+    return looks_local(path) and not os.path.exists(os.path.expanduser(path))
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+
+
+# A folder with none of these has no tokenizer for AutoTokenizer to load.
+TOKENIZER_FILES = {
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+}
+
+
+def check_model_folder(path: str) -> None:
+    """A local folder given as a model must hold one whole: a config and weights, or a LoRA
+    adapter's config and weights. A save that was killed, or an empty folder, is one line here
+    rather than a loader's traceback later."""
+    if not os.path.isdir(path):
+        return
+    names = os.listdir(path)
+    whole = "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names)
+    if whole or ("adapter_config.json" in names and any(n.startswith("adapter_model") for n in names)):
+        for name in sorted(names):
+            if name.endswith(".safetensors"):
+                _check_safetensors(os.path.join(path, name))
+            elif name.endswith(".safetensors.index.json"):
+                _check_shards(os.path.join(path, name))
+        return
+    missing = "config.json" if "config.json" not in names and "adapter_config.json" not in names else "weights"
+    raise UserError(
+        f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
+        "such as output_dir/final or a checkpoint-N folder"
+    )
+
+
+def _check_safetensors(file: str) -> None:
+    """A .safetensors file holds as many bytes as its header says (a save or a copy cut short is
+    one line here, not safetensors' "incomplete metadata" traceback at load)."""
+    size = os.path.getsize(file)
+    try:
+        with open(file, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length)) if 8 < size and length <= size - 8 else None
+        tensors = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        needed = 8 + length + max(tensors, default=0)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        needed = None  # no header that can be read
+    if needed is None or needed > size:
+        need = f"its header needs {needed:,}" if needed else "no readable header"
+        raise UserError(
+            f"model: {file} is cut short or corrupt ({size:,} bytes, {need}); the save or copy did not finish: "
+            "copy it again, or use another checkpoint"
+        )
+
+
+def _check_shards(index: str) -> None:
+    """Every shard a sharded checkpoint's index names is there."""
+    try:
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise UserError(
+            f"model: {index} is not a checkpoint index (no weight_map); copy the checkpoint again"
+        ) from None
+    missing = [name for name in shards if not os.path.isfile(os.path.join(os.path.dirname(index), name))]
+    if missing:
+        raise UserError(
+            f"model: {index} names {missing[0]}, which is not there ({len(missing)} of {len(shards)} shards missing); "
+            "copy the whole checkpoint"
+        )
+
+
+def check_tokenizer_files(name_or_path: str) -> None:
+    """A local model folder holds its tokenizer's files (a save of the model alone does not)."""
+    if os.path.isdir(name_or_path) and not set(os.listdir(name_or_path)) & TOKENIZER_FILES:
+        raise UserError(
+            f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
+            "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
+        )

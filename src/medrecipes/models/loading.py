@@ -1,0 +1,176 @@
+"""Load a model and tokenizer from a Hub id, a local folder or a local .gguf file, or build one from
+a scratch preset; dtype, attention and quantisation as the recipe asks."""
+
+import json
+import logging
+import os
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from trl import get_quantization_config
+
+from medrecipes.errors import UserError
+from medrecipes.locations import looks_local
+from medrecipes.models.files import check_model_folder, check_tokenizer_files
+from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
+from medrecipes.models.scratch import packaged_config, scratch_config
+from medrecipes.models.templates import chat_template, native_template
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_dtype(name: str | None) -> torch.dtype | str:
+    """'auto' (the checkpoint's dtype) unless the recipe names one."""
+    if name in (None, "auto"):
+        return "auto"
+    if not isinstance(getattr(torch, name, None), torch.dtype):
+        raise UserError(f"dtype: unknown dtype '{name}'; use bfloat16, float16, float32 or auto")
+    return getattr(torch, name)
+
+
+def resolve_attention(requested: str | None) -> str:
+    """flash_attention_2 when it is importable on CUDA, else PyTorch's sdpa, unless the recipe says."""
+    if requested:
+        return requested
+    if torch.cuda.is_available():
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def starting_model(model_args) -> str:
+    """The model a recipe starts from; a recipe that names none (a data-only recipe is fine for
+    `medrecipes decontaminate`) gets its one line here, where a model is needed."""
+    if not model_args.model_name_or_path:
+        raise UserError(
+            "recipe: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
+            "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
+        )
+    path = os.path.expanduser(model_args.model_name_or_path)
+    check_model_folder(path)
+    adapter = os.path.join(path, "adapter_config.json")
+    if os.path.isfile(adapter):  # peft loads the base the adapter names: a missing one is said here
+        try:
+            with open(adapter, encoding="utf-8") as f:
+                base = json.load(f).get("base_model_name_or_path")
+        except (ValueError, AttributeError):
+            raise UserError(f"{adapter}: not a JSON mapping; copy the adapter again from its run") from None
+        if base and looks_local(base) and not os.path.exists(os.path.expanduser(base)):
+            raise UserError(
+                f"{adapter}: base_model_name_or_path {base} is not there; put the base model at that path, "
+                "or set base_model_name_or_path to where it is"
+            )
+    return model_args.model_name_or_path
+
+
+def recipe_tokenizer(recipe, model_args):
+    """The tokenizer a recipe names: its own `tokenizer_name_or_path`, else the model's."""
+    return load_tokenizer(recipe.tokenizer_name_or_path or starting_model(model_args), model_args.model_revision)
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None):
+    source, kwargs = split_gguf(name_or_path)
+    check_tokenizer_files(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
+    except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all
+        raise UserError(f"tokenizer: cannot load '{name_or_path}' ({str(err).splitlines()[0]})") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None and (name := native_template(tokenizer)):
+        tokenizer.chat_template = chat_template(name)
+        logger.info(
+            "tokenizer %s has no chat template; using its turn format's, medrecipes/templates/%s.jinja",
+            name_or_path,
+            name,
+        )
+    return tokenizer
+
+
+def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = False):
+    """The model a recipe asks for: pretrained (CPT, SFT) or from a scratch preset. `recipe` (its
+    `init_from_scratch` and `architecture`) may be None: then the pretrained model of `model_args`."""
+    dtype = resolve_dtype(model_args.dtype)
+    attention = resolve_attention(model_args.attn_implementation)
+    if recipe is not None and recipe.init_from_scratch:
+        config = scratch_config(
+            recipe.architecture,
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.float32 if dtype == "auto" else dtype, attn_implementation=attention
+        )
+        origin = f"scratch architecture '{recipe.architecture}'"
+    else:
+        source, kwargs = split_gguf(starting_model(model_args))
+        quantization = get_quantization_config(model_args)  # QLoRA: 4-bit NF4 base weights
+        if quantization is not None:
+            kwargs.update(quantization_config=quantization, device_map=get_kbit_device_map())
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                source, revision=model_args.model_revision, dtype=dtype, attn_implementation=attention, **kwargs
+            )
+        except OSError as err:
+            raise UserError(
+                f"model_name_or_path: cannot load '{model_args.model_name_or_path}' ({str(err).splitlines()[0]})"
+            ) from None
+        if "gguf_file" in kwargs:
+            unmark_dequantized_gguf(model)
+        origin = model_args.model_name_or_path
+    if activation_checkpointing:
+        model.config.use_cache = False
+    # Under ZeRO-3 each parameter is a partitioned placeholder; ds_numel is its full size.
+    count = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    logger.info(
+        "model %s: %s parameters, dtype %s, attention %s",
+        origin,
+        f"{count:,}",
+        next(model.parameters()).dtype,
+        attention,
+    )
+    return model
+
+
+def check_positions(model, args) -> None:
+    """Refuse, before the first step, a sequence longer than the model has positions for: a
+    model with learned positions (GPT-2) fails inside its embedding, one with rotary positions
+    trains on positions it has never seen. The length is `max_length` (CPT, SFT) or a GRPO
+    completion's `max_completion_length`; a config without a limit is not checked."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    for key in ("max_length", "max_completion_length"):
+        length = getattr(args, key, None)
+        if limit and length and length > limit:
+            raise UserError(
+                f"{key}: {length} tokens is beyond the model's {limit} positions (max_position_embeddings in its "
+                f"config.json); set {key} to at most {limit}"
+            )
+
+
+def get_kbit_device_map() -> dict | None:
+    """Quantized weights are placed at load time: on this process's GPU, or left on the CPU."""
+    if torch.cuda.is_available():
+        from accelerate import PartialState
+
+        return {"": PartialState().local_process_index}
+    return None
+
+
+def load_config(name_or_path: str):
+    """The model config without weights (for planning): a packaged copy first, so that the
+    recipes' Hub models can be planned offline, then the Hub or a local path."""
+    packaged = packaged_config(name_or_path)
+    if packaged is not None:
+        return packaged
+    source, kwargs = split_gguf(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(source, **kwargs)
+    except OSError as err:
+        raise UserError(f"model: cannot read the config of '{name_or_path}' ({str(err).splitlines()[0]})") from None

@@ -1,0 +1,84 @@
+"""Chat templates: the ones shipped with the package, a tokenizer's own, the one an SFT recipe trains
+with, where a turn ends, and the model's generation config stopping there."""
+
+import logging
+import re
+from pathlib import Path
+
+from medrecipes.errors import UserError
+from medrecipes.locations import shipped_template, shipped_templates
+
+logger = logging.getLogger(__name__)
+
+
+# The end of a turn in the chat templates shipped with the package, by the token that opens one.
+TURN_TOKENS = {"gemma": ("<start_of_turn>", "<end_of_turn>"), "chatml": ("<|im_start|>", "<|im_end|>")}
+
+
+def chat_template(name: str = "chatml") -> str:
+    """A chat template shipped with the package, medrecipes/templates/<name>.jinja."""
+    path = shipped_template(name)
+    if path is None:
+        raise UserError(
+            f"chat template '{name}': not shipped with medrecipes; one of {', '.join(shipped_templates())}"
+        )
+    return Path(path).read_text()
+
+
+def native_template(tokenizer) -> str | None:
+    """The shipped template whose turn tokens the tokenizer has as single tokens: a model trained
+    with that turn format (Gemma's <start_of_turn>, ChatML's <|im_start|>) that came without a
+    template, as the Gemma 3 base models and their GGUF files do; else None."""
+    vocab = tokenizer.get_vocab()
+    for name, tokens in TURN_TOKENS.items():
+        if all(token in vocab for token in tokens):
+            return name
+    return None
+
+
+def sft_template(training_args, tokenizer) -> str | None:
+    """The chat template an SFT run trains with, decided here alone and set on the tokenizer, which
+    TRL applies: the recipe's chat_template_path file (a shipped name was resolved to its file when
+    the recipe was read), else the tokenizer's own (one in a shipped turn format that came without
+    one was given it when loaded, `loading.load_tokenizer`), else the shipped ChatML template. A
+    chat_template_path that names a tokenizer is TRL's to clone; the tokenizer's own is checked."""
+    path = training_args.chat_template_path
+    if path and path.endswith(".jinja"):
+        tokenizer.chat_template = Path(path).read_text()
+    elif path is None and tokenizer.chat_template is None:
+        tokenizer.chat_template = chat_template("chatml")
+        logger.info("the tokenizer has no chat template; using the shipped chatml template")
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    if getattr(training_args, "assistant_only_loss", False) and template and not GENERATION_MARK.search(template):
+        source = path or "the tokenizer's chat template"
+        raise UserError(
+            f"chat_template_path: {source} has no {{% generation %}} block, which assistant_only_loss needs to tell "
+            f"the assistant's tokens from the rest; use a template that marks them ({', '.join(shipped_templates())} "
+            "are shipped with it), or set assistant_only_loss: false"
+        )
+    return template
+
+
+# How a chat template marks the assistant's tokens for assistant_only_loss: {% generation %}.
+GENERATION_MARK = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def turn_end(template: str | None) -> str | None:
+    """The token that ends a turn of a chat template in a shipped turn format (<end_of_turn>,
+    <|im_end|>), else None."""
+    return next((end for _, end in TURN_TOKENS.values() if template and end in template), None)
+
+
+def align_generation_eos(model, tokenizer, end_of_turn: str | None) -> None:
+    """Make generation stop at the chat template's end of turn as well as at EOS.
+
+    A model fine-tuned on Gemma's template ends its answers with <end_of_turn>; without it in
+    generation_config.eos_token_id, generation would run on to max_new_tokens.
+    """
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    for token in (tokenizer.eos_token, end_of_turn):
+        token_id = tokenizer.convert_tokens_to_ids(token) if token else None
+        if token_id is not None and token_id != tokenizer.unk_token_id and token_id not in ids:
+            ids.append(token_id)
+    model.generation_config.eos_token_id = ids

@@ -1,0 +1,49 @@
+"""The settings that depend on how many processes train, and how a multi-node launch starts a
+recipe (`medrecipes launch-plan`)."""
+
+import math
+
+from medrecipes.config import (
+    MedGRPOConfig,
+    prompts_per_step_accumulation,
+    resolve_token_budget,
+)
+from medrecipes.errors import UserError
+
+
+def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
+    """The recipe's settings that depend on how many processes train, derived (or refused in one
+    line) for `world_size`, the same for `plan` and `launch-plan`: the token budget's steps and
+    accumulation, GRPO's accumulation from its prompts per step and the micro-batches it
+    generates at once."""
+    resolve_token_budget(recipe, training_args, path, world_size=world_size)
+    if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
+        training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, world_size)
+    if isinstance(training_args, MedGRPOConfig):
+        training_args.steps_per_generation_on(world_size)
+
+
+def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int) -> dict:
+    """How a multi-node launch starts this recipe: training nodes and processes, the gradient
+    accumulation the recipe derives for them, and whether one node serves vLLM (GRPO with
+    `vllm_mode: server`, where generation runs on a node of its own)."""
+    if nodes < 1 or gpus_per_node < 1:
+        raise UserError(f"launch-plan: need at least one node and one GPU per node, got {nodes} x {gpus_per_node}")
+    vllm_server = (
+        bool(getattr(training_args, "use_vllm", False)) and getattr(training_args, "vllm_mode", "") == "server"
+    )
+    train_nodes = nodes - int(vllm_server)
+    if train_nodes < 1:
+        raise UserError(f"{path}: vllm_mode server takes a node of its own; launch on 2 nodes or more")
+    processes = train_nodes * gpus_per_node
+    for_world_size(recipe, training_args, path, processes)
+    return {
+        "TRAIN_NODES": train_nodes,
+        "NUM_PROCESSES": processes,
+        "GRADIENT_ACCUMULATION_STEPS": training_args.gradient_accumulation_steps,
+        "OUTPUT_DIR": training_args.output_dir,
+        "PREEMPTION_GRACE_SECONDS": math.ceil(recipe.preemption_grace_seconds),
+        "VLLM_SERVER": int(vllm_server),
+        "VLLM_PORT": getattr(training_args, "vllm_server_port", 8000),
+        "VLLM_TENSOR_PARALLEL_SIZE": getattr(training_args, "vllm_tensor_parallel_size", 1),
+    }

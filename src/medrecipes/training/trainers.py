@@ -1,0 +1,36 @@
+"""The recipes' trainers: HF's Trainer (CPT and pretraining) and TRL's SFT, GRPO, DPO and KTO
+trainers, each with the recipes' checkpoints, resume and logs (`mixins.RecipeTrainerMixin`).
+Multiple-choice accuracy during training comes from `eval_callback.add_task_evaluation`; TRL
+logs DPO's and KTO's preference metrics itself at every evaluation (rewards, margins, KL)."""
+
+from transformers import Trainer
+from trl import DPOTrainer, GRPOTrainer, KTOTrainer, SFTTrainer
+
+from medrecipes.data.stream import StreamTrainerMixin
+from medrecipes.training.mixins import (
+    EmbeddingLearningRateMixin,
+    FusedLMHeadMixin,
+    GRPOEvalMetricsMixin,
+    PerplexityMixin,
+    RecipeTrainerMixin,
+)
+
+
+class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, FusedLMHeadMixin, Trainer):
+    """HF Trainer for continued pretraining and pretraining from scratch."""
+
+
+class MedSFTTrainer(RecipeTrainerMixin, PerplexityMixin, SFTTrainer):
+    """SFTTrainer that also logs perplexity on each eval set."""
+
+
+class MedGRPOTrainer(RecipeTrainerMixin, EmbeddingLearningRateMixin, GRPOEvalMetricsMixin, GRPOTrainer):
+    """GRPOTrainer with the recipes' checkpointing, an embedding learning rate and per-set eval metrics."""
+
+
+class MedDPOTrainer(RecipeTrainerMixin, DPOTrainer):
+    """DPOTrainer that saves, resumes and logs as every recipe does."""
+
+
+class MedKTOTrainer(RecipeTrainerMixin, KTOTrainer):
+    """KTOTrainer that saves, resumes and logs as every recipe does."""
