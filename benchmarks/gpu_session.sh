@@ -10,8 +10,13 @@
 #   bash benchmarks/gpu_session.sh cases pretrain_0p4b   # named cases, against their baselines
 #   bash benchmarks/gpu_session.sh grpo-usmle            # `make grpo-usmle` for a few steps (below)
 #   bash benchmarks/gpu_session.sh tests                 # the tests marked gpu (pytest -m gpu)
+#   bash benchmarks/gpu_session.sh generation            # GRPO's generation paths side by side (grpo_generation.py)
+#   bash benchmarks/gpu_session.sh levers                # the speed levers' run, most telling first: the
+#                                                        # generation paths, LoRA SFT (c) and CPT (a) ablated
+#                                                        # and profiled, then grpo-usmle to its end
 #
 # CASE_TIMEOUT (seconds, default 420) bounds each case, SESSION_SECONDS (default 570) the whole call.
+# GEN_ARGS: more options of grpo_generation.py (a CPU run: --preset tiny --completion 16 ...).
 #
 # grpo-usmle runs `make grpo-usmle` as a user would, from a checkpoint of the pretraining recipe's
 # 0.4B preset: a few steps of recipes/tiny_pretrain.yaml with `--architecture medium-large` on the
@@ -95,7 +100,49 @@ gpu_tests() {
         --junitxml "$OUT/gpu-tests.xml" $(grep -l "mark.gpu" tests/test_*.py)
 }
 
+# GRPO's generation paths in one process: HF generate, continuous batching, a static cache.
+generation() {
+    # shellcheck disable=SC2086  # GEN_ARGS: words
+    timeout "$(( ${SESSION_SECONDS:-570} - SECONDS ))" python3 benchmarks/grpo_generation.py \
+        --out "$OUT/grpo_generation-$(device_kind).json" ${GEN_ARGS:-}
+}
+
+device_kind() { python3 -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"; }
+
+# Cases of train_throughput.py, each in its own process, none started with under a minute of
+# SESSION_SECONDS left nor run past its end; extra options (--ablate, --profile ...) after "--".
+run_cases() {
+    local names=() extra=() seen=0 status=0
+    for word in "$@"; do
+        if [ "$word" = "--" ]; then seen=1; elif [ $seen = 1 ]; then extra+=("$word"); else names+=("$word"); fi
+    done
+    for name in "${names[@]}"; do
+        left=$(( ${SESSION_SECONDS:-570} - SECONDS ))
+        if [ "$left" -lt 60 ]; then
+            echo "case $name not started: ${left}s of the session left; run it with: $0 cases $name" | tee -a "$LOG"
+            status=1
+            continue
+        fi
+        limit=${CASE_TIMEOUT:-420}
+        [ "$limit" -le "$left" ] || limit=$left
+        timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 | quiet
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish within ${limit}s" | tee -a "$LOG"; status=1; }
+    done
+    return $status
+}
+
 case "${1:-all}" in
+    generation)
+        generation 2>&1 | quiet
+        exit "${PIPESTATUS[0]}" ;;
+    levers)
+        # LORA_CASE and CPT_CASE (default sft_lora_4b and cpt_gemma3_4b) name the cases: *_tiny on a CPU.
+        status=0
+        generation 2>&1 | quiet; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        run_cases "${LORA_CASE:-sft_lora_4b}" -- --ablate --profile || status=1
+        run_cases "${CPT_CASE:-cpt_gemma3_4b}" -- --ablate --profile --no-baseline || status=1
+        grpo_usmle_check 2>&1 | quiet; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        exit $status ;;
     grpo-usmle)
         grpo_usmle_check 2>&1 | quiet
         exit "${PIPESTATUS[0]}" ;;
@@ -105,21 +152,8 @@ case "${1:-all}" in
     all) cases="pretrain_0p4b sft_lora_4b grpo_0p4b cpt_gemma3_4b"; extra=() ;;
     ablate) cases="pretrain_0p4b sft_lora_4b cpt_gemma3_4b"; extra=(--ablate --no-baseline) ;;
     cases) shift; cases="$*"; extra=() ;;
-    *) echo "usage: $0 [all | ablate | cases NAME... | grpo-usmle | tests]"; exit 2 ;;
+    *) echo "usage: $0 [all | ablate | cases NAME... | generation | levers | grpo-usmle | tests]"; exit 2 ;;
 esac
 # A call of the device tool ends at 600 s: no case starts with less than a minute of SESSION_SECONDS
 # (default 570, counted from the script's start) left, and none runs past its end.
-status=0
-for name in $cases; do
-    left=$(( ${SESSION_SECONDS:-570} - SECONDS ))
-    if [ "$left" -lt 60 ]; then
-        echo "case $name not started: ${left}s of the session left; run it with: $0 cases $name" | tee -a "$LOG"
-        status=1
-        continue
-    fi
-    limit=${CASE_TIMEOUT:-420}
-    [ "$limit" -le "$left" ] || limit=$left
-    timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 | quiet
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish within ${limit}s" | tee -a "$LOG"; status=1; }
-done
-exit $status
+run_cases $cases -- "${extra[@]}"

@@ -8,7 +8,9 @@ import yaml
 from conftest import ROOT
 
 from medrecipes import cli
-from medrecipes.plan import GIB, GPUS, ModelShape, flops_per_token, gpu_type, memory_per_device, model_shape
+from medrecipes.plan.hardware import GIB, GPUS, gpu_type
+from medrecipes.plan.memory import memory_per_device
+from medrecipes.plan.shape import ModelShape, flops_per_token, model_shape
 
 
 def write_recipe(tmp_path: Path, **keys) -> str:
@@ -436,7 +438,7 @@ def test_flops_per_token_is_6n_plus_the_attention_term():
 
 
 def test_gemma3_shape_counts_attention_width_and_tied_embedding():
-    from medrecipes.models import packaged_config
+    from medrecipes.models.scratch import packaged_config
 
     shape = model_shape(packaged_config("google--gemma-3-4b-pt"))
     assert shape.attention_width == 8 * 256  # 8 heads of 256, narrower than the 2,560 hidden size
@@ -481,3 +483,39 @@ def test_launch_plan_refuses_exactly_the_gpu_counts_that_plan_refuses(recipe, ca
         assert plan_error or f"NUM_PROCESSES={gpus}" in out
         refused += bool(plan_error)
     assert refused or recipe != "recipes/tiny_grpo.yaml"  # 16 completions do not divide into 3, 5 or 6 processes
+
+
+def test_a_recipe_that_leaves_checkpointing_unset_gets_the_plans_choice(gemma_peft, capsys, caplog):
+    from medrecipes.config import parse_recipe
+    from medrecipes.plan.summary import settle_checkpointing
+
+    # LoRA on Gemma 3 4B, 8 rows of 1,024 a device: about 14 GiB without checkpointing (the plan's
+    # figure), 6 with it.
+    path = gemma_peft(use_peft=True, activation_checkpointing=None)
+    roomy, tight = (plan_json(capsys, path, "--method", "sft", "--gpu", gpu) for gpu in ("h100-80gb", "a10g-24gb"))
+    assert roomy["activation_checkpointing_by"] == tight["activation_checkpointing_by"] == "plan"
+    assert roomy["activation_checkpointing"] is False and tight["activation_checkpointing"] is True
+    assert roomy["memory_gb"]["ddp"] > tight["memory_gb"]["ddp"]
+    assert "the plan's choice" in (cli.main(["plan", path, "--method", "sft"]), capsys.readouterr().out)[1]
+    # The run decides the same way for its device, before the model loads, under both names TRL reads.
+    for capacity, expected in ((80, False), (24, True)):
+        recipe, args, model_args = parse_recipe("sft", [path])
+        assert args.checkpointing_by_plan and args.activation_checkpointing is True  # until the plan decides
+        with caplog.at_level("INFO"):
+            settle_checkpointing(recipe, args, model_args, capacity_gib=capacity)
+        assert args.activation_checkpointing is args.gradient_checkpointing is expected
+        assert f"activation checkpointing {'on' if expected else 'off'}: the memory plan" in caplog.text
+    # Written in the recipe, either way: as written, and the plan says whose choice it is.
+    for written in (True, False):
+        chosen = gemma_peft(use_peft=True, activation_checkpointing=written)
+        assert (
+            plan_json(capsys, chosen, "--method", "sft", "--gpu", "a10g-24gb")["activation_checkpointing"] is written
+        )
+        recipe, args, model_args = parse_recipe("sft", [chosen])
+        settle_checkpointing(recipe, args, model_args, capacity_gib=24 if not written else 80)
+        assert args.activation_checkpointing is written and not args.checkpointing_by_plan
+    # A CPU run keeps TRL's default, on: the plan's memory is a GPU's.
+    path = gemma_peft(use_peft=True, activation_checkpointing=None)  # the fixture writes one file
+    recipe, args, model_args = parse_recipe("sft", [path, "--use_cpu", "true"])
+    settle_checkpointing(recipe, args, model_args)
+    assert args.activation_checkpointing is True

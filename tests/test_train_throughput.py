@@ -146,6 +146,18 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
 
 
+def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
+    tiny = "--preset tiny --prompts 2 --generations 2 --prompt-tokens 6 --completion 6 --device cpu"
+    result = gpu_session("generation", OUT=str(tmp_path), REQUIRE_GPU="0", GEN_ARGS=tiny)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    found = json.loads((tmp_path / "grpo_generation-cpu.json").read_text())
+    paths = {record["path"]: record for record in found["paths"]}
+    assert list(paths) == ["generate", "continuous_batching", "static_cache"]
+    for record in paths.values():  # each path ran, generated every token asked, and answers as generate does
+        assert record["tokens"] == 2 * 2 * 6 and record["greedy_same_as_generate"] is True, record
+    assert paths["generate"]["ratio_to_generate"] == 1.0
+
+
 def test_gpu_session_runs_the_grpo_recipe_without_installing(tmp_path):
     """The lent GPU machine has the image's python3 and carried wheels, no venv and no network:
     the script's own `make ... grpo-usmle` line, dry-run in a checkout with no .venv, runs the

@@ -72,7 +72,8 @@ class RecipeArguments:
         default=None, metadata={"help": "Price of one GPU-hour; logs the cost of the rest of the run."}
     )
     peak_tflops: float | None = field(
-        default=None, metadata={"help": "Dense bf16 peak per device for MFU, when the GPU is not in plan.GPUS."}
+        default=None,
+        metadata={"help": "Dense bf16 peak per device for MFU, when the GPU is not in plan.hardware.GPUS."},
     )
     # How multiple-choice rows (`format: usmle`) become chat turns, for SFT, GRPO and evaluation.
     system_prompt: str | None = field(default=None, metadata={"help": "System turn before each question."})
@@ -91,7 +92,7 @@ class RecipeArguments:
         default=None,
         metadata={"help": "Benchmark files (MCQ) that build-data checks the training data against, beside eval_sets."},
     )
-    # Benchmarks scored at every evaluation (medrecipes.eval_callback), logged as eval_<task>_acc.
+    # Benchmarks scored at every evaluation (medrecipes.training.eval_callback), logged as eval_<task>_acc.
     eval_tasks: list[str] | None = field(
         default=None,
         metadata={
@@ -282,18 +283,23 @@ class CPTConfig(DeviceDefaults, TrainingArguments):
 
 @dataclass
 class CheckpointingOnByDefault:
-    """TRL's configs turn activation checkpointing on through its deprecated name,
-    `gradient_checkpointing`, so a recipe that sets neither gets transformers' FutureWarning
-    about a key it never wrote. The same default (on) is given here under the new name; a
-    recipe that still writes the old name is honoured, with the warning."""
+    """Activation checkpointing for the SFT, DPO, KTO and GRPO recipes: as the recipe writes it, or,
+    where it writes neither name, decided by the memory plan on a GPU at the start of an SFT, DPO or
+    KTO run (on only where the run would not fit without it: `plan.summary.settle_checkpointing`,
+    and `medrecipes plan` shows the same choice) and on elsewhere, TRL's default. TRL's configs set
+    that default through the deprecated name, `gradient_checkpointing`, so a recipe that sets
+    neither would get transformers' FutureWarning about a key it never wrote; it is given here
+    under the new name. A recipe that still writes the old name is honoured, with the warning."""
 
     gradient_checkpointing: bool | None = field(
         default=None, metadata={"help": "Deprecated name of activation_checkpointing."}
     )
 
     def __post_init__(self):
-        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
-            self.activation_checkpointing = True
+        # Not a recipe key: whether the recipe left the choice to the memory plan.
+        self.checkpointing_by_plan = self.activation_checkpointing is None and self.gradient_checkpointing is None
+        if self.checkpointing_by_plan:
+            self.activation_checkpointing = True  # until the plan decides, and where it does not
         super().__post_init__()
 
 
