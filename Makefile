@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration real-check-learning clean
+.PHONY: install demo report screenshot browser test test-long test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration real-check-learning clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -93,11 +93,16 @@ browser:
 # One pytest worker per core (at most 4: each runs recipes as subprocesses, some with two
 # processes); the tests of a module share one worker, so a module's fixtures are built once.
 # The tests on real pretrained models (SmolLM2-135M, Gemma 3 270M: minutes on 2 cores) run apart,
-# in make test-real, so that make test keeps within 10 minutes; CI runs both.
+# in make test-real, and those of over a minute each on the tiny models (marked long: two-process
+# ZeRO-3 runs, a learning run) in make test-long, so that make test keeps within 10 minutes; CI
+# runs all three.
 # Only make install, make test-real and make real-check make the Gemma folder (50 s on a fresh
 # machine); the other targets need the package alone.
 test: $(STAMP) browser
-	$(PY) -m pytest tests -q -n auto --dist loadscope -m "not real"
+	$(PY) -m pytest tests -q -n auto --dist loadscope -m "not real and not long"
+
+test-long: $(STAMP)
+	$(PY) -m pytest tests -q -n auto --dist loadscope -m "long and not real"
 
 test-real: install
 	$(PY) -m pytest tests -q -n auto --dist loadscope -m real

@@ -96,7 +96,7 @@ def evaluation(step, name=None, loss=1.0):
 
 
 def test_the_final_evaluation_records_the_last_steps_instead_of_repeating_it():
-    from medrecipes.trainer import evaluated_at_last_step
+    from medrecipes.training.run import evaluated_at_last_step
 
     last = [evaluation(12, "text", 2.0), evaluation(12, "usmle", 3.0), {"eval_usmle_acc": 0.5, "step": 12}]
     logs = [evaluation(8, "text"), evaluation(8, "usmle"), {"loss": 4.0, "step": 12}, *last]
@@ -160,7 +160,9 @@ def test_pretraining_from_scratch_uses_the_preset_and_token_budget(tiny_model, t
     assert max(train_losses(tmp_path)) > 0
 
 
-@pytest.mark.parametrize("config", ["ddp", "zero2", "zero3", "zero3_offload", "fsdp"])
+@pytest.mark.parametrize(
+    "config", ["ddp", "zero2", "zero3", pytest.param("zero3_offload", marks=pytest.mark.long), "fsdp"]
+)  # offload: DeepSpeed's CPU Adam is compiled on first use
 def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_path, config):
     # 2 CPU processes over gloo (the files say 8 GPUs; --cpu would silently start only one). The
     # configs' mixed_precision (bf16) is not overridden: the recipe, which leaves bf16 to the
@@ -241,7 +243,7 @@ def test_make_validates_a_recipe_before_the_launcher_starts(tmp_path):
 
 
 def test_resuming_a_checkpoint_of_another_model_is_one_line_before_training(tiny_run, tmp_path):
-    from medrecipes.tiny import build_tiny_model
+    from medrecipes.models.tiny import build_tiny_model
 
     wider = build_tiny_model(str(tmp_path / "wider"), [str(ROOT / "data/medical_text/train.jsonl")], hidden_size=96)
     checkpoint = Path(tiny_run) / "checkpoint-12"

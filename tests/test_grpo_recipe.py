@@ -15,7 +15,7 @@ from medrecipes import cli
 from medrecipes.config import parse_recipe
 from medrecipes.data.grpo import grpo_data
 from medrecipes.errors import UserError
-from medrecipes.trainer import EmbeddingLearningRateMixin
+from medrecipes.training.mixins import EmbeddingLearningRateMixin
 from medrecipes.usmle import completion_prompt, load_mcq
 
 TINY = "recipes/tiny_grpo.yaml"
@@ -103,6 +103,7 @@ def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_zero3_with_a_reference_model_on_two_processes(learn_check, tmp_path):
     zero3 = ("--config_file", "accelerate_configs/zero3.yaml", "--mixed_precision", "no", "--num_processes", "2")
     result = two_steps(learn_check, tmp_path, *NO_EVAL, launcher=(*LAUNCH, *zero3))

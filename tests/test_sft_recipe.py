@@ -23,7 +23,7 @@ sft = partial(run_recipe, "recipes/sft.py")
 @pytest.mark.parametrize(
     "device",
     [
-        pytest.param([], id="cpu"),
+        pytest.param([], id="cpu", marks=pytest.mark.long),
         # On a GPU: bf16, TF32, fused AdamW and Liger by default, and padding-free packing.
         pytest.param(["--use_cpu", "false", "--packing", "true"], id="cuda-packed", marks=pytest.mark.gpu),
     ],
