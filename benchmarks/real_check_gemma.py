@@ -49,8 +49,10 @@ from real_check import (
     write_results,
 )
 
-PUBMEDQA = DATA / "pubmedqa" / "pqal_trainval_500.json"
-GEMMA = Path(sys.prefix) / "models" / "gemma-3-270m"
+# Where a machine without ../shared/data or a venv (the GPU machine: benchmarks/gpu_session.sh
+# learn) has them: MEDRECIPES_PUBMEDQA, MEDRECIPES_GEMMA.
+PUBMEDQA = Path(os.environ.get("MEDRECIPES_PUBMEDQA", DATA / "pubmedqa" / "pqal_trainval_500.json"))
+GEMMA = Path(os.environ.get("MEDRECIPES_GEMMA", Path(sys.prefix) / "models" / "gemma-3-270m"))
 DEFAULT_OUT = "outputs/real-check-gemma3-270m"
 RECIPES = {
     "cpt": "recipes/gemma3_270m_cpt_pubmed.yaml",

@@ -26,6 +26,12 @@ Reasoning-required (the abstract; PubMedQA's standard setting), from the real ch
   sft-long           recipes/gemma3_270m_sft_pubmedqa_long.yaml: the conclusion, then the answer
   eval-sft-long      generate mode with chain of thought (the label read after the conclusion)
 
+On a GPU (`--device gpu`, run by `benchmarks/gpu_session.sh learn`): bf16, trained far past what a
+CPU allows (GPU_STAGES: 12 epochs of each SFT, 100 GRPO steps), every stage a LoRA adapter (merged
+for evaluation) so that what was trained comes back from the GPU machine; reasoning-free base, SFT
+and GRPO, and reasoning-required long-answer SFT from the base and GRPO from it (chain of thought);
+no DPO. Report: real_learning_gemma3_270m_gpu.json and .md.
+
 The report (benchmarks/results/real_learning_gemma3_270m.json and .md): every figure with its 95%
 interval, the predicted label counts (a collapse to one label shows), a paired bootstrap interval
 for every "stage B beats stage A" claim, the issue's targets met or not, each stage's wall time.
@@ -48,6 +54,27 @@ RECIPES = {
     "sft-long": "recipes/gemma3_270m_sft_pubmedqa_long.yaml",
 }
 SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
+# On a GPU: bf16, LoRA adapters (r 32 on every projection: 15 MB each in float32, within what a call
+# of the GPU machine brings back), and far more training than the CPU stages.
+GPU = ["--use_cpu", "false", "--dtype", "bfloat16", "--bf16", "true", "--report_to", "none"]
+LORA = ["--use_peft", "true", "--lora_r", "32", "--lora_alpha", "64",
+        "--lora_target_modules", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]  # fmt: skip
+GRPO_STEPS = ["--max_steps", "100", "--save_steps", "100", "--learning_rate", "1e-5"]
+GPU_STAGES = {
+    "sft-free": [*GPU, *LORA, "--num_train_epochs", "12", "--learning_rate", "3e-4"],
+    "grpo-free": [*GPU, *LORA, *GRPO_STEPS],
+    "sft-long": [
+        *GPU,
+        "--num_train_epochs",
+        "12",
+        "--per_device_train_batch_size",
+        "8",
+        "--gradient_accumulation_steps",
+        "1",
+    ],  # fmt: skip
+    "grpo-long": [*GPU, *LORA, *GRPO_STEPS, "--chain_of_thought", "true", "--max_completion_length", "160"],
+}
+GPU_RECIPES = {"grpo-long": "recipes/gemma3_270m_grpo_pubmedqa.yaml"}  # the stages the CPU does not run
 LABELS = {"A": "yes", "B": "no", "C": "maybe"}
 BOOTSTRAP = 2000
 
@@ -64,9 +91,10 @@ def evaluate(out: Path, model: Path, stage: str, setting: str, mode: str, *extra
     return result
 
 
-def adapter_run(script: str, recipe: str, run_dir: Path, merged: Path) -> None:
-    """A LoRA recipe run as a user runs it, its adapter then merged into `merged` for evaluation."""
-    run(sys.executable, f"recipes/{script}.py", recipe)
+def adapter_run(script: str, recipe: str, run_dir: Path, merged: Path, *overrides: str) -> None:
+    """A LoRA recipe run as a user runs it (with `overrides` of its keys), its adapter then merged
+    into `merged` for evaluation."""
+    run(sys.executable, f"recipes/{script}.py", recipe, *overrides)
     medrecipes("merge-lora", str(run_dir / "final"), str(merged))
 
 
@@ -150,6 +178,7 @@ ROWS = [
     ("DPO from SFT", "dpo-free-pubmedqa-generate", "reasoning_free"),
     ("answer-only SFT", "sft-pubmedqa-generate", "reasoning_required"),
     ("long-answer SFT", "sft-long-pubmedqa-generate", "reasoning_required"),
+    ("GRPO from long-answer SFT", "grpo-long-pubmedqa-generate", "reasoning_required"),
 ]
 # (claim, before, after): "after beats before", each with its paired interval
 CLAIMS = [
@@ -159,6 +188,7 @@ CLAIMS = [
     ("DPO beats SFT", "sft-free-pubmedqa-generate", "dpo-free-pubmedqa-generate"),
     ("long-answer SFT beats answer-only SFT", "sft-pubmedqa-generate", "sft-long-pubmedqa-generate"),
     ("long-answer SFT beats always-yes", ALWAYS_YES, "sft-long-pubmedqa-generate"),
+    ("GRPO beats long-answer SFT", "sft-long-pubmedqa-generate", "grpo-long-pubmedqa-generate"),
 ]
 
 
@@ -180,6 +210,11 @@ def targets(stages: dict, claims: dict) -> list[dict]:
     if long:
         met = long["accuracy"] >= 0.60 and long["macro_f1"] >= 0.40
         add("reasoning-required long-answer SFT: accuracy >= 60%, macro-F1 >= 0.40", met, cell(long))
+    if long and "GRPO from long-answer SFT" in stages:  # the GPU run's
+        met = long["accuracy"] >= 0.62 and long["macro_f1"] >= 0.45
+        add("reasoning-required GPU run: SFT accuracy >= 62%, macro-F1 >= 0.45", met, cell(long))
+        c = claims["GRPO beats long-answer SFT"]
+        add("reasoning-required GPU run: GRPO beats SFT, paired 95% interval above 0", c["ci95"][0] > 0, difference(c))
     for name, figure in stages.items():
         if name != "always yes":
             add(f"{name}: predicted labels not all one class", sum(v > 0 for v in figure["predicted"].values()) > 1,
@@ -198,12 +233,19 @@ def difference(claim: dict) -> str:
     return f"{claim['difference']:+.1%} (paired 95% CI {lo:+.1%} to {hi:+.1%})"
 
 
+def device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def markdown(report: dict) -> str:
     lines = [
         "# Gemma 3 270M learns PubMedQA (make real-check-learning)",
         "",
         f"PubMedQA dev, {report['stages']['always yes']['n']} questions (seed 42 split of the 500 outside the test split), "
-        "generate mode (greedy) unless marked loglik. Reasoning-free figures give the model the abstract's "
+        f"generate mode (greedy) unless marked loglik, trained on {report.get('device', 'cpu')}. "
+        "Reasoning-free figures give the model the abstract's "
         "conclusion and are not PubMedQA's standard (reasoning-required) score.",
         "",
         "| setting | stage | accuracy (95% CI), macro-F1 (95% CI) | predicted yes / no / maybe / none |",
@@ -241,6 +283,7 @@ def summarise(out: Path, seconds: dict) -> dict:
         "claims": claims,
         "targets": targets(stages, claims),
         "seconds": {name: t for name, t in seconds.items() if name.endswith(("-free", "-long", "-answer-only"))},
+        "device": device_name(),
     }
 
 
@@ -248,14 +291,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--part", choices=["free", "required", "all"], default="all")
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="gpu: GPU_STAGES, LoRA, no DPO")
     parser.add_argument("--samples", type=int, default=4, help="answers sampled per question for the DPO pairs")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     out = prepare(args.out, (PUBMEDQA, GEMMA / "config.json"))
     stage, seconds = stage_runner(out)
     stage("data", out / "data" / "split.json", lambda: stage_data(out, 150, 300, args.seed))
+    if args.device == "gpu":
+        gpu_stages(out, stage, args.part)
+        name = "real_learning_gemma3_270m_gpu"
+    else:
+        cpu_stages(out, stage, args.part, args.samples, args.seed)
+        name = "real_learning_gemma3_270m"
+    report = summarise(out, seconds)
+    write_results(name, report, markdown(report))
+    return report
+
+
+def cpu_stages(out: Path, stage, part: str, samples: int, seed: int) -> None:
     free, required = SETTINGS["free"], SETTINGS["required"]
-    if args.part in ("free", "all"):
+    if part in ("free", "all"):
         sft = out / "sft-free" / "final"
         stage("eval-base-free", out / "eval" / "base-free-pubmedqa-loglik.json",
               lambda: evaluate(out, GEMMA, "base-free", free, "loglik"))  # fmt: skip
@@ -267,25 +323,56 @@ def main(argv: list[str] | None = None) -> dict:
         stage("grpo-free", grpo, lambda: run(sys.executable, "recipes/grpo.py", RECIPES["grpo-free"]))
         stage("eval-grpo-free", out / "eval" / "grpo-free-pubmedqa-generate.json",
               lambda: evaluate(out, grpo, "grpo-free", free, "generate"))  # fmt: skip
-        stage("pairs-free", out / "preference-free" / "pairs_train.jsonl", lambda: pairs(out, args.samples, args.seed))
+        stage("pairs-free", out / "preference-free" / "pairs_train.jsonl", lambda: pairs(out, samples, seed))
         dpo = out / "dpo-free" / "merged"
         stage("dpo-free", dpo, lambda: adapter_run("dpo", RECIPES["dpo-free"], out / "dpo-free", dpo))
         stage("eval-dpo-free", out / "eval" / "dpo-free-pubmedqa-generate.json",
               lambda: evaluate(out, dpo, "dpo-free", free, "generate"))  # fmt: skip
-    if args.part in ("required", "all"):
+    if part in ("required", "all"):
         # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
         # the stage this part is for, then the answer-only SFT it is compared with.
         cpt, answer_only, long = out / "cpt" / "final", out / "sft-merged", out / "sft-long-merged"
         stage("cpt", cpt, lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]))
         stage("sft-long", long, lambda: adapter_run("sft", RECIPES["sft-long"], out / "sft-long", long))
         stage("eval-sft-long", out / "eval" / "sft-long-pubmedqa-generate.json",
-              lambda: evaluate(out, long, "sft-long", required, "generate", "--chain_of_thought", "--max_new_tokens", "160"))  # fmt: skip
+              lambda: evaluate(out, long, "sft-long", required, "generate", *LONG_ANSWERS))  # fmt: skip
         stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only))
         stage("eval-sft-answer-only", out / "eval" / "sft-pubmedqa-generate.json",
               lambda: evaluate(out, answer_only, "sft", required, "generate"))  # fmt: skip
-    report = summarise(out, seconds)
-    write_results("real_learning_gemma3_270m", report, markdown(report))
-    return report
+
+
+# Generation and reading of an answer that writes the conclusion first.
+LONG_ANSWERS = ("--chain_of_thought", "--max_new_tokens", "160")
+
+
+def gpu_stages(out: Path, stage, part: str) -> None:
+    """The GPU run's stages: each a LoRA run from the model before it, merged into <stage>-merged
+    for evaluation; the adapters stay in <stage>/final."""
+
+    def lora(name: str, script: str, start: Path) -> Path:
+        recipe = GPU_RECIPES.get(name) or RECIPES[name]
+        merged = out / f"{name}-merged"
+        overrides = ["--model_name_or_path", str(start), "--output_dir", str(out / name), *GPU_STAGES[name]]
+        stage(name, merged, lambda: adapter_run(script, recipe, out / name, merged, *overrides))
+        return merged
+
+    free, required = SETTINGS["free"], SETTINGS["required"]
+    if part in ("free", "all"):
+        stage("eval-base-free", out / "eval" / "base-free-pubmedqa-loglik.json",
+              lambda: evaluate(out, GEMMA, "base-free", free, "loglik"))  # fmt: skip
+        sft = lora("sft-free", "sft", GEMMA)
+        stage("eval-sft-free", out / "eval" / "sft-free-pubmedqa-generate.json",
+              lambda: evaluate(out, sft, "sft-free", free, "generate"))  # fmt: skip
+        grpo = lora("grpo-free", "grpo", sft)
+        stage("eval-grpo-free", out / "eval" / "grpo-free-pubmedqa-generate.json",
+              lambda: evaluate(out, grpo, "grpo-free", free, "generate"))  # fmt: skip
+    if part in ("required", "all"):
+        long = lora("sft-long", "sft", GEMMA)
+        stage("eval-sft-long", out / "eval" / "sft-long-pubmedqa-generate.json",
+              lambda: evaluate(out, long, "sft-long", required, "generate", *LONG_ANSWERS))  # fmt: skip
+        grpo = lora("grpo-long", "grpo", long)
+        stage("eval-grpo-long", out / "eval" / "grpo-long-pubmedqa-generate.json",
+              lambda: evaluate(out, grpo, "grpo-long", required, "generate", *LONG_ANSWERS))  # fmt: skip
 
 
 if __name__ == "__main__":

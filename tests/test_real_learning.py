@@ -71,3 +71,40 @@ def test_the_paired_interval_is_zero_for_the_same_answers_and_refuses_other_ques
     fewer = {**sft, "predictions": sft["predictions"][:-1]}
     with pytest.raises(SystemExit, match="different questions"):
         check.paired(sft, fewer)
+
+
+def test_the_gpu_runs_reasoning_required_grpo_is_judged_against_its_sft(out):
+    gold = "AAAAABBBC" * 4
+    for stem, predicted in (
+        ("sft-long-pubmedqa-generate", gold[:-9] + "A" * 9),
+        ("grpo-long-pubmedqa-generate", gold),
+    ):
+        (out / "eval" / f"{stem}.json").write_text(json.dumps(eval_output(gold, predicted, "reasoning_required")))
+    report = check.summarise(out, {"grpo-long": 90.0})
+    assert report["stages"]["GRPO from long-answer SFT"]["accuracy"] == 1.0
+    assert report["claims"]["GRPO beats long-answer SFT"]["difference"] == pytest.approx(4 / 36)
+    met = {t["target"]: t for t in report["targets"]}
+    assert met["reasoning-required GPU run: SFT accuracy >= 62%, macro-F1 >= 0.45"]["met"]  # 32 of 36
+    assert met["reasoning-required GPU run: GRPO beats SFT, paired 95% interval above 0"]["met"]
+    assert report["seconds"] == {"grpo-long": 90.0}
+
+
+def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
+    """The GPU run's stages parse as they will run there: each recipe with its overrides (the
+    model and output folder as the stage sets them), before any GPU time is spent."""
+    from medrecipes.config import parse_recipe
+
+    for name, overrides in check.GPU_STAGES.items():
+        recipe = check.GPU_RECIPES.get(name) or check.RECIPES[name]
+        method = "grpo" if name.startswith("grpo") else "sft"
+        # On this CPU: --use_cpu true, and no --bf16 (checked against the device it runs on).
+        keys = dict(zip(overrides[::2], overrides[1::2], strict=True)) | {"--use_cpu": "true"}
+        keys.pop("--bf16")
+        where = ["--model_name_or_path", "models/any", "--output_dir", "/tmp/any"]
+        where += [word for pair in keys.items() for word in pair]
+        _, args, model_args = parse_recipe(method, [str(ROOT / recipe), *where])
+        assert model_args.use_peft, name  # what comes back is an adapter
+        if method == "grpo":
+            assert args.max_steps == 100, name
+        else:
+            assert args.num_train_epochs == 12, name

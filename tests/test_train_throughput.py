@@ -158,6 +158,46 @@ def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
     assert paths["generate"]["ratio_to_generate"] == 1.0
 
 
+def test_gpu_session_stages_a_model_one_part_a_call_and_checks_it_whole(tmp_path):
+    """learn's model comes in four calls of one part each (a call carries at most 64 MiB): each part
+    is kept outside the checkout while the machine is up, and the parts are joined and their hash
+    checked before anything trains; a part missing or a hash that differs is one line."""
+    import hashlib
+
+    checkout, stage, out = tmp_path / "checkout", tmp_path / "stage", tmp_path / "out"
+    (checkout / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu_session.sh", checkout / "benchmarks")
+    parts = [os.urandom(1000 + i) for i in range(4)]
+    digest = hashlib.sha256(b"".join(parts)).hexdigest()
+    env = {"PATH": f"{os.path.dirname(PYTHON)}:{os.environ['PATH']}", "STAGE": str(stage), "OUT": str(out),
+           "WHEELS": "/nonexistent", "REQUIRE_GPU": "0", "LEARN_STAGES": "assemble"}  # fmt: skip
+
+    def session(*args, **more):
+        script = checkout / "benchmarks" / "gpu_session.sh"
+        return run("bash", script, *args, env={**env, **more}, cwd=checkout, timeout=300)
+
+    name = "gemma-3-270m-q4_k_m.gguf"
+    assert session("stage-model", "7").returncode == 2
+    missing = session("stage-model", "0")
+    assert missing.returncode == 1 and f'carry=[".stage/{name}.part00"]' in missing.stdout
+    for number, part in enumerate(parts):
+        (checkout / ".stage").mkdir(exist_ok=True)
+        (checkout / ".stage" / f"{name}.part0{number}").write_bytes(part)  # what the call carried
+        if number == 3:
+            early = session("learn", GGUF_SHA256=digest)
+            assert early.returncode == 1 and "parts 3 of" in early.stdout and "not staged" in early.stdout
+        kept = session("stage-model", str(number))
+        assert kept.returncode == 0, kept.stdout + kept.stderr
+        assert not (checkout / ".stage" / f"{name}.part0{number}").exists()
+        assert (stage / f"{name}.part0{number}").read_bytes() == part
+    wrong = session("learn", GGUF_SHA256="0" * 64)
+    assert wrong.returncode == 1 and f"not {'0' * 64}; stage its parts again" in wrong.stdout
+    assert not (stage / name).exists()
+    joined = session("learn", GGUF_SHA256=digest)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    assert "sha256 as expected" in joined.stdout and (stage / name).read_bytes() == b"".join(parts)
+
+
 def test_gpu_session_runs_the_grpo_recipe_without_installing(tmp_path):
     """The lent GPU machine has the image's python3 and carried wheels, no venv and no network:
     the script's own `make ... grpo-usmle` line, dry-run in a checkout with no .venv, runs the
