@@ -229,6 +229,34 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
         assert_same_run(out, straight)
 
 
+# The TensorBoard writer meets a full disk once checkpoint-4 is saved: its thread keeps the error,
+# which the next logged value raises in the training loop.
+FULL_DISK_LOGS = """
+import errno, os
+from tensorboard.summary.writer import record_writer
+_write = record_writer.RecordWriter.write
+def write(self, data):
+    if os.path.isdir(os.path.join(os.environ["FULL_DISK_RUN"], "checkpoint-4")):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return _write(self, data)
+record_writer.RecordWriter.write = write
+"""
+
+
+def test_a_full_disk_under_the_tensorboard_writer_is_the_same_one_line(tiny_model, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(FULL_DISK_LOGS)
+    monkeypatch.setenv("FULL_DISK_RUN", str(out))
+    assert start(tiny_model, out, "--report_to", "tensorboard", hook_dir=hook_dir).wait() == 2
+    output = output_of(out)
+    errors = error_lines(output)
+    assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert f"the disk holding {out} is full" in errors[0] and "the run's logs and checkpoints" in errors[0]
+    assert f"{out}/checkpoint-4 is kept whole, and the same command resumes from it" in errors[0], errors[0]
+
+
 GRPO_STEPS = 6
 
 

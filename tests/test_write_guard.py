@@ -360,3 +360,27 @@ def test_a_claim_under_folders_not_made_yet_leaves_none_when_nothing_is_written(
     with staged(str(out), folder=False, kind="eval") as path:
         Path(path).write_text("{}")
     assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == [".result.json.medrecipes.json", "result.json"]
+
+
+# tokenizers (Rust) reports a full disk as a plain Exception with the system's words, no errno.
+FULL_DISK_TOKENIZER = """
+import tokenizers
+def save(self, path, *args, **kwargs):
+    raise Exception("No space left on device (os error 28)")
+tokenizers.Tokenizer.save = save
+"""
+
+
+def test_a_full_disk_while_tiny_model_writes_its_tokenizer_is_one_line_and_leaves_nothing(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FULL_DISK_TOKENIZER)
+    out = tmp_path / "tiny"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(ROOT / "src")])}
+    result = subprocess.run(
+        [PYTHON, "-m", "medrecipes.cli", "tiny-model", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert f"the disk holding {tmp_path} is full" in line and "nothing was replaced" in line
+    assert os.listdir(tmp_path) == ["hook"]  # no staging left, no half-written model

@@ -7,8 +7,10 @@ are installed when the `medrecipes` package is first imported, which the recipe 
 command do before any library: some of these lines are printed while a library is imported.
 """
 
+import errno
 import logging
 import sys
+import threading
 import warnings
 
 # (logger, first words of the message); the comment under each says why no user can act on it.
@@ -68,8 +70,26 @@ class _DropLines(logging.Filter):
         return not record.getMessage().startswith(self.start)
 
 
+def _quiet_writer_thread(default):
+    """threading.excepthook that leaves out the traceback TensorBoard's writer thread prints when the
+    disk is full: the thread keeps the error and the training loop raises it at its next logged
+    value, where the run makes it its one full-disk line (training.run.train_and_save)."""
+
+    def hook(args) -> None:
+        full = getattr(args.exc_value, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        if full and type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        default(args)
+
+    hook.quiet_writer = True
+    return hook
+
+
 def drop_harmless_lines() -> None:
-    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS (once per process)."""
+    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS, and the writer thread's
+    quiet hook (once per process)."""
+    if not getattr(threading.excepthook, "quiet_writer", False):
+        threading.excepthook = _quiet_writer_thread(threading.excepthook)
     for name, start in HARMLESS_LOG_LINES:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) and f.start == start for f in logger.filters):

@@ -36,7 +36,11 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
         check_resumable(checkpoint, trainer.model, trainer.args)
     if checkpoint is not None and 0 < trainer.args.max_steps <= _steps_done(checkpoint):
         return _finish_from(trainer, checkpoint)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    # A disk that fills while the run writes its logs (the TensorBoard writer's thread raises at the
+    # next write) or anything else of its own, saves aside (they have a line of their own).
+    out = trainer.args.output_dir
+    with full_disk_is_one_line(out, f"{out} (the run's logs and checkpoints)", kept=lambda: kept(out)):
+        result = trainer.train(resume_from_checkpoint=checkpoint)
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
         reason, code = stopped[0].stop_reason, stopped[0].exit_code
