@@ -20,11 +20,11 @@ greedy accuracy `eval_<name>_acc`; `eval_tasks` adds benchmark accuracy
 import importlib.util
 
 from medrecipes.config import parse_recipe
-from medrecipes.data.grpo import grpo_data
+from medrecipes.data.grpo import fit_prompts, grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import load_model, recipe_tokenizer
+from medrecipes.models.loading import load_model, positions, recipe_tokenizer
 from medrecipes.rewards import reward_functions
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
@@ -61,6 +61,11 @@ def main(recipe, training_args, model_args):
         train_dataset, eval_datasets, mcq_sets = grpo_data(recipe, training_args.prompt_format)
 
     model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+    # Prompts that would leave the completion no room in the model's positions are left out, counted.
+    limit = positions(model)
+    room = limit - training_args.max_completion_length if limit else None
+    train_dataset = fit_prompts(train_dataset, tokenizer, room, "dataset_mixture")
+    eval_datasets = {name: fit_prompts(d, tokenizer, room, f"eval_sets.{name}") for name, d in eval_datasets.items()}
     reward_funcs, _ = reward_functions(training_args.rewards)  # weights: training_args.reward_weights
 
     trainer = MedGRPOTrainer(

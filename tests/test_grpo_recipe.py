@@ -265,6 +265,30 @@ def test_chat_and_plain_prompts_keep_the_columns_rewards_read(tmp_path):
     assert evals["usmle_test"][0]["prompt"] == completion_prompt(rows[0])
 
 
+def test_prompts_that_leave_the_completion_no_room_are_left_out_and_counted(tmp_path, tiny_model, caplog):
+    from transformers import AutoTokenizer
+
+    from medrecipes.data.grpo import fit_prompts, prompt_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    recipe, _, _ = parse_recipe("grpo", [write_recipe(tmp_path)])
+    for prompt_format in ("chat", "plain"):
+        train, _, _ = grpo_data(recipe, prompt_format)
+        lengths = sorted(prompt_tokens(tokenizer, p) for p in train["prompt"])
+        room = lengths[len(lengths) // 2]  # half of them, or a little more, fit
+        with caplog.at_level("WARNING"):
+            kept = fit_prompts(train, tokenizer, room, "dataset_mixture")
+        assert all(prompt_tokens(tokenizer, p) <= room for p in kept["prompt"])
+        assert len(kept) == sum(n <= room for n in lengths) < len(train)
+        assert (
+            f"dataset_mixture: {len(train) - len(kept)} of {len(train)} prompts are longer than the {room}"
+            in caplog.text
+        )
+        assert fit_prompts(train, tokenizer, None, "x") is train  # a model without a limit
+        with pytest.raises(UserError, match=f"dataset_mixture: every one of its {len(train)} prompts is longer"):
+            fit_prompts(train, tokenizer, lengths[0] - 1, "dataset_mixture")
+
+
 def test_grpo_needs_multiple_choice_sources(tmp_path):
     source = {"path": "json", "data_files": "data/medical_text/train.jsonl"}
     recipe, _, _ = parse_recipe("grpo", [write_recipe(tmp_path, dataset_mixture={"sources": [source]})])

@@ -1,9 +1,13 @@
 """Prompts for GRPO: multiple-choice rows as chat or plain prompts, with the columns the rewards read."""
 
+import logging
+
 from medrecipes.data.mixture import build_mixture
 from medrecipes.data.sources import load_mcq_source, load_source
 from medrecipes.errors import UserError
 from medrecipes.usmle import chat_messages, completion_prompt
+
+logger = logging.getLogger(__name__)
 
 
 def mcq_prompt(recipe, prompt_format: str):
@@ -38,3 +42,39 @@ def grpo_data(recipe, prompt_format: str):
     evals = {name: load_source(source, render=render) for name, source in recipe.eval_sources.items()}
     mcq = {name: load_mcq_source(source) for name, source in recipe.eval_sources.items()}
     return train, evals, mcq
+
+
+def prompt_tokens(tokenizer, prompt) -> int:
+    """The tokens of a prompt as TRL gives it to the model: a chat's messages through the template
+    with the turn that opens the answer, a plain prompt as text."""
+    if isinstance(prompt, list):  # the template writes the special tokens itself
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return len(tokenizer(prompt)["input_ids"])
+
+
+def fit_prompts(dataset, tokenizer, room: int | None, where: str):
+    """The prompts of `dataset` that leave the completion its room: `room` is the model's positions
+    less max_completion_length (TRL 1.16 has no max_prompt_length; a longer prompt would make the
+    model generate past its positions, or a prompt of 30,000 tokens grow generation's memory without
+    bound). Those that do not fit are left out and counted in a warning; all of them is one line."""
+    if room is None or room <= 0:  # no limit; or a completion as long as the model, which check_positions refuses
+        return dataset
+    fits = [prompt_tokens(tokenizer, prompt) <= room for prompt in dataset["prompt"]]
+    left_out = len(fits) - sum(fits)
+    if left_out == len(fits):
+        raise UserError(
+            f"{where}: every one of its {len(fits)} prompts is longer than the {room} tokens the model's positions "
+            "leave it beside max_completion_length; lower max_completion_length or use shorter questions"
+        )
+    if left_out:
+        logger.warning(
+            "%s: %d of %d prompts are longer than the %d tokens the model's positions leave beside "
+            "max_completion_length; they are left out",
+            where,
+            left_out,
+            len(fits),
+            room,
+        )
+        dataset = dataset.select([i for i, fit in enumerate(fits) if fit])
+    return dataset

@@ -138,13 +138,19 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
     return model
 
 
+def positions(model) -> int | None:
+    """How many positions the model has (max_position_embeddings, or GPT-2's n_positions); None
+    where its config sets no limit."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
 def check_positions(model, args) -> None:
     """Refuse, before the first step, a sequence longer than the model has positions for: a
     model with learned positions (GPT-2) fails inside its embedding, one with rotary positions
     trains on positions it has never seen. The length is `max_length` (CPT, SFT) or a GRPO
     completion's `max_completion_length`; a config without a limit is not checked."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    limit = positions(model)
     for key in ("max_length", "max_completion_length"):
         length = getattr(args, key, None)
         if limit and length and length > limit:
