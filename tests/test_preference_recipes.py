@@ -203,7 +203,7 @@ def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_
         assert pair["chosen"] != pair["rejected"]
     with pytest.raises(SystemExit) as info:
         cli.main([*argv[:-2], "--out", str(tmp_path / "again.jsonl"), "--temperature", "0"])
-    assert info.value.code == 2 and "--temperature must be a positive number" in capsys.readouterr().err
+    assert info.value.code == 2 and "--temperature: must be a finite number above 0" in capsys.readouterr().err
 
 
 def test_kto_recipes_are_told_apart_by_their_data_and_keys(tmp_path):

@@ -560,3 +560,60 @@ def test_any_number_anywhere_in_a_nested_key_runs_or_is_refused_in_one_line(tmp_
     mappings: the recipe parses or one line names the problem, never a traceback."""
     for method, path in NESTED:
         answer(method, _with_nested(method, path, value, tmp_path), tmp_path)  # one line or none, no traceback
+
+
+# --- every numeric option of every command ---------------------------------------------------
+
+
+def numeric_options() -> list[tuple[str, str, object]]:
+    """(command, flag, type) for every option of every command that takes a number."""
+    from medrecipes.cli import make_parser
+
+    commands = next(a for a in make_parser()._actions if a.dest == "command").choices
+    found = []
+    for name, sub in commands.items():
+        for action in sub._actions:
+            takes_number = action.type in (int, float) or type(action.type).__name__ == "Number"
+            if takes_number:
+                found.append((name, action.option_strings[0] if action.option_strings else action.dest, action.type))
+    return found
+
+
+def minimal_argv(command: str, flag: str, value: str) -> list[str]:
+    """The command with something in each of its required arguments (parsing checks no path) and `flag` set."""
+    from medrecipes.cli import make_parser
+
+    sub = next(a for a in make_parser()._actions if a.dest == "command").choices[command]
+    argv = [command]
+    for action in sub._actions:
+        if action.option_strings and action.required and action.option_strings[0] != flag:
+            argv += [action.option_strings[0], "1" if type(action.type).__name__ == "Number" else "x"]
+        elif not action.option_strings and action.dest != "help":
+            argv.append("x")
+    return [*argv, flag, value] if flag.startswith("-") else argv
+
+
+@pytest.mark.parametrize("command, flag, kind", numeric_options(), ids=lambda v: str(v)[:16])
+def test_every_numeric_option_states_its_range_and_holds_to_it(command, flag, kind):
+    """0, negative, fractional, huge and non-finite values, and each side of the option's bounds:
+    parsed as given where its range admits the value, else one line naming the flag, before the
+    command does anything. A new option is covered here as soon as it is added."""
+    from medrecipes.cli import make_parser
+    from medrecipes.cli.arguments import Number
+
+    assert isinstance(kind, Number), f"{command} {flag}: give it a Number type with its range"
+    edges = [b + d for b in (kind.least, kind.most, kind.above) if b is not None for d in (-1, 0, 1)]
+    for text in ["0", "-1", "1.5", "1e30", "nan", "inf", "-inf", str(2**63), *map(str, edges)]:
+        try:
+            value = kind.kind(text)
+        except ValueError:
+            value = None
+        argv = minimal_argv(command, flag, text)
+        try:
+            args, _ = make_parser().parse_known_args(argv)
+        except UserError as err:
+            assert value is None or not kind.admits(value), (command, flag, text, str(err))
+            assert flag in str(err) and "\n" not in str(err), str(err)
+            continue
+        assert value is not None and kind.admits(value), (command, flag, text)
+        assert getattr(args, flag.lstrip("-").replace("-", "_")) == value

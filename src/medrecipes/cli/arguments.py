@@ -1,7 +1,9 @@
 """What every command shares: the parser that turns argparse's errors into one line, the types
-of the arguments that name files read and written, the checks of numbers, and reading a recipe."""
+of the arguments that name files read and written and of numeric ones, and reading a recipe."""
 
 import argparse
+import math
+import sys
 
 from medrecipes.errors import UserError
 
@@ -28,11 +30,42 @@ def method_of(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> s
     return method
 
 
-def at_least(command: str, *checks: tuple[str, int | None, int]) -> None:
-    """Each (flag, value, least) given has a value of at least `least`: one line otherwise."""
-    for flag, value, least in checks:
-        if value is not None and value < least:
-            raise UserError(f"{command}: --{flag} must be at least {least}, got {value}")
+class Number:
+    """argparse type of a numeric option, with the range it takes: the value, or argparse's one line
+    ("argument --batch-size: must be at least 1, got 0"). Every numeric option of every command has
+    one (tests/test_properties.py holds each to its range with 0, negative, huge and non-finite
+    values), so a value out of range is refused before the command loads anything."""
+
+    def __init__(self, kind: type = int, least: float | None = None, most: float | None = None, above=None):
+        self.kind, self.least, self.most, self.above = kind, least, most, above
+        self.__name__ = "whole number" if kind is int else "number"  # argparse's word for the type
+
+    def __call__(self, text: str):
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {self.__name__}, got {text!r}") from None
+        if not self.admits(value):
+            raise argparse.ArgumentTypeError(f"must be {self.range()}, got {text}")
+        return value
+
+    def admits(self, value) -> bool:
+        if not math.isfinite(value) or abs(value) > sys.maxsize:  # the largest count or index Python takes
+            return False
+        if self.above is not None and value <= self.above:
+            return False
+        return (self.least is None or value >= self.least) and (self.most is None or value <= self.most)
+
+    def range(self) -> str:
+        words = [f"above {self.above:g}"] if self.above is not None else []
+        words += [f"at least {self.least:g}"] if self.least is not None else []
+        words += [f"at most {self.most:g}"] if self.most is not None else []
+        finite = "a finite number " if self.kind is float else ""
+        return finite + (" and ".join(words) or f"a {self.__name__}")
+
+
+COUNT = Number(int, least=1)  # GPUs, nodes, examples, questions, a batch, tokens to generate
+SEED = Number(int, least=0, most=2**32 - 1)  # numpy's and torch's seeds
 
 
 def parse_recipe_file(recipe_path: str, method: str, overrides: list[str]):

@@ -2,11 +2,12 @@
 pairs (DPO and KTO preference data from multiple-choice questions)."""
 
 import json
-import math
 import sys
 
 from medrecipes.cli.arguments import (
-    at_least,
+    COUNT,
+    SEED,
+    Number,
     input_path,
     method_of,
     output_path,
@@ -25,7 +26,7 @@ def add_commands(commands) -> None:
     decon.add_argument(
         "--eval", type=input_path, action="append", help="an evaluation file or folder (MCQ or text); repeatable"
     )
-    decon.add_argument("--n", type=int, default=13, help="words per n-gram (default 13)")
+    decon.add_argument("--n", type=COUNT, default=13, help="words per n-gram (default 13)")
     decon.add_argument(
         "--drop", type=output_path, metavar="OUT", help="write the training rows without overlap to OUT"
     )
@@ -54,11 +55,13 @@ def add_commands(commands) -> None:
     pairs.add_argument(
         "--model", type=input_path, help="on-policy: pair this model's own right and wrong sampled answers"
     )
-    pairs.add_argument("--samples", type=int, default=4, help="--model: answers sampled per question (default 4)")
-    pairs.add_argument("--temperature", type=float, default=1.0, help="--model: sampling temperature")
-    pairs.add_argument("--max-new-tokens", type=int, help="--model: tokens per answer (default: eval's)")
-    pairs.add_argument("--batch-size", type=int, default=8, help="--model: prompts generated at once")
-    pairs.add_argument("--seed", type=int, default=42, help="draws the samples and the answers paired (default 42)")
+    pairs.add_argument(
+        "--samples", type=Number(int, least=2), default=4, help="--model: answers sampled per question (default 4)"
+    )
+    pairs.add_argument("--temperature", type=Number(float, above=0), default=1.0, help="--model: sampling temperature")
+    pairs.add_argument("--max-new-tokens", type=COUNT, help="--model: tokens per answer (default: eval's)")
+    pairs.add_argument("--batch-size", type=COUNT, default=8, help="--model: prompts generated at once")
+    pairs.add_argument("--seed", type=SEED, default=42, help="draws the samples and the answers paired (default 42)")
     pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
     pairs.set_defaults(func=cmd_pairs)
 
@@ -71,7 +74,6 @@ def cmd_decontaminate(args) -> None:
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
 
-    at_least("decontaminate", ("n", args.n, 1))
     is_recipe = args.train.endswith((".yaml", ".yml"))
     if not is_recipe and args.overrides:  # --key value pairs override a recipe's keys; a file has none
         raise UserError(
@@ -127,12 +129,6 @@ def cmd_pairs(args) -> None:
     claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
     if not args.out.endswith(".jsonl"):
         raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")
-    at_least("pairs", ("samples", args.samples, 2), ("max-new-tokens", args.max_new_tokens, 1),
-              ("batch-size", args.batch_size, 1))  # fmt: skip
-    if not (math.isfinite(args.temperature) and args.temperature > 0):
-        raise UserError(
-            f"pairs: --temperature must be a positive number (answers are sampled), got {args.temperature}"
-        )
     rows = [row for file in args.mcq for row in load_mcq(file, answered=True, pubmedqa_setting=args.pubmedqa_setting)]
     files = ", ".join(args.mcq)
     if args.model:

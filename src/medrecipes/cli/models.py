@@ -1,6 +1,6 @@
 """The commands that make or use a model: tiny-model, merge-lora, convert-gguf, generate, serve."""
 
-from medrecipes.cli.arguments import at_least, input_path, output_path
+from medrecipes.cli.arguments import COUNT, SEED, Number, input_path, output_path
 from medrecipes.errors import UserError
 
 DEFAULT_CORPUS = ["data/medical_text/train.jsonl"]
@@ -12,10 +12,11 @@ def add_commands(commands) -> None:
     tiny.add_argument("out_dir", type=output_path)
     tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
     tiny.add_argument("--corpus", type=input_path, nargs="+", help="text or JSONL files to train the tokenizer on")
-    tiny.add_argument("--vocab-size", type=int, default=1024)
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--hidden-size", type=int, default=64)
-    tiny.add_argument("--layers", type=int, default=2)
+    # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads; tiny means small.
+    tiny.add_argument("--vocab-size", type=Number(int, least=300, most=2**18), default=1024)
+    tiny.add_argument("--seed", type=SEED, default=0)
+    tiny.add_argument("--hidden-size", type=Number(int, least=4, most=4096), default=64)
+    tiny.add_argument("--layers", type=Number(int, least=1, most=64), default=2)
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     tiny.set_defaults(func=cmd_tiny_model)
 
@@ -38,13 +39,13 @@ def add_commands(commands) -> None:
     gen.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--system", help="a system turn before the prompt")
-    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--max-new-tokens", type=COUNT, default=256)
     gen.set_defaults(func=cmd_generate)
 
     serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
     serve.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=Number(int, least=1, most=65535), default=8000)
     serve.set_defaults(func=cmd_serve)
 
 
@@ -53,14 +54,6 @@ def cmd_tiny_model(args) -> None:
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
 
-    # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads.
-    for flag, value, low in (
-        ("vocab-size", args.vocab_size, 300),
-        ("hidden-size", args.hidden_size, 4),
-        ("layers", args.layers, 1),
-    ):
-        if value < low:
-            raise UserError(f"tiny-model: --{flag} must be at least {low}, got {value}")
     if args.hidden_size % 4:
         raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
     corpus = args.corpus or DEFAULT_CORPUS
@@ -89,15 +82,11 @@ def cmd_generate(args) -> None:
 
     if not args.prompt.strip():
         raise UserError("generate: --prompt is empty; give the question to answer")
-    at_least("generate", ("max-new-tokens", args.max_new_tokens, 1))
 
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 
 
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
-
-    if not 1 <= args.port <= 65535:
-        raise UserError(f"serve: --port must be between 1 and 65535, got {args.port}")
 
     serve(args.model, args.host, args.port)

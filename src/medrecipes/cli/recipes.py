@@ -3,9 +3,10 @@
 import json
 
 from medrecipes.cli.arguments import (
+    COUNT,
     SCRIPTS,
     TRAINING,
-    at_least,
+    Number,
     input_path,
     method_of,
     output_path,
@@ -21,22 +22,24 @@ def add_commands(commands) -> None:
     )
 
     plan_parser = recipe_command(commands, "plan", "training math and a memory estimate per device")
-    plan_parser.add_argument("--num-gpus", type=int, default=1)
+    plan_parser.add_argument("--num-gpus", type=COUNT, default=1)
     plan_parser.add_argument("--gpu", default="h100-80gb", help="h100-80gb, a100-80gb, a100-40gb, l40s-48gb, ...")
-    plan_parser.add_argument("--dataset-sequences", type=int, help="packed training sequences, when not known")
-    plan_parser.add_argument("--prompt-tokens", type=int, help="GRPO: tokens per prompt, typical of the data")
+    plan_parser.add_argument("--dataset-sequences", type=COUNT, help="packed training sequences, when not known")
+    plan_parser.add_argument(
+        "--prompt-tokens", type=Number(int, least=0), help="GRPO: tokens per prompt, typical of the data"
+    )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)
 
     show = recipe_command(
         commands, "preview", "the first training examples as the model will see them, trained part marked"
     )
-    show.add_argument("--examples", type=int, default=3, help="how many (default 3)")
+    show.add_argument("--examples", type=COUNT, default=3, help="how many (default 3)")
     show.set_defaults(func=cmd_preview)
 
     launch = recipe_command(commands, "launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
-    launch.add_argument("--nodes", type=int, required=True)
-    launch.add_argument("--gpus-per-node", type=int, default=8)
+    launch.add_argument("--nodes", type=COUNT, required=True)
+    launch.add_argument("--gpus-per-node", type=COUNT, default=8)
     launch.set_defaults(func=cmd_launch_plan)
 
     build = commands.add_parser(
@@ -47,7 +50,7 @@ def add_commands(commands) -> None:
     build.add_argument(
         "--out", type=output_path, help="folder to write (default: the recipe's built_data); an fsspec URL works too"
     )
-    build.add_argument("--num-gpus", type=int, default=1, help="processes the run will use (streaming: sets blocks)")
+    build.add_argument("--num-gpus", type=COUNT, default=1, help="processes the run will use (streaming: sets blocks)")
     build.add_argument("--force", action="store_true", help="build even when the manifest says it is up to date")
 
 
@@ -84,8 +87,6 @@ def _check_local_inputs(recipe) -> None:
 def cmd_plan(args) -> None:
     from medrecipes.plan.summary import format_plan, plan
 
-    at_least("plan", ("num-gpus", args.num_gpus, 1), ("dataset-sequences", args.dataset_sequences, 1),
-              ("prompt-tokens", args.prompt_tokens, 1))  # fmt: skip
     method = method_of(args.recipe, args.method, TRAINING)
     recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
     result = plan(
@@ -107,7 +108,6 @@ def cmd_preview(args) -> None:
 
     setup_logging()
     method = method_of(args.recipe, args.method)
-    at_least("preview", ("examples", args.examples, 1))
     print(preview(method, *parse_recipe_file(args.recipe, method, args.overrides), count=args.examples))
 
 
@@ -129,7 +129,6 @@ def cmd_build_data(args) -> None:
     from medrecipes.data.build import build_data
     from medrecipes.data.decontamination import format_report
 
-    at_least("build-data", ("num-gpus", args.num_gpus, 1))
     recipe, training_args, model_args = parse_recipe_file(args.recipe, "cpt", args.overrides)
     manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
     out = args.out or recipe.built_data

@@ -3,7 +3,7 @@
 import json
 
 from medrecipes.cli.arguments import (
-    at_least,
+    COUNT,
     input_path,
     output_path,
 )
@@ -19,7 +19,7 @@ def add_commands(commands) -> None:
     ppl.add_argument("--model", type=input_path, required=True, help="Hub id, local folder or .gguf file")
     ppl.add_argument("--data", type=input_path, required=True, help="a text, JSON or JSONL file of documents")
     ppl.add_argument("--text-field", default="text", help="the documents' column (default text)")
-    ppl.add_argument("--limit", type=int, help="the first N documents")
+    ppl.add_argument("--limit", type=COUNT, help="the first N documents")
     ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
     ppl.add_argument("--output", type=output_path, help="JSON file for the result")
     ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
@@ -35,8 +35,8 @@ def add_commands(commands) -> None:
     calibrate.add_argument("--dev", type=input_path, required=True, help="questions to fit on, not trained on")
     calibrate.add_argument("--held-out", type=input_path, help="questions to measure on (default: the task's)")
     calibrate.add_argument("--data-dir", type=input_path, help="the ../shared/data layout, for the task's own data")
-    calibrate.add_argument("--limit", type=int, help="the first N questions of each set")
-    calibrate.add_argument("--batch-size", type=int, default=8)
+    calibrate.add_argument("--limit", type=COUNT, help="the first N questions of each set")
+    calibrate.add_argument("--batch-size", type=COUNT, default=8)
     calibrate.add_argument("--overwrite", action="store_true", help="replace an earlier calibration.json")
     calibrate.set_defaults(func=cmd_calibrate)
 
@@ -97,7 +97,6 @@ def cmd_calibrate(args) -> None:
     from medrecipes.logs import setup_logging
 
     setup_logging()
-    at_least("calibrate", ("limit", args.limit, 1), ("batch-size", args.batch_size, 1))
     found = run_calibration(
         args.model, args.task, args.dev, args.held_out, args.data_dir, args.limit, args.batch_size, args.overwrite
     )

@@ -1,8 +1,9 @@
 """The recipe schema and its parse: one YAML file plus command-line overrides into typed
 dataclasses, every key checked and the derived settings computed once, for the actual world size.
 
-- `schema`: the dataclasses a recipe's keys fill (`RecipeArguments` and the trainer configs);
-  the data keys' dataclasses live in the leaf `medrecipes.data_config`.
+- `schema`: the dataclasses a recipe's keys fill (`RecipeArguments`) and the ranges of numeric
+  keys; `trainer_configs`: the trainer configs with this project's defaults; the data keys'
+  dataclasses live in the leaf `medrecipes.data_config`.
 - `reading`: the YAML file and the command line into those dataclasses (`RecipeParser`), one
   line for each unknown key, wrong type or value outside a `Literal` field's choices.
 - `checks`: what each key needs of the others, and the derived settings (token budgets).
@@ -13,13 +14,13 @@ dataclasses, every key checked and the derived settings computed once, for the a
 from medrecipes.config.checks import resolve_token_budget
 from medrecipes.config.eval_args import EvalArguments, parse_eval_args
 from medrecipes.config.parse import parse_recipe, recipe_method, resolved_recipe, resolved_yaml
-from medrecipes.config.schema import (
+from medrecipes.config.schema import RecipeArguments
+from medrecipes.config.trainer_configs import (
     CPTConfig,
     MedDPOConfig,
     MedGRPOConfig,
     MedKTOConfig,
     MedSFTConfig,
-    RecipeArguments,
     prompts_per_step_accumulation,
 )
 from medrecipes.data_config import MixtureConfig, SourceConfig

@@ -16,7 +16,8 @@ from transformers import TrainingArguments
 from trl import ModelConfig
 
 from medrecipes.config.reading import build_dataclass, split_names
-from medrecipes.config.schema import MedGRPOConfig, MedSFTConfig, RecipeArguments, divisors
+from medrecipes.config.schema import RecipeArguments
+from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, check_choice, did_you_mean
 from medrecipes.locations import shipped_template, shipped_templates

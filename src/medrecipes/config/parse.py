@@ -12,14 +12,8 @@ from trl import ModelConfig
 from medrecipes.config import checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
-from medrecipes.config.schema import (
-    CPTConfig,
-    MedDPOConfig,
-    MedGRPOConfig,
-    MedKTOConfig,
-    MedSFTConfig,
-    RecipeArguments,
-)
+from medrecipes.config.schema import RecipeArguments
+from medrecipes.config.trainer_configs import CPTConfig, MedDPOConfig, MedGRPOConfig, MedKTOConfig, MedSFTConfig
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import check_writable
 

@@ -1,22 +1,18 @@
-"""The recipe schema: the dataclasses a recipe's keys fill, besides TRL's `ModelConfig`.
+"""The recipe schema: the dataclasses a recipe's keys fill, besides TRL's `ModelConfig` and the trainer
+configs (`trainer_configs`).
 
 `RecipeArguments` holds what the trainer configs lack (data, token budgets, checkpoints, long
-runs, prompts, benchmarks during training); `CPTConfig`, `MedSFTConfig`, `MedGRPOConfig`,
-`MedDPOConfig` and `MedKTOConfig` are the trainer configs with this project's defaults. A field whose values are a fixed list is a
-`Literal`: the parser checks it (`reading.check_choices`) and the list is written once, here.
-"""
+runs, prompts, benchmarks during training); the ranges of numeric keys are stated here once
+(`Bound`, `check_ranges`). A field whose values are a fixed list is a `Literal`: the parser checks
+it (`reading.check_choices`) and the list is written once, here."""
 
-import importlib.util
-import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from transformers import TrainingArguments
 from transformers.trainer_utils import SchedulerType
-from trl import DPOConfig, GRPOConfig, KTOConfig, SFTConfig
 
 from medrecipes.data_config import MixtureConfig, SourceConfig
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import did_you_mean
 from medrecipes.names import EvalMode
 
 
@@ -126,6 +122,8 @@ AT_LEAST_ONE = (
     "max_length",
     "max_completion_length",
 )
+
+
 NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
 
 
@@ -150,6 +148,8 @@ class Bound:
 
 
 POSITIVE_BETA = Bound(0, False, "a negative beta prefers the rejected answers, and 0 learns no preference")
+
+
 ANSWER_WEIGHT = Bound(0, False, "0 leaves that kind of answer out of the loss, and a negative weight turns it around")
 
 
@@ -192,262 +192,3 @@ def check_ranges(args) -> None:
             f"warmup_steps {args.warmup_steps:g} is beyond max_steps {args.max_steps}: the learning rate would never "
             "reach its peak; lower warmup_steps, or give a fraction of the run below 1"
         )
-
-
-@dataclass
-class DeviceDefaults:
-    """Defaults of every recipe's trainer config, chosen for speed where that is safe.
-
-    bf16 follows `accelerate launch`'s mixed_precision where the recipe leaves it out (and a
-    recipe that disagrees with the launcher is refused). Otherwise bf16 and tf32 default to on
-    wherever the device supports them, and off on CPU: TRL's
-    configs default bf16 to True, which fails on a CPU machine even just to validate or plan a
-    GPU recipe; HF's TrainingArguments default it to False, which is slow on GPUs.
-    `logging_nan_inf_filter` defaults to off: the trainer reads every micro-batch's loss on the
-    host to filter it, a device sync per micro-batch, while `NonFiniteGuard` already acts on any
-    non-finite step (a non-finite loss always reaches the gradient norm it reads).
-    """
-
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision (default: when supported)."})
-    tf32: bool | None = field(default=None, metadata={"help": "TF32 matmuls (default: on Ampere or newer)."})
-    report_to: str | list[str] = field(
-        default="tensorboard", metadata={"help": "Loggers: tensorboard, wandb, trackio, none."}
-    )
-    # The recipes push final/ with a model card at the end (medrecipes.hub) and checkpoints to
-    # branches (push_checkpoint_revisions); HF's default, every_save, would also push output_dir.
-    hub_strategy: str = field(default="end", metadata={"help": "Trainer pushes during training: end, every_save."})
-    logging_nan_inf_filter: bool = field(
-        default=False, metadata={"help": "Replace NaN/inf losses in the logs (a host sync per micro-batch)."}
-    )
-
-    def __post_init__(self):
-        import torch
-
-        check_ranges(self)
-        # argparse gives a list-typed key that the recipe leaves out None, not the default above.
-        if self.report_to is None:
-            self.report_to = "tensorboard"
-        gpu = not self.use_cpu and torch.cuda.is_available()
-        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch`'s, from its config or flag
-        if self.bf16 is None and launcher in ("bf16", "no") and not self.fp16:
-            self.bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
-        if self.bf16 is None:
-            self.bf16 = gpu and torch.cuda.is_bf16_supported()
-        if self.tf32 is None:
-            self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
-        ours = "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
-        if launcher is not None and launcher != ours:  # else the trainer fails at build, or trains in the other
-            raise ValueError(
-                f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
-                f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
-            )
-        super().__post_init__()
-
-
-@dataclass
-class CPTConfig(DeviceDefaults, TrainingArguments):
-    """HF TrainingArguments with the block length of packed pretraining data and CPT defaults.
-
-    On a GPU the loss goes through TRL's chunked LM head (`fused_lm_head`), so the (batch,
-    length, vocabulary) logits are never held: at 8,192 tokens and Gemma 3's 262k vocabulary
-    they would take ~21 GiB per sequence. On a CPU, where memory is not what limits a run, the
-    tiles cost time (a quarter of each step at SmolLM2-135M's size, docs/benchmarks.md), so the
-    default (None) is on where a GPU trains and off on a CPU; true or false is kept as written.
-    Liger's kernels (`use_liger_kernel`) default to on where liger-kernel is installed and a GPU
-    trains; their own fused cross-entropy is then left out, since it replaces the forward that
-    carries the chunked head.
-    """
-
-    max_length: int = field(default=2048, metadata={"help": "Tokens per packed training block."})
-    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    fused_lm_head: bool | None = field(
-        default=None,
-        metadata={"help": "Loss through TRL's chunked LM head, without the full logits (default: on a GPU)."},
-    )
-    use_liger_kernel: bool | None = field(
-        default=None, metadata={"help": "Liger's Triton kernels (default: on a GPU when liger-kernel is installed)."}
-    )
-
-    def __post_init__(self):
-        if self.use_liger_kernel is None:
-            import torch
-
-            self.use_liger_kernel = (
-                not self.use_cpu and torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
-            )
-        if self.use_liger_kernel and self.fused_lm_head is not False:  # Liger trains on a GPU: the head is on
-            self.liger_kernel_config = {**(self.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
-        super().__post_init__()
-
-
-@dataclass
-class CheckpointingOnByDefault:
-    """Activation checkpointing for the SFT, DPO, KTO and GRPO recipes: as the recipe writes it, or,
-    where it writes neither name, decided by the memory plan on a GPU at the start of an SFT, DPO or
-    KTO run (on only where the run would not fit without it: `plan.summary.settle_checkpointing`,
-    and `medrecipes plan` shows the same choice) and on elsewhere, TRL's default. TRL's configs set
-    that default through the deprecated name, `gradient_checkpointing`, so a recipe that sets
-    neither would get transformers' FutureWarning about a key it never wrote; it is given here
-    under the new name. A recipe that still writes the old name is honoured, with the warning."""
-
-    gradient_checkpointing: bool | None = field(
-        default=None, metadata={"help": "Deprecated name of activation_checkpointing."}
-    )
-
-    def __post_init__(self):
-        # Not a recipe key: whether the recipe left the choice to the memory plan.
-        self.checkpointing_by_plan = self.activation_checkpointing is None and self.gradient_checkpointing is None
-        if self.checkpointing_by_plan:
-            self.activation_checkpointing = True  # until the plan decides, and where it does not
-        super().__post_init__()
-
-
-@dataclass
-class MedSFTConfig(DeviceDefaults, CheckpointingOnByDefault, SFTConfig):
-    """TRL's SFTConfig with bf16/tf32 chosen by the device and padding-free packing on.
-
-    Packing (best-fit decreasing, TRL's default strategy) puts several examples in each row of
-    `max_length` tokens and trains without padding; each example still attends only to itself,
-    through flash-attention's varlen kernels or, with sdpa and eager attention, the
-    block-diagonal mask transformers builds from the restarting position_ids (tested in
-    tests/test_sft_recipe.py). `per_device_train_batch_size` then counts rows of `max_length`
-    tokens, not examples.
-    """
-
-    packing: bool = field(
-        default=True, metadata={"help": "Pack examples into rows of max_length, padding-free (bfd)."}
-    )
-
-
-@dataclass
-class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
-    """TRL's DPOConfig with bf16/tf32 chosen by the device. Its own keys set the objective:
-    `beta`, `loss_type` (one or several of TRL's losses: sigmoid, ipo, hinge, robust, ...) with
-    `loss_weights`, `precompute_ref_log_probs` (the reference's log-probabilities computed once,
-    before training, so no reference is held while training). With LoRA the reference is the
-    base model with the adapter switched off, never a second copy."""
-
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        "beta": POSITIVE_BETA,
-        "label_smoothing": Bound(
-            0, True, "the share of pairs taken as mislabelled: from 0.5 on, the rejected answers win", 0.5
-        ),
-    }
-
-
-@dataclass
-class MedKTOConfig(DeviceDefaults, CheckpointingOnByDefault, KTOConfig):
-    """TRL's KTOConfig with bf16/tf32 chosen by the device. KTO learns from single answers marked
-    desirable or not (pairs are split into one of each): `beta`, `loss_type` (kto or
-    apo_zero_unpaired), `desirable_weight` and `undesirable_weight` (to balance unequal counts)
-    are TRL's keys. The reference is as in DPO: the adapter switched off with LoRA."""
-
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        "beta": POSITIVE_BETA,
-        "desirable_weight": ANSWER_WEIGHT,
-        "undesirable_weight": ANSWER_WEIGHT,
-    }
-
-    def __post_init__(self):
-        # KTO's KL term pairs each answer with the next one's prompt in its batch (TRL's trainer
-        # raises both only once the model and data are loaded).
-        if self.loss_type == "kto" and self.per_device_train_batch_size < 2:
-            raise ValueError(
-                f"per_device_train_batch_size {self.per_device_train_batch_size}: KTO's KL estimate needs at "
-                "least 2 answers per device batch; raise it, or use loss_type apo_zero_unpaired"
-            )
-        if self.loss_type == "kto" and self.train_sampling_strategy != "sequential":
-            raise ValueError(
-                f"train_sampling_strategy {self.train_sampling_strategy}: KTO's KL estimate pairs neighbours in a "
-                "batch fixed in advance; use sequential (the mixture is already shuffled with its seed)"
-            )
-        super().__post_init__()
-
-
-@dataclass
-class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
-    """TRL's GRPOConfig with bf16/tf32 chosen by the device, the rewards as recipe entries,
-    the prompt form, a batch counted in prompts and an optional learning rate for embeddings."""
-
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        "beta": Bound(0, True, "a negative beta rewards moving away from the reference model (0: no reference)"),
-        "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
-        "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
-    }
-
-    rewards: list[dict[str, Any]] | None = field(
-        default=None,
-        metadata={"help": "Rewards [{name, weight, <settings>}] (medrecipes.rewards); default usmle_accuracy."},
-    )
-    prompt_format: Literal["chat", "plain"] = field(
-        default="chat", metadata={"help": "chat: usmle.chat_messages; plain: usmle.completion_prompt."}
-    )
-    prompts_per_step: int | None = field(
-        default=None,
-        metadata={"help": "Prompts per optimizer step over all devices; sets gradient_accumulation_steps."},
-    )
-    embedding_learning_rate: float | None = field(
-        default=None, metadata={"help": "Learning rate of the input embeddings (and a tied output layer)."}
-    )
-
-    def __post_init__(self):
-        check_ranges(self)  # first: the accumulation below divides by the batch size
-        # Before GRPOConfig derives generation_batch_size from the accumulation; WORLD_SIZE is
-        # what accelerate launch and torchrun set for every process, and 1 without them.
-        if self.prompts_per_step is not None:
-            world = int(os.environ.get("WORLD_SIZE", "1"))
-            self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
-        # Values derived after this point, kept as the recipe set them: GRPOConfig derives each of
-        # steps_per_generation and generation_batch_size from the other (or from the
-        # accumulation) and refuses both set, and reward_weights come from `rewards`. The
-        # resolved recipe gives these back, and `plan` derives the first two again for another
-        # number of devices.
-        self.set_by_recipe = {
-            name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
-        }
-        super().__post_init__()
-
-    def steps_per_generation_on(self, world_size: int) -> int:
-        """Micro-batches a process generates at once on `world_size` processes, as GRPOConfig
-        derives them there."""
-        steps, batch = self.set_by_recipe["steps_per_generation"], self.set_by_recipe["generation_batch_size"]
-        if steps is not None:
-            return steps
-        if batch is None:
-            return self.gradient_accumulation_steps
-        per_pass = self.per_device_train_batch_size * world_size
-        if batch % per_pass:
-            raise UserError(
-                f"generation_batch_size {batch} does not divide into per_device_train_batch_size "
-                f"{self.per_device_train_batch_size} x {world_size} processes"
-            )
-        return batch // per_pass
-
-
-def prompts_per_step_accumulation(args, world_size: int) -> int:
-    """The gradient accumulation that puts `prompts_per_step` prompts, each with
-    `num_generations` completions, in one optimizer step on `world_size` processes."""
-    if args.prompts_per_step < 1:
-        raise UserError(f"prompts_per_step must be at least 1, got {args.prompts_per_step}")
-    completions = args.prompts_per_step * args.num_generations
-    per_pass = args.per_device_train_batch_size * world_size
-    if completions % per_pass:
-        sizes = [d for d in divisors(completions) if d <= 64 and completions % (d * world_size) == 0]
-        hint = (
-            f"use per_device_train_batch_size {' or '.join(map(str, sizes[-3:]))}"
-            if sizes
-            else f"make prompts_per_step x num_generations a multiple of the {world_size} processes"
-        )
-        raise UserError(
-            f"prompts_per_step {args.prompts_per_step} x num_generations {args.num_generations} = {completions} "
-            f"completions do not divide into per_device_train_batch_size {args.per_device_train_batch_size} x "
-            f"{world_size} processes; {hint}"
-        )
-    return completions // per_pass
-
-
-def divisors(n: int, most: int = 1024) -> list[int]:
-    """The divisors of `n` up to `most` (the sizes and process counts a hint may offer): a
-    recipe's huge value must not make the reading of it count to that value."""
-    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
