@@ -43,7 +43,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from real_check import medrecipes, prepare, run, stage_runner, write_results
+from real_check import RESULTS, medrecipes, prepare, run, stage_runner, write_results
 from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
 from real_check_gemma import RECIPES as CHECK_RECIPES
 
@@ -306,7 +306,22 @@ def main(argv: list[str] | None = None) -> dict:
         name = "real_learning_gemma3_270m"
     report = summarise(out, seconds)
     write_results(name, report, markdown(report))
+    report_page(out, name)
     return report
+
+
+def report_page(out: Path, name: str) -> None:
+    """`medrecipes report` of the stages' runs and every evaluation in the folder, as
+    benchmarks/results/<name>_report.html: the training curves beside the figures above."""
+    runs = [
+        str(out / run)
+        for run in ("sft-free", "grpo-free", "dpo-free", "sft-long", "grpo-long")
+        if (out / run).is_dir()
+    ]
+    page = out / f"{name}_report.html"
+    medrecipes("report", *runs, str(out / "eval"), "--output", str(page), "--overwrite",
+               "--title", "Gemma 3 270M learns PubMedQA: both settings")  # fmt: skip
+    (RESULTS / page.name).write_bytes(page.read_bytes())
 
 
 def cpu_stages(out: Path, stage, part: str, samples: int, seed: int) -> None:

@@ -86,6 +86,17 @@ def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
 
 
 @pytest.mark.slow
+def test_continuous_batching_generates_for_training_and_for_an_evaluation_before_the_first_step(learn_check, tmp_path):
+    """GRPO's generation without vLLM through transformers' continuous batching (a paged cache):
+    the evaluation before the first step is scored in evaluation mode, and the model trains."""
+    two_steps(learn_check, tmp_path, "--use_transformers_continuous_batching", "true", "--eval_on_start", "true")
+    logs = log_history(tmp_path)
+    start = next(e for e in logs if "eval_usmle_test_reward" in e and e["step"] == 0)
+    assert math.isfinite(start["eval_usmle_test_loss"]) and math.isfinite(start["eval_usmle_test_reward"])
+    assert [e["step"] for e in logs if "loss" in e and "eval_usmle_test_loss" not in e][:2] == [1, 2]
+
+
+@pytest.mark.slow
 def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
     lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "q_proj", "v_proj"]
     # A plain-prompt run samples its eval answers; eval_tasks adds the loglik accuracy of the set.

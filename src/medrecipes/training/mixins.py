@@ -216,6 +216,21 @@ class GRPOEvalMetricsMixin:
         return output
 
 
+class GenerationKeepsModeMixin:
+    """The model in the mode it had before GRPO generated its completions. TRL 1.16 sets it to
+    training mode after transformers' continuous batching (`use_transformers_continuous_batching`)
+    even during an evaluation, where the loss then reads the training loop's accumulation, which
+    an evaluation before the first step (`eval_on_start`) has not set yet, and dropout would be on.
+    TRL's generation method is the only hook."""
+
+    def _generate_single_turn(self, *args, **kwargs):
+        training = self.model.training
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self.model.train(training)
+
+
 class EmbeddingLearningRateMixin:
     """Trains the input embeddings, and an output layer tied to them, at `args.embedding_learning_rate`.
 

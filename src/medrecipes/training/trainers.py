@@ -10,6 +10,7 @@ from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.training.mixins import (
     EmbeddingLearningRateMixin,
     FusedLMHeadMixin,
+    GenerationKeepsModeMixin,
     GRPOEvalMetricsMixin,
     PerplexityMixin,
     RecipeTrainerMixin,
@@ -24,7 +25,9 @@ class MedSFTTrainer(RecipeTrainerMixin, PerplexityMixin, SFTTrainer):
     """SFTTrainer that also logs perplexity on each eval set."""
 
 
-class MedGRPOTrainer(RecipeTrainerMixin, EmbeddingLearningRateMixin, GRPOEvalMetricsMixin, GRPOTrainer):
+class MedGRPOTrainer(
+    RecipeTrainerMixin, EmbeddingLearningRateMixin, GRPOEvalMetricsMixin, GenerationKeepsModeMixin, GRPOTrainer
+):
     """GRPOTrainer with the recipes' checkpointing, an embedding learning rate and per-set eval metrics."""
 
 
