@@ -161,8 +161,8 @@ def test_pretraining_from_scratch_uses_the_preset_and_token_budget(tiny_model, t
 
 
 @pytest.mark.parametrize(
-    "config", ["ddp", "zero2", "zero3", pytest.param("zero3_offload", marks=pytest.mark.long), "fsdp"]
-)  # offload: DeepSpeed's CPU Adam is compiled on first use
+    "config", ["ddp", *(pytest.param(c, marks=pytest.mark.long) for c in ("zero2", "zero3", "zero3_offload", "fsdp"))]
+)  # make test: DDP; make test-long: the sharded ones (offload compiles DeepSpeed's CPU Adam on first use)
 def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_path, config):
     # 2 CPU processes over gloo (the files say 8 GPUs; --cpu would silently start only one). The
     # configs' mixed_precision (bf16) is not overridden: the recipe, which leaves bf16 to the
@@ -212,7 +212,7 @@ def test_bad_recipe_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.parametrize(
     "launcher",
-    [("--multi_gpu",), ("--config_file", "accelerate_configs/zero3.yaml")],
+    [("--multi_gpu",), pytest.param(("--config_file", "accelerate_configs/zero3.yaml"), marks=pytest.mark.long)],
     ids=["ddp", "zero3"],
 )
 def test_bad_recipe_under_a_launcher_is_one_line_from_the_first_rank(tmp_path, launcher):

@@ -86,10 +86,15 @@ def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_continuous_batching_generates_for_training_and_for_an_evaluation_before_the_first_step(learn_check, tmp_path):
     """GRPO's generation without vLLM through transformers' continuous batching (a paged cache):
-    the evaluation before the first step is scored in evaluation mode, and the model trains."""
-    two_steps(learn_check, tmp_path, "--use_transformers_continuous_batching", "true", "--eval_on_start", "true")
+    the evaluation before the first step is scored in evaluation mode, and the model trains. A
+    cache of a few pages: by default it takes a share of the free memory, on a CPU the RAM (over
+    a minute even so: continuous batching is made for a GPU)."""
+    cache = '{"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}'
+    two_steps(learn_check, tmp_path, "--use_transformers_continuous_batching", "true", "--eval_on_start", "true",
+              "--transformers_continuous_batching_config", cache)  # fmt: skip
     logs = log_history(tmp_path)
     start = next(e for e in logs if "eval_usmle_test_reward" in e and e["step"] == 0)
     assert math.isfinite(start["eval_usmle_test_loss"]) and math.isfinite(start["eval_usmle_test_reward"])

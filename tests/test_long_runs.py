@@ -271,6 +271,7 @@ def grpo_args(model, output_dir) -> list:
     ]
 
 
+@pytest.mark.long  # the CPT runs' kills stay in make test
 def test_grpo_killed_between_steps_resumes_to_the_same_weights(tiny_model, tmp_path):
     straight, out = tmp_path / "straight", tmp_path / "killed"
     run_recipe("recipes/grpo.py", *grpo_args(tiny_model, straight))

@@ -85,7 +85,9 @@ def test_dpo_starts_at_ln2_learns_its_pairs_and_logs_reward_accuracy(chat_model,
 
 
 @pytest.mark.parametrize(
-    "script, recipe", [("recipes/dpo.py", TINY), ("recipes/kto.py", TINY_KTO)], ids=["dpo", "kto"]
+    "script, recipe",
+    [("recipes/dpo.py", TINY), pytest.param("recipes/kto.py", TINY_KTO, marks=pytest.mark.long)],
+    ids=["dpo", "kto"],
 )
 def test_lora_trains_the_adapter_under_two_processes(chat_model, tmp_path, script, recipe):
     out = tmp_path / "lora"

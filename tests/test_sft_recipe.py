@@ -156,6 +156,7 @@ def test_padding_free_packing(chat_model, tmp_path):
     assert losses and all(loss > 0 for loss in losses)
 
 
+@pytest.mark.long
 def test_zero3_sft_on_two_processes(chat_model, tmp_path):
     sft(
         TINY,
