@@ -174,6 +174,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("validate: a data file missing", ["validate", src("{path: json, data_files: data/medical_text/trian.jsonl}")], "trian.jsonl does not exist"),
         Case("validate: an unknown architecture", ["validate", "recipes/tiny_pretrain.yaml", "--architecture", "tiniest"], "unknown architecture 'tiniest'"),
         Case("validate: a data file empty", ["validate", src(f"{{path: {f['empty.jsonl']}}}")], "empty"),
+        Case("validate: a DeepSpeed config that is not there", ["validate", cpt, "--deepspeed", "nope.json"], "existing deepspeed config, or a dictionary, or a base64 encoded string. Received: nope.json"),
+        Case("a library's mapping key not a mapping", ["validate", grpo, "--transformers_continuous_batching_config", "{page_size: ["], "--transformers_continuous_batching_config"),
         Case("plan: 0 GPUs", ["plan", cpt, "--num-gpus", "0"], "--num-gpus: must be at least 1"),
         Case("plan: unknown GPU", ["plan", "recipes/gemma3_4b.yaml", "--gpu", "h100-40gb"], "gpu"),
         Case("plan: negative dataset sequences", ["plan", cpt, "--dataset-sequences", "-5"], "dataset-sequences"),

@@ -557,3 +557,18 @@ def test_a_recipe_follows_the_launchers_mixed_precision_or_refuses_in_one_line()
         "error: recipes/tiny_cpt.yaml: accelerate launch runs with mixed_precision bf16 but the recipe with no; "
         "pass --mixed_precision no to accelerate launch, or set bf16/fp16 in the recipe to match"
     )
+
+
+def test_a_librarys_mapping_key_takes_yaml_on_the_command_line_and_a_path_stays_text(tmp_path):
+    """TRL and transformers read a `dict | str` key's text as JSON only, and fail without naming
+    the key; the recipe reads a mapping written as YAML or JSON, and other text (a path) as text."""
+    path = write_recipe(tmp_path)
+    for text in ("{page_size: 16, num_blocks: 64}", '{"page_size": 16, "num_blocks": 64}'):
+        args = parse_recipe("grpo", [path, "--transformers_continuous_batching_config", text])[1]
+        assert args.transformers_continuous_batching_config == {"page_size": 16, "num_blocks": 64}
+    with pytest.raises(UserError) as info:
+        parse_recipe("grpo", [path, "--transformers_continuous_batching_config", "{page_size: ["])
+    assert "--transformers_continuous_batching_config" in str(info.value) and "not a valid mapping" in str(info.value)
+    assert parse_recipe("sft", [path, "--model_init_kwargs", "{revision: main}"])[1].model_init_kwargs == {
+        "revision": "main"
+    }

@@ -23,12 +23,13 @@ medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/de
 """
 
 import argparse
+import os
 import sys
 
 from medrecipes.cli import data, models, recipes, results
 from medrecipes.cli.arguments import CommandParser
 from medrecipes.errors import UserError, exit_on_user_error
-from medrecipes.libraries import keep_out
+from medrecipes.libraries import TRAINING_BACKENDS, keep_out
 from medrecipes.outputs.claims import release_all
 
 # Commands that read recipes and data but never build or train a model: in a process of their own
@@ -69,5 +70,18 @@ def run() -> None:
     """The `medrecipes` console command: `main` in a process of its own."""
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if command in READ_ONLY_COMMANDS:
-        keep_out()
+        keep_out([name for name in TRAINING_BACKENDS if not _named(name, sys.argv[1:])])
     sys.exit(main())
+
+
+def _named(backend: str, argv: list[str]) -> bool:
+    """Whether the command line or a recipe file in it names the back end as a key (`deepspeed:`
+    takes a DeepSpeed config, which transformers checks with DeepSpeed itself)."""
+    for arg in argv:
+        if arg.lstrip("-").replace("-", "_").split("=")[0] == backend:
+            return True
+        if arg.endswith((".yaml", ".yml")) and os.path.isfile(arg):
+            with open(arg, encoding="utf-8", errors="replace") as f:
+                if any(line.startswith(f"{backend}:") for line in f):
+                    return True
+    return False

@@ -74,6 +74,8 @@ class RecipeParser(TrlParser):
             kind = _structured_kind(hints[action.dest])
             if kind is not None:
                 action.type, action.nargs = _yaml_value(kind), None
+            elif _mapping_or_text(hints[action.dest]):
+                action.type = _mapping_or_text_value
             if choices(hints[action.dest]):  # argparse checks only the command line; check_choices checks both
                 action.choices = None
             if action.type is float:  # before the dataclass: TrainingArguments' own checks fail on inf
@@ -145,6 +147,30 @@ def _structured_kind(hint) -> type | None:
     if origin is list and args and (typing.get_origin(args[0]) or args[0]) is dict:
         return list
     return None
+
+
+def _mapping_or_text(hint) -> bool:
+    """A field the library takes as a mapping or as text (`dict | str`: JSON of a mapping, or a
+    path, as `deepspeed` takes)."""
+    args = typing.get_args(hint) if _is_union(hint) else ()
+    return str in args and any((typing.get_origin(a) or a) is dict for a in args)
+
+
+def _mapping_or_text_value(text: str):
+    """A mapping written on the command line as YAML or JSON ('{page_size: 16}') becomes that
+    mapping, where the library would read only JSON and fail without naming the key; other text
+    (a path) stays text."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        value = load_yaml(text)
+    except yaml.YAMLError as err:
+        raise ArgumentTypeError(
+            f"not a valid mapping ({str(err).splitlines()[0]}); write it as '{{key: value, ...}}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise ArgumentTypeError(f"expected a mapping such as '{{key: value, ...}}', got {text!r}")
+    return value
 
 
 def _finite_float(text: str) -> float:
