@@ -95,7 +95,8 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif method == "sft":
         from medrecipes.data.sft import sft_data
 
-        end_of_turn = args.eos_token or turn_end(sft_template(args, tokenizer))
+        template = sft_template(args, tokenizer)  # set on the tokenizer, as the run sets it
+        end_of_turn = args.eos_token or turn_end(template)
         train, _, _ = sft_data(recipe)
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"

@@ -91,6 +91,8 @@ def full_disk_is_one_line(path: str, what: str, partial: str | None = None, kept
     only hold the space; any other failure passes unchanged."""
     try:
         yield
+    except UserError:
+        raise  # a write inside that said it already (a checkpoint's save inside the training loop)
     except Exception as err:
         free = _free_bytes(path)
         # Python's writes raise OSError and torch's RuntimeError, which an almost full disk explains;

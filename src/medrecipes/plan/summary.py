@@ -58,10 +58,8 @@ def plan(
         total_steps = None
     shape, method = shape_and_method(recipe, training_args, model_args, path)
     capacity, _ = GPUS[gpu]
-    chosen = None
-    if getattr(training_args, "checkpointing_by_plan", False) and not grpo:  # as settle_checkpointing
-        without = run_memory(shape, method, training_args, model_args, num_gpus, seq, False)["ddp"]["total"]
-        chosen = needs_checkpointing(without, capacity)
+    planned = planned_checkpointing(shape, method, training_args, model_args, num_gpus, seq, "ddp", capacity)
+    chosen = planned[0] if planned else None
     checkpointing = checkpointing_on(training_args) if chosen is None else chosen
     fused = fused_loss_on(training_args)
     grpo_generation = generation_batch(training_args, num_gpus, seq)
@@ -147,6 +145,17 @@ def run_memory(shape, method, training_args, model_args, num_gpus: int, seq: int
     )
 
 
+def planned_checkpointing(shape, method, training_args, model_args, world, seq, strategy, capacity_gib):
+    """The memory plan's choice of activation checkpointing where the recipe leaves it to the plan
+    (`checkpointing_by_plan`): (on, GiB a device without it), on when the run would not fit
+    `capacity_gib` without it; None where the recipe chose, or for GRPO, whose prompt lengths are
+    the data's, which the plan does not know before loading."""
+    if not getattr(training_args, "checkpointing_by_plan", False) or isinstance(training_args, MedGRPOConfig):
+        return None
+    without = run_memory(shape, method, training_args, model_args, world, seq, False)[strategy]["total"]
+    return needs_checkpointing(without, capacity_gib), without
+
+
 def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float | None = None) -> None:
     """Activation checkpointing for an SFT, DPO or KTO run whose recipe left it to the memory plan
     (`checkpointing_by_plan`), decided once, before the model loads: on a GPU, off where the plan
@@ -158,7 +167,7 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
     import torch
 
     if not getattr(training_args, "checkpointing_by_plan", False) or isinstance(training_args, MedGRPOConfig):
-        return  # GRPO's prompt lengths are the data's, which the plan does not know before loading
+        return  # as planned_checkpointing, before the device and the model's shape are read
     if capacity_gib is None:
         if training_args.use_cpu or not torch.cuda.is_available():
             return
@@ -168,8 +177,10 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
     strategy = "zero3" if stage == "3" or fsdp else "zero2" if stage == "2" else "ddp"
     shape, method = shape_and_method(recipe, training_args, model_args, "recipe")
     world = max(training_args.world_size, 1)
-    without = run_memory(shape, method, training_args, model_args, world, training_args.max_length, False)
-    needed = needs_checkpointing(without[strategy]["total"], capacity_gib)
+    seq = training_args.max_length
+    needed, without = planned_checkpointing(
+        shape, method, training_args, model_args, world, seq, strategy, capacity_gib
+    )
     training_args.activation_checkpointing = training_args.gradient_checkpointing = needed
     logging.getLogger(__name__).info(
         "activation checkpointing %s: the memory plan puts this run (%s, %d processes) at %.1f GiB a device "
@@ -177,7 +188,7 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
         "on" if needed else "off",
         strategy,
         world,
-        without[strategy]["total"],
+        without,
         capacity_gib,
     )
 
