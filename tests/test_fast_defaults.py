@@ -107,6 +107,53 @@ def test_chunked_lm_head_gives_the_models_own_loss(tiny_model, tmp_path, device,
         torch.testing.assert_close(losses["true"][1], losses["false"][1], rtol=5e-2, atol=2e-2 * scale)
 
 
+def test_chunked_lm_head_scores_only_labelled_positions_on_a_cpu(tiny_model, tmp_path, monkeypatch):
+    """A completion-only row (SFT's prompt, GRPO's and DPO's prompt, masked): the head projects the
+    labelled positions alone once a recipe's trainer is made, with the loss and gradients of
+    projecting every position and zeroing the rest (TRL's own choice off CUDA)."""
+    import trl.trainer.utils as trl_utils
+
+    from medrecipes.training import mixins
+
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
+    scored = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting(hidden, *rest):
+        scored.append(hidden.shape[0])
+        return apply(hidden, *rest)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting)
+    generator = torch.Generator().manual_seed(0)
+    batch = DataCollatorForLanguageModeling(pad_token_id=0)(
+        [{"input_ids": torch.randint(5, 1000, (n,), generator=generator).tolist()} for n in (24, 17)]
+    )
+    batch["labels"][:, :12] = -100  # the prompts; the padding of the short row is -100 already
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    results = []
+    for name, labelled_only in (("all", False), ("labelled", True)):
+        trainer = cpt_trainer(tiny_model, tmp_path / name, "--use_cpu", "true", "--fused_lm_head", "true")
+        if not labelled_only:
+            monkeypatch.setattr(trl_utils, "_use_triton", lambda device: False)  # TRL's choice on a CPU
+        loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs(dict(batch)))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        results.append((loss.item(), grads, scored.pop()))
+    (all_loss, all_grads, all_rows), (loss, grads, rows) = results
+    assert all_rows == 2 * 24 - 2 and rows == labelled < all_rows
+    assert loss == pytest.approx(all_loss, rel=1e-6)
+    assert grads.keys() == all_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, all_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    # Once per process; a TRL without the function is left as it is.
+    chosen = trl_utils._use_triton
+    mixins.score_labelled_positions_only()
+    assert trl_utils._use_triton is chosen and chosen(torch.device("cpu")) and chosen(torch.device("mps"))
+    monkeypatch.delattr(trl_utils, "_use_triton")
+    mixins.score_labelled_positions_only()
+    assert not hasattr(trl_utils, "_use_triton")
+
+
 @pytest.mark.parametrize(
     "device,attention",
     [("cpu", "sdpa"), ("cpu", "eager"), pytest.param("cuda", "sdpa", id="cuda-sdpa", marks=pytest.mark.gpu)],

@@ -25,6 +25,31 @@ from medrecipes.training.resume import STAGING
 
 logger = logging.getLogger(__name__)
 
+# Devices where TRL's fused LM head runs eagerly without Triton. TRL scores only the labelled
+# positions where its Triton kernel runs (CUDA, XPU) and every position elsewhere, zeroing the
+# unlabelled ones, so that a static-shape device (Neuron, XLA) keeps one tile shape; on these the
+# shape costs nothing and the unlabelled positions are pure work: an SFT row of 140 tokens trains 4,
+# and the head over Gemma's 262k vocabulary is 63% of Gemma 3 270M's compute a token. Same loss and
+# gradients; 3.4x faster a step of that SFT on 2 CPU cores (docs/benchmarks.md, benchmarks/fused_head.py).
+EAGER_DEVICES = ("cpu", "mps")
+
+
+def score_labelled_positions_only() -> None:
+    """Make TRL's fused LM head score only the positions with a label on EAGER_DEVICES too (once per
+    process; TRL's choice stands on every other device). Its choice is `trl.trainer.utils._use_triton`,
+    read at each forward: TRL has no option for it. A TRL without that function is left as it is."""
+    import trl.trainer.utils as trl_utils
+
+    chosen = getattr(trl_utils, "_use_triton", None)
+    if chosen is None or getattr(chosen, "labelled_only", False):
+        return
+
+    def compact(device) -> bool:
+        return chosen(device) or device.type in EAGER_DEVICES
+
+    compact.labelled_only = True
+    trl_utils._use_triton = compact
+
 
 class PerplexityMixin:
     """Adds `eval_<set>_perplexity` = exp(`eval_<set>_loss`) to the logs of every evaluation.
@@ -80,6 +105,8 @@ class RecipeTrainerMixin:
     - The gradient norm of each step goes to `NonFiniteGuard` before the optimizer step; the
       counts, and the time spent evaluating and saving, go to `ThroughputMonitor`, whose
       metrics join each training log before the trainer records it.
+    - TRL's fused LM head scores only the labelled positions on a CPU too
+      (`score_labelled_positions_only`).
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -94,6 +121,7 @@ class RecipeTrainerMixin:
         if not isinstance(model, str) and training_args is not None:  # before the data is tokenized
             check_positions(model, training_args)
         given = _rows(kwargs.get("train_dataset"))
+        score_labelled_positions_only()
         super().__init__(*args, **kwargs)
         _check_rows_left(given, _rows(self.train_dataset), type(self).__name__, self.args)
         callbacks = self.callback_handler.callbacks
