@@ -264,6 +264,11 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: output over an input", ["report", f["existing.json"], "--output", f["existing.json"]], "also what"),
         Case("report: output over a user's file", ["report", f["existing.json"], "--output", f["notes.jsonl"]], "medrecipes did not write"),
         Case("report: output is a folder", ["report", f["existing.json"], "--output", str(files)], "is a folder"),
+        Case("card: run missing", ["card", f"{files}/no-run", "--output", f"{files}/c1"], "no such file or folder"),
+        Case("card: folder with no run", ["card", f["emptydir"], "--output", f"{files}/c2"], "no trainer_state.json"),
+        Case("card: run that never finished", ["card", f["staterun"], "--output", f"{files}/c3"], "no finished run recorded there"),
+        Case("card: eval file missing", ["card", f["staterun"], f"{files}/no.json", "--output", f"{files}/c4"], "no such file or folder"),
+        Case("card: no --output", ["card", f["staterun"]], "--output"),
         # --- values the schema's types and relations refuse, in the YAML and on the command line
         Case("key written twice", script("cpt", _recipe(files, cpt, append="\nmax_steps: 5\n")), "key 'max_steps' is written twice"),
         Case("learning_rate NaN in the YAML", key("cpt", cpt, "learning_rate: 3.0e-3", "learning_rate: .nan"), "learning_rate must be a finite number"),
@@ -331,6 +336,7 @@ FILES = {
     "existing.json": "{}\n",
     "notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
     "emptydir/": None,
+    "staterun/trainer_state.json": '{"log_history": [], "global_step": 0}\n',
     "adapter/adapter_config.json": '{"base_model_name_or_path": "MODEL"}',
     "adapter/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",  # whole, with no tensors
     "badadapter/adapter_config.json": "{not json",

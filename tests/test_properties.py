@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import PYTHON, ROOT, run_ok
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -265,6 +265,10 @@ def sandbox(tmp_path_factory, tiny_model):
               "--output", str(root / "result.json")])  # fmt: skip
     with staged(str(root / "earlier-report.html"), folder=False, kind="report") as path:
         Path(path).write_text("<html></html>")
+    # A finished run of the recipe (one step), whose card `medrecipes card` writes.
+    run_ok(PYTHON, "recipes/cpt.py", root / "recipe.yaml", "--max_steps", "1", "--eval_strategy", "no",
+           "--eval_on_start", "false", "--save_strategy", "no", "--load_best_model_at_end", "false",
+           "--keep_best_checkpoints", "null", "--report_to", "none")  # fmt: skip
     valid = {
         "recipe": str(root / "recipe.yaml"),
         "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file
@@ -284,6 +288,8 @@ def sandbox(tmp_path_factory, tiny_model):
         "gguf": str(root / "model.gguf"),
         "model": str(model),
         "paths": str(root / "result.json"),
+        "run": str(root / "run"),
+        "evals": str(root / "result.json"),
     }
     return root, valid
 
@@ -363,6 +369,7 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
     "convert-gguf": ["convert-gguf", "{gguf}", "{out_dir}"],
     "generate": ["generate", "{model}", "--prompt", "Which vitamin prevents scurvy?", "--max-new-tokens", "2"],
     "report": ["report", "{paths}", "--output", "{--output}"],
+    "card": ["card", "{run}", "{evals}", "--output", "{--output}"],
     "serve": ["serve", "{model}", "--port", "8000"],
 }
 
@@ -413,7 +420,7 @@ def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
     position = INVOCATIONS[command].index("{" + argument + "}")
     argv[position] = bad_path(root, role, kind, argv, valid)
-    before = hashes(root)
+    before, folders = hashes(root), {p for p in root.rglob("*") if p.is_dir()}
     try:
         cli.main(argv)
         code = 0
@@ -429,6 +436,9 @@ def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
     for created in set(after) - set(before):  # what a successful command wrote goes for the next case
         assert code == 0, (argv, created)
         created.unlink()
+    for folder in sorted({p for p in root.rglob("*") if p.is_dir()} - folders, reverse=True):  # a folder result's
+        assert code == 0, (argv, folder)
+        folder.rmdir()
 
 
 @pytest.mark.parametrize("command", list(INVOCATIONS))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT, log_history
+from conftest import PYTHON, ROOT, log_history, run
 from hub_standin import HubStandIn
 from huggingface_hub import ModelCard
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -138,7 +138,8 @@ def test_model_card_has_the_sections_of_a_medical_release(pushed_run):
     assert f"Splits trained on: {splits}" in flat
     # The multiple-choice result with its interval, in the text and as model-index metadata.
     row = next(line for line in text.splitlines() if line.startswith("| usmle | loglik | 8 |"))
-    assert re.fullmatch(r"\| usmle \| loglik \| 8 \| \d+\.\d% \| \d+\.\d%-\d+\.\d% \|", row), row
+    f1 = r"\d\.\d{3} \(\d\.\d{3}-\d\.\d{3}\)"  # macro-F1 with its interval
+    assert re.fullmatch(rf"\| usmle \| loglik \| 8 \| \d+\.\d% \| \d+\.\d%-\d+\.\d% \| {f1} \|", row), row
     metadata = yaml.safe_load(text.split("---")[1])
     (entry,) = metadata["model-index"]
     (result,) = entry["results"]
@@ -164,6 +165,68 @@ def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path):
     assert parsed[1].max_steps == 8 and parsed[1].learning_rate == 0.003 and parsed[0].checkpoint_mirror_url
     recipe, args, model_args = parsed
     assert yaml.safe_load(text) == resolved_recipe(recipe, model_args, args)
+
+
+PQAL = {
+    str(i): {"QUESTION": f"Does treatment {i} work?", "CONTEXTS": ["A trial."], "LONG_ANSWER": f"Treatment {i} worked.",
+             "final_decision": ("yes", "no", "maybe")[i % 3]}
+    for i in range(6)
+}  # fmt: skip
+
+
+def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_path):
+    """`medrecipes card`: the card a push writes, for a run evaluated after it finished (here on
+    PubMedQA in its reasoning-free setting, named as such), made from the run's folder alone."""
+    import json
+
+    from conftest import run_ok
+
+    out, _, hub, _ = pushed_run
+    record = json.loads((out / "run.json").read_text())
+    assert record["finished"]["hardware"] == "1 x CPU, 1 node, one process"
+    assert (
+        record["command"].startswith("python recipes/cpt.py recipes/tiny_cpt.yaml") and SECRET not in record["command"]
+    )
+    assert "--hub_token <redacted>" in record["command"]
+    questions = tmp_path / "ori_pqal.json"
+    questions.write_text(json.dumps(PQAL))
+    evaluation = tmp_path / "eval.json"
+    run_ok(PYTHON, "-m", "medrecipes.cli", "eval", "--model", out / "final", "--tasks", "pubmedqa",
+           "--data", f"pubmedqa={questions}", "--pubmedqa_setting", "reasoning_free", "--output", evaluation)  # fmt: skip
+    card = tmp_path / "card"
+    run_ok(
+        PYTHON,
+        "-m",
+        "medrecipes.cli",
+        "card",
+        out,
+        evaluation,
+        "--output",
+        card,
+        "--repo-id",
+        "med/tiny-cpt",
+    )
+    text = (card / "README.md").read_text()
+    pushed = hub.repos["med/tiny-cpt"]["main"]["README.md"].decode()
+    report = json.loads(evaluation.read_text())["tasks"]["pubmedqa"]
+    row = next(line for line in text.splitlines() if line.startswith("| pubmedqa (reasoning_free) | loglik | 6 |"))
+    assert f"| {report['accuracy']:.1%} |" in row
+    assert not any(line.startswith("| pubmedqa |") for line in text.splitlines())  # never the standard score
+    # The rest is the pushed card's: the run's own evaluation, data, hardware, command and plots.
+    usmle = next(line for line in pushed.splitlines() if line.startswith("| usmle | loglik | 8 |"))
+    assert usmle in text
+    assert "on 1 x CPU, 1 node, one process." in text and "python recipes/cpt.py recipe.yaml" in text
+    assert "recipes/cpt.py recipes/tiny_cpt.yaml" in text and SECRET not in text
+    for line in ("| optimizer steps | 8 |", "| tokens seen | 8,192 |", "| 80.0% | text |"):
+        assert line in text and line in pushed
+    assert {"loss.png", "accuracy.png"} <= {p.name for p in (card / "images").iterdir()}
+    assert (card / "recipe.yaml").read_text() == hub.repos["med/tiny-cpt"]["main"]["recipe.yaml"].decode()
+    # Made again only with --overwrite; a file that is not an eval output is one line.
+    again = run(PYTHON, "-m", "medrecipes.cli", "card", out, "--output", card)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    bad = run(PYTHON, "-m", "medrecipes.cli", "card", out, out / "run.json", "--output", tmp_path / "c2")
+    assert bad.returncode == 2 and "not a `medrecipes eval --output` file" in bad.stderr
+    assert not (tmp_path / "c2").exists()
 
 
 def test_decontamination_result_goes_into_the_card():

@@ -16,6 +16,7 @@ The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 
 import datetime
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -24,9 +25,10 @@ from concurrent.futures import Future
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import yaml
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 
-from medrecipes.config import resolved_yaml
+from medrecipes.config import parse_recipe, recorded_command, resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
@@ -34,7 +36,7 @@ from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
 from medrecipes.outputs.records import written_about
-from medrecipes.report import figures, read_run
+from medrecipes.report import figures, read_run, trainer_state_path
 
 logger = logging.getLogger(__name__)
 
@@ -210,10 +212,11 @@ def model_card(
     decontamination: str | None = None,
     mcq_reports: dict[str, dict] | None = None,
     images: dict[str, str] | None = None,
+    script: str | None = None,
 ) -> ModelCard:
     """The model card of a run, from what the run knows about itself; `mcq_reports`, the
     multiple-choice reports of its last evaluation; `images`, {path in the repository: caption}
-    of its plots."""
+    of its plots; `script`, the recipe script that ran (default: this process's)."""
     base = model_args.model_name_or_path
     scratch = recipe.init_from_scratch
     sources = recipe.mixture.sources if recipe.mixture else []
@@ -237,9 +240,16 @@ def model_card(
         decontamination=decontamination,
         evaluation=evaluation_rows(eval_metrics),
         mcq=[
-            (name, r.get("mode", ""), r["n"], f"{r['accuracy']:.1%}", f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%}")
+            (
+                name,
+                r.get("mode", ""),
+                r["n"],
+                f"{r['accuracy']:.1%}",
+                f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%}",
+                with_interval(r, "macro_f1", ".3f") if r.get("macro_f1") is not None else "",
+            )
             for name, r in mcq_reports.items()
-        ],
+        ],  # fmt: skip
         calibration=calibration_rows(mcq_reports),
         trained_splits=sorted(
             {f"{s.path} {s.split}" + (f" ({s.data_files})" if s.data_files else "") for s in sources}
@@ -249,7 +259,7 @@ def model_card(
         hardware=hardware_line,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
         command=command,
-        script=sys.argv[0],
+        script=script or sys.argv[0],
         recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
         versions=_framework_versions(),
     )
@@ -257,6 +267,124 @@ def model_card(
 
 def _secrets(training_args) -> list[str]:
     return [s for s in {training_args.hub_token, get_token(), os.environ.get("HF_TOKEN")} if s]
+
+
+def write_card(
+    folder: str,
+    run_folder: str,
+    repo_id: str,
+    method: str,
+    recipe,
+    model_args,
+    training_args,
+    summary: dict,
+    eval_metrics: dict,
+    hardware_line: str,
+    command: str,
+    script: str,
+    reports: dict[str, dict] | None = None,
+) -> None:
+    """Write the model card of the run in `run_folder` into `folder` (README.md, its plots under
+    images/ and the resolved recipe as recipe.yaml). The multiple-choice table holds the run's
+    last evaluation and `reports` ({name: report} of `medrecipes eval` outputs, after training)."""
+    try:  # the run's plots, as in its report, and the multiple-choice reports of its last evaluation
+        run = read_run(run_folder, repo_id.split("/")[-1])
+    except UserError:
+        run = None
+    images = {}
+    if run is not None:
+        os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+        for name, (caption, png) in figures([run], []).items():
+            Path(folder, "images", f"{name}.png").write_bytes(png)
+            images[f"images/{name}.png"] = caption
+    last = run.reports[max(run.reports)] if run is not None and run.reports else {}
+    card = model_card(
+        repo_id,
+        method,
+        recipe,
+        model_args,
+        training_args,
+        summary,
+        eval_metrics,
+        hardware_line,
+        command,
+        decontamination_summary(recipe.built_data) if recipe.built_data else None,
+        {**last, **(reports or {})},
+        images,
+        script,
+    )
+    text = str(card)
+    for secret in _secrets(training_args):
+        if secret in text:  # e.g. a token pasted into a recipe value
+            text = text.replace(secret, "<redacted>")
+    Path(folder, "README.md").write_text(text)
+    Path(folder, "recipe.yaml").write_text(resolved_yaml(recipe, model_args, training_args))
+
+
+def evaluation_reports(paths: list[str]) -> dict[str, dict]:
+    """{name: report} of the tasks in `medrecipes eval` output files; a PubMedQA task asked in a
+    setting other than its standard one is named with that setting (never shown as the standard score)."""
+    reports = {}
+    for path in paths:
+        try:
+            tasks = json.loads(Path(path).read_text(encoding="utf-8"))["tasks"]
+            items = list(tasks.items())
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            raise UserError(f"{path}: not a `medrecipes eval --output` file (no 'tasks'); pass one") from None
+        for task, report in items:
+            setting = report.get("pubmedqa_setting") if isinstance(report, dict) else None
+            name = task if setting in (None, "reasoning_required") else f"{task} ({setting})"
+            if not isinstance(report, dict) or not {"accuracy", "n", "ci95"} <= set(report):
+                raise UserError(
+                    f"{path}: task {task} has no accuracy, n and ci95; pass a `medrecipes eval --output` file"
+                )
+            if name in reports:
+                raise UserError(f"{path}: {name} is in an earlier eval file too; give each task once")
+            reports[name] = report
+    return reports
+
+
+def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: str | None, overwrite: bool) -> None:
+    """Write the model card of the finished run in `run_folder` into the folder `output`, as a push
+    would (`write_card`), with the evaluations of `eval_files` (`medrecipes eval` outputs made
+    after training) in its table. The recipe is the run's record of it (run.json), parsed again."""
+    from transformers import TrainerState
+
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+
+    for path in (run_folder, *eval_files):
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file or folder; pass a run's output_dir and eval --output files")
+    if not os.path.isdir(run_folder) or trainer_state_path(run_folder) is None:
+        raise UserError(
+            f"{run_folder}: no trainer_state.json in it or in a checkpoint; pass a training run's output_dir"
+        )
+    where = f"{run_folder}/run.json"
+    run = read_run(run_folder, Path(run_folder).name)
+    record = run.record
+    if not record.get("finished") or not isinstance(record.get("recipe"), dict):
+        raise UserError(f"{where}: no finished run recorded there; pass the output_dir of a run that wrote final/")
+    method = Path(str(record.get("script", ""))).stem
+    reports = evaluation_reports(eval_files)
+    claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
+    with staged(output, folder=True, kind="card") as folder:
+        recipe_file = Path(folder, "recipe.yaml")
+        recipe_file.write_text(yaml.safe_dump(record["recipe"], sort_keys=False))
+        try:
+            recipe, args, model_args = parse_recipe(method, [str(recipe_file)])
+        except (UserError, KeyError) as err:
+            raise UserError(
+                f"{where}: the run's recipe does not parse here ({err}); run this where the run ran"
+            ) from None
+        state = TrainerState.load_from_json(trainer_state_path(run_folder))
+        eval_file = Path(run_folder, "eval_results.json")
+        metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
+        done = record["finished"]
+        write_card(folder, run_folder, repo_id or Path(run_folder).absolute().name, method, recipe, model_args,
+                   args, training_summary(state), metrics, done.get("hardware") or "hardware not recorded",
+                   record.get("command") or f"python {record['script']} (its command line was not recorded)",
+                   record["script"], reports)  # fmt: skip
 
 
 def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) -> str | None:
@@ -270,38 +398,9 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
     args = trainer.args
     repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
     method = Path(sys.argv[0]).stem
-    command = " ".join(["python", *sys.argv])
-    try:  # the run's plots, as in its report, and the multiple-choice reports of its last evaluation
-        run = read_run(args.output_dir, repo_id.split("/")[-1])
-    except UserError:
-        run = None
-    images = {}
-    if run is not None:
-        os.makedirs(os.path.join(final_dir, "images"), exist_ok=True)
-        for name, (caption, png) in figures([run], []).items():
-            Path(final_dir, "images", f"{name}.png").write_bytes(png)
-            images[f"images/{name}.png"] = caption
-    reports = run.reports[max(run.reports)] if run is not None and run.reports else {}
-    card = model_card(
-        repo_id,
-        method,
-        recipe,
-        model_args,
-        args,
-        training_summary(trainer.state),
-        eval_metrics,
-        hardware(trainer),
-        command,
-        decontamination_summary(recipe.built_data) if recipe.built_data else None,
-        reports,
-        images,
-    )
-    text = str(card)
-    for secret in _secrets(args):
-        if secret in text:  # e.g. a token pasted into a recipe value
-            text = text.replace(secret, "<redacted>")
-    Path(final_dir, "README.md").write_text(text)
-    Path(final_dir, "recipe.yaml").write_text(resolved_yaml(recipe, model_args, args))
+    summary = training_summary(trainer.state)
+    write_card(final_dir, args.output_dir, repo_id, method, recipe, model_args, args, summary, eval_metrics,
+               hardware(trainer), recorded_command(recipe, model_args, args), sys.argv[0])  # fmt: skip
     api = HfApi(token=args.hub_token)
     repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
     commit = api.upload_folder(

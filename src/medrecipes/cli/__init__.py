@@ -20,6 +20,7 @@ medrecipes convert-gguf gemma-3-270m-q4_k_m.gguf models/gemma-3-270m
 medrecipes generate outputs/demo/sft/final --prompt "Which vitamin deficiency causes scurvy?"
 medrecipes serve outputs/demo/sft/final --port 8000
 medrecipes report outputs/demo/cpt outputs/demo/sft outputs/demo/grpo outputs/demo/eval.json --output outputs/demo/report.html
+medrecipes card outputs/demo/sft outputs/demo/eval.json --output outputs/demo/sft-card
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""The commands that measure a model or show results: eval, perplexity, calibrate, report."""
+"""The commands that measure a model or show results: eval, perplexity, calibrate, report, card."""
 
 import json
 
@@ -10,7 +10,7 @@ from medrecipes.cli.arguments import (
 
 
 def add_commands(commands) -> None:
-    """eval, perplexity, calibrate and report."""
+    """eval, perplexity, calibrate, report and card."""
     # Its options are config.EvalArguments, parsed there (--help lists them); a YAML with those keys works too.
     evaluate = commands.add_parser("eval", help="accuracy on MedQA, MedMCQA, PubMedQA, MMLU-medical", add_help=False)
     evaluate.set_defaults(func=cmd_eval, takes_overrides=True)
@@ -54,6 +54,18 @@ def add_commands(commands) -> None:
     report.add_argument("--title", help="the page's title (default: the runs' names)")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report")
     report.set_defaults(func=cmd_report)
+
+    card = commands.add_parser(
+        "card", help="the model card of a finished run, with the evaluations made after it, as a push writes it"
+    )
+    card.add_argument("run", type=input_path, metavar="RUN", help="a training run's output_dir")
+    card.add_argument("evals", type=input_path, nargs="*", metavar="EVAL", help="eval --output files of its model")
+    card.add_argument(
+        "--output", type=output_path, required=True, help="a folder for README.md, images/ and recipe.yaml"
+    )
+    card.add_argument("--repo-id", help="the model's name on the card (default: the run folder's name)")
+    card.add_argument("--overwrite", action="store_true", help="replace an earlier card in --output")
+    card.set_defaults(func=cmd_card)
 
 
 def cmd_eval(args) -> None:
@@ -115,3 +127,10 @@ def cmd_report(args) -> None:
 
     images = write_report(args.paths, args.output, args.title, args.overwrite)
     print(f"report written to {args.output}: {len(images)} plots, also as PNG files in {images_folder(args.output)}")
+
+
+def cmd_card(args) -> None:
+    from medrecipes.hub import card_of_run
+
+    card_of_run(args.run, args.evals, args.output, args.repo_id, args.overwrite)
+    print(f"model card of {args.run} written to {args.output}/README.md, with its plots and recipe.yaml")

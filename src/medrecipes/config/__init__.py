@@ -13,7 +13,7 @@ dataclasses, every key checked and the derived settings computed once, for the a
 
 from medrecipes.config.checks import resolve_token_budget
 from medrecipes.config.eval_args import EvalArguments, parse_eval_args
-from medrecipes.config.parse import parse_recipe, recipe_method, resolved_recipe, resolved_yaml
+from medrecipes.config.parse import parse_recipe, recipe_method, recorded_command, resolved_recipe, resolved_yaml
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import (
     CPTConfig,
@@ -40,6 +40,7 @@ __all__ = [
     "prompts_per_step_accumulation",
     "recipe_method",
     "resolve_token_budget",
+    "recorded_command",
     "resolved_recipe",
     "resolved_yaml",
 ]

@@ -2,6 +2,7 @@
 resolved recipe it gives back (`medrecipes validate`, the run record, the model card)."""
 
 import dataclasses
+import sys
 from enum import Enum
 from typing import Any
 
@@ -115,6 +116,17 @@ def resolved_recipe(*parsed) -> dict[str, Any]:
             if f.init and f.name not in resolved and f.name not in SECRET_FIELDS:
                 resolved[f.name] = _plain(own.get(f.name, getattr(obj, f.name)))
     return resolved
+
+
+def recorded_command(*parsed) -> str:
+    """The command line that started this process, as a run records it: a credential given on it
+    (SECRET_FIELDS) replaced by <redacted>."""
+    command = " ".join(["python", *sys.argv])
+    for obj in parsed:
+        for name in SECRET_FIELDS:
+            if secret := getattr(obj, name, None):
+                command = command.replace(secret, "<redacted>")
+    return command
 
 
 def resolved_yaml(*parsed) -> str:

@@ -46,7 +46,7 @@ def _read_json(path: str, what: str):
         ) from None
 
 
-def _trainer_state(folder: str) -> str | None:
+def trainer_state_path(folder: str) -> str | None:
     """The run's trainer_state.json: the one written at the end, or the newest checkpoint's."""
     root = os.path.join(folder, TRAINER_STATE)
     if os.path.isfile(root):
@@ -56,7 +56,7 @@ def _trainer_state(folder: str) -> str | None:
 
 
 def read_run(folder: str, name: str) -> Run:
-    state_path = _trainer_state(folder)
+    state_path = trainer_state_path(folder)
     if state_path is None:
         raise UserError(
             f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
@@ -102,7 +102,7 @@ def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
     for path, name in zip(paths, _names(paths), strict=True):
         if os.path.isfile(path):
             evaluations.append(read_evaluation(path, name.removesuffix(".json")))
-        elif os.path.isdir(path) and _trainer_state(path) is not None:
+        elif os.path.isdir(path) and trainer_state_path(path) is not None:
             runs.append(read_run(path, name))
         elif os.path.isdir(path) and (files := sorted(glob.glob(os.path.join(path, "*.json")))):
             evaluations += [read_evaluation(f, f"{name}/{Path(f).stem}") for f in files]

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from medrecipes.allocator import keep_freed_memory
 from medrecipes.errors import UserError, first_to_report
+from medrecipes.hub import hardware
 from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.training.callbacks import StopsRun
@@ -51,7 +52,7 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     final_dir = save_final(trainer)
-    record_finished(trainer.args, trainer.state)
+    record_finished(trainer.args, trainer.state, hardware(trainer))
     return final_dir
 
 
@@ -79,7 +80,7 @@ def _finish_from(trainer, checkpoint: str) -> str:
     )
     trainer._load_from_checkpoint(source)  # the load a resume does before its first step
     final_dir = save_final(trainer)
-    record_finished(trainer.args, trainer.state)
+    record_finished(trainer.args, trainer.state, hardware(trainer))
     return final_dir
 
 

@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 
-from medrecipes.config.parse import resolved_recipe
+from medrecipes.config.parse import recorded_command, resolved_recipe
 from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
 from medrecipes.outputs.checkpoints import CHECKPOINT, kept
@@ -150,13 +150,18 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 )
             return True
         if saved is None and training_args.should_save:
-            # The settings it ran with, for `medrecipes report`; only `ours` tells runs apart.
-            write_record(output_dir, {**ours, "recipe": resolved_recipe(recipe, model_args, training_args)})
+            # The settings it ran with and how it was started, for `medrecipes report` and `medrecipes
+            # card`; only `ours` tells runs apart.
+            command = recorded_command(recipe, model_args, training_args)
+            write_record(
+                output_dir, {**ours, "command": command, "recipe": resolved_recipe(recipe, model_args, training_args)}
+            )
     return False
 
 
-def record_finished(training_args, state) -> None:
-    """Note in the record that the run finished (after final/ is in place)."""
+def record_finished(training_args, state, hardware: str) -> None:
+    """Note in the record that the run finished (after final/ is in place), and on what
+    (`hub.hardware`: the card's line)."""
     if not training_args.should_save:
         return
     record = read_record(training_args.output_dir) or {}
@@ -164,5 +169,6 @@ def record_finished(training_args, state) -> None:
         "global_step": state.global_step,
         "max_steps": training_args.max_steps,
         "num_train_epochs": training_args.num_train_epochs,
+        "hardware": hardware,
     }
     write_record(training_args.output_dir, record)
