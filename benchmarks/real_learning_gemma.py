@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = summarise(out, seconds)
     write_results(name, report, markdown(report))
     report_page(out, name)
+    cards(out, name)
     return report
 
 
@@ -322,6 +323,28 @@ def report_page(out: Path, name: str) -> None:
     medrecipes("report", *runs, str(out / "eval"), "--output", str(page), "--overwrite",
                "--title", "Gemma 3 270M learns PubMedQA: both settings")  # fmt: skip
     (RESULTS / page.name).write_bytes(page.read_bytes())
+
+
+# The runs that get a model card: (run folder, the eval output of its model on the dev questions).
+CARDS = [(run, f"{run}-pubmedqa-generate") for run in ("sft-free", "grpo-free", "dpo-free", "sft-long", "grpo-long")]
+
+
+def cards(out: Path, name: str) -> list[Path]:
+    """`medrecipes card` of each finished stage with its dev evaluation, as a push would write it,
+    into out/cards/<run>/; each card's text also as benchmarks/results/<name>_cards/<run>.md (its
+    plots are the report page's)."""
+    written = []
+    for folder, stem in CARDS:
+        evaluation = out / "eval" / f"{stem}.json"
+        if (out / folder / "final").is_dir() and evaluation.exists():
+            card = out / "cards" / folder
+            medrecipes("card", str(out / folder), str(evaluation), "--output", str(card), "--overwrite",
+                       "--repo-id", f"gemma3-270m-pubmedqa-{folder}")  # fmt: skip
+            copy = RESULTS / f"{name}_cards" / f"{folder}.md"
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text((card / "README.md").read_text())
+            written.append(copy)
+    return written
 
 
 def cpu_stages(out: Path, stage, part: str, samples: int, seed: int) -> None:

@@ -108,3 +108,25 @@ def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
             assert args.max_steps == 100, name
         else:
             assert args.num_train_epochs == 12, name
+
+
+def test_each_finished_stage_gets_its_card_with_its_dev_evaluation(out, tmp_path, monkeypatch):
+    calls = []
+
+    def card(*args):  # `medrecipes card RUN EVAL --output DIR ...`, as the command writes it
+        calls.append(args)
+        folder = args[args.index("--output") + 1]
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "README.md").write_text(f"card of {args[1]}")
+
+    monkeypatch.setattr(check, "medrecipes", card)
+    monkeypatch.setattr(check, "RESULTS", tmp_path / "results")
+    (out / "sft-free" / "final").mkdir(parents=True)
+    (out / "grpo-free" / "final").mkdir(parents=True)  # trained, then its evaluation is missing
+    (out / "eval" / "grpo-free-pubmedqa-generate.json").unlink()
+    written = check.cards(out, "learning")
+    assert [c[:3] for c in calls] == [
+        ("card", str(out / "sft-free"), str(out / "eval" / "sft-free-pubmedqa-generate.json"))
+    ]
+    assert written == [tmp_path / "results" / "learning_cards" / "sft-free.md"]
+    assert written[0].read_text() == f"card of {out / 'sft-free'}"
