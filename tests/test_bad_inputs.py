@@ -477,3 +477,27 @@ if __name__ == "__main__":  # print the docs table: python tests/test_bad_inputs
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_model(f"{tmp}/model", [str(ROOT / "data/medical_text/train.jsonl")])
         sys.stdout.write(table_markdown(make_files(Path(tmp) / "files", model), model))
+
+
+def test_the_line_starts_its_own_line_after_an_open_progress_bar(capsys):
+    """A run stopped mid-epoch leaves its progress bar's line open on stderr (no newline until the
+    bar closes): the error line starts after it, where `error:` begins a line."""
+    from tqdm.auto import tqdm
+
+    from medrecipes.errors import UserError, exit_on_user_error
+
+    @exit_on_user_error
+    def fails():
+        raise UserError("the disk is full")
+
+    bar = tqdm(total=12)
+    bar.update(5)
+    with pytest.raises(SystemExit):
+        fails()
+    bar.close()
+    with pytest.raises(SystemExit):
+        fails()  # no bar open: no empty line before it
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines.count("error: the disk is full") == 2, err
+    assert not err.startswith("\n") and "\n\nerror:" not in err.split("error:", 1)[1], err

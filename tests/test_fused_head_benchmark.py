@@ -3,7 +3,10 @@ same loss and write their figures. No speed is asserted."""
 
 import json
 
+import pytest
 from conftest import PYTHON, ROOT, run_ok
+
+pytestmark = pytest.mark.long  # a benchmark's own check: make test-long
 
 
 def test_fused_head_benchmark_runs_both_ways(tmp_path):

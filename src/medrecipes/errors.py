@@ -236,8 +236,8 @@ def exit_on_user_error(main: Callable) -> Callable:
         try:
             return main(*args, **kwargs)
         except UserError as err:
-            if first_to_report():
-                print(f"error: {err}", file=sys.stderr)
+            if first_to_report():  # on a line of its own where a progress bar left its line open
+                print(f"{chr(10) if _bar_open() else ''}error: {err}", file=sys.stderr)
             sys.exit(2)
         except (KeyboardInterrupt, Exception) as err:
             if not _interrupted(err):
@@ -248,6 +248,13 @@ def exit_on_user_error(main: Callable) -> Callable:
             sys.exit(130)
 
     return wrapper
+
+
+def _bar_open() -> bool:
+    """Whether a tqdm progress bar is open in this process: its line on stderr, redrawn with a
+    carriage return, has no newline until the bar closes (a training run stopped mid-epoch)."""
+    bars = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    return bool(getattr(bars, "_instances", None))
 
 
 EXIT_GRACE_SECONDS = 30
