@@ -10,6 +10,7 @@ value, text for a number.
 """
 
 import dataclasses
+import json
 import math
 import os
 import types
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT, run_ok
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -265,10 +266,16 @@ def sandbox(tmp_path_factory, tiny_model):
               "--output", str(root / "result.json")])  # fmt: skip
     with staged(str(root / "earlier-report.html"), folder=False, kind="report") as path:
         Path(path).write_text("<html></html>")
-    # A finished run of the recipe (one step), whose card `medrecipes card` writes.
-    run_ok(PYTHON, "recipes/cpt.py", root / "recipe.yaml", "--max_steps", "1", "--eval_strategy", "no",
-           "--eval_on_start", "false", "--save_strategy", "no", "--load_best_model_at_end", "false",
-           "--keep_best_checkpoints", "null", "--report_to", "none")  # fmt: skip
+    # The record of a finished run of the recipe, as a run leaves it, whose card `medrecipes card` writes.
+    from medrecipes.config import parse_recipe, resolved_recipe
+
+    recipe_, args, model_args = parse_recipe("cpt", [str(root / "recipe.yaml")])
+    (root / "run" / "final").mkdir(parents=True)
+    (root / "run" / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"loss": 2.0, "step": 1}]}')
+    finished = {"global_step": 1, "max_steps": 1, "num_train_epochs": 1, "hardware": "1 x CPU, 1 node, one process"}
+    record = {"script": "recipes/cpt.py", "model": str(model), "command": "python recipes/cpt.py recipe.yaml",
+              "recipe": resolved_recipe(recipe_, model_args, args), "finished": finished}  # fmt: skip
+    (root / "run" / "run.json").write_text(json.dumps(record))
     valid = {
         "recipe": str(root / "recipe.yaml"),
         "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file

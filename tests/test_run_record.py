@@ -15,7 +15,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from medrecipes.mirror import COMPLETE
 from medrecipes.plan.shape import flops_per_token, model_shape
 
-pytestmark = pytest.mark.slow
+# A run pushed end to end with its checkpoints and card: make test-long.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 SECRET = "hf_standinSecretToken0123456789"
 PRICE, PEAK = 2.5, 0.5
