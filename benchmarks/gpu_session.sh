@@ -13,12 +13,24 @@
 #   bash benchmarks/gpu_session.sh generation            # GRPO's generation paths side by side (grpo_generation.py)
 #   bash benchmarks/gpu_session.sh stage-model N         # N = 0..3: keep the carried part N of Gemma 3 270M's .gguf
 #   bash benchmarks/gpu_session.sh learn                 # the learning check on the GPU (real_learning_gemma.py --device gpu)
-#   bash benchmarks/gpu_session.sh levers                # the speed levers' run, most telling first: the
-#                                                        # generation paths, LoRA SFT (c) and CPT (a) ablated
-#                                                        # and profiled, then grpo-usmle to its end
+#   bash benchmarks/gpu_session.sh levers                # the speed levers' run in one call (below)
 #
 # CASE_TIMEOUT (seconds, default 420) bounds each case, SESSION_SECONDS (default 570) the whole call.
 # GEN_ARGS: more options of grpo_generation.py (a CPU run: --preset tiny --completion 16 ...).
+#
+# levers: four parts, most telling first, each bounded by PART_SECONDS (default 150) and none
+# started with under a minute of SESSION_SECONDS (default 540 here) left, each writing its results
+# into $OUT as it ends (a case's file after each of its runs, so a part cut short keeps them):
+#   1. LoRA SFT (c), LORA_CASE (sft_lora_4b): the plain loop, the plain trainer and ours, profiled
+#      operator by operator (the gap to the plain loop: profile_gap_to_plain_loop);
+#   2. GRPO generation, 16 x 16 completions of 512 on the 0.4B preset: HF generate against the
+#      static cache with a compiled decoding step (`compile_generation`), GEN_PATHS;
+#   3. CPT (a), CPT_CASE (cpt_gemma3_4b): the three arms;
+#   4. grpo-usmle to its end.
+# Each part's time and exit status is printed as it ends ("levers: part ... s"), and a summary at
+# the end. A part cut by its limit reads "timed out" (exit 124), never as finished. Sized from the
+# H100 figures of 2026-11-27 (4B LoRA SFT 0.3-3.3 s a step, generate 3,929 tokens/s); at tiny size
+# on a CPU (REQUIRE_GPU=0, the *_tiny cases, GEN_ARGS and ARCH small) it shows every part.
 #
 # learn needs Gemma 3 270M (253 MB as a .gguf) where a call carries at most 64 MiB: `make
 # stage-model` puts the four parts of the .gguf (about 60 MB each) in .stage/, and four calls back to
@@ -199,7 +211,14 @@ run_cases() {
         limit=${CASE_TIMEOUT:-420}
         [ "$limit" -le "$left" ] || limit=$left
         timeout "$limit" python3 benchmarks/train_throughput.py "$name" --out "$OUT" "${extra[@]}" 2>&1 | quiet
-        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "case $name did not finish within ${limit}s" | tee -a "$LOG"; status=1; }
+        code=${PIPESTATUS[0]}
+        if [ "$code" -eq 124 ]; then
+            echo "case $name timed out at ${limit}s; its results file keeps the runs it finished" | tee -a "$LOG"
+            status=124
+        elif [ "$code" -ne 0 ]; then
+            echo "case $name failed (exit $code)" | tee -a "$LOG"
+            [ "$status" -eq 124 ] || status=1
+        fi
     done
     return $status
 }
@@ -212,12 +231,41 @@ case "${1:-all}" in
         generation 2>&1 | quiet
         exit "${PIPESTATUS[0]}" ;;
     levers)
-        # LORA_CASE and CPT_CASE (default sft_lora_4b and cpt_gemma3_4b) name the cases: *_tiny on a CPU.
-        status=0
-        generation 2>&1 | quiet; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-        run_cases "${LORA_CASE:-sft_lora_4b}" -- --ablate --profile || status=1
-        run_cases "${CPT_CASE:-cpt_gemma3_4b}" -- --ablate --profile --no-baseline || status=1
-        grpo_usmle_check 2>&1 | quiet; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        export SESSION_SECONDS=${SESSION_SECONDS:-540} CASE_TIMEOUT=${PART_SECONDS:-150}
+        GEN_ARGS="--paths ${GEN_PATHS:-generate,static_compiled} ${GEN_ARGS:-}"
+        status=0 summary=()
+        part() {  # part NAME COMMAND...: run it within PART_SECONDS, say how long it took and how it ended
+            local name=$1 began=$SECONDS code left=$(( SESSION_SECONDS - SECONDS ))
+            shift
+            if [ "$left" -lt 60 ]; then
+                summary+=("$name: not started, ${left}s of the session left")
+                echo "levers: part $name not started: ${left}s of the session left" | tee -a "$LOG"
+                status=1
+                return
+            fi
+            "$@"
+            code=$?
+            local took=$(( SECONDS - began )) how=done
+            [ "$code" -eq 0 ] || how="failed (exit $code)"
+            [ "$code" -eq 124 ] && how="timed out"
+            [ "$code" -eq 0 ] || status=1
+            summary+=("$name: $how in ${took}s")
+            echo "levers: part $name $how in ${took}s (session at ${SECONDS}s of ${SESSION_SECONDS}s)" | tee -a "$LOG"
+        }
+        bounded() {  # the generation and grpo-usmle parts, within PART_SECONDS and the session
+            local limit=$CASE_TIMEOUT left=$(( SESSION_SECONDS - SECONDS ))
+            [ "$limit" -le "$left" ] || limit=$left
+            SESSION_SECONDS=$(( SECONDS + limit )) "$@" 2>&1 | quiet
+            return "${PIPESTATUS[0]}"
+        }
+        part lora run_cases "${LORA_CASE:-sft_lora_4b}" -- --profile
+        part generation bounded generation
+        part cpt run_cases "${CPT_CASE:-cpt_gemma3_4b}"
+        export OUT LOG
+        export -f grpo_usmle_check quiet
+        part grpo-usmle bounded timeout "$CASE_TIMEOUT" bash -c grpo_usmle_check
+        printf 'levers summary (%ss in all):\n' "$SECONDS" | tee -a "$LOG"
+        printf '  %s\n' "${summary[@]}" | tee -a "$LOG"
         exit $status ;;
     grpo-usmle)
         grpo_usmle_check 2>&1 | quiet

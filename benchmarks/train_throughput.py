@@ -20,13 +20,18 @@ data synthetic, so nothing is downloaded:
   (a log-normal fitted to MedQA questions), the answer tokens alone trained;
 - grpo: the questions of data/usmle_sample, rendered by the recipe's own `grpo_data`.
 
+Every case has three arms, run in one process: ours, the plain loop and the plain trainer.
 "Ours" is the recipe's own path: `parse_recipe` of the recipe YAML (with the case's keys and
 `--set`), `models.loading.load_model`, the recipe's trainer class (`CausalLMTrainer`, `MedSFTTrainer`,
 `MedGRPOTrainer`, all in the package) with the recipe's collator, data path and
 callbacks. The baseline is the same model, data, precision and batch shape given to the plain
 trainer with its defaults: transformers' `Trainer` with its padding collator (CPT), TRL's
 `SFTTrainer` on padded batches (SFT), TRL's `GRPOTrainer` (GRPO), sdpa attention, no compile,
-no fused loss, no Liger. It runs first: Liger patches model classes for the whole process.
+no fused loss, no Liger. The plain loop (benchmarks/plain_loop.py) is the honest yardstick: the
+loop a competent user writes without a trainer (the same model, dtype, LoRA, rows and trained
+positions; `model(input_ids, labels=...)`, AdamW, clipping). Both run first: Liger patches model
+classes for the whole process. `ratio` is ours over the plain trainer, `ratio_to_plain_loop` ours
+over the plain loop.
 
 What is reported, over the steps after the warm-up ones (compilation, allocator growth):
 
@@ -60,7 +65,10 @@ What is reported, over the steps after the warm-up ones (compilation, allocator 
   and `_generate_and_score_completions` (generation, rewards, reference log-probs): training =
   forward/backward minus those, plus the optimizer.
 
-Each case writes benchmarks/results/<case>-<device>.json (or under --out).
+Each case writes benchmarks/results/<case>-<device>.json (or under --out), again after each of its
+runs (`complete` false until the last), so a case cut short keeps what it measured. A SIGTERM
+(the `timeout` that bounds a case) stops the run in progress at its step's end, is written as
+that run's error, and the case ends there with exit code 124: a timeout, never a finished run.
 """
 
 import argparse
@@ -73,6 +81,7 @@ import platform
 import re
 import resource
 import shlex
+import signal
 import statistics
 import sys
 import tempfile
@@ -80,6 +89,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # plain_loop, beside this script
+
+from op_census import OperatorCensus, census_gap  # noqa: E402
+from plain_loop import PlainLoop  # noqa: E402
+
 CONFIGS = ROOT / "benchmarks" / "configs"
 RESULTS = ROOT / "benchmarks" / "results"
 # The card `plan` estimates memory for when the run is not on a listed GPU.
@@ -173,6 +187,27 @@ def grpo_prompts(recipe, prompt_format: str, source: str):
 
 # ---------------------------------------------------------------------------
 # Measuring
+
+
+class TimedOut(Exception):
+    """A SIGTERM, the `timeout` that bounds a case, stopped a run: the case ends as a timeout."""
+
+
+def raise_timed_out(signum, frame):
+    raise TimedOut(f"{signal.Signals(signum).name} received (the case's time limit)")
+
+
+def stopped_early(trainer) -> None:
+    """A run that one of the recipe's callbacks stopped before its last step is no measurement:
+    the preemption handler turns the case's SIGTERM into a checkpoint and a clean stop, which
+    must read as the timeout it is."""
+    from medrecipes.training.callbacks import PreemptionHandler, StopsRun
+
+    handler = getattr(trainer, "callback_handler", None)
+    for callback in handler.callbacks if handler else []:
+        if isinstance(callback, StopsRun) and callback.stop_reason:
+            kind = TimedOut if isinstance(callback, PreemptionHandler) else RuntimeError
+            raise kind(f"stopped by {type(callback).__name__}: {callback.stop_reason}")
 
 
 class Clock:
@@ -310,20 +345,18 @@ class HostCounter:
             setattr(owner, name, original)
 
 
-def window_callback(trainer, warmup: int, window_steps: int, counter: HostCounter):
+def window_callback(trainer, warmup: int, window_steps: int, *counters):
     """Marks each step's end; synchronises and reads the wall clock after the warm-up steps and
-    then every `window_steps` steps and after the last, the only waits it adds; counts host
-    reads and callback calls after the warm-up."""
+    then every `window_steps` steps and after the last, the only waits it adds; the `counters`
+    (host reads and callback calls, the operator census) count the steps after the warm-up."""
     from transformers import TrainerCallback
 
     class Window(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             trainer.measured_steps[-1]["end"] = trainer.clock.mark()
             step = state.global_step
-            if step == warmup:
-                counter.active = True
-            if step == state.max_steps:
-                counter.active = False
+            for counter in counters:
+                counter.active = warmup <= step < state.max_steps
             if step >= warmup and ((step - warmup) % window_steps == 0 or step == state.max_steps):
                 trainer.window_marks.append((step, trainer.clock.wall()))
 
@@ -350,7 +383,33 @@ def top_operators(profiler, steps: int, count: int = 80) -> list[dict]:
     ]
 
 
-def train_measured(trainer, warmup: int, window_steps: int | None = None, profile: bool = False) -> dict:
+def profile_gap(ours: dict, other: dict, count: int = 25) -> list[dict] | None:
+    """Operator by operator, what ours does per step beyond the other arm (the plain loop): the
+    operators of either profile by the difference of their own time, with both arms' calls per
+    step, so that work one arm does and the other does not (a metric, a mask, a copy) shows."""
+    if not ours.get("profile") or not other.get("profile"):
+        return None
+    mine = {row["operator"]: row for row in ours["profile"]}
+    theirs = {row["operator"]: row for row in other["profile"]}
+    none = {"self_ms_per_step": 0.0, "calls_per_step": 0.0}
+    rows = [
+        {
+            "operator": name,
+            "ours_ms": mine.get(name, none)["self_ms_per_step"],
+            "other_ms": theirs.get(name, none)["self_ms_per_step"],
+            "ours_calls": mine.get(name, none)["calls_per_step"],
+            "other_calls": theirs.get(name, none)["calls_per_step"],
+        }
+        for name in mine.keys() | theirs.keys()
+    ]
+    for row in rows:
+        row["extra_ms"] = row["ours_ms"] - row["other_ms"]
+    return sorted(rows, key=lambda row: abs(row["extra_ms"]), reverse=True)[:count]
+
+
+def train_measured(
+    trainer, warmup: int, window_steps: int | None = None, profile: bool = False, census: bool = False
+) -> dict:
     """Train, then read every mark: the figures of the steps after the warm-up, as a whole and
     in windows of `window_steps` steps (one window when None); with `profile`, the run's top
     operators too."""
@@ -361,14 +420,18 @@ def train_measured(trainer, warmup: int, window_steps: int | None = None, profil
     trainer.measured_steps, trainer.window_marks = [], []
     counter = HostCounter()
     window_steps = window_steps or trainer.args.max_steps
-    trainer.add_callback(window_callback(trainer, warmup, window_steps, counter))
+    operators = OperatorCensus() if census else None
+    trainer.add_callback(window_callback(trainer, warmup, window_steps, counter, *([operators] if census else [])))
     if trainer.clock.cuda:
         torch.cuda.reset_peak_memory_stats()
     profiler = profiled(trainer.clock.cuda) if profile else contextlib.nullcontext()
-    with counter, profiler:
+    with counter, profiler, operators or contextlib.nullcontext():
         trainer.train()
+    stopped_early(trainer)
     clock, steps = trainer.clock, trainer.measured_steps[warmup:]
     marks = trainer.window_marks
+    if len(marks) < 2:
+        raise RuntimeError(f"{len(trainer.measured_steps)} steps ran: none measured after the {warmup} warm-up steps")
     wall = marks[-1][1] - marks[0][1]
     step_tokens = [torch.stack(s["tokens"]).sum(0)[0].item() for s in trainer.measured_steps]
     windows = [
@@ -408,6 +471,8 @@ def train_measured(trainer, warmup: int, window_steps: int | None = None, profil
     record["split_s"]["between_steps"] = record["step_s"] - sum(record["split_s"].values())
     if profile:
         record["profile"] = top_operators(profiler, trainer.args.max_steps)
+    if census:
+        record["census"] = operators.table(per_step)
     if any(s["generation"] for s in steps):
         generation = [sum(clock.seconds(a, b) for a, b in s["generation"]) for s in steps]
         scoring = [sum(clock.seconds(a, b) for a, b in s["scoring"]) for s in steps]
@@ -461,12 +526,13 @@ def parse_case(case: dict, changes: dict, device: str, output_dir: str):
 class Bench:
     """One case: its data, tokenizer and model config, shared by every run in the process."""
 
-    def __init__(self, case: dict, device: str, workdir: str, profile: bool = False):
+    def __init__(self, case: dict, device: str, workdir: str, profile: bool = False, census: bool = False):
         from medrecipes.models.scratch import scratch_config
         from medrecipes.plan.hardware import GPUS, gpu_type
 
         self.case, self.device, self.workdir = case, device, workdir
         self.profile = profile  # --profile: each run under torch.profiler
+        self.census = census  # --census: each run's operators counted (op_census.py)
         self.clock = Clock(device == "cuda")
         vocab = scratch_config(case["architecture"]).vocab_size
         self.tokenizer = vocabulary_tokenizer(vocab)
@@ -507,6 +573,16 @@ class Bench:
         run_dir = tempfile.mkdtemp(dir=self.workdir)
         return parse_case(self.case, changes, self.device, run_dir)
 
+    def settled(self, changes: dict):
+        """The recipe as its script runs it: parsed, then activation checkpointing decided by the
+        memory plan where the recipe leaves it to the plan (SFT), before the model loads."""
+        from medrecipes.plan.summary import settle_checkpointing
+
+        recipe, args, model_args = self.parse(changes)
+        if self.method == "sft":
+            settle_checkpointing(recipe, args, model_args)
+        return recipe, args, model_args
+
     def padded_batch(self, args) -> int:
         """Examples per padded micro-batch that carry about the tokens of the packed one's rows."""
         return max(1, round(self.base_args.per_device_train_batch_size * args.max_length / self.mean_length))
@@ -543,7 +619,7 @@ class Bench:
         from medrecipes.rewards import reward_functions
         from medrecipes.training.callbacks import recipe_callbacks
 
-        recipe, args, model_args = self.parse(changes)
+        recipe, args, model_args = self.settled(changes)
         if self.method == "sft" and not args.packing:
             args.per_device_train_batch_size = self.padded_batch(args)
         if self.method == "grpo":
@@ -577,6 +653,10 @@ class Bench:
         return measured(trainer_class, self.clock)(
             reward_funcs=reward_funcs, peft_config=get_peft_config(model_args), **common
         )
+
+    def plain_loop(self, changes: dict):
+        """The loop a user writes without a trainer (benchmarks/plain_loop.py), with the `--set` keys."""
+        return PlainLoop(self, changes)
 
     def baseline(self):
         """The plain trainer with its defaults on the same model, data, precision and batch shape."""
@@ -679,7 +759,7 @@ class Bench:
         """One change per speed setting, each switching it from what ours uses."""
         from medrecipes.models.loading import resolve_attention
 
-        recipe, args, model_args = self.parse({})
+        recipe, args, model_args = self.settled({})
         cuda = self.device == "cuda"
         changes = []
         if self.method == "cpt":  # its default (None) is on where a GPU trains
@@ -718,7 +798,8 @@ def release(trainer) -> None:
     import torch
 
     if trainer is not None:
-        trainer.accelerator.free_memory()
+        if hasattr(trainer, "accelerator"):
+            trainer.accelerator.free_memory()
         trainer.__dict__.clear()
     gc.collect()
     torch._dynamo.reset()
@@ -735,10 +816,17 @@ def run_one(build, bench: Bench, label: str) -> dict:
 
     trainer = None
     try:
+        started = time.perf_counter()
         trainer = build()
-        record = train_measured(trainer, bench.case["warmup_steps"], bench.case.get("window_steps"), bench.profile)
-        record["settings"] = bench.settings(trainer)
+        built = time.perf_counter() - started
+        steps = bench.case["warmup_steps"], bench.case.get("window_steps")
+        record = train_measured(trainer, *steps, profile=bench.profile, census=bench.census)
+        record["settings"] = trainer.settings() if isinstance(trainer, PlainLoop) else bench.settings(trainer)
+        record["build_s"], record["run_s"] = built, time.perf_counter() - started
         add_mfu(record, bench.shape, bench.trains_base, bench.peak_tflops)
+    except TimedOut as err:
+        print(f"[{bench.case['name']}] {label}: timed out: {err}", flush=True)
+        raise
     except Exception as err:  # one failed run must not lose the figures of the others
         traceback.print_exc()
         kind = "out of memory" if isinstance(err, torch.cuda.OutOfMemoryError) else type(err).__name__
@@ -766,8 +854,9 @@ def window_ratios(ours: dict, baseline: dict) -> dict | None:
 
 
 def repeat_ratios(pairs: list[tuple[dict, dict]]) -> dict | None:
-    """Ours over the baseline of each (baseline, ours) pair run back to back, whole runs and
-    window by window across all pairs: each ratio's median and range."""
+    """Ours over the reference arm (the plain trainer or the plain loop, "baseline" below) of each
+    (reference, ours) pair run in one round, whole runs and window by window across all pairs:
+    each ratio's median and range."""
     whole, windows = [], []
     for baseline, ours in pairs:
         if "tokens_per_s" not in ours or "tokens_per_s" not in baseline:
@@ -849,7 +938,7 @@ def bench_case(name: str, options) -> dict:
     device = options.device
     changes = dict(item.split("=", 1) for item in options.set)
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
-        bench = Bench(case, device, workdir, options.profile)
+        bench = Bench(case, device, workdir, options.profile, options.census)
         if options.plan_only:
             estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
             print(f"[{case['name']}] {bench.shape.num_parameters:,} parameters; plan: {json.dumps(estimate)}")
@@ -859,83 +948,130 @@ def bench_case(name: str, options) -> dict:
         runs = [({**changes, **c}, label) for c, label in runs]
         # Liger patches model classes for the whole process: the runs without it go first.
         runs.sort(key=lambda run: bench.uses_liger(run[0]))
-        records = {}
-        if not options.no_baseline:
-            records["baseline"] = run_one(bench.baseline, bench, "baseline")
-        for run_changes, label in runs:
-            records[label] = run_one(lambda c=run_changes: bench.ours(c), bench, label)
-            records[label]["changes"] = {k: v for k, v in run_changes.items() if k not in changes}
-        # More pairs of runs back to back: a drift of the machine's speed over the minutes of a
-        # case falls on both runs of a pair and cancels in its ratio. The order turns each time
-        # (baseline first, then ours first, ...), so that neither gains from its place in the
-        # process (the first run of a process has been the slower one here).
-        pairs = [(records.get("baseline", {}), records["ours"])]
-        for repeat in range(2, options.repeats + 1 if not options.no_baseline else 2):
-            order = [("baseline", bench.baseline), ("ours", lambda: bench.ours(changes))]
-            if repeat % 2 == 0:
-                order.reverse()
-            done = {label: run_one(build, bench, f"{label}, repeat {repeat}") for label, build in order}
-            pairs.append((done["baseline"], done["ours"]))
-        plan_estimate = memory_plan(bench, bench.gpu or REFERENCE_GPU)
+        arms = {"baseline": bench.baseline, "plain_loop": lambda: bench.plain_loop(changes)}
+        if options.no_baseline:
+            del arms["baseline"]
+        if options.no_plain_loop:
+            del arms["plain_loop"]
+        records, repeats = {}, []
+        state = {"case": case, "bench": bench, "changes": changes, "records": records, "repeats": repeats}
+        try:
+            for label, build in arms.items():
+                records[label] = run_one(build, bench, label)
+                write_result(state, options)
+            for run_changes, label in runs:
+                records[label] = run_one(lambda c=run_changes: bench.ours(c), bench, label)
+                records[label]["changes"] = {k: v for k, v in run_changes.items() if k not in changes}
+                write_result(state, options)
+            # More rounds of the arms back to back: a drift of the machine's speed over the minutes
+            # of a case falls on every run of a round and cancels in its ratios. The order turns
+            # each time, so that no arm gains from its place in the process (the first run of a
+            # process has been the slower one here).
+            order = [*arms.items(), ("ours", lambda: bench.ours(changes))]
+            for repeat in range(2, options.repeats + 1 if arms else 2):
+                turn = order[repeat - 1 :] + order[: repeat - 1]
+                repeats.append({label: run_one(build, bench, f"{label}, repeat {repeat}") for label, build in turn})
+                write_result(state, options)
+            state["plan_memory"] = memory_plan(bench, bench.gpu or REFERENCE_GPU)
+        except TimedOut as err:
+            state["timed_out"] = str(err)
+        result = write_result(state, options, complete="timed_out" not in state)
+    if "timed_out" in state:
+        raise SystemExit(124)
+    return result
 
-    ours, baseline = records["ours"], records.get("baseline", {})
+
+def write_result(state: dict, options, complete: bool = False) -> dict:
+    """The case's results file as it stands: written after every run, `complete` after the last."""
+    case, bench, records = state["case"], state["bench"], state["records"]
+    ours, baseline, plain = (records.get(arm, {}) for arm in ("ours", "baseline", "plain_loop"))
+    rounds = [{"baseline": baseline, "plain_loop": plain, "ours": ours}, *state["repeats"]]
     result = {
         "case": case["name"],
-        "device": device_name(device),
+        "device": device_name(bench.device),
+        "complete": complete,
+        "timed_out": state.get("timed_out"),
         "tokens_per_s": ours.get("tokens_per_s"),
         "mfu": ours.get("mfu"),
         "peak_mem_gb": ours.get("peak_mem_gb"),
         "baseline_tokens_per_s": baseline.get("tokens_per_s"),
-        "ratio": (
-            ours["tokens_per_s"] / baseline["tokens_per_s"]
-            if "tokens_per_s" in ours and "tokens_per_s" in baseline
-            else None
-        ),
+        "plain_loop_tokens_per_s": plain.get("tokens_per_s"),
+        "ratio": _ratio(ours, baseline),
+        "ratio_to_plain_loop": _ratio(ours, plain),
         "window_ratios": window_ratios(ours, baseline),
-        "repeats": repeat_ratios(pairs) if not options.no_baseline else None,
+        "window_ratios_to_plain_loop": window_ratios(ours, plain),
+        "repeats": repeat_ratios([(r.get("baseline", {}), r.get("ours", {})) for r in rounds]) if baseline else None,
+        "repeats_to_plain_loop": (
+            repeat_ratios([(r.get("plain_loop", {}), r.get("ours", {})) for r in rounds]) if plain else None
+        ),
         "command": shlex.join(["python", *sys.argv]),
         "versions": versions(),
         "peak_tflops": bench.peak_tflops,
-        "peak_mem_kind": "torch.cuda.max_memory_allocated" if device == "cuda" else "process peak RSS (ru_maxrss)",
+        "peak_mem_kind": "torch.cuda.max_memory_allocated"
+        if bench.device == "cuda"
+        else "process peak RSS (ru_maxrss)",
         "recipe": case["recipe"],
         "architecture": case["architecture"],
-        "set": changes,
-        "allocator": options.allocator if device == "cpu" else None,
-        "ours": ours,
+        "set": state["changes"],
+        "allocator": options.allocator if bench.device == "cpu" else None,
+        "ours": ours or None,
         "baseline": baseline or None,
+        "plain_loop": plain or None,
         "ablation": [
             {**record, "ratio_to_ours": _ratio(record, ours)}
             for label, record in records.items()
-            if label not in ("ours", "baseline")
+            if label not in ("ours", "baseline", "plain_loop")
         ],
-        "plan_memory": plan_estimate,
+        "profile_gap_to_plain_loop": profile_gap(ours, plain),
+        "census_gap_to_plain_loop": census_gap(ours, plain),
+        "plan_memory": state.get("plan_memory"),
         "date": time.strftime("%Y-%m-%d"),
     }
     if "grpo" in ours:
         result["grpo"] = ours["grpo"]
+    if "grpo" in plain:
+        result["plain_loop_grpo"] = plain["grpo"]
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{case['name']}-{re.sub(r'[^a-z0-9]+', '-', result['device'].lower()).strip('-')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    ratio = f"{result['ratio']:.2f}x the baseline" if result["ratio"] else "no ratio"
-    if result["window_ratios"] and result["window_ratios"]["windows"] > 1:
-        w = result["window_ratios"]
-        ratio += f" (median of {w['windows']} windows {w['median']:.2f}x, {w['min']:.2f}-{w['max']:.2f})"
-    if result["repeats"] and len(result["repeats"]["pairs"]) > 1:
-        r = result["repeats"]
-        ratio += (
-            f"; {len(r['pairs'])} pairs: median {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}), "
-            f"windows of all pairs {r['window_median']:.2f}x ({r['window_min']:.2f}-{r['window_max']:.2f})"
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result, indent=2) + "\n")
+    partial.replace(path)  # a kill while writing leaves the previous version whole
+    if complete or "timed_out" in state:
+        print(
+            f"[{case['name']}] {ratio_line(result)}; wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
         )
-    print(
-        f"[{case['name']}] ours/baseline: {ratio}; wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-    )
     return result
 
 
-def _ratio(record: dict, ours: dict):
-    if "tokens_per_s" in record and "tokens_per_s" in ours:
-        return record["tokens_per_s"] / ours["tokens_per_s"]
+def ratio_line(result: dict) -> str:
+    parts = []
+    for key, arm, windows, repeats in (
+        ("ratio", "the plain trainer", "window_ratios", "repeats"),
+        ("ratio_to_plain_loop", "the plain loop", "window_ratios_to_plain_loop", "repeats_to_plain_loop"),
+    ):
+        if not result[key]:
+            continue
+        line = f"ours {result[key]:.2f}x {arm}"
+        if result[windows] and result[windows]["windows"] > 1:
+            w = result[windows]
+            line += f" (median of {w['windows']} windows {w['median']:.2f}x, {w['min']:.2f}-{w['max']:.2f})"
+        if result[repeats] and len(result[repeats]["pairs"]) > 1:
+            r = result[repeats]
+            line += (
+                f"; {len(r['pairs'])} pairs: median {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}), "
+                f"windows of all pairs {r['window_median']:.2f}x ({r['window_min']:.2f}-{r['window_max']:.2f})"
+            )
+        parts.append(line)
+    if result["timed_out"]:
+        parts.append(f"TIMED OUT: {result['timed_out']}")
+    return "; ".join(parts) or "no ratio"
+
+
+def _ratio(record: dict, other: dict):
+    """record's tokens/s over other's, where both ran."""
+    if "tokens_per_s" in record and "tokens_per_s" in other:
+        return record["tokens_per_s"] / other["tokens_per_s"]
     return None
 
 
@@ -947,7 +1083,10 @@ def main(argv=None):
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(RESULTS), help="folder for <case>-<device>.json")
     parser.add_argument("--ablate", action="store_true", help="also run ours with each speed setting switched")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the baseline run (no ratio)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the plain trainer's run (no ratio)")
+    parser.add_argument(
+        "--no-plain-loop", action="store_true", help="skip the plain loop's run (no ratio_to_plain_loop)"
+    )
     parser.add_argument(
         "--plan-only", action="store_true", help="check the cases and print plan's memory; no training"
     )
@@ -956,6 +1095,9 @@ def main(argv=None):
     )
     parser.add_argument(
         "--profile", action="store_true", help="run under torch.profiler; record each run's top operators per step"
+    )
+    parser.add_argument(
+        "--census", action="store_true", help="count each run's operators by dtype per step (op_census.py); no timing"
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe key for ours")
     parser.add_argument(
@@ -982,6 +1124,7 @@ def main(argv=None):
         from medrecipes.allocator import keep_freed_memory
 
         options.allocator = "kept" if keep_freed_memory() else "default (not glibc)"
+    signal.signal(signal.SIGTERM, raise_timed_out)  # the case's `timeout`: written as a timeout, exit 124
     for name in options.cases:
         bench_case(name, options)
 

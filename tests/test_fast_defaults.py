@@ -4,6 +4,8 @@ marked `gpu` check the CUDA paths (TRL's Triton LM head, sdpa's CUDA kernels) on
 with TF32 off and in bfloat16; Liger's kernels, which patch model classes for the process, are
 checked in subprocesses (test_gpu.py)."""
 
+import contextlib
+
 import pytest
 import torch
 from conftest import NO_EVAL
@@ -190,3 +192,78 @@ def test_packed_examples_attend_only_to_themselves(chat_model, tmp_path, device,
     # is small, but far above the rounding of either device.
     assert abs(together - expected) < (1e-6 if device == "cpu" else 1e-5) * expected
     assert abs(leaking - expected) > 2e-5 * expected
+
+
+class _HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the host's reads of tensor values (each a wait for the device on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.reads += func.overloadpacket is torch.ops.aten._local_scalar_dense
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
+def test_sft_metrics_read_once_per_log_with_trls_loss_and_values(tiny_model, tmp_path, packing):
+    """The SFT trainer's per-batch metrics (entropy, token accuracy, tokens) stay on the device until
+    the trainer logs: the loss and every gradient are TRL's, the logged values TRL's, in training
+    and evaluation, and computing the loss reads nothing on the host."""
+    import copy
+
+    from trl import SFTConfig
+
+    from medrecipes.training.mixins import DeferredSFTMetricsMixin
+
+    class Deferred(DeferredSFTMetricsMixin, SFTTrainer):
+        pass
+
+    generator = torch.Generator().manual_seed(0)
+    rows = {"input_ids": [], "completion_mask": []}
+    for prompt, answer in ((9, 3), (14, 2), (6, 4), (11, 3)):
+        rows["input_ids"].append(torch.randint(5, 500, (prompt + answer,), generator=generator).tolist())
+        rows["completion_mask"].append([0] * prompt + [1] * answer)
+    data = Dataset.from_dict(rows)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    results = []
+    for name, trainer_class in (("trl", SFTTrainer), ("deferred", Deferred)):
+        args = SFTConfig(
+            output_dir=str(tmp_path / name), use_cpu=True, report_to="none", packing=packing, max_length=64,
+            completion_only_loss=True, per_device_train_batch_size=2,
+        )  # fmt: skip
+        trainer = trainer_class(
+            model=copy.deepcopy(model), args=args, train_dataset=data,
+            processing_class=AutoTokenizer.from_pretrained(tiny_model),
+        )  # fmt: skip
+        prepared = trainer.train_dataset
+        losses, census, forward = [], _HostReads(), _HostReads()
+        # two micro-batches, then one log (packed: the four examples fill one row)
+        for part in [[0, 1], [2, 3]] if not packing else [list(range(len(prepared)))]:
+            batch = trainer._prepare_inputs(trainer.data_collator([prepared[i] for i in part]))
+            with census if trainer_class is Deferred else contextlib.nullcontext():
+                loss = trainer.compute_loss(trainer.model, batch)
+            with forward, torch.no_grad():  # what the model's forward reads itself (packed rows: their mask)
+                trainer.model(**{k: v for k, v in batch.items() if k != "labels"})
+            loss.backward()
+            losses.append(loss.item())
+        if trainer_class is Deferred:
+            assert census.reads == forward.reads
+        grads = {n: p.grad for n, p in trainer.model.named_parameters() if p.grad is not None}
+        trainer.log({"loss": losses[-1]})
+        trainer.model.eval()
+        with torch.no_grad():
+            trainer.compute_loss(trainer.model, batch)
+        trainer.log({"eval_loss": 0.0})
+        results.append((losses, grads, trainer.state.log_history))
+    (trl_losses, trl_grads, trl_logs), (losses, grads, logs) = results
+    assert losses == pytest.approx(trl_losses, rel=1e-6)
+    assert grads.keys() == trl_grads.keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    for ours, theirs in zip(logs, trl_logs, strict=True):
+        assert ours.keys() == theirs.keys() and ours.keys() & {"entropy", "eval_entropy"}
+        for key in ours.keys() - {"epoch", "step"}:
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-6), key

@@ -3,6 +3,7 @@
 as HF `generate`, the path it replaces, on a CPU. Its speed is a GPU measurement
 (benchmarks/gpu_session.sh); the key stays off by default until that figure says otherwise."""
 
+import pytest
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -32,3 +33,56 @@ def test_continuous_batching_answers_greedily_as_generate_does():
         )
     assert all(len(set(tokens)) > 3 for tokens in expected)  # answers that vary, not one token repeated
     assert [answer.generated_tokens for answer in answers.values()] == expected
+
+
+def test_a_compiled_static_cache_answers_greedily_as_generate_does():
+    """`compile_generation`'s decoding (a static cache, its step compiled: CUDA graphs on a GPU),
+    the GRPO path without vLLM, gives `generate`'s greedy tokens to left-padded prompts of
+    different lengths, with the end of sequence set and held back to the full length. The graph is
+    captured with the aot_eager backend here (inductor's C++ build takes a minute on a CPU); the
+    benchmark checks inductor's on the measured model."""
+    from medrecipes.training.mixins import compile_decoding
+
+    model = _model()
+    model.config.eos_token_id = 95
+    torch.manual_seed(1)
+    prompts = [torch.randint(1, 95, (n,)).tolist() for n in (3, 11, 7, 20)]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    plain = GenerationConfig(do_sample=False, max_new_tokens=12, min_new_tokens=12, eos_token_id=95, pad_token_id=0)
+    compiled = GenerationConfig(**plain.to_diff_dict(), cache_implementation="static")
+    compile_decoding(compiled, "cpu", backend="aot_eager")
+    assert compiled.compile_config.backend == "aot_eager" and compiled.disable_compile is False
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=plain)[:, width:]
+        calls = []
+        original = torch.compile
+        with pytest.MonkeyPatch.context() as patch:  # generate compiles through torch.compile
+            patch.setattr(torch, "compile", lambda *a, **k: calls.append(k) or original(*a, **k))
+            answers = model.generate(input_ids=ids, attention_mask=mask, generation_config=compiled)[:, width:]
+    assert calls and calls[0].get("backend") == "aot_eager"
+    assert all(len(set(row)) > 3 for row in expected.tolist())
+    assert answers.tolist() == expected.tolist()
+
+
+def test_the_grpo_trainer_compiles_its_decoding_only_when_asked():
+    """TRL 1.16 builds GRPO's generation config with compilation off; `compile_generation` turns it
+    on (over the static cache the recipe check asks for), and nothing changes without it."""
+    from types import SimpleNamespace
+
+    from medrecipes.training.mixins import CompiledGenerationMixin
+
+    class TRLLike:
+        def __init__(self, asked: bool):
+            self.args = SimpleNamespace(compile_generation=asked)
+            self.generation_config = GenerationConfig(cache_implementation="static", disable_compile=True)
+            self.accelerator = SimpleNamespace(device=torch.device("cpu"))
+
+    class Trainer(CompiledGenerationMixin, TRLLike):
+        pass
+
+    asked, left = Trainer(True).generation_config, Trainer(False).generation_config
+    assert asked.disable_compile is False and asked.compile_config.mode == "default"  # CUDA graphs on a GPU only
+    assert left.disable_compile is True and left.compile_config is None

@@ -173,6 +173,11 @@ def test_rewards_become_functions_and_weights(tmp_path):
         ({"prompt_format": "chta"}, "prompt_format 'chta' is unknown (did you mean 'chat'?)"),
         ({"prompt_format": "plain"}, "with prompt_format: plain, leave them out"),
         ({"total_tokens": 1000}, "token budgets are for pretraining"),
+        ({"compile_generation": True}, "compile_generation compiles generate's decoding step over a static cache"),
+        (
+            {"compile_generation": True, "cache_implementation": "static", "use_vllm": True},
+            "set cache_implementation: static (and use_vllm: false",
+        ),
         ({"temperature": 0.0}, "temperature must be above 0, got 0: answers are sampled"),
         ({"beta": -0.1}, "beta must be at least 0, got -0.1: a negative beta rewards"),
         (

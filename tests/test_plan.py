@@ -514,8 +514,14 @@ def test_a_recipe_that_leaves_checkpointing_unset_gets_the_plans_choice(gemma_pe
         recipe, args, model_args = parse_recipe("sft", [chosen])
         settle_checkpointing(recipe, args, model_args, capacity_gib=24 if not written else 80)
         assert args.activation_checkpointing is written and not args.checkpointing_by_plan
-    # A CPU run keeps TRL's default, on: the plan's memory is a GPU's.
+    # A CPU run: the memory the machine has available is the capacity.
+    import psutil
+
     path = gemma_peft(use_peft=True, activation_checkpointing=None)  # the fixture writes one file
-    recipe, args, model_args = parse_recipe("sft", [path, "--use_cpu", "true"])
-    settle_checkpointing(recipe, args, model_args)
-    assert args.activation_checkpointing is True
+    for available, expected in ((80, False), (8, True)):
+        recipe, args, model_args = parse_recipe("sft", [path, "--use_cpu", "true"])
+        memory = psutil.virtual_memory()._replace(available=available * 2**30)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(psutil, "virtual_memory", lambda memory=memory: memory)
+            settle_checkpointing(recipe, args, model_args)
+        assert args.activation_checkpointing is args.gradient_checkpointing is expected

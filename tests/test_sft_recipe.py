@@ -135,7 +135,7 @@ def test_lora_and_qlora_adapters_merge_into_a_plain_model(chat_model, tmp_path, 
 
 
 def test_padding_free_packing(chat_model, tmp_path):
-    sft(
+    result = sft(
         TINY,
         "--model_name_or_path",
         chat_model,
@@ -154,6 +154,20 @@ def test_padding_free_packing(chat_model, tmp_path):
     )
     losses = [e["loss"] for e in log_history(tmp_path) if "loss" in e]
     assert losses and all(loss > 0 for loss in losses)
+    assert "training rows" not in result.stderr  # packing fills fewer rows; it drops no example
+
+
+def test_packed_rows_count_the_examples_in_them():
+    """The check of rows a trainer dropped counts the examples of packed rows, not the rows."""
+    from datasets import Dataset
+    from trl import pack_dataset
+
+    from medrecipes.training.mixins import _rows
+
+    examples = Dataset.from_dict({"input_ids": [[1] * n for n in (3, 5, 2, 7, 1, 4)]})
+    packed = pack_dataset(examples, seq_length=8, strategy="bfd")
+    assert len(packed) < len(examples) and _rows(packed) == len(examples) == _rows(examples)
+    assert _rows(packed.select([0])) == len(packed[0]["seq_lengths"])
 
 
 @pytest.mark.long

@@ -20,7 +20,9 @@ KEYS = (
     "mfu",
     "peak_mem_gb",
     "baseline_tokens_per_s",
+    "plain_loop_tokens_per_s",
     "ratio",
+    "ratio_to_plain_loop",
     "command",
     "versions",
 )
@@ -50,6 +52,10 @@ def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
         assert (result["case"], result["device"]) == (case, "cpu")
         assert result["ratio"] > 0 and result["tokens_per_s"] > 0 and result["baseline_tokens_per_s"] > 0
         assert result["ratio"] == pytest.approx(result["tokens_per_s"] / result["baseline_tokens_per_s"])
+        assert result["ratio_to_plain_loop"] == pytest.approx(
+            result["tokens_per_s"] / result["plain_loop_tokens_per_s"]
+        )
+        assert result["complete"] is True and result["timed_out"] is None
         assert result["mfu"] is None  # no peak FLOP/s for a CPU
         assert result["versions"]["torch"] and result["versions"]["transformers"]
         assert "train_throughput.py" in result["command"] and case in result["command"]
@@ -60,6 +66,14 @@ def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
         assert ours["model_tflops_per_s"] > 0
         if case != "sft_lora_tiny":  # packed rows and padded batches split the examples differently
             assert ours["tokens"] == baseline["tokens"]
+        # The plain loop trains the same rows and positions: the same tokens (SFT: TRL's packing of
+        # the same examples, shuffled by another generator than the trainer's sampler; GRPO: the
+        # same prompts, completions sampled)
+        plain = result["plain_loop"]
+        assert plain["settings"]["arm"] == "plain loop" and plain["split_s"]["forward_backward"] > 0
+        if case != "grpo_tiny":
+            assert plain["tokens"] == pytest.approx(ours["tokens"], rel=0.05 if case == "sft_lora_tiny" else 0)
+        assert plain["settings"]["lora"] == (case == "sft_lora_tiny")
     sft = json.loads((tmp_path / "sft_lora_tiny-cpu.json").read_text())
     assert sft["ours"]["settings"]["packing"] is True and sft["baseline"]["settings"]["packing"] is False
     assert sft["ours"]["tokens"] == pytest.approx(sft["baseline"]["tokens"], rel=0.25)
@@ -68,8 +82,9 @@ def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
         "fused_lm_head"
     ]  # on a CPU the chunked head costs time and saves nothing needed
     assert not cpt["baseline"]["settings"]["fused_lm_head"]
-    grpo = json.loads((tmp_path / "grpo_tiny-cpu.json").read_text())["grpo"]
-    assert grpo["generated_tokens"] > 0 and grpo["generation_s"] > 0 and grpo["training_s"] > 0
+    grpo = json.loads((tmp_path / "grpo_tiny-cpu.json").read_text())
+    for record in (grpo["grpo"], grpo["plain_loop_grpo"]):
+        assert record["generated_tokens"] > 0 and record["generation_s"] > 0 and record["training_s"] > 0
 
 
 # The callbacks ours adds that act at every step, each a few Python comparisons: the NaN guard's
@@ -87,6 +102,39 @@ def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results
         ours, baseline = result["ours"], result["baseline"]
         assert ours["host_reads_per_step"] <= baseline["host_reads_per_step"], case
         assert ours["callback_calls_per_step"] <= baseline["callback_calls_per_step"] + OUR_STEP_CALLBACKS, case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arms", [[], ["--no-baseline"]], ids=["plain-trainer-first", "plain-loop-first"])
+def test_a_time_limit_is_written_as_a_timeout_with_the_runs_it_finished(tmp_path, arms):
+    """The SIGTERM of the `timeout` that bounds a case (gpu_session.sh), in the middle of any arm,
+    ours included (whose recipe callbacks would take it for a preemption and stop cleanly): the
+    results file keeps every run that finished, says the case timed out, and the exit code is 124."""
+    import signal
+    import subprocess
+    import time
+
+    case = json.loads((ROOT / "benchmarks" / "configs" / "cpt_tiny.json").read_text())
+    case["steps"] = 600  # long enough to be cut in the middle of the second arm
+    (tmp_path / "cpt_long.json").write_text(json.dumps(case))
+    out = tmp_path / "out"
+    command = [PYTHON, "benchmarks/train_throughput.py", str(tmp_path / "cpt_long.json"), "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    process = subprocess.Popen([*command, *arms, "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    results = out / "cpt_long-cpu.json"
+    deadline = time.monotonic() + 300
+    while not results.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # written when the first arm ends
+    time.sleep(3)  # into the second arm's training
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 124, output[-3000:]
+    result = json.loads(results.read_text())
+    assert result["complete"] is False and "SIGTERM" in result["timed_out"] and "TIMED OUT" in output
+    first = "plain_loop" if arms else "baseline"
+    assert result[first]["measured_steps"] == 599 and result["ours"] is None
+    assert not list(out.glob("*.partial"))
 
 
 @pytest.mark.slow
@@ -147,12 +195,12 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
 
 
 def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
-    tiny = "--preset tiny --prompts 2 --generations 2 --prompt-tokens 6 --completion 6 --device cpu"
+    tiny = "--preset tiny --prompts 2 --generations 2 --prompt-tokens 6 --completion 6 --device cpu --compile-backend aot_eager"
     result = gpu_session("generation", OUT=str(tmp_path), REQUIRE_GPU="0", GEN_ARGS=tiny)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     found = json.loads((tmp_path / "grpo_generation-cpu.json").read_text())
     paths = {record["path"]: record for record in found["paths"]}
-    assert list(paths) == ["generate", "continuous_batching", "static_cache"]
+    assert list(paths) == ["generate", "continuous_batching", "static_cache", "static_compiled"]
     for record in paths.values():  # each path ran, generated every token asked, and answers as generate does
         assert record["tokens"] == 2 * 2 * 6 and record["greedy_same_as_generate"] is True, record
     assert paths["generate"]["ratio_to_generate"] == 1.0

@@ -140,6 +140,11 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
     if args.reward_weights is not None:
         raise UserError(f"{path}: give each reward its weight in its 'rewards' entry, not in reward_weights")
     check_choice(args.vllm_mode, VLLM_MODES, f"{path}: vllm_mode")  # TRL's field: a str, not a Literal
+    if args.compile_generation and (args.cache_implementation != "static" or args.use_vllm):
+        raise UserError(
+            f"{path}: compile_generation compiles generate's decoding step over a static cache: set "
+            "cache_implementation: static (and use_vllm: false, which generates otherwise)"
+        )
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
     _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")

@@ -211,6 +211,13 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
     embedding_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the input embeddings (and a tied output layer)."}
     )
+    compile_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "With cache_implementation: static, compile generate's decoding step (CUDA graphs on a GPU); "
+            "TRL turns compilation off. pad_to_multiple_of keeps the prompts' width, so the graphs, few."
+        },
+    )
 
     def __post_init__(self):
         check_ranges(self)  # first: the accumulation below divides by the batch size

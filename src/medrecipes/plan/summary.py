@@ -158,9 +158,11 @@ def planned_checkpointing(shape, method, training_args, model_args, world, seq, 
 
 def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float | None = None) -> None:
     """Activation checkpointing for an SFT, DPO or KTO run whose recipe left it to the memory plan
-    (`checkpointing_by_plan`), decided once, before the model loads: on a GPU, off where the plan
-    puts the run without it within the device's memory (`capacity_gib`, by default the device's
-    own), under the run's strategy and number of processes; on otherwise, and on a CPU. Logged."""
+    (`checkpointing_by_plan`), decided once, before the model loads: off where the plan puts the run
+    without it within the device's memory (`capacity_gib`, by default the GPU's own, or on a CPU the
+    memory the machine has available now), under the run's strategy and number of processes; on
+    otherwise. Logged. Recomputing every layer costs a third more arithmetic on a CPU as on a GPU,
+    for memory a CPU run at a small model's size does not need."""
     import logging
     import os
 
@@ -170,8 +172,11 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
         return  # as planned_checkpointing, before the device and the model's shape are read
     if capacity_gib is None:
         if training_args.use_cpu or not torch.cuda.is_available():
-            return
-        capacity_gib = torch.cuda.mem_get_info()[1] / GIB
+            import psutil
+
+            capacity_gib = psutil.virtual_memory().available / GIB
+        else:
+            capacity_gib = torch.cuda.mem_get_info()[1] / GIB
     stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "")
     fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
     strategy = "zero3" if stage == "3" or fsdp else "zero2" if stage == "2" else "ddp"

@@ -51,6 +51,73 @@ def score_labelled_positions_only() -> None:
     trl_utils._use_triton = compact
 
 
+class DeferredSFTMetricsMixin:
+    """TRL's SFT loss with its per-batch metrics (entropy, token accuracy, tokens trained) kept on
+    the device and read once per log, not in every micro-batch.
+
+    TRL 1.16's `SFTTrainer.compute_loss` reads five values on the host in each micro-batch (two
+    `> 0` tests, two `.item()` for the metrics, one for the token count): on a GPU each waits for
+    every kernel queued before it, so the host stops queueing the next ones. TRL has no option to
+    defer them; `compute_loss` is the trainer's public hook. This one computes TRL's loss the way
+    TRL's own common path does (the fused head's log-probabilities over the labelled tokens, DFT
+    weighting, the count across devices) and hands every other case (an auxiliary MoE loss, label
+    smoothing, a custom loss function, sequence parallelism, outputs asked for) to TRL unchanged.
+    The metrics are TRL's values: each micro-batch's entropy and accuracy per labelled token (0
+    where it has none) and the running token count, averaged by TRL's `log` as before."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        args = self.args
+        parallel = getattr(self.accelerator, "parallelism_config", None)
+        if (
+            return_outputs
+            or self.aux_loss_enabled
+            or self.compute_loss_func is not None
+            or (self.label_smoother is not None and args.loss_type == "nll")
+            or (parallel is not None and getattr(parallel, "sp_enabled", False))
+        ):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
+        inputs["use_cache"] = False
+        outputs = model(**inputs, fused_lm_head=True)
+        per_token_loss = -outputs.log_probs  # zero on ignored positions
+        if args.loss_type == "dft":
+            per_token_loss = per_token_loss * outputs.log_probs.exp().detach()
+        num_tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
+        loss = per_token_loss.sum() / torch.as_tensor(num_tokens).clamp(min=1)
+        if args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
+        gather = self.accelerator.gather_for_metrics
+        valid = gather(outputs.label_mask.sum()).sum().clamp(min=1)  # entropy and top-1 are 0 where unlabelled
+        values = [gather(outputs.entropy.detach().sum()).sum() / valid, gather(outputs.is_top1.sum()).sum() / valid]
+        if mode == "train":
+            if "attention_mask" in inputs:
+                seen = gather(inputs["attention_mask"].sum()).sum()
+            else:  # padding-free: the flattened row's length, host metadata
+                seen = gather(torch.tensor(inputs["position_ids"].size(1), device=loss.device)).sum()
+            values.append(seen // self._tp_size)
+        else:
+            values.append(torch.zeros((), device=loss.device))
+        self._deferred_metrics(mode).append(torch.stack([v.to(torch.float64) for v in values]))
+        return loss
+
+    def _deferred_metrics(self, mode: str) -> list:
+        if not hasattr(self, "_deferred"):
+            self._deferred = {"train": [], "eval": []}
+        return self._deferred[mode]
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        pending = self._deferred_metrics(mode)
+        if pending:
+            rows = torch.stack(pending).tolist()  # the one read of the values since the last log
+            pending.clear()
+            self._metrics[mode]["entropy"].extend(row[0] for row in rows)
+            self._metrics[mode]["mean_token_accuracy"].extend(row[1] for row in rows)
+            self._total_train_tokens += int(sum(row[2] for row in rows))
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        super().log(logs, start_time)
+
+
 class PerplexityMixin:
     """Adds `eval_<set>_perplexity` = exp(`eval_<set>_loss`) to the logs of every evaluation.
 
@@ -65,8 +132,15 @@ class PerplexityMixin:
 
 
 def _rows(dataset) -> int | None:
-    """The rows of a map-style dataset; None for a stream, whose length is not known."""
-    return len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
+    """The examples of a map-style dataset; None for a stream, whose length is not known. Rows that
+    TRL packed count the examples in them (their `seq_lengths`), not the fewer rows they fill."""
+    if dataset is None or not hasattr(dataset, "__len__"):
+        return None
+    if "seq_lengths" in (getattr(dataset, "column_names", None) or ()):
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.list_value_length(dataset.data.column("seq_lengths"))).as_py() or 0)
+    return len(dataset)
 
 
 def _check_rows_left(given: int | None, left: int | None, trainer: str, args) -> None:
@@ -257,6 +331,29 @@ class GenerationKeepsModeMixin:
             return super()._generate_single_turn(*args, **kwargs)
         finally:
             self.model.train(training)
+
+
+def compile_decoding(generation_config, device: str, backend: str = "inductor") -> None:
+    """Let `generate` compile its decoding step over a static cache: TRL 1.16 builds its generation
+    config with `disable_compile=True`, whatever the cache. On a GPU the step runs as CUDA graphs
+    (transformers' `reduce-overhead`); transformers compiles on accelerators only, so elsewhere the
+    compilation is asked for all devices (the CPU tests)."""
+    from transformers.generation.configuration_utils import CompileConfig
+
+    compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if device == "cuda" else "default")
+    compile_config._compile_all_devices = device != "cuda"
+    generation_config.disable_compile = False
+    generation_config.compile_config = compile_config
+
+
+class CompiledGenerationMixin:
+    """GRPO's generation with its decoding step compiled (`compile_generation`, over
+    `cache_implementation: static`; `config.checks.resolve_grpo` asks for both)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "compile_generation", False) and getattr(self, "generation_config", None) is not None:
+            compile_decoding(self.generation_config, self.accelerator.device.type)
 
 
 class EmbeddingLearningRateMixin:

@@ -8,6 +8,8 @@ from trl import DPOTrainer, GRPOTrainer, KTOTrainer, SFTTrainer
 
 from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.training.mixins import (
+    CompiledGenerationMixin,
+    DeferredSFTMetricsMixin,
     EmbeddingLearningRateMixin,
     FusedLMHeadMixin,
     GenerationKeepsModeMixin,
@@ -21,14 +23,20 @@ class CausalLMTrainer(RecipeTrainerMixin, StreamTrainerMixin, PerplexityMixin, F
     """HF Trainer for continued pretraining and pretraining from scratch."""
 
 
-class MedSFTTrainer(RecipeTrainerMixin, PerplexityMixin, SFTTrainer):
-    """SFTTrainer that also logs perplexity on each eval set."""
+class MedSFTTrainer(RecipeTrainerMixin, PerplexityMixin, DeferredSFTMetricsMixin, SFTTrainer):
+    """SFTTrainer that also logs perplexity on each eval set, and reads its metrics once per log."""
 
 
 class MedGRPOTrainer(
-    RecipeTrainerMixin, EmbeddingLearningRateMixin, GRPOEvalMetricsMixin, GenerationKeepsModeMixin, GRPOTrainer
+    RecipeTrainerMixin,
+    EmbeddingLearningRateMixin,
+    GRPOEvalMetricsMixin,
+    GenerationKeepsModeMixin,
+    CompiledGenerationMixin,
+    GRPOTrainer,
 ):
-    """GRPOTrainer with the recipes' checkpointing, an embedding learning rate and per-set eval metrics."""
+    """GRPOTrainer with the recipes' checkpointing, an embedding learning rate, per-set eval
+    metrics and, when asked, a compiled decoding step."""
 
 
 class MedDPOTrainer(RecipeTrainerMixin, DPOTrainer):
