@@ -197,7 +197,7 @@ device_kind() { python3 -c "import torch; print('gpu' if torch.cuda.is_available
 # Cases of train_throughput.py, each in its own process, none started with under a minute of
 # SESSION_SECONDS left nor run past its end; extra options (--ablate, --profile ...) after "--".
 run_cases() {
-    local names=() extra=() seen=0 status=0
+    local names=() extra=() seen=0 status=0 name word left limit code
     for word in "$@"; do
         if [ "$word" = "--" ]; then seen=1; elif [ $seen = 1 ]; then extra+=("$word"); else names+=("$word"); fi
     done

@@ -206,6 +206,52 @@ def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
     assert paths["generate"]["ratio_to_generate"] == 1.0
 
 
+TINY_LEVERS = {
+    "LORA_CASE": "sft_lora_tiny",
+    "CPT_CASE": "cpt_tiny",
+    "GEN_ARGS": "--preset tiny --prompts 2 --generations 2 --prompt-tokens 16 --completion 16 --device cpu "
+    "--compile-backend aot_eager",
+    "ARCH": "tiny",
+    "STEPS": "1",
+    "EVAL_QUESTIONS": "4",
+    "GRPO_ARGS": "--num_generations 2 --prompts_per_step 2 --per_device_train_batch_size 2 --max_completion_length 8 "
+    "--num_generations_eval 2 --per_device_eval_batch_size 2",
+    "REQUIRE_GPU": "0",
+}
+LEVERS_PARTS = ("lora", "generation", "cpt", "grpo-usmle")
+
+
+def test_gpu_session_levers_starts_no_part_it_has_no_time_for(tmp_path):
+    result = gpu_session("levers", OUT=str(tmp_path), SESSION_SECONDS="30", **TINY_LEVERS)
+    assert result.returncode == 1
+    for name in LEVERS_PARTS:
+        assert f"levers: part {name} not started: " in result.stdout
+    assert "levers summary" in result.stdout and not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_gpu_session_levers_runs_every_part_at_tiny_size_and_times_each(tmp_path):
+    """The GPU session's one call, at tiny size on a CPU: every part runs to its end within its
+    limit, says how long it took, and leaves its results in $OUT."""
+    medqa = ROOT.parent / "shared" / "data" / "medqa" / "medqa_us_4opt_test.jsonl"
+    if not medqa.is_file():
+        pytest.skip("grpo-usmle's part reads MedQA from ../shared/data")
+    result = gpu_session("levers", OUT=str(tmp_path), MEDQA=str(medqa), **TINY_LEVERS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = result.stdout[result.stdout.index("levers summary") :]
+    for name in LEVERS_PARTS:
+        assert re.search(rf"^  {name}: done in \d+s$", summary, re.M), summary
+    for found in ("sft_lora_tiny-cpu.json", "cpt_tiny-cpu.json", "grpo_generation-cpu.json"):
+        assert json.loads((tmp_path / found).read_text())["complete"] is True, found
+    lora = json.loads((tmp_path / "sft_lora_tiny-cpu.json").read_text())
+    assert lora["profile_gap_to_plain_loop"] and lora["ratio_to_plain_loop"] > 0
+    paths = json.loads((tmp_path / "grpo_generation-cpu.json").read_text())["paths"]
+    assert [p["path"] for p in paths] == ["generate", "static_compiled"]
+    assert all(p["greedy_same_as_generate"] for p in paths)
+    assert (tmp_path / "grpo-usmle-trainer_state.json").is_file()
+
+
 def test_gpu_session_stages_a_model_one_part_a_call_and_checks_it_whole(tmp_path):
     """learn's model comes in four calls of one part each (a call carries at most 64 MiB): each part
     is kept outside the checkout while the machine is up, and the parts are joined and their hash
