@@ -39,7 +39,7 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder("dpo", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args)
+    checkpoint = checkpoint_to_resume(training_args, recipe)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     with training_args.main_process_first(desc="loading data"):

@@ -48,7 +48,7 @@ def main(recipe, training_args, model_args):
         )
     if claim_run_folder("grpo", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args)
+    checkpoint = checkpoint_to_resume(training_args, recipe)
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     chat = training_args.prompt_format == "chat"

@@ -40,7 +40,7 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder("sft", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args)
+    checkpoint = checkpoint_to_resume(training_args, recipe)
 
     tokenizer = recipe_tokenizer(recipe, model_args)  # a Gemma without a template gets Gemma's turns
     template = sft_template(training_args, tokenizer)  # checked: it marks what assistant_only_loss trains

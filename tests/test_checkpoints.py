@@ -138,3 +138,85 @@ def test_the_recipe_mixin_comes_first_in_the_bases():
 
     class Subclass(RightOrder):  # a subclass of a recipe trainer keeps its order
         pass
+
+
+def _whole_checkpoint(folder: Path, step: int) -> Path:
+    """A checkpoint with every kind of file the trainer writes and reads back: the weights
+    (safetensors), the trainer state (JSON), the optimizer, scheduler, RNG states and arguments
+    (torch.save), each in its library's own format."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainerState
+
+    path = folder / f"checkpoint-{step}"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=128))
+    model.save_pretrained(path)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.tensor([[1, 2, 3]]), labels=torch.tensor([[1, 2, 3]])).loss.backward()
+    optimizer.step()
+    torch.save(optimizer.state_dict(), path / "optimizer.pt")
+    torch.save(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0).state_dict(), path / "scheduler.pt")
+    torch.save({"python": 1, "cpu": torch.get_rng_state()}, path / "rng_state.pth")
+    torch.save({"output_dir": str(folder)}, path / "training_args.bin")
+    TrainerState(global_step=step).save_to_json(str(path / "trainer_state.json"))
+    return path
+
+
+def _damages(data: bytes) -> dict[str, bytes]:
+    """Ways a file is damaged: emptied, cut to half, its last byte lost (a text file's trailing
+    newline is no loss), overwritten."""
+    import random
+
+    noise = random.Random(len(data)).randbytes(len(data))
+    cut = data.rstrip(b"\n")[:-1]
+    return {"empty": b"", "half": data[: len(data) // 2], "last byte lost": cut, "random bytes": noise}
+
+
+def test_every_damaged_file_of_the_newest_checkpoint_is_set_aside_for_the_whole_one_before(tmp_path, caplog):
+    """Each file of a checkpoint, damaged each way, as the disk or a copy leaves it: the run
+    resumes from the whole checkpoint before it with a warning naming the file; with none whole,
+    one line; a named damaged checkpoint, one line. The cases come from the checkpoint's own files."""
+    from medrecipes.outputs.checkpoints import checkpoint_damage
+
+    run = tmp_path / "run"
+    earlier, newest = _whole_checkpoint(run, 2), _whole_checkpoint(run, 4)
+    assert checkpoint_damage(str(earlier)) is None and checkpoint_damage(str(newest)) is None
+    files = sorted(p.name for p in newest.iterdir())
+    assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "rng_state.pth"} <= set(files)
+    for name in files:
+        whole = (newest / name).read_bytes()
+        for how, data in _damages(whole).items():
+            (newest / name).write_bytes(data)
+            found = checkpoint_damage(str(newest))
+            assert found and found.startswith(name), (name, how, found)
+            caplog.clear()
+            assert last_checkpoint(str(run)) == str(earlier), (name, how)
+            assert f"ignoring {newest}: {name}" in caplog.text
+            args = TrainingArguments(output_dir=str(run), resume_from_checkpoint=str(newest), use_cpu=True)
+            with pytest.raises(UserError, match=rf"^resume_from_checkpoint: {newest} cannot be resumed: {name}"):
+                checkpoint_to_resume(args)
+        (newest / name).write_bytes(whole)
+    (earlier / "model.safetensors").write_bytes(b"")
+    (newest / "optimizer.pt").write_bytes(b"\0" * 64)
+    with pytest.raises(UserError, match=r"^output_dir: no checkpoint in .* can be resumed \(checkpoint-4: optimizer"):
+        last_checkpoint(str(run))
+
+
+def test_a_named_checkpoint_of_another_run_is_refused_unless_the_recipe_says_so(tmp_path):
+    """Another script, starting model or data (the run records of both folders): one line, and
+    `resume_from_another_run` lets it through; the same run's checkpoint goes through."""
+    import json
+
+    ours = {"script": "recipes/sft.py", "model": "m", "data": "abc"}
+    for key, other in (("script", "recipes/dpo.py"), ("model", "another"), ("data", "def")):
+        here, there = tmp_path / key / "here", tmp_path / key / "there"
+        here.mkdir(parents=True)
+        checkpoint = _whole_checkpoint(there, 3)
+        (here / "run.json").write_text(json.dumps(ours))
+        (there / "run.json").write_text(json.dumps({**ours, key: other}))
+        args = TrainingArguments(output_dir=str(here), resume_from_checkpoint=str(checkpoint), use_cpu=True)
+        with pytest.raises(UserError, match=rf"is another run's \({key} {other}, here {ours[key]}\)"):
+            checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False))
+        assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=True)) == str(checkpoint)
+        (there / "run.json").write_text(json.dumps(ours))
+        assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False)) == str(checkpoint)

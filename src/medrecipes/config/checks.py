@@ -70,6 +70,10 @@ def resolve_token_budget(
     budget = (recipe.total_tokens, recipe.global_batch_tokens, recipe.warmup_tokens)
     if all(v is None for v in budget):
         return derived
+    for key, least in (("total_tokens", 1), ("global_batch_tokens", 1), ("warmup_tokens", 0)):
+        value = getattr(recipe, key)
+        if value is not None and value < least:  # 0 steps would fall back to the epochs and train anyway
+            raise UserError(f"{path}: {key} must be at least {least}, got {value}: it counts the tokens to train")
     if recipe.global_batch_tokens is None:
         raise UserError(f"{path}: total_tokens and warmup_tokens need global_batch_tokens")
     world = world_size or args.world_size
@@ -238,6 +242,38 @@ def check_preference_sources(recipe: RecipeArguments, path: str, method: str) ->
         )
 
 
+def check_hub_model_id(args: TrainingArguments, path: str) -> None:
+    """The Hub's own rule for a repository id (`huggingface_hub.utils.validate_repo_id`), before
+    the training whose push it would refuse."""
+    if not getattr(args, "hub_model_id", None):
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(args.hub_model_id)
+    except HFValidationError as err:
+        raise UserError(f"{path}: hub_model_id: {str(err).splitlines()[0]}") from None
+
+
+def check_dpo_losses(args, path: str) -> None:
+    """Each DPO `loss_type` is one TRL's DPOTrainer computes: TRL 1.16 refuses an unknown one only
+    when it first computes the loss, after the model and the reference model loaded. The names are
+    read from the installed trainer's loss function, so a TRL that adds a loss is followed."""
+    import inspect
+    import re
+
+    from trl import DPOTrainer
+
+    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', inspect.getsource(DPOTrainer))))
+    given = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
+    for name in given:
+        if known and name not in known:
+            raise UserError(
+                f"{path}: loss_type '{name}' is not one of TRL's DPO losses{did_you_mean(name, known)}; "
+                f"use {', '.join(known)}"
+            )
+
+
 def check_loggers(args: TrainingArguments, path: str) -> None:
     """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
@@ -273,6 +309,18 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         )
     if model_args.use_peft and model_args.lora_r < 1:
         raise UserError(f"{path}: lora_r must be at least 1, got {model_args.lora_r}")
+    # PEFT's LoraConfig takes both as they come; torch's Dropout refuses a probability above 1 only
+    # when the model loads, and an alpha of 0 scales the adapter to nothing: B gets no gradient.
+    if model_args.use_peft and not 0 <= model_args.lora_dropout < 1:
+        raise UserError(
+            f"{path}: lora_dropout must be at least 0 and below 1, got {model_args.lora_dropout}: it is the "
+            "probability of zeroing each adapter input"
+        )
+    if model_args.use_peft and model_args.lora_alpha <= 0:
+        raise UserError(
+            f"{path}: lora_alpha must be above 0, got {model_args.lora_alpha}: the adapter's output is scaled by "
+            "lora_alpha / lora_r, so 0 trains nothing (the usual choice is 2 x lora_r)"
+        )
     bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]
     if len(bits) == 2:
         raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")

@@ -74,6 +74,9 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     checks.check_long_run_settings(recipe, path)
     checks.check_model_args(model_args, path)
     checks.check_loggers(args, path)
+    checks.check_hub_model_id(args, path)
+    if isinstance(args, MedDPOConfig):
+        checks.check_dpo_losses(args, path)
     checks.check_optimizer(args, path)
     if isinstance(args, MedSFTConfig):
         checks.check_sft_sources(recipe, args, path)

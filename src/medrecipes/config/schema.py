@@ -31,6 +31,10 @@ class RecipeArguments:
         default=False,
         metadata={"help": "Start over: delete the checkpoints, final model and record of the run in output_dir."},
     )
+    resume_from_another_run: bool = field(
+        default=False,
+        metadata={"help": "Resume from a resume_from_checkpoint of another run (script, model or data) on purpose."},
+    )
     architecture: str | None = field(
         default=None,
         metadata={"help": "Scratch preset: tiny ... xlarge (plan: the shapes of a start model not trained yet)."},

@@ -1,7 +1,10 @@
-"""A run's checkpoint folders as the trainer names them, and the newest one that is whole."""
+"""A run's checkpoint folders as the trainer names them, the newest one that is whole, and what in
+one the trainer could not read back."""
 
+import json
 import os
 import re
+import zipfile
 
 # A run's checkpoint folders in its output_dir, as the trainer names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -43,3 +46,81 @@ def kept(output_dir: str) -> str:
     if checkpoint is None:
         return f"no checkpoint of this run was saved yet in {output_dir}; the same command starts it again"
     return f"{checkpoint} is kept whole, and the same command resumes from it"
+
+
+# A pickled state (optimizer, scheduler, RNG, scaler, arguments) up to this size is read whole to
+# check it (every member's CRC); a larger one (a full fine-tune's optimizer: gigabytes) by its zip
+# directory, which a cut file loses.
+WHOLE_READ_BYTES = 256 * 2**20
+
+
+def _safetensors_damage(path: str) -> str | None:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"is cut ({size} bytes)"
+        length = int.from_bytes(head, "little")
+        if 8 + length > size:
+            return f"is cut ({size} bytes, its header alone claims {8 + length})"
+        try:
+            header = json.loads(f.read(length))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "has a header that is not safetensors'"
+    if 8 + length + end != size:
+        return f"is cut ({size} bytes where its header describes {8 + length + end})"
+    return None
+
+
+def _pickle_damage(path: str) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if os.path.getsize(path) <= WHOLE_READ_BYTES and archive.testzip() is not None:
+                return "is damaged (a member's checksum differs)"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        return f"is not a whole torch.save file ({err})"
+    return None
+
+
+def _json_damage(path: str, folder: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = json.load(f)
+    except (OSError, ValueError):
+        return "is not readable JSON"
+    if path.endswith(".index.json"):
+        shards = set((loaded.get("weight_map") or {}).values()) if isinstance(loaded, dict) else set()
+        missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
+        return f"names missing files ({', '.join(missing)})" if missing else None
+    return None
+
+
+def checkpoint_damage(checkpoint: str) -> str | None:
+    """What in `checkpoint` the trainer would fail to read back as it resumes, in a few words
+    ("model.safetensors is cut (1000 bytes where its header describes 2048)"), or None: the
+    trainer state and every other JSON file (configs, which the trainer compares on resuming; a
+    sharded weights index, with its files present), every safetensors file by its header and
+    length, every torch.save file (optimizer, scheduler, RNG states, scaler, arguments) as the zip
+    archive torch writes."""
+    state = os.path.join(checkpoint, TRAINER_STATE)
+    try:
+        with open(state, encoding="utf-8") as f:
+            loaded = json.load(f)
+    except (OSError, ValueError) as err:
+        return f"{TRAINER_STATE} is not readable ({type(err).__name__})"
+    if not isinstance(loaded, dict):  # TrainerState.load_from_json takes any object of its fields
+        return f"{TRAINER_STATE} holds no trainer state"
+    for folder, _, names in sorted(os.walk(checkpoint)):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            problem = None
+            if name.endswith(".safetensors"):
+                problem = _safetensors_damage(path)
+            elif name.endswith((".pt", ".pth", ".bin")):
+                problem = _pickle_damage(path)
+            elif name.endswith(".json"):  # configs (the trainer compares the model's on resuming), indexes
+                problem = _json_damage(path, folder)
+            if problem:
+                return f"{os.path.relpath(path, checkpoint)} {problem}"
+    return None

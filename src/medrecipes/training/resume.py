@@ -1,13 +1,14 @@
-"""Where a run starts: the checkpoint it resumes from (the newest complete one in output_dir, or
-the one `resume_from_checkpoint` names), an interrupted save completed first, and a checkpoint
-of another model refused in one line before training."""
+"""Where a run starts: the checkpoint it resumes from (the newest whole one in output_dir, a
+damaged newer one set aside with a warning, or the one `resume_from_checkpoint` names), an
+interrupted save completed first, and a checkpoint of another run or model, or one the trainer
+could not read back, refused in one line before training."""
 
 import json
 import logging
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.outputs.checkpoints import TRAINER_STATE, newest_complete_checkpoint
+from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_damage, checkpoint_steps
 from medrecipes.outputs.writes import REPLACED, finish_publish
 
 logger = logging.getLogger(__name__)
@@ -16,16 +17,32 @@ STAGING = "_staging"  # under output_dir; the leading underscore keeps HF's Hub 
 
 
 def last_checkpoint(output_dir: str) -> str | None:
-    """The newest complete checkpoint in `output_dir`, from which a run resumes automatically.
+    """The newest whole checkpoint in `output_dir`, from which a run resumes automatically.
 
-    Complete means renamed into place by `RecipeTrainerMixin` and holding the trainer state,
-    which the trainer writes last: a folder without it (a save killed by an older version, or
-    by a process that did not stage its checkpoints) is skipped with a warning.
+    Whole means renamed into place by `RecipeTrainerMixin`, holding the trainer state, which the
+    trainer writes last, and readable as the trainer will read it (`checkpoint_damage`). A folder
+    without the state (a save killed by an older version, or by a process that did not stage its
+    checkpoints) or a damaged one (a disk that lost part of a file, a copy cut short) is skipped
+    with a warning for the newest whole one before it; damaged folders and none whole is one line.
     """
-    path = newest_complete_checkpoint(output_dir, warn=logger)
-    if path is not None:
-        logger.info("resuming from %s", path)
-    return path
+    damaged = []
+    for step in reversed(checkpoint_steps(output_dir)):
+        path = os.path.join(output_dir, f"checkpoint-{step}")
+        if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
+            logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+            continue
+        problem = checkpoint_damage(path)
+        if problem is None:
+            logger.info("resuming from %s", path)
+            return path
+        logger.warning("ignoring %s: %s; resuming from an earlier checkpoint", path, problem)
+        damaged.append(f"checkpoint-{step}: {problem}")
+    if damaged:
+        raise UserError(
+            f"output_dir: no checkpoint in {output_dir} can be resumed ({'; '.join(damaged)}); move them "
+            "aside to start over, or set overwrite_output_dir: true to delete them"
+        )
+    return None
 
 
 def finish_interrupted_saves(output_dir: str) -> None:
@@ -43,10 +60,10 @@ def resumes_from_output_dir(args) -> bool:
     return args.resume_from_checkpoint is None or str(args.resume_from_checkpoint).lower() == "true"
 
 
-def checkpoint_to_resume(args) -> str | None:
+def checkpoint_to_resume(args, recipe=None) -> str | None:
     """The checkpoint a run starts from: the one `resume_from_checkpoint` names (a checkpoint
-    folder of this run or another), else the newest complete one in output_dir (also with
-    `resume_from_checkpoint: true`)."""
+    folder of this run, or of another run where the recipe sets `resume_from_another_run`), else
+    the newest whole one in output_dir (also with `resume_from_checkpoint: true`)."""
     named = args.resume_from_checkpoint
     if resumes_from_output_dir(args):
         with args.main_process_first(local=args.save_on_each_node, desc="completing an interrupted save"):
@@ -58,8 +75,31 @@ def checkpoint_to_resume(args) -> str | None:
             f"resume_from_checkpoint: {named} is not a complete checkpoint (no {TRAINER_STATE}); "
             "name a checkpoint-<step> folder, or leave the key out to resume from output_dir's newest"
         )
+    problem = checkpoint_damage(named)
+    if problem is not None:
+        raise UserError(f"resume_from_checkpoint: {named} cannot be resumed: {problem}; name a whole checkpoint")
+    if not getattr(recipe, "resume_from_another_run", False):
+        _refuse_another_run(named, args.output_dir)
     logger.info("resuming from %s (resume_from_checkpoint)", named)
     return named
+
+
+def _refuse_another_run(checkpoint: str, output_dir: str) -> None:
+    """A named checkpoint whose run (the run.json of its folder's run) is another run than this
+    one: another script, starting model or data. Its weights would load into this run's model and
+    the result would be saved as this run's: one line, unless the recipe says so."""
+    from medrecipes.training.run_folder import IDENTITY, read_record
+
+    theirs = read_record(os.path.dirname(os.path.abspath(checkpoint))) or {}
+    ours = read_record(output_dir) or {}
+    differs = [
+        f"{key} {theirs.get(key)}, here {ours.get(key)}" for key in IDENTITY if theirs.get(key) != ours.get(key)
+    ]
+    if theirs and ours and differs:
+        raise UserError(
+            f"resume_from_checkpoint: {checkpoint} is another run's ({'; '.join(differs)}); name a checkpoint "
+            "of this run, or set resume_from_another_run: true to start from it on purpose"
+        )
 
 
 # Config keys that fix the shapes of a checkpoint's tensors, for a model and for a LoRA adapter.
