@@ -197,6 +197,8 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes eval
         Case("eval: unknown task", ["eval", "--model", model, "--tasks", "medqa"], "did you mean"),
         Case("eval: limit 0", ["eval", "--model", model, "--data", TEST_SET, "--limit", "0"], "limit must be at least 1"),
+        Case("eval: no task", ["eval", "--model", model, "--tasks", "", "--data", TEST_SET], "tasks is empty; name at least one"),
+        Case("eval: a task's data twice", ["eval", "--model", model, "--data", f"medqa_4opt={TEST_SET}", "medqa_4opt=data/usmle_sample/train.jsonl"], "task 'medqa_4opt' is given twice"),
         Case("eval: batch size 0", ["eval", "--model", model, "--data", TEST_SET, "--batch_size", "0"], "batch_size"),
         Case("eval: few-shot -1", ["eval", "--model", model, "--data", TEST_SET, "--num_fewshot", "-1"], "num_fewshot"),
         Case("eval: unknown mode", ["eval", "--model", model, "--data", TEST_SET, "--mode", "logprob"], "mode"),

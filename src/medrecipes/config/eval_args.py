@@ -65,6 +65,8 @@ class EvalArguments:
 
     def __post_init__(self):
         self.tasks = split_names(self.tasks)
+        if not self.tasks:  # an evaluation of nothing would write an empty result and exit 0
+            raise UserError(f"tasks is empty; name at least one: {', '.join(TASK_NAMES)}")
         self.data_by_task = _by_task(self.data, self.tasks, "--data")
         self.fewshot_by_task = _by_task(self.fewshot_data, self.tasks, "--fewshot_data")
 
@@ -78,6 +80,10 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
             if len(tasks) != 1:
                 raise UserError(f"{flag} {entry}: name the task it is for, as {flag} TASK={entry}")
             name, path = tasks[0], entry
+        if name in result and result[name] != path:  # one would be dropped without a word
+            raise UserError(
+                f"{flag}: task '{name}' is given twice ({result[name]} and {path}); give each task one {flag} entry"
+            )
         result[name] = path
     return result
 
