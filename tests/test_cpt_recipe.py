@@ -247,8 +247,16 @@ def test_resuming_a_checkpoint_of_another_model_is_one_line_before_training(tiny
 
     wider = build_tiny_model(str(tmp_path / "wider"), [str(ROOT / "data/medical_text/train.jsonl")], hidden_size=96)
     checkpoint = Path(tiny_run) / "checkpoint-12"
-    result = run(PYTHON, "recipes/cpt.py", TINY, "--model_name_or_path", wider, "--output_dir", tmp_path / "out",
-                 "--resume_from_checkpoint", checkpoint, *NO_EVAL)  # fmt: skip
+    command = [PYTHON, "recipes/cpt.py", TINY, "--model_name_or_path", wider, "--output_dir", tmp_path / "out",
+               "--resume_from_checkpoint", checkpoint, *NO_EVAL]  # fmt: skip
+    result = run(*command)  # another run's checkpoint (its run.json names another model): refused as such first
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: resume_from_checkpoint: {checkpoint} is another run's (model ")
+    )
+    result = run(*command, "--resume_from_another_run", "true")  # on purpose: then its shapes must fit
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: resume_from_checkpoint: {checkpoint} does not fit this run's model "

@@ -1,12 +1,14 @@
-"""`medrecipes generate` and `medrecipes serve` on a tiny model that has learnt one answer."""
+"""`medrecipes generate` and `medrecipes serve` on a tiny model that has learnt one answer; the
+server against every class of bad request, the doors it does not open, load and abuse on
+loopback (docs/serving.md)."""
 
+import http.client
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from conftest import PYTHON, ROOT
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
+from medrecipes.serving import FIELDS, ServedModel, _check_address
 
 QUESTION = "Which vitamin deficiency causes scurvy?"
 ANSWER = "Vitamin C deficiency causes scurvy."
@@ -50,43 +53,248 @@ def test_generate_names_a_missing_model_folder(tmp_path, capsys):
     assert f"error: model '{tmp_path / 'absent'}': no such folder" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_serve_answers_openai_chat_completions(memorised_model):
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=json.dumps(
-            {"model": memorised_model, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32}
-        ).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
+        return s.getsockname()[1]
+
+
+class Server:
+    """`medrecipes serve` in its own process on loopback, as a user starts it."""
+
+    def __init__(self, model: str, *args: str, env: dict | None = None):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "medrecipes.cli", "serve", model, "--port", str(self.port), *args],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
         deadline = time.monotonic() + 180
         while True:
-            assert server.poll() is None, "the server exited"
+            assert self.process.poll() is None, self.process.stdout.read()
             try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    reply = json.loads(response.read())
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the server did not answer"
-                time.sleep(0.5)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    assert reply["object"] == "chat.completion"
+                if self.call("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.3)
+
+    def call(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None, timeout=120):
+        """(status, JSON answer) of one request; `body` is sent as JSON, `raw` as it is."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+            sent = {"Content-Type": "application/json"} if data is not None else {}
+            connection.request(method, path, body=data, headers={**sent, **(headers or {})})
+            response = connection.getresponse()
+            text = response.read()
+            return response.status, json.loads(text) if text else None
+        finally:
+            connection.close()
+
+    def chat(self, **fields):
+        return self.call(
+            "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}], **fields}
+        )
+
+    def memory_kib(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(memorised_model):
+    running = Server(memorised_model)
+    yield running
+    running.stop()
+
+
+def assert_refused(status: int, answer, expected: int | tuple = (400, 499)):
+    """A 4xx (or the status expected) with OpenAI's error shape: one line that says what is wrong."""
+    low, high = (expected, expected) if isinstance(expected, int) else expected
+    assert low <= status <= high, (status, answer)
+    message = answer["error"]["message"]
+    assert message and "\n" not in message and "Traceback" not in message, answer
+
+
+@pytest.mark.slow
+def test_serve_answers_openai_chat_completions(server, memorised_model):
+    status, reply = server.chat(model=memorised_model, max_tokens=32)
+    assert status == 200, reply
+    assert reply["object"] == "chat.completion" and reply["model"] == memorised_model
     message = reply["choices"][0]["message"]
     assert message["role"] == "assistant" and message["content"].strip() == ANSWER
     assert reply["choices"][0]["finish_reason"] == "stop"
+    assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+    assert server.call("GET", "/v1/models") == (200, {"object": "list", "data": [
+        {"id": memorised_model, "object": "model", "created": server.call("GET", "/v1/models")[1]["data"][0]["created"],
+         "owned_by": "medrecipes"}]})  # fmt: skip
+    assert server.call("GET", "/health") == (200, {"status": "ok", "model": memorised_model})
+
+
+def bad_values(field: str) -> list:
+    """Values of the wrong type or out of range for each request field, from what the field takes."""
+    wrong_type = ["text", [1], {"a": 1}, True]
+    return {
+        "max_tokens": [0, -5, 10**9, 2.5, *wrong_type],
+        "max_completion_tokens": [0, 10**9, "8"],
+        "temperature": [-0.1, 2.5, 1e9, "hot", [0.5], True],
+        "top_p": [0, -1, 1.5, "all", True],
+        "n": [2, 0, "1"],
+        "stream": [True],
+        "seed": ["x", 1.5, [1]],
+        "model": ["another/model", 7],
+        "messages": [[], "hi", [{"role": "user"}], [{"role": "robot", "content": "hi"}], [{"role": "user", "content": 7}],
+                     [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], [1], None],
+        "user": [],
+    }[field]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(server):
+    """Every field the server takes, given each kind of wrong value; bodies that are not a JSON
+    object; fields it does not take; a prompt longer than the model's positions. Then a normal
+    request is answered."""
+    cases = [({f: v}, f) for f in FIELDS for v in bad_values(f)]
+    cases += [({"tools": []}, "unsupported field"), ({"logprobs": True}, "unsupported field")]
+    for fields, word in cases:
+        body = {"messages": [{"role": "user", "content": QUESTION}], **fields}
+        status, answer = server.call("POST", "/v1/chat/completions", body)
+        assert_refused(status, answer)
+        assert word.split("_")[0] in answer["error"]["message"] or status == 404, (fields, answer)
+    for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b""):
+        assert_refused(*server.call("POST", "/v1/chat/completions", raw=raw), expected=400)
+    long_prompt = " ".join(["scurvy"] * 100_000)  # 100k tokens, under the body limit
+    status, answer = server.chat(messages=[{"role": "user", "content": long_prompt}])
+    assert_refused(status, answer, 400)
+    assert "positions" in answer["error"]["message"]
+    status, reply = server.chat(max_tokens=32)
+    assert status == 200 and reply["choices"][0]["message"]["content"].strip() == ANSWER
+
+
+@pytest.mark.slow
+def test_only_the_documented_doors_are_open(server):
+    """No route loads, unloads or resets a model, and no API docs: a 404 in the error shape;
+    a method a route does not take, a 405."""
+    for path in ("/load_model", "/reset", "/v1/responses", "/v1/completions", "/docs", "/openapi.json", "/redoc",
+                 "/../etc/passwd", "/v1/models/x"):  # fmt: skip
+        for method, body in (("GET", None), ("POST", {"model": "/tmp"})):
+            assert_refused(*server.call(method, path, body), expected=(404, 405))
+    assert_refused(*server.call("GET", "/v1/chat/completions"), expected=405)
+    assert_refused(*server.call("DELETE", "/v1/models"), expected=405)
+
+
+@pytest.mark.slow
+def test_a_request_a_web_page_could_send_across_origins_is_refused(server):
+    """A browser sends a form or text/plain POST to any address without asking first; the server
+    takes JSON bodies only, and names no origin it allows."""
+    body = json.dumps({"messages": [{"role": "user", "content": QUESTION}]}).encode()
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        status, answer = server.call("POST", "/v1/chat/completions", raw=body, headers={"Content-Type": kind})
+        assert_refused(status, answer, 415)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://evil.example",
+                       "Access-Control-Request-Method": "POST"})  # fmt: skip
+    response = connection.getresponse()
+    response.read()
+    assert response.getheader("Access-Control-Allow-Origin") is None
+    connection.close()
+
+
+@pytest.mark.slow
+def test_oversized_bodies_slow_clients_and_fifty_clients_leave_it_bounded_and_answering(server):
+    before = server.memory_kib()
+    twenty_mb = json.dumps({"messages": [{"role": "user", "content": "a " * 10_000_000}]}).encode()
+    for _ in range(3):
+        try:
+            status, answer = server.call("POST", "/v1/chat/completions", raw=twenty_mb)
+            assert_refused(status, answer, 413)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the whole body was sent: the server closed the connection
+    # A body sent without its length (chunked) is not read at all.
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.putrequest("POST", "/v1/chat/completions")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Transfer-Encoding", "chunked")
+    connection.endheaders()
+    connection.send(b'5\r\n{"a":\r\n')
+    response = connection.getresponse()
+    assert response.status == 411 and "Content-Length" in json.loads(response.read())["error"]["message"]
+    connection.close()
+    # Slow clients that never finish their request hold a connection each, not the model.
+    slow = []
+    for _ in range(5):
+        client = socket.create_connection(("127.0.0.1", server.port))
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 1000\r\n\r\n{\"messages\": ")  # fmt: skip
+        slow.append(client)
+    results = []
+
+    def client(number: int):
+        fields = {"max_tokens": 8} if number % 5 else {"max_tokens": 0}  # some bad ones among them
+        results.append((number, *server.chat(**fields)))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert len(results) == 50
+    for number, status, answer in results:
+        if number % 5:
+            assert status == 200 and answer["usage"]["completion_tokens"] <= 8, answer
+        else:
+            assert_refused(status, answer, 400)
+    for client_socket in slow:
+        client_socket.close()
+    status, reply = server.chat(max_tokens=32)
+    assert status == 200 and reply["choices"][0]["message"]["content"].strip() == ANSWER
+    grown = (server.memory_kib() - before) / 1024
+    assert grown < 300, f"the server grew by {grown:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_with_an_api_key_only_requests_that_carry_it_are_answered(memorised_model):
+    keyed = Server(memorised_model, env={"MEDRECIPES_API_KEY": "s3cret"})
+    try:
+        body = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 8}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            assert_refused(*keyed.call("POST", "/v1/chat/completions", body, headers=headers), expected=401)
+            assert_refused(*keyed.call("GET", "/v1/models", headers=headers), expected=401)
+        assert keyed.call("GET", "/health")[0] == 200  # a load balancer's check needs no key
+        status, reply = keyed.call("POST", "/v1/chat/completions", body, headers={"Authorization": "Bearer s3cret"})
+        assert status == 200 and reply["choices"][0]["message"]["content"]
+    finally:
+        keyed.stop()
+
+
+def test_an_address_other_machines_reach_is_told_apart_from_loopback():
+    port = free_port()
+    assert _check_address("127.0.0.1", port) is True and _check_address("localhost", port) is True
+    assert _check_address("0.0.0.0", port) is False
+
+
+def test_a_lora_adapter_is_served_through_its_base(memorised_model, tmp_path, capsys):
+    """A LoRA run's final/ (an adapter and the tokenizer) answers as the base with the adapter
+    folded in, as lm-eval's peft= loads one; generate and eval take it too."""
+    from peft import LoraConfig, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(memorised_model)
+    adapter = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=True))
+    adapter.save_pretrained(tmp_path / "final")
+    AutoTokenizer.from_pretrained(memorised_model).save_pretrained(tmp_path / "final")
+    served = ServedModel(str(tmp_path / "final"))
+    assert not hasattr(served.model, "peft_config")  # folded in
+    request = served.parse({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32})
+    assert served.complete(request)["choices"][0]["message"]["content"].strip() == ANSWER  # B = 0: the base's answer
+    cli.main(["generate", str(tmp_path / "final"), "--prompt", QUESTION, "--max-new-tokens", "32"])
+    assert capsys.readouterr().out.strip() == ANSWER
+    cli.main(["eval", "--model", str(tmp_path / "final"), "--data", "data/usmle_sample/test.jsonl", "--limit", "2"])
+    assert "medqa_4opt" in capsys.readouterr().out  # evaluated, not refused as an adapter
 
 
 @pytest.mark.parametrize("taken", [True, False], ids=["port in use", "unknown host"])

@@ -42,10 +42,24 @@ def add_commands(commands) -> None:
     gen.add_argument("--max-new-tokens", type=COUNT, default=256)
     gen.set_defaults(func=cmd_generate)
 
-    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint (transformers serve)")
-    serve.add_argument("model", type=input_path, help="a model folder (e.g. output_dir/final) or Hub id")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint for one model (docs/serving.md)")
+    serve.add_argument(
+        "model", type=input_path, help="a model or LoRA adapter folder (e.g. output_dir/final) or Hub id"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1: this machine only (the default)")
     serve.add_argument("--port", type=Number(int, least=1, most=65535), default=8000)
+    serve.add_argument(
+        "--api-key", help="require 'Authorization: Bearer KEY' (better: the MEDRECIPES_API_KEY environment variable)"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=Number(int, least=1024, most=2**30), default=2**20, help="larger bodies get a 413"
+    )
+    serve.add_argument(
+        "--max-tokens",
+        type=Number(int, least=1, most=2**20),
+        default=1024,
+        help="the most max_tokens a request may ask",
+    )
     serve.set_defaults(func=cmd_serve)
 
 
@@ -89,4 +103,4 @@ def cmd_generate(args) -> None:
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
 
-    serve(args.model, args.host, args.port)
+    serve(args.model, args.host, args.port, args.api_key, args.max_body_bytes, args.max_tokens)

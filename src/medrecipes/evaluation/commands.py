@@ -23,21 +23,13 @@ logger = logging.getLogger(__name__)
 
 
 def load_for_evaluation(name_or_path: str, revision=None, dtype=None, device=None):
-    """(model, tokenizer) as the recipes load them: Hub id, local folder or .gguf file."""
-    from trl import ModelConfig
-
+    """(model, tokenizer) as the recipes load them: Hub id, local folder, .gguf file, or a LoRA
+    adapter's folder with its base (`models.loading.load_for_inference`, as lm-eval's peft=)."""
     from medrecipes.models.files import check_model_folder
-    from medrecipes.models.loading import load_model, load_tokenizer
+    from medrecipes.models.loading import load_for_inference
 
     check_model_folder(name_or_path)
-    if os.path.isfile(os.path.join(name_or_path, "adapter_config.json")):
-        raise UserError(
-            f"model: {name_or_path} is a LoRA adapter; fold it into its base first with "
-            f"`medrecipes merge-lora {name_or_path} OUT_DIR` and evaluate OUT_DIR"
-        )
-    tokenizer = load_tokenizer(name_or_path, revision)
-    model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype)
-    model = load_model(model_args, None, tokenizer)
+    model, tokenizer = load_for_inference(name_or_path, revision, dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
 

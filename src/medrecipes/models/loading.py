@@ -180,3 +180,37 @@ def load_config(name_or_path: str):
         return AutoConfig.from_pretrained(source, **kwargs)
     except OSError as err:
         raise UserError(f"model: cannot read the config of '{name_or_path}' ({str(err).splitlines()[0]})") from None
+
+
+def load_for_inference(name_or_path: str, revision: str | None = None, dtype: str | None = None):
+    """(model, tokenizer) to answer or score with: a Hub id, a model folder or a .gguf file as the
+    recipes load them, or a LoRA adapter's folder as lm-eval's `peft=` takes one: its base (the
+    adapter's `base_model_name_or_path`, checked by `starting_model`) loaded, the adapter folded
+    in (PEFT's `merge_and_unload`), with the tokenizer and generation settings the run saved beside
+    the adapter (the base's tokenizer where it saved none)."""
+    from trl import ModelConfig
+
+    path = os.path.expanduser(name_or_path)
+    adapter = os.path.join(path, "adapter_config.json")
+    if not os.path.isfile(adapter):
+        tokenizer = load_tokenizer(name_or_path, revision)
+        model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype or "auto")
+        return load_model(model_args, None, tokenizer), tokenizer
+    starting_model(ModelConfig(model_name_or_path=name_or_path))  # its base is there, else one line
+    from peft import AutoPeftModelForCausalLM
+    from transformers import GenerationConfig
+
+    with open(adapter, encoding="utf-8") as f:
+        base = json.load(f).get("base_model_name_or_path")
+    has_tokenizer = os.path.isfile(os.path.join(path, "tokenizer_config.json"))
+    tokenizer = load_tokenizer(path if has_tokenizer or not base else base, revision)
+    try:
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype or "auto"))
+    except (OSError, ValueError, TypeError, KeyError) as err:  # a config PEFT refuses, weights that do not fit
+        raise UserError(
+            f"model: the LoRA adapter {name_or_path} does not load onto its base {base} ({str(err).splitlines()[0]})"
+        ) from None
+    model = model.merge_and_unload()
+    if os.path.isfile(os.path.join(path, "generation_config.json")):  # the run's stop tokens
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    return model, tokenizer
