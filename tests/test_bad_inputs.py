@@ -311,6 +311,11 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("run whose output_dir holds its data", script("cpt", src(f"{{path: {f['textdir']}}}"), "--model_name_or_path", model, "--output_dir", str(files)), "which this command reads"),
         # --- DPO's preference pairs
         Case("DPO: an empty chosen answer", script("dpo", dpo, *run_in(files, model), *pairs(f["emptychosen.jsonl"])), "emptychosen.jsonl line 2: chosen is empty"),
+        Case("DPO: an empty prompt", script("dpo", dpo, *run_in(files, model), *pairs(f["emptyprompt.jsonl"])), "emptyprompt.jsonl line 1: prompt is empty"),
+        Case("CPT: a data_files pattern that matches nothing", script("cpt", src("{path: json, data_files: nothing-here-*.jsonl}"), *run_in(files, model)), "data_files pattern nothing-here-*.jsonl matches no file"),
+        Case("CPT: a document whose text is a number", script("cpt", src(f"{{path: {f['numbertext.jsonl']}}}"), *run_in(files, model)), "numbertext.jsonl line 2: 'text' is 42, not text"),
+        Case("perplexity: a document whose text is a number", ["perplexity", "--model", model, "--data", f["numbertext.jsonl"]], "numbertext.jsonl line 2: 'text' is 42, not text"),
+        Case("pretraining: an architecture file that is not JSON", script("cpt", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--architecture", f"{f['notjson-config']}/config.json", "--output_dir", str(files / "runs" / "notjson")), "is not a model config"),
         Case("SFT chat: an empty answer", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['emptyanswer.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "emptyanswer.jsonl line 1: the assistant's answer is empty"),
         Case("KTO: desirable answers only", script("kto", kto, *run_in(files, model), *pairs(f["alldesirable.jsonl"], "unpaired")), "every one of the 2 answers is desirable (label true); KTO needs both kinds"),
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
@@ -376,6 +381,9 @@ FILES = {
     "alldesirable.jsonl": '{"prompt": "Q?", "completion": "A. yes", "label": true}\n{"prompt": "R?", "completion": "B. no", "label": true}\n',
     "oneoption.jsonl": '{"question": "Which?", "options": {"A": "only"}, "answer": "A"}\n',
     "blank.jsonl": "  \n\n \t\n",
+    "numbertext.jsonl": '{"text": "Scurvy follows vitamin C deficiency."}\n{"text": 42}\n',
+    "emptyprompt.jsonl": '{"prompt": [], "chosen": [{"role": "assistant", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
+    "notjson-config/config.json": '{"model_type": "llama",',
     "nobase/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model"}',
     "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }

@@ -74,7 +74,16 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
         elif not any(os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names):
             raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
     for file in data_files or []:
-        if is_url(file) or "*" in file:
+        if is_url(file):
+            continue
+        if any(
+            c in file for c in "*?["
+        ):  # a pattern: `datasets` fails with no line of its own when it matches nothing
+            if not glob.glob(os.path.expanduser(file), recursive=True):
+                raise UserError(
+                    f"source '{source.path}': data_files pattern {file} matches no file; check the pattern "
+                    "(relative paths start where the command runs)"
+                )
             continue
         if not os.path.exists(file):
             raise UserError(
@@ -199,6 +208,12 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                 )
         if "messages" in fields:
             check_turns(documents.data.column("messages").to_pylist(), range(len(documents)), source)
+        if "text" in fields and not _is_text(documents.data.column("text").type):
+            # mixed JSON values arrive as datasets' Json feature: decoded, the first that is not text is named
+            first, value = next((i, v) for i, v in enumerate(documents["text"]) if not isinstance(v, str))
+            raise UserError(
+                f"{row_of(source, first)}: '{fields['text']}' is {json.dumps(value)[:40]}, not text; fix or drop the row"
+            )
         if source.format in PREFERENCE_FIELDS:
             answers = [c for c in ANSWER_COLUMNS if c in fields]
             check_answers(documents.select_columns(answers).to_list(), range(len(documents)), source)
@@ -224,7 +239,13 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
     return {} if tag is None else {"source": [tag] * len(indices)}
 
 
-ANSWER_COLUMNS = ("chosen", "rejected", "completion", "label")  # what a preference row says of its answers
+ANSWER_COLUMNS = ("prompt", "chosen", "rejected", "completion", "label")  # a preference row's question and answers
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceConfig) -> None:
@@ -234,6 +255,10 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
     collator would take 1, 0 or "yes" for a tensor of something else)."""
     for row, index in zip(rows, indices, strict=False):
         problem = None
+        prompt = row.get("prompt")
+        turns = prompt if isinstance(prompt, list) else [{"content": prompt}]
+        if "prompt" in row and not any(isinstance(t, dict) and str(t.get("content") or "").strip() for t in turns):
+            problem = "prompt is empty: its answers answer no question"
         if "chosen" in row and row["chosen"] == row["rejected"]:
             problem = "chosen and rejected are the same answer"
         for key in ("chosen", "rejected", "completion"):

@@ -45,7 +45,13 @@ def scratch_config(name: str, vocab_size: int | None = None, **ids):
         return preset_config(name, vocab_size or PRESET_VOCAB_SIZE, **ids)
     config = packaged_config(name)
     if config is None and os.path.exists(name):
-        config = AutoConfig.from_pretrained(name)
+        try:
+            config = AutoConfig.from_pretrained(name)
+        except (OSError, ValueError, KeyError) as err:  # not JSON, no model_type, an unknown one
+            raise UserError(
+                f"architecture: {name} is not a model config ({str(err).splitlines()[0]}); name a config.json of "
+                "a transformers model, a preset or a packaged config"
+            ) from None
     if config is None:
         choices = [
             *PRESETS,
