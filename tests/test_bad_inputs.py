@@ -220,9 +220,11 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: samples without sampling", ["eval", "--model", model, "--data", TEST_SET, "--samples", "4"], "samples 4 draws several answers"),
         Case("eval: a saved temperature that is not one", ["eval", "--model", f["badtemperature"], "--data", TEST_SET], "calibration.json: no positive temperature"),
         # --- medrecipes calibrate
-        Case("calibrate: the same questions fitted and measured", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--held-out", TEST_SET], "share questions"),
+        Case("calibrate: the same questions fitted and measured", ["calibrate", "--model", model, "--task", "usmle", "--dev", "data/usmle_sample/train.jsonl", "--held-out", "data/usmle_sample/train.jsonl"], "share questions"),
         Case("calibrate: a model that is not a local folder", ["calibrate", "--model", "google/gemma-3-270m", "--task", "usmle", "--dev", TEST_SET], "not a local model folder"),
         Case("calibrate: limit 0", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--limit", "0"], "--limit: must be at least 1"),
+        Case("calibrate: fitted on too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", "data/usmle_sample/train.jsonl", "--held-out", TEST_SET, "--limit", "1"], "has 1 questions to fit on (with --limit 1)"),
+        Case("calibrate: a dev file of too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--held-out", "data/usmle_sample/train.jsonl"], "has 20 questions to fit on, fewer than 50"),
         # --- medrecipes pairs
         Case("pairs: one sample a question", ["pairs", "--mcq", TEST_SET, "--model", model, "--samples", "1", "--out", f"{files}/p.jsonl"], "--samples: must be at least 2"),
         Case("pairs: greedy answers", ["pairs", "--mcq", TEST_SET, "--model", model, "--temperature", "0", "--out", f"{files}/p.jsonl"], "--temperature: must be a finite number above 0"),

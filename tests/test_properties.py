@@ -280,8 +280,8 @@ def sandbox(tmp_path_factory, tiny_model):
         "recipe": str(root / "recipe.yaml"),
         "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file
         "--mcq": str(root / "questions.jsonl"),
-        "--dev": str(root / "questions.jsonl"),
-        "--held-out": str(root / "other-questions.jsonl"),
+        "--dev": str(root / "other-questions.jsonl"),  # 60 questions: calibrate fits on 50 or more
+        "--held-out": str(root / "questions.jsonl"),
         "--data-dir": str(root),
         "--train": str(root / "notes.jsonl"),
         "--eval": str(root / "questions.jsonl"),
@@ -358,7 +358,7 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
         "--data-dir",
         "{--data-dir}",
         "--limit",
-        "4",
+        "50",
     ],  # fmt: skip
     "tiny-model": [
         "tiny-model",
@@ -423,7 +423,7 @@ def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
     from medrecipes import cli, serving
 
     root, valid = sandbox
-    monkeypatch.setattr(serving.os, "execv", lambda *args: (_ for _ in ()).throw(SystemExit(0)))  # no server
+    monkeypatch.setattr(serving, "run_server", lambda *args: (_ for _ in ()).throw(SystemExit(0)))  # no server
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
     position = INVOCATIONS[command].index("{" + argument + "}")
     argv[position] = bad_path(root, role, kind, argv, valid)
@@ -454,7 +454,7 @@ def test_each_invocation_runs_as_given(sandbox, command, capsys, monkeypatch):
     from medrecipes import cli, serving
 
     root, valid = sandbox
-    monkeypatch.setattr(serving.os, "execv", lambda *args: (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(serving, "run_server", lambda *args: (_ for _ in ()).throw(SystemExit(0)))
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
     if command == "convert-gguf":
         pytest.skip("no .gguf model in the tests: its valid run is tests/test_real_gemma.py's")

@@ -291,7 +291,7 @@ def serve(
     """Answer chat completions for `model` at host:port until stopped; needs the `serve` extra."""
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         raise UserError("serve: needs fastapi and uvicorn; pip install 'medrecipes[serve]'") from None
     _check_model(model)
@@ -307,5 +307,12 @@ def serve(
     served = ServedModel(model, max_tokens=max_tokens)
     app = create_app(served, api_key=api_key, max_body_bytes=max_body_bytes)
     print(f"serving {model} at http://{host}:{port}/v1/chat/completions (model name: {served.name})", flush=True)
+    run_server(app, host, port)
+
+
+def run_server(app, host: str, port: int) -> None:
+    """uvicorn until stopped: at most 256 connections at once (503 beyond), idle keep-alive closed after 5 s."""
+    import uvicorn
+
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False, limit_concurrency=256,
                 timeout_keep_alive=5)  # fmt: skip

@@ -133,6 +133,16 @@ def run_calibration(
     target = os.path.join(model_path, cal.TEMPERATURE_FILE)
     claim_output(target, "calibration", "calibrate", [dev, *([held_out] if held_out else [])], overwrite)
     fit_data = load_task(task, data=dev, limit=limit)
+    if len(fit_data.rows) < cal.MIN_FIT_QUESTIONS:
+        raise UserError(
+            f"calibrate: {fit_data.source} has {len(fit_data.rows)} questions to fit on (with --limit {limit}) "
+            f"and a temperature fitted on fewer than {cal.MIN_FIT_QUESTIONS} follows those few answers, not the "
+            "model (one question's fit made a held-out NLL 8 times worse); give --dev more questions"
+            if limit
+            else f"calibrate: {fit_data.source} has {len(fit_data.rows)} questions to fit on, fewer than "
+            f"{cal.MIN_FIT_QUESTIONS}: a temperature fitted on so few follows their answers, not the model; "
+            "give --dev more questions"
+        )
     test_data = load_task(task, data=held_out, data_dir=data_dir, limit=limit)
     if {r["question"] for r in fit_data.rows} & {r["question"] for r in test_data.rows}:
         raise UserError(
