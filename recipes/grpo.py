@@ -24,7 +24,7 @@ from medrecipes.data.grpo import fit_prompts, grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import load_model, positions, recipe_tokenizer
+from medrecipes.models.loading import check_adapter_targets, load_model, positions, recipe_tokenizer
 from medrecipes.rewards import reward_functions
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
@@ -49,6 +49,7 @@ def main(recipe, training_args, model_args):
     if claim_run_folder("grpo", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args, recipe)
+    check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     chat = training_args.prompt_format == "chat"

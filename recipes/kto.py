@@ -23,7 +23,7 @@ from medrecipes.data.preference import preference_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import load_model, recipe_tokenizer
+from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
@@ -43,6 +43,7 @@ def main(recipe, training_args, model_args):
     if claim_run_folder("kto", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args, recipe)
+    check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     with training_args.main_process_first(desc="loading data"):

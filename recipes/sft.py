@@ -20,7 +20,7 @@ from medrecipes.data.sft import sft_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.hub import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import load_model, recipe_tokenizer
+from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
 from medrecipes.models.templates import align_generation_eos, sft_template, turn_end
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.training.callbacks import recipe_callbacks
@@ -41,6 +41,7 @@ def main(recipe, training_args, model_args):
     if claim_run_folder("sft", recipe, training_args, model_args):  # True: this run finished there already
         return
     checkpoint = checkpoint_to_resume(training_args, recipe)
+    check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)  # a Gemma without a template gets Gemma's turns
     template = sft_template(training_args, tokenizer)  # checked: it marks what assistant_only_loss trains

@@ -119,6 +119,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("lora_r without use_peft", script("sft", sft, "--lora_r", "8"), "use_peft"),
         Case("lora_dropout of 1 or more", script("sft", sft, "--use_peft", "true", "--lora_dropout", "1.5"), "lora_dropout must be at least 0 and below 1, got 1.5"),
         Case("lora_dropout negative", script("sft", sft, "--use_peft", "true", "--lora_dropout", "-0.1"), "lora_dropout must be at least 0"),
+        Case("LoRA target module misspelt", script("sft", sft, *run_in(files, model), "--use_peft", "true", "--lora_target_modules", "q_proj", "v_prj"), "lora_target_modules: v_prj names no module of llama (did you mean 'v_proj'"),
+        Case("LoRA target module as one text", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_modules", "self_attn.q_proj"], "PEFT reads as a regular expression"),
         Case("lora_alpha 0", script("sft", sft, "--use_peft", "true", "--lora_alpha", "0"), "lora_alpha must be above 0, got 0"),
         Case("hub_model_id with spaces", script("sft", sft, "--hub_model_id", "my org/model x"), "hub_model_id: Repo id must use alphanumeric"),
         Case("hub_model_id with three parts", script("cpt", cpt, "--hub_model_id", "a/b/c"), "hub_model_id:"),

@@ -63,18 +63,20 @@ def cmd_validate(args) -> None:
     else:
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
-        _check_local_inputs(recipe)
+        _check_local_inputs(recipe, model_args)
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")
     print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
 
 
-def _check_local_inputs(recipe) -> None:
+def _check_local_inputs(recipe, model_args) -> None:
     """What a run would refuse first among what is on this machine: a data source or data file
-    that is missing or empty, a scratch architecture that is not known. Hub ids, URLs and the
-    starting model (which an earlier stage may still be writing) are left to the run."""
+    that is missing or empty, a scratch architecture that is not known, LoRA target modules the
+    model (a scratch one, or a local folder's config) does not have. Hub ids, URLs and a starting
+    model that is not there yet (an earlier stage may still be writing it) are left to the run."""
     from medrecipes.data.sources import check_local_source
+    from medrecipes.models.loading import check_adapter_targets
     from medrecipes.models.scratch import scratch_config
 
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
@@ -82,6 +84,7 @@ def _check_local_inputs(recipe) -> None:
         check_local_source(source)
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
+    check_adapter_targets(model_args, recipe)
 
 
 def cmd_plan(args) -> None:

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import looks_local
 from medrecipes.models.files import check_model_folder, check_tokenizer_files
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
@@ -214,3 +214,45 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
     if os.path.isfile(os.path.join(path, "generation_config.json")):  # the run's stop tokens
         model.generation_config = GenerationConfig.from_pretrained(path)
     return model, tokenizer
+
+
+def check_adapter_targets(model_args, recipe=None) -> None:
+    """LoRA's `lora_target_modules` name modules the model has, checked on the meta device (no
+    weights, seconds for a 27B architecture) before the data is built: PEFT refuses a name that
+    matches nothing only once the model has loaded. PEFT's rule: a name matches a module whose
+    name is it or ends with "." and it (`self_attn.q_proj` too); a single text is a regular
+    expression the whole module name must match. A Hub id's config is not read here (offline it
+    is not there yet); the run's load checks it."""
+    import re
+
+    targets = model_args.lora_target_modules
+    if not model_args.use_peft or not targets or targets == "all-linear" or targets == ["all-linear"]:
+        return
+    if recipe is not None and recipe.init_from_scratch and recipe.architecture:
+        config = scratch_config(recipe.architecture)
+    else:
+        path = os.path.expanduser(model_args.model_name_or_path or "")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            return
+        config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    names = [name for name, _ in model.named_modules() if name]
+    linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
+    if isinstance(targets, str):
+        missing = [] if any(re.fullmatch(targets, name) for name in names) else [targets]
+    else:
+        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing and isinstance(targets, str):
+        raise UserError(
+            f"lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression the whole "
+            f"module name must match, and no module of {config.model_type} does (they are named like "
+            f"{linear[0]}); give a list of names ([q_proj, v_proj]), a pattern such as '.*{targets}', or all-linear"
+        )
+    if missing:
+        hint = did_you_mean(missing[0], leaves)
+        raise UserError(
+            f"lora_target_modules: {', '.join(missing)} names no module of {config.model_type}{hint}; its linear "
+            f"layers are {', '.join(leaves)} (or all-linear)"
+        )
