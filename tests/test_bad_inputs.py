@@ -251,6 +251,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "no such folder"),
         Case("merge-lora: not an adapter", ["merge-lora", model, f"{files}/m2"], "no adapter_config.json"),
         Case("merge-lora: adapter config not JSON", ["merge-lora", f["badadapter"], f"{files}/m3"], "not valid JSON"),
+        Case("merge-lora: an adapter config's rank as text", ["merge-lora", f["eightadapter"], f"{files}/m6"], "r must be a whole number, got \"eight\""),
+        Case("generate: an adapter config's rank as text", ["generate", f["eightadapter"], "--prompt", "hi"], "r must be a whole number"),
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
@@ -390,6 +392,8 @@ FILES = {
     "notjson-config/config.json": '{"model_type": "llama",',
     "nobase/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model"}',
     "nobase/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
+    "eightadapter/adapter_config.json": '{"base_model_name_or_path": "/nonexistent/base-model", "r": "eight"}',
+    "eightadapter/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }
 # Copies of the tiny model, broken one way each (make_files).
 BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json"}

@@ -34,7 +34,8 @@ def _check_model(model: str) -> None:
     if looks_local(model) and not os.path.isdir(model):
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
-    check_tokenizer_files(model)
+    if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's
+        check_tokenizer_files(model)
 
 
 def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:

@@ -93,3 +93,37 @@ def check_tokenizer_files(name_or_path: str) -> None:
             f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
             "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
         )
+
+
+def read_adapter_config(path: str) -> dict:
+    """A LoRA adapter's adapter_config.json, checked as PEFT will use it: a JSON mapping whose
+    numeric settings (r, lora_alpha, lora_dropout, ...) are numbers of the type PEFT's LoraConfig
+    declares. PEFT takes `"r": "eight"` as it comes and fails mid-load, comparing text with a number."""
+    import dataclasses
+    import typing
+
+    from peft import LoraConfig
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err}); copy the adapter again from its run") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: not a JSON mapping; copy the adapter again from its run")
+    hints = typing.get_type_hints(LoraConfig)
+    for field in dataclasses.fields(LoraConfig):
+        kinds = set(typing.get_args(hints.get(field.name))) | {hints.get(field.name)}
+        numeric = kinds & {int, float}
+        value = config.get(field.name)
+        if not numeric or value is None or kinds & {str, dict, list}:
+            continue
+        wrong = (
+            isinstance(value, bool) or not isinstance(value, int | float) or (numeric == {int} and value != int(value))
+        )
+        if wrong:
+            kind = "a whole number" if numeric == {int} else "a number"
+            raise UserError(
+                f"{path}: {field.name} must be {kind}, got {json.dumps(value)}; copy the adapter again from its run"
+            )
+    return config

@@ -1,7 +1,6 @@
 """Load a model and tokenizer from a Hub id, a local folder or a local .gguf file, or build one from
 a scratch preset; dtype, attention and quantisation as the recipe asks."""
 
-import json
 import logging
 import os
 
@@ -11,7 +10,7 @@ from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import looks_local
-from medrecipes.models.files import check_model_folder, check_tokenizer_files
+from medrecipes.models.files import check_model_folder, check_tokenizer_files, read_adapter_config
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
 from medrecipes.models.templates import chat_template, native_template
@@ -54,11 +53,7 @@ def starting_model(model_args) -> str:
     check_model_folder(path)
     adapter = os.path.join(path, "adapter_config.json")
     if os.path.isfile(adapter):  # peft loads the base the adapter names: a missing one is said here
-        try:
-            with open(adapter, encoding="utf-8") as f:
-                base = json.load(f).get("base_model_name_or_path")
-        except (ValueError, AttributeError):
-            raise UserError(f"{adapter}: not a JSON mapping; copy the adapter again from its run") from None
+        base = read_adapter_config(adapter).get("base_model_name_or_path")
         if base and looks_local(base) and not os.path.exists(os.path.expanduser(base)):
             raise UserError(
                 f"{adapter}: base_model_name_or_path {base} is not there; put the base model at that path, "
@@ -200,8 +195,7 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
     from peft import AutoPeftModelForCausalLM
     from transformers import GenerationConfig
 
-    with open(adapter, encoding="utf-8") as f:
-        base = json.load(f).get("base_model_name_or_path")
+    base = read_adapter_config(adapter).get("base_model_name_or_path")
     has_tokenizer = os.path.isfile(os.path.join(path, "tokenizer_config.json"))
     tokenizer = load_tokenizer(path if has_tokenizer or not base else base, revision)
     try:

@@ -9,7 +9,6 @@ merged into the unquantised base: merging into 4-bit weights would round the upd
     medrecipes merge-lora outputs/medgemma-qlora/final outputs/medgemma-merged --dtype bfloat16
 """
 
-import json
 import logging
 import os
 
@@ -17,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from medrecipes.errors import UserError
-from medrecipes.models.files import TOKENIZER_FILES, check_model_folder
+from medrecipes.models.files import TOKENIZER_FILES, check_model_folder, read_adapter_config
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.loading import load_tokenizer, resolve_dtype
 from medrecipes.models.templates import align_generation_eos, turn_end
@@ -37,12 +36,8 @@ def adapter_base(adapter_dir: str) -> tuple[str, str | None]:
             f"merge-lora: {adapter_dir} has no adapter_config.json; pass the folder a LoRA run saved "
             "(its final/ or checkpoint-N/ folder)"
         )
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not valid JSON ({err})") from None
-    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    config = read_adapter_config(path)
+    base = config.get("base_model_name_or_path")
     if not base:
         raise UserError(f"{path}: no base_model_name_or_path; set it to the model the adapter was trained on")
     return base, config.get("revision")
