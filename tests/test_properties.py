@@ -270,7 +270,7 @@ def sandbox(tmp_path_factory, tiny_model):
     from medrecipes.config import parse_recipe, resolved_recipe
 
     recipe_, args, model_args = parse_recipe("cpt", [str(root / "recipe.yaml")])
-    (root / "run" / "final").mkdir(parents=True)
+    shutil.copytree(model, root / "run" / "final")  # the run's model: result.json evaluated the same weights
     (root / "run" / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"loss": 2.0, "step": 1}]}')
     finished = {"global_step": 1, "max_steps": 1, "num_train_epochs": 1, "hardware": "1 x CPU, 1 node, one process"}
     record = {"script": "recipes/cpt.py", "model": str(model), "command": "python recipes/cpt.py recipe.yaml",

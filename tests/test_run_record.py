@@ -1,6 +1,7 @@
 """What a run leaves behind: monitoring in its logs, a mirror of its checkpoints, and on a
 (local stand-in) Hub its model with a card that records how it was made."""
 
+import json
 import math
 import os
 import re
@@ -178,7 +179,6 @@ PQAL = {
 def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_path):
     """`medrecipes card`: the card a push writes, for a run evaluated after it finished (here on
     PubMedQA in its reasoning-free setting, named as such), made from the run's folder alone."""
-    import json
 
     from conftest import run_ok
 
@@ -253,3 +253,32 @@ def test_decontamination_result_goes_into_the_card():
     assert "- medqa_us_4opt_test: 3 of 1273 items found in the training data" in text
     assert "| training time | 0:30:00 |" in text and "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3" in text
     assert "| medical_text_loss | 2.5 |" in text
+
+
+def test_a_card_takes_evaluations_of_the_runs_own_weights_only(tmp_path):
+    """An eval file names the weights it scored by their fingerprint: one of final/'s weights, under
+    any path (a copy), goes in the card; another model's is one line; an eval file from before
+    fingerprints counts only when it names final/ itself."""
+    import shutil
+
+    from medrecipes.errors import UserError
+    from medrecipes.hub import _check_scored_model
+    from medrecipes.models.files import weights_fingerprint
+
+    final, other = tmp_path / "run" / "final", tmp_path / "other"
+    for folder, weights in ((final, b"the run's weights"), (other, b"another model's")):
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(weights)
+    copy = shutil.copytree(final, tmp_path / "copy")
+
+    def eval_file(model, fingerprint) -> str:
+        path = tmp_path / f"eval-{abs(hash((str(model), fingerprint)))}.json"
+        path.write_text(json.dumps({"tasks": {}, "settings": {"model": str(model), "model_fingerprint": fingerprint}}))
+        return str(path)
+
+    assert weights_fingerprint(str(copy)) == weights_fingerprint(str(final)) != weights_fingerprint(str(other))
+    _check_scored_model(eval_file(copy, weights_fingerprint(str(copy))), str(final))
+    _check_scored_model(eval_file(final, None), str(final))
+    for model, fingerprint in ((other, weights_fingerprint(str(other))), (other, None), (final, "sha256:0")):
+        with pytest.raises(UserError, match=rf"it evaluated {model} .*not this run's model {final}"):
+            _check_scored_model(eval_file(model, fingerprint), str(final))

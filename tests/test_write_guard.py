@@ -348,6 +348,37 @@ def test_overwrite_refuses_an_earlier_result_that_holds_a_users_file(tmp_path):
     assert (out / "config.json").exists()
 
 
+@pytest.mark.parametrize("change", ["edited", "same size", "removed"])
+def test_overwrite_refuses_an_earlier_result_whose_file_a_person_changed(tmp_path, change):
+    """Every file of a folder result written whole (a model card's README.md, its plots), changed
+    each way after it was written: --overwrite refuses in one line naming it; put back, it replaces."""
+    out = tmp_path / "card"
+    names = ["README.md", "recipe.yaml", "plots/loss.png"]
+    claim_output(str(out), "card", "card --output", folder=True)
+    with staged(str(out), folder=True, kind="card") as path:
+        for name in names:
+            Path(path, name).parent.mkdir(exist_ok=True)
+            Path(path, name).write_text(f"written: {name}")
+    for name in names:
+        file, kept = out / name, (out / name).read_text()
+        if change == "removed":
+            file.unlink()
+        else:
+            file.write_text("written: edited!" if change == "edited" else kept.upper())
+        with pytest.raises(UserError, match=rf"but {name} in it was changed \(or removed\) since it was written"):
+            claim_output(str(out), "card", "card --output", overwrite=True, folder=True)
+        file.write_text(kept)
+        os.utime(file, ns=(file.stat().st_atime_ns, json_mtime(out, name)))
+    claim_output(str(out), "card", "card --output", overwrite=True, folder=True)
+
+
+def json_mtime(folder: Path, name: str) -> int:
+    """The modification time the result's record holds for `name` (what the guard wrote)."""
+    import json
+
+    return json.loads((folder / ".medrecipes.json").read_text())["stats"][name][1]
+
+
 def test_a_claim_under_folders_not_made_yet_leaves_none_when_nothing_is_written(tmp_path):
     from medrecipes.outputs.claims import release
 

@@ -344,6 +344,25 @@ def evaluation_reports(paths: list[str]) -> dict[str, dict]:
     return reports
 
 
+def _check_scored_model(eval_file: str, final: str) -> None:
+    """An evaluation in a run's card is of the run's model: the weights' fingerprint the eval file
+    recorded is final/'s (a copy of final/ elsewhere has the same), or, for an eval file written
+    before fingerprints were recorded, its model is final/ itself. One line otherwise: its figures
+    would be published as this model's."""
+    from medrecipes.models.files import weights_fingerprint
+    from medrecipes.outputs.records import same_path
+
+    settings = json.loads(Path(eval_file).read_text(encoding="utf-8")).get("settings") or {}
+    scored, recorded = settings.get("model"), settings.get("model_fingerprint")
+    ours = weights_fingerprint(final)
+    same = recorded == ours if recorded and ours else bool(scored) and same_path(str(scored), final)
+    if not same:
+        raise UserError(
+            f"{eval_file}: it evaluated {scored} ({recorded or 'no fingerprint recorded'}), not this run's model "
+            f"{final} ({ours or 'no weights found'}); pass evaluations of {final}"
+        )
+
+
 def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: str | None, overwrite: bool) -> None:
     """Write the model card of the finished run in `run_folder` into the folder `output`, as a push
     would (`write_card`), with the evaluations of `eval_files` (`medrecipes eval` outputs made
@@ -367,6 +386,8 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
         raise UserError(f"{where}: no finished run recorded there; pass the output_dir of a run that wrote final/")
     method = Path(str(record.get("script", ""))).stem
     reports = evaluation_reports(eval_files)
+    for path in eval_files:
+        _check_scored_model(path, os.path.join(run_folder, "final"))
     claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
     with staged(output, folder=True, kind="card") as folder:
         recipe_file = Path(folder, "recipe.yaml")

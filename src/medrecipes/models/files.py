@@ -127,3 +127,27 @@ def read_adapter_config(path: str) -> dict:
                 f"{path}: {field.name} must be {kind}, got {json.dumps(value)}; copy the adapter again from its run"
             )
     return config
+
+
+def weights_fingerprint(path: str) -> str | None:
+    """ "sha256:" and 16 hex digits of a local model's (or adapter's) weight files, names and
+    contents, in the folder itself: what tells one model from another whatever its path (a copy
+    has the same); None for a Hub id or a folder without weights. Reads every weight once."""
+    import hashlib
+
+    folder = os.path.expanduser(path)
+    if os.path.isfile(folder) and folder.endswith(WEIGHT_SUFFIXES):  # a .gguf file
+        folder, names = os.path.dirname(folder), [os.path.basename(folder)]
+    elif os.path.isdir(folder):
+        names = sorted(n for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES) and not n.startswith("."))
+    else:
+        return None
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode() + b"\0")
+        with open(os.path.join(folder, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()[:16]}"

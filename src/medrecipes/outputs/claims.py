@@ -16,6 +16,7 @@ from medrecipes.outputs.records import (
     MARKER,
     STAGING_EXTRA,
     beside,
+    changed_since,
     discard,
     holds_something,
     not_written,
@@ -123,6 +124,13 @@ def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> 
         raise UserError(
             f"{where}: {path} is an earlier '{kind}' result, but {foreign} in it was put there since; "
             "move that file out, or name a new path (--overwrite replaces only what medrecipes wrote)"
+        )
+    edited = changed_since(path) if os.path.isdir(path) else None
+    if edited is not None:
+        raise UserError(
+            f"{where}: {path} is an earlier '{kind}' result, but {edited} in it was changed (or removed) since it "
+            "was written; keep a copy of your edit elsewhere and remove it there, or name a new path "
+            "(--overwrite replaces only what medrecipes wrote, as it wrote it)"
         )
 
 

@@ -89,6 +89,27 @@ def not_written(path: str) -> str | None:
     return next((f for f in _files_in(path) if f not in set(recorded)), None)
 
 
+def changed_since(path: str) -> str | None:
+    """A file of our folder result at `path` that is no longer as written (its size or modification
+    time differ from the record: a person edited it, e.g. a model card's README.md), or one it
+    wrote that is gone; None where all are as written or nothing was recorded."""
+    try:
+        with open(_record_path(path), encoding="utf-8") as f:
+            recorded = json.load(f).get("stats")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    for name, saved in sorted(recorded.items()):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            return name
+        stat = os.stat(file)
+        if [stat.st_size, stat.st_mtime_ns] != saved:
+            return name
+    return None
+
+
 def mark(path: str, kind: str, about: str | None = None, whole: bool = False) -> None:
     """Record that this project wrote `path` as a result of `kind` (see `written_kind`), and
     optionally how it was made (`written_about`); a folder written `whole` (by `staged`, before it
@@ -101,6 +122,8 @@ def mark(path: str, kind: str, about: str | None = None, whole: bool = False) ->
         record.update(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
     elif os.path.isdir(path) and whole:
         record["files"] = _files_in(path)
+        stats = {name: os.stat(os.path.join(path, name)) for name in record["files"]}
+        record["stats"] = {name: [stat.st_size, stat.st_mtime_ns] for name, stat in stats.items()}
     target = _record_path(path)
     with open(target + ".tmp", "w", encoding="utf-8") as f:
         json.dump(record, f)
