@@ -68,3 +68,30 @@ def test_cpt_and_grpo_previews(chat_model, recipe, capsys):
         assert "every token trained" in out and "(100.0%)" in out
     else:
         assert "gold answer" in out and "0 trained (0.0%)" in out
+
+
+def test_dpo_preview_marks_exactly_the_answers_trls_trainer_scores(chat_model, tmp_path, capsys):
+    """Each pair's prompt with its chosen, then its rejected answer: the tokens TRL's DPOTrainer
+    makes of them (prompt_ids + chosen_ids / rejected_ids), the answer's marked; KTO's answers with
+    their labels."""
+    from trl import DPOTrainer
+
+    from medrecipes.data.preference import preference_data
+
+    argv = ["recipes/tiny_dpo.yaml", "--model_name_or_path", chat_model, "--output_dir", str(tmp_path),
+            "--eval_strategy", "no", "--eval_sets", "null", "--eval_on_start", "false"]  # fmt: skip
+    recipe, args, model_args = parse_recipe("dpo", argv)
+    _, tokenizer, _, examples = training_examples("dpo", recipe, args, model_args, count=3)
+    train, _ = preference_data(recipe)
+    model = AutoModelForCausalLM.from_pretrained(chat_model)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    assert [e.notes for e in examples] == [["chosen"], ["rejected"]] * 3
+    for i in range(3):
+        row = trainer.train_dataset[i]
+        for example, answer in zip(examples[2 * i : 2 * i + 2], ("chosen_ids", "rejected_ids"), strict=True):
+            assert example.input_ids == row["prompt_ids"] + row[answer]
+            assert example.trained == [False] * len(row["prompt_ids"]) + [True] * len(row[answer])
+    cli.main(["preview", "recipes/tiny_kto.yaml", "--model_name_or_path", chat_model, "--examples", "2"])
+    out = capsys.readouterr().out
+    assert out.startswith("KTO: ") and out.count("--- example") == 2
+    assert {"desirable", "undesirable"} & set(out.replace(";", " ").split()) and TRAINED_OPEN in out

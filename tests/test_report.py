@@ -241,3 +241,24 @@ def test_a_dpo_run_gets_its_rewards_margins_and_reward_accuracy_plotted(tmp_path
     assert lines["dpo: accuracy, train"] == [0.8] * 4 and lines["dpo: accuracy, held-out"] == [0.6] * 2
     assert lines["dpo: margin, held-out"] == [0.1] * 2 and lines["dpo: rejected, train"] == [-0.5] * 4
     assert preference_figure(read_inputs([str(write_run(tmp_path / "sft"))])[0]) is None
+
+
+def test_the_runs_table_says_whether_each_run_finished_or_stopped(tmp_path):
+    """A run whose record says it finished and whose final/ is there, and one killed after its
+    third step's checkpoint: the report tells them apart, and names the checkpoint a rerun resumes."""
+    from medrecipes.report.page import RUN_COLUMNS, run_rows
+    from medrecipes.report.runs import Run
+
+    finished, stopped = tmp_path / "finished", tmp_path / "stopped"
+    (finished / "final").mkdir(parents=True)
+    (stopped / "checkpoint-3").mkdir(parents=True)
+    (stopped / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    runs = [
+        Run("finished", str(finished), [{"step": 8, "loss": 1.0}], record={"finished": {"global_step": 8}}),
+        Run("stopped", str(stopped), [{"step": 3, "loss": 2.0}], record={}),
+        Run("never saved", str(tmp_path), [{"step": 1, "loss": 3.0}], record={}),
+    ]
+    state = {row[0]: row[RUN_COLUMNS.index("state")] for row in run_rows(runs)}
+    assert state["finished"] == "finished at step 8"
+    assert state["stopped"].startswith("stopped") and "checkpoint-3 is its newest" in state["stopped"]
+    assert state["never saved"].startswith("stopped before its first checkpoint")

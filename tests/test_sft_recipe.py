@@ -151,10 +151,16 @@ def test_padding_free_packing(chat_model, tmp_path):
         "2",
         "--logging_steps",
         "1",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
     )
     losses = [e["loss"] for e in log_history(tmp_path) if "loss" in e]
     assert losses and all(loss > 0 for loss in losses)
+    assert (tmp_path / "checkpoint-2").is_dir()  # where TRL's trainer writes its generic card
     assert "training rows" not in result.stderr  # packing fills fewer rows; it drops no example
+    assert not (tmp_path / "README.md").exists()  # one model card per run, ours (TRL's generic one is not written)
 
 
 def test_packed_rows_count_the_examples_in_them():

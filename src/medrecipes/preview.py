@@ -10,6 +10,8 @@ mask shows here, not after an hour of training.
   `max_length`. With packing, these examples are then packed; each still attends to itself.
 - CPT: the packed blocks, every token trained.
 - GRPO: the prompts the model answers; it trains on its own sampled answers, not on these.
+- DPO: each pair's prompt with its chosen answer, then with its rejected one, the answer's tokens
+  marked (the log-probabilities the loss compares); KTO: each answer with its label.
 """
 
 from dataclasses import dataclass, field
@@ -82,6 +84,21 @@ def sft_examples(tokenizer, rows, args) -> list[Example]:
     return examples
 
 
+def answer_example(tokenizer, prompt, answer, note: str) -> Example:
+    """A prompt and one answer as TRL's DPO and KTO trainers tokenize them: a conversation through
+    the chat template, the prompt's turns with the generation prompt, the answer after them; plain
+    text joined as it is. The answer's tokens are what the loss scores."""
+    if isinstance(prompt, list):
+        head = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(prompt + answer, tokenize=True)
+        head, ids = list(getattr(head, "input_ids", head)), list(getattr(full, "input_ids", full))
+    else:
+        head = tokenizer(prompt)["input_ids"]
+        ids = head + tokenizer(answer, add_special_tokens=False)["input_ids"]
+    shared = next((i for i, (a, b) in enumerate(zip(head, ids, strict=False)) if a != b), len(head))
+    return Example(ids, [i >= shared for i in range(len(ids))], [note])
+
+
 def training_examples(method: str, recipe, args, model_args, count: int = 3):
     """(title, tokenizer, end-of-turn token, the first `count` training examples) of a parsed recipe."""
     tokenizer = recipe_tokenizer(recipe, model_args)
@@ -101,6 +118,21 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"
         title = f"SFT: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
+    elif method in ("dpo", "kto"):
+        from medrecipes.data.preference import preference_data
+
+        train, _ = preference_data(recipe, unpair=method == "kto")
+        examples = []
+        for row in _first(train, count):
+            if "chosen" in row:
+                examples.append(answer_example(tokenizer, row["prompt"], row["chosen"], "chosen"))
+                examples.append(answer_example(tokenizer, row["prompt"], row["rejected"], "rejected"))
+            else:
+                label = "desirable" if row["label"] else "undesirable"
+                examples.append(answer_example(tokenizer, row["prompt"], row["completion"], label))
+        end_of_turn = turn_end(tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None)
+        what = "each pair's chosen, then rejected answer" if method == "dpo" else "each answer with its label"
+        title = f"{method.upper()}: the first rows, {what}; scored: the answer, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
     else:
         from medrecipes.data.grpo import grpo_data
 

@@ -110,7 +110,7 @@ def cmd_preview(args) -> None:
     from medrecipes.preview import preview
 
     setup_logging()
-    method = method_of(args.recipe, args.method)
+    method = method_of(args.recipe, args.method, TRAINING)
     print(preview(method, *parse_recipe_file(args.recipe, method, args.overrides), count=args.examples))
 
 

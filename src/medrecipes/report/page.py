@@ -12,7 +12,7 @@ from medrecipes.evaluation.calibration import headline, with_interval
 from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
 from medrecipes.report.figures import figures
-from medrecipes.report.runs import Evaluation, Run, read_inputs, training_logs
+from medrecipes.report.runs import Evaluation, Run, read_inputs, run_state, training_logs
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -37,6 +37,7 @@ def run_rows(runs: list[Run]) -> list[list]:
                 run.name,
                 run.record.get("script", "not recorded"),
                 run.record.get("model", "not recorded"),
+                run_state(run),
                 max((e.get("step", 0) for e in run.log_history), default=0),
                 _number(tokens) if tokens else "not recorded",
                 _number(logs[-1]["loss"]) if logs else "not logged",
@@ -126,7 +127,7 @@ window.addEventListener("load", function () {
 """
 
 
-RUN_COLUMNS = ["run", "script", "model", "steps", "tokens seen", "last training loss", "best checkpoint"]
+RUN_COLUMNS = ["run", "script", "model", "state", "steps", "tokens seen", "last training loss", "best checkpoint"]
 EVALUATION_COLUMNS = [
     "evaluation",
     "task",

@@ -76,6 +76,19 @@ def read_run(folder: str, name: str) -> Run:
     return Run(name, folder, state.get("log_history", []), best_step, record, dict(sorted(reports.items())))
 
 
+def run_state(run: Run) -> str:
+    """How the run ended, from its record and folder: finished (its final model written), or
+    stopped before that (killed, preempted, failed) with the checkpoint the same command resumes
+    from; a run still training reads as stopped at its newest checkpoint too."""
+    done = run.record.get("finished")
+    if done and os.path.isdir(os.path.join(run.path, "final")):
+        return f"finished at step {done.get('global_step', '?')}"
+    checkpoint = newest_complete_checkpoint(run.path)
+    if checkpoint is None:
+        return "stopped before its first checkpoint (or still training)"
+    return f"stopped (or still training): {os.path.basename(checkpoint)} is its newest, the same command resumes"
+
+
 def read_evaluation(path: str, name: str) -> Evaluation:
     data = _read_json(path, "evaluation")
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):

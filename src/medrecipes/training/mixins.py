@@ -254,6 +254,12 @@ class RecipeTrainerMixin:
                 if self.monitor is not None:
                     self.monitor.pause(time.perf_counter() - started)
 
+    def create_model_card(self, *args, **kwargs) -> None:
+        """One model card per run, ours: `hub.write_card` when the run pushes, `medrecipes card`
+        after. TRL's trainers write their generic card to output_dir/README.md at every
+        checkpoint, beside it and saying none of what ours does (data, evaluations, recipe)."""
+        return None
+
     def _get_output_dir(self, trial):
         return self._staging_root or super()._get_output_dir(trial)
 
