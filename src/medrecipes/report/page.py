@@ -84,6 +84,7 @@ def evaluation_rows(evaluations: list[Evaluation]) -> list[list]:
             rows.append(
                 [
                     evaluation.name,
+                    _scored_model(evaluation.settings),
                     task,
                     report.get("mode", evaluation.settings.get("mode", "")),
                     report["n"],
@@ -94,6 +95,12 @@ def evaluation_rows(evaluations: list[Evaluation]) -> list[list]:
                 ]
             )
     return rows
+
+
+def _scored_model(settings: dict) -> str:
+    """The model an evaluation scored, with its weights' fingerprint where the file recorded one."""
+    model, fingerprint = settings.get("model", "not recorded"), settings.get("model_fingerprint")
+    return f"{model} ({fingerprint})" if fingerprint else str(model)
 
 
 def _calibration_cells(report: dict) -> list[str]:
@@ -130,6 +137,7 @@ window.addEventListener("load", function () {
 RUN_COLUMNS = ["run", "script", "model", "state", "steps", "tokens seen", "last training loss", "best checkpoint"]
 EVALUATION_COLUMNS = [
     "evaluation",
+    "model",
     "task",
     "mode",
     "n",
