@@ -192,15 +192,22 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
         model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype or "auto")
         return load_model(model_args, None, tokenizer), tokenizer
     starting_model(ModelConfig(model_name_or_path=name_or_path))  # its base is there, else one line
-    from peft import AutoPeftModelForCausalLM
+    from peft import PeftModel
     from transformers import GenerationConfig
 
-    base = read_adapter_config(adapter).get("base_model_name_or_path")
+    config = read_adapter_config(adapter)
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{adapter}: no base_model_name_or_path; set it to the model the adapter was trained on")
     has_tokenizer = os.path.isfile(os.path.join(path, "tokenizer_config.json"))
-    tokenizer = load_tokenizer(path if has_tokenizer or not base else base, revision)
+    tokenizer = load_tokenizer(path if has_tokenizer else base, revision)
+    # The base as the recipes load it, then the adapter on it (PEFT's AutoPeftModel needs the
+    # adapter's task_type, which an adapter saved without one lacks).
+    base_args = ModelConfig(model_name_or_path=base, model_revision=config.get("revision"), dtype=dtype or "auto")
+    model = load_model(base_args, None, tokenizer)
     try:
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype or "auto"))
-    except (OSError, ValueError, TypeError, KeyError) as err:  # a config PEFT refuses, weights that do not fit
+        model = PeftModel.from_pretrained(model, path)
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:  # weights that do not fit the base
         raise UserError(
             f"model: the LoRA adapter {name_or_path} does not load onto its base {base} ({str(err).splitlines()[0]})"
         ) from None
