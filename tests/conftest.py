@@ -138,3 +138,15 @@ def chat_model(tmp_path_factory) -> str:
     from medrecipes.models.tiny import build_tiny_model
 
     return build_tiny_model(str(tmp_path_factory.mktemp("chat-model")), [str(CORPUS)], "llama", hidden_size=128)
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_bar_left_from_an_earlier_test():
+    """Each in-process test starts with no progress bar open. A user error is printed on a line of
+    its own where a bar left its line open (`errors.exit_on_user_error`), which is right in a
+    command's own process; in a test worker, a bar an earlier test's exception kept alive (its
+    traceback holds the frame) would put that newline before another test's one-line error."""
+    bars = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    if getattr(bars, "_instances", None):
+        bars._instances.clear()
+    yield
