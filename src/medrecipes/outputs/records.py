@@ -76,14 +76,19 @@ def _files_in(folder: str) -> list[str]:
     return sorted(f for f in found if f not in (MARKER, LOCK))
 
 
+def _recorded(path: str, key: str):
+    """What the record of our result at `path` holds under `key`, or None."""
+    try:
+        with open(_record_path(path), encoding="utf-8") as f:
+            return json.load(f).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def not_written(path: str) -> str | None:
     """A file inside our folder result at `path` that the result did not hold when it was
     written (a user's file put there since); None where there is none or nothing was recorded."""
-    try:
-        with open(_record_path(path), encoding="utf-8") as f:
-            recorded = json.load(f).get("files")
-    except (OSError, ValueError, AttributeError):
-        return None
+    recorded = _recorded(path, "files")
     if not isinstance(recorded, list):
         return None
     return next((f for f in _files_in(path) if f not in set(recorded)), None)
@@ -93,11 +98,7 @@ def changed_since(path: str) -> str | None:
     """A file of our folder result at `path` that is no longer as written (its size or modification
     time differ from the record: a person edited it, e.g. a model card's README.md), or one it
     wrote that is gone; None where all are as written or nothing was recorded."""
-    try:
-        with open(_record_path(path), encoding="utf-8") as f:
-            recorded = json.load(f).get("stats")
-    except (OSError, ValueError, AttributeError):
-        return None
+    recorded = _recorded(path, "stats")
     if not isinstance(recorded, dict):
         return None
     for name, saved in sorted(recorded.items()):
