@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 from medrecipes.evaluation.scoring import evaluate_task
 from medrecipes.evaluation.tables import format_report, task_metrics
 from medrecipes.evaluation.tasks import TASKS, eval_set_task, load_task
+from medrecipes.outputs.writes import staged
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +73,10 @@ class TaskEvaluationCallback(TrainerCallback):
         if state.is_world_process_zero:
             for name, report in self.reports.items():
                 logger.info("step %d: %s", state.global_step, format_report(name, report))
-            folder = os.path.join(args.output_dir, "eval_tasks")
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"step-{state.global_step}.json"), "w") as f:
+            # Written whole or not at all (renamed into place): `medrecipes report` reads these, and a
+            # file cut by a kill would stop it.
+            report = os.path.join(args.output_dir, "eval_tasks", f"step-{state.global_step}.json")
+            with staged(report, folder=False) as path, open(path, "w", encoding="utf-8") as f:
                 json.dump({"step": state.global_step, "tasks": self.reports}, f, indent=1)
 
 

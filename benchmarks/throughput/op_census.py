@@ -42,7 +42,7 @@ TORCH = os.path.dirname(torch.__file__)
 def _caller() -> str:
     """The innermost frame of the Python stack outside torch and this file: who asked."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        counter = frame.filename.endswith("train_throughput.py") and frame.name == "read"  # HostCounter's wrapper
+        counter = frame.filename.endswith("measure.py") and frame.name == "read"  # HostCounter's wrapper
         if not frame.filename.startswith(TORCH) and frame.filename != __file__ and not counter:
             parts = frame.filename.split(os.sep)
             where = os.sep.join(parts[parts.index("site-packages") + 1 :] if "site-packages" in parts else parts[-2:])
