@@ -36,6 +36,7 @@ from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.mirror import snapshot_folder
 from medrecipes.outputs.records import written_about
+from medrecipes.plan.hardware import hardware
 from medrecipes.report import figures, read_run, trainer_state_path
 
 logger = logging.getLogger(__name__)
@@ -98,22 +99,6 @@ def source_rows(sources) -> list[dict]:
             }
         )
     return rows
-
-
-DISTRIBUTION = {"NO": "one process", "MULTI_GPU": "DDP", "MULTI_CPU": "DDP", "FSDP": "FSDP"}
-
-
-def hardware(trainer) -> str:
-    """'8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3' for the run's accelerator."""
-    import torch
-
-    processes = trainer.accelerator.num_processes
-    nodes = max(1, processes // int(os.environ.get("LOCAL_WORLD_SIZE", processes)))
-    device = torch.cuda.get_device_name() if trainer.args.device.type == "cuda" else "CPU"
-    kind = trainer.accelerator.distributed_type.value
-    plugin = trainer.accelerator.state.deepspeed_plugin
-    distribution = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else DISTRIBUTION.get(kind, kind)
-    return f"{processes} x {device}, {nodes} node{'s' if nodes > 1 else ''}, {distribution}"
 
 
 def _framework_versions() -> str:

@@ -1,5 +1,7 @@
-"""The GPUs a plan is made for: memory and dense bf16 peak by type (vendor data sheets), and the
-type of the device a run is on."""
+"""The GPUs a plan is made for: memory and dense bf16 peak by type (vendor data sheets), the type
+of the device a run is on, and the hardware a run records about itself (`hardware`)."""
+
+import os
 
 GIB = 2**30
 
@@ -40,3 +42,20 @@ def gpu_type(device_name: str) -> str | None:
         if fragment.lower() in device_name.lower():
             return key
     return None
+
+
+DISTRIBUTION = {"NO": "one process", "MULTI_GPU": "DDP", "MULTI_CPU": "DDP", "FSDP": "FSDP"}
+
+
+def hardware(trainer) -> str:
+    """'8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3' for the run's accelerator: what the
+    run records in run.json and its model card shows (below training and publishing, both read it)."""
+    import torch
+
+    processes = trainer.accelerator.num_processes
+    nodes = max(1, processes // int(os.environ.get("LOCAL_WORLD_SIZE", processes)))
+    device = torch.cuda.get_device_name() if trainer.args.device.type == "cuda" else "CPU"
+    kind = trainer.accelerator.distributed_type.value
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    distribution = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else DISTRIBUTION.get(kind, kind)
+    return f"{processes} x {device}, {nodes} node{'s' if nodes > 1 else ''}, {distribution}"

@@ -161,7 +161,7 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
 
 def record_finished(training_args, state, hardware: str) -> None:
     """Note in the record that the run finished (after final/ is in place), and on what
-    (`hub.hardware`: the card's line)."""
+    (`plan.hardware.hardware`: the card's line)."""
     if not training_args.should_save:
         return
     record = read_record(training_args.output_dir) or {}
