@@ -19,7 +19,7 @@ global_step x per-device batch x accumulation x processes (every process reads t
 stream: accelerate dispatches slices from process 0, or shards batches of the full stream),
 and the stream keeps the state at the start of its recent windows to answer for that point.
 
-A trainer gets all of it from `StreamTrainerMixin` in its bases (CausalLMTrainer has it).
+A trainer gets all of it from `training.mixins.StreamTrainerMixin` in its bases (CausalLMTrainer has it).
 """
 
 import json
@@ -36,7 +36,6 @@ import torch
 from transformers.trainer_callback import TrainerState
 
 from medrecipes.errors import UserError, bad_lines_named
-from medrecipes.outputs.checkpoints import newest_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -190,58 +189,3 @@ def restore_position(stream: TokenStream, checkpoint: str, args) -> tuple[int, i
     logger.warning("%s has no %s; reading the data stream again up to block %d", checkpoint, STATE_FILE, samples)
     stream.load_state({**stream.state_at(0), "skip": samples, "samples": samples})
     return step, samples
-
-
-class StreamTrainerMixin:
-    """What a trainer does when its training data is a TokenStream (nothing otherwise):
-
-    - on resume, the stream continues after the last block trained on (`data_stream.json` in the
-      checkpoint folder), and the Trainer's own resume for an IterableDataset
-      (`ignore_data_skip: false`: read and discard every batch trained so far, exact but as slow
-      as the pipeline, and on top of a restored position it would skip data) is turned off;
-    - each checkpoint gets the stream's position, written in `_save_checkpoint` into the folder
-      the checkpoint is being written to, so that it is part of the checkpoint from the start
-      (an atomic save that stages and renames the folder, or a copy to object storage, includes it);
-    - each training log gets `data/tokens/<source>`, the tokens trained on per source (in `log`,
-      because callbacks see the logs only after they have been recorded).
-    """
-
-    _stream_base = (0, 0)  # (global step, blocks consumed) the current run started from
-
-    def _token_stream(self) -> TokenStream | None:
-        return self.train_dataset if isinstance(self.train_dataset, TokenStream) else None
-
-    def _stream_position(self) -> int:
-        step, samples = self._stream_base
-        return samples + (self.state.global_step - step) * blocks_per_step(self.args)
-
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        stream = self._token_stream()
-        if stream is not None:
-            if self.args.dataloader_num_workers:
-                raise UserError(
-                    "a streaming mixture is read in the training process so that its position can be saved with "
-                    "each checkpoint; set dataloader_num_workers: 0, or build the data first (medrecipes build-data)"
-                )
-            self.args.ignore_data_skip = True
-            if resume_from_checkpoint is True:
-                resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint:
-                self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
-        return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        stream = self._token_stream()
-        # Process 0 reads the stream (accelerate dispatches its batches) or reads what all read.
-        if stream is not None and self.is_world_process_zero():
-            folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump({**stream.state_at(self._stream_position()), "step": self.state.global_step}, f)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        stream = self._token_stream()
-        if stream is not None and "loss" in logs:
-            counts = stream.tokens_at(self._stream_position())
-            logs.update({f"data/tokens/{name}": count for name, count in counts.items()})
-        super().log(logs, start_time)

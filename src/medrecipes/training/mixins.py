@@ -1,9 +1,11 @@
 """What the recipes' trainers add to HF's and TRL's where the trainer offers no hook (each mixin
 says which): checkpoints written in a staging folder and renamed, token counts and gradient norms
 in the logs, perplexity beside each eval loss, GRPO's per-set eval metrics, a learning rate of its
-own for the embeddings, and the fused LM-head loss. What can be a callback is one
+own for the embeddings, the fused LM-head loss, SFT's metrics read once per log, GRPO's compiled
+decoding, and a streamed mixture's position in every checkpoint. What can be a callback is one
 (`training.callbacks.recipe_callbacks`)."""
 
+import json
 import logging
 import math
 import os
@@ -15,9 +17,10 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, restore_position
 from medrecipes.errors import UserError
 from medrecipes.models.loading import check_positions
-from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
+from medrecipes.outputs.checkpoints import TRAINER_STATE, kept, newest_complete_checkpoint
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.training.callbacks import NonFiniteGuard
 from medrecipes.training.monitoring import ThroughputMonitor
@@ -425,3 +428,58 @@ class FusedLMHeadMixin:
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+
+
+class StreamTrainerMixin:
+    """What a trainer does when its training data is a TokenStream (nothing otherwise):
+
+    - on resume, the stream continues after the last block trained on (`data_stream.json` in the
+      checkpoint folder), and the Trainer's own resume for an IterableDataset
+      (`ignore_data_skip: false`: read and discard every batch trained so far, exact but as slow
+      as the pipeline, and on top of a restored position it would skip data) is turned off;
+    - each checkpoint gets the stream's position, written in `_save_checkpoint` into the folder
+      the checkpoint is being written to, so that it is part of the checkpoint from the start
+      (an atomic save that stages and renames the folder, or a copy to object storage, includes it);
+    - each training log gets `data/tokens/<source>`, the tokens trained on per source (in `log`,
+      because callbacks see the logs only after they have been recorded).
+    """
+
+    _stream_base = (0, 0)  # (global step, blocks consumed) the current run started from
+
+    def _token_stream(self) -> TokenStream | None:
+        return self.train_dataset if isinstance(self.train_dataset, TokenStream) else None
+
+    def _stream_position(self) -> int:
+        step, samples = self._stream_base
+        return samples + (self.state.global_step - step) * blocks_per_step(self.args)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        stream = self._token_stream()
+        if stream is not None:
+            if self.args.dataloader_num_workers:
+                raise UserError(
+                    "a streaming mixture is read in the training process so that its position can be saved with "
+                    "each checkpoint; set dataloader_num_workers: 0, or build the data first (medrecipes build-data)"
+                )
+            self.args.ignore_data_skip = True
+            if resume_from_checkpoint is True:
+                resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint:
+                self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        stream = self._token_stream()
+        # Process 0 reads the stream (accelerate dispatches its batches) or reads what all read.
+        if stream is not None and self.is_world_process_zero():
+            folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump({**stream.state_at(self._stream_position()), "step": self.state.global_step}, f)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        stream = self._token_stream()
+        if stream is not None and "loss" in logs:
+            counts = stream.tokens_at(self._stream_position())
+            logs.update({f"data/tokens/{name}": count for name, count in counts.items()})
+        super().log(logs, start_time)

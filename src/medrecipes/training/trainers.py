@@ -6,7 +6,6 @@ logs DPO's and KTO's preference metrics itself at every evaluation (rewards, mar
 from transformers import Trainer
 from trl import DPOTrainer, GRPOTrainer, KTOTrainer, SFTTrainer
 
-from medrecipes.data.stream import StreamTrainerMixin
 from medrecipes.training.mixins import (
     CompiledGenerationMixin,
     DeferredSFTMetricsMixin,
@@ -16,6 +15,7 @@ from medrecipes.training.mixins import (
     GRPOEvalMetricsMixin,
     PerplexityMixin,
     RecipeTrainerMixin,
+    StreamTrainerMixin,
 )
 
 
