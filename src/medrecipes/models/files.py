@@ -151,3 +151,12 @@ def weights_fingerprint(path: str) -> str | None:
             for block in iter(lambda: f.read(1 << 22), b""):
                 digest.update(block)
     return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def adapter_base(config_path: str) -> tuple[str, str | None]:
+    """The base model (and revision) named by a LoRA adapter's adapter_config.json."""
+    config = read_adapter_config(config_path)
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{config_path}: no base_model_name_or_path; set it to the model the adapter was trained on")
+    return base, config.get("revision")

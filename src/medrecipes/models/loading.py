@@ -10,7 +10,13 @@ from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import looks_local
-from medrecipes.models.files import check_model_folder, check_tokenizer_files, read_adapter_config
+from medrecipes.models.files import (
+    TOKENIZER_FILES,
+    adapter_base,
+    check_model_folder,
+    check_tokenizer_files,
+    read_adapter_config,
+)
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
 from medrecipes.models.templates import chat_template, native_template
@@ -179,10 +185,8 @@ def load_config(name_or_path: str):
 
 def load_for_inference(name_or_path: str, revision: str | None = None, dtype: str | None = None):
     """(model, tokenizer) to answer or score with: a Hub id, a model folder or a .gguf file as the
-    recipes load them, or a LoRA adapter's folder as lm-eval's `peft=` takes one: its base (the
-    adapter's `base_model_name_or_path`, checked by `starting_model`) loaded, the adapter folded
-    in (PEFT's `merge_and_unload`), with the tokenizer and generation settings the run saved beside
-    the adapter (the base's tokenizer where it saved none)."""
+    recipes load them, or a LoRA adapter's folder as lm-eval's `peft=` takes one
+    (`load_merged_adapter`: its base with the adapter folded in)."""
     from trl import ModelConfig
 
     path = os.path.expanduser(name_or_path)
@@ -191,29 +195,50 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
         tokenizer = load_tokenizer(name_or_path, revision)
         model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype or "auto")
         return load_model(model_args, None, tokenizer), tokenizer
-    starting_model(ModelConfig(model_name_or_path=name_or_path))  # its base is there, else one line
+    return load_merged_adapter(path, dtype)
+
+
+def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
+    """(model, tokenizer) of a LoRA adapter's folder: its base (in `dtype`, default the
+    checkpoint's), grown to the tokens training added, the adapter folded in; the tokenizer and
+    generation config the run saved beside the adapter, else the base's. `medrecipes merge-lora`
+    saves this; eval, generate and serve answer with it."""
     from peft import PeftModel
     from transformers import GenerationConfig
 
-    config = read_adapter_config(adapter)
-    base = config.get("base_model_name_or_path")
-    if not base:
-        raise UserError(f"{adapter}: no base_model_name_or_path; set it to the model the adapter was trained on")
-    has_tokenizer = os.path.isfile(os.path.join(path, "tokenizer_config.json"))
-    tokenizer = load_tokenizer(path if has_tokenizer else base, revision)
-    # The base as the recipes load it, then the adapter on it (PEFT's AutoPeftModel needs the
-    # adapter's task_type, which an adapter saved without one lacks).
-    base_args = ModelConfig(model_name_or_path=base, model_revision=config.get("revision"), dtype=dtype or "auto")
-    model = load_model(base_args, None, tokenizer)
+    base, revision = adapter_base(os.path.join(adapter_dir, "adapter_config.json"))
+    check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
+    source, kwargs = split_gguf(base)
     try:
-        model = PeftModel.from_pretrained(model, path)
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as err:  # weights that do not fit the base
+        model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
+    except OSError as err:
         raise UserError(
-            f"model: the LoRA adapter {name_or_path} does not load onto its base {base} ({str(err).splitlines()[0]})"
+            f"{adapter_dir}/adapter_config.json: cannot load base_model_name_or_path '{base}' "
+            f"({str(err).splitlines()[0]}); fix the path or make the model available"
+        ) from None
+    # Training saves the tokenizer beside the adapter, with any chat template or tokens it added.
+    saved = any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES)
+    tokenizer = load_tokenizer(adapter_dir if saved else base, None if saved else revision)
+    # Tokens added during training grow the embeddings; the adapter's saved copies have that size.
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    try:
+        model = PeftModel.from_pretrained(model, adapter_dir)
+    except RuntimeError as err:
+        if "size mismatch" not in str(err):
+            raise
+        raise UserError(
+            f"{adapter_dir}: the adapter's shapes do not fit '{base}'; "
+            "set base_model_name_or_path in adapter_config.json to the model it was trained on"
+        ) from None
+    except (KeyError, ValueError, TypeError) as err:  # a config PEFT cannot build an adapter from
+        raise UserError(
+            f"{adapter_dir}: not a LoRA adapter PEFT can load ({str(err).splitlines()[0]}); "
+            "copy the adapter again from its run"
         ) from None
     model = model.merge_and_unload()
-    if os.path.isfile(os.path.join(path, "generation_config.json")):  # the run's stop tokens
-        model.generation_config = GenerationConfig.from_pretrained(path)
+    if os.path.isfile(os.path.join(adapter_dir, "generation_config.json")):  # the run's stop tokens
+        model.generation_config = GenerationConfig.from_pretrained(adapter_dir)
     return model, tokenizer
 
 
