@@ -76,16 +76,14 @@ class ServedModel:
     """The one model a server answers with, loaded once; `complete` generates one answer at a time."""
 
     def __init__(self, path: str, name: str | None = None, max_tokens: int = 1024):
-        import torch
 
-        from medrecipes.models.loading import load_for_inference
+        from medrecipes.models.loading import load_for_inference, positions
 
         self.model, self.tokenizer = load_for_inference(path)
         self.model.eval()
         self.name = name or path
         self.created = int(time.time())
-        config = self.model.config
-        self.positions = getattr(config, "max_position_embeddings", None) or self.tokenizer.model_max_length
+        self.positions = positions(self.model) or self.tokenizer.model_max_length
         self.max_tokens = min(max_tokens, self.positions - 1)
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos] if eos is not None else []
@@ -93,7 +91,6 @@ class ServedModel:
             {*eos, *([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])}
         )
         self.lock = threading.Lock()
-        self.torch = torch
         if self.tokenizer.chat_template is None:
             raise UserError(
                 f"serve: {path} has no chat template, so messages cannot become a prompt; train it with one "
@@ -160,7 +157,8 @@ class ServedModel:
 
     def complete(self, request: dict) -> dict:
         """The chat.completion answer to a parsed request."""
-        torch = self.torch
+        import torch
+
         with self.lock, torch.no_grad():
             if request["seed"] is not None:
                 torch.manual_seed(request["seed"])
