@@ -6,6 +6,7 @@ import os
 
 from medrecipes.errors import UserError
 from medrecipes.locations import looks_local
+from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 
 def missing_local_model(path: str) -> bool:
@@ -52,15 +53,7 @@ def check_model_folder(path: str) -> None:
 def _check_safetensors(file: str) -> None:
     """A .safetensors file holds as many bytes as its header says (a save or a copy cut short is
     one line here, not safetensors' "incomplete metadata" traceback at load)."""
-    size = os.path.getsize(file)
-    try:
-        with open(file, "rb") as f:
-            length = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(length)) if 8 < size and length <= size - 8 else None
-        tensors = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
-        needed = 8 + length + max(tensors, default=0)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
-        needed = None  # no header that can be read
+    size, needed = safetensors_extent(file)
     if needed is None or needed > size:
         need = f"its header needs {needed:,}" if needed else "no readable header"
         raise UserError(
@@ -71,14 +64,10 @@ def _check_safetensors(file: str) -> None:
 
 def _check_shards(index: str) -> None:
     """Every shard a sharded checkpoint's index names is there."""
-    try:
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise UserError(
-            f"model: {index} is not a checkpoint index (no weight_map); copy the checkpoint again"
-        ) from None
-    missing = [name for name in shards if not os.path.isfile(os.path.join(os.path.dirname(index), name))]
+    found = index_shards(index)
+    if found is None:
+        raise UserError(f"model: {index} is not a checkpoint index (no weight_map); copy the checkpoint again")
+    shards, missing = found
     if missing:
         raise UserError(
             f"model: {index} names {missing[0]}, which is not there ({len(missing)} of {len(shards)} shards missing); "

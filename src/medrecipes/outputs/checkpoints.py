@@ -54,23 +54,29 @@ def kept(output_dir: str) -> str:
 WHOLE_READ_BYTES = 256 * 2**20
 
 
-def _safetensors_damage(path: str) -> str | None:
+def safetensors_extent(path: str) -> tuple[int, int | None]:
+    """(bytes the file has, bytes its header says it needs), the second None where no header can
+    be read: how a safetensors file cut short, or not one at all, is told before a library loads it."""
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return f"is cut ({size} bytes)"
-        length = int.from_bytes(head, "little")
-        if 8 + length > size:
-            return f"is cut ({size} bytes, its header alone claims {8 + length})"
-        try:
-            header = json.loads(f.read(length))
-            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return "has a header that is not safetensors'"
-    if 8 + length + end != size:
-        return f"is cut ({size} bytes where its header describes {8 + length + end})"
-    return None
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length)) if 8 < size and length <= size - 8 else None
+        tensors = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, UnicodeDecodeError):
+        return size, None
+    return size, 8 + length + max(tensors, default=0)
+
+
+def index_shards(index: str) -> tuple[list[str], list[str]] | None:
+    """(the shard files a sharded checkpoint's index names, those of them not beside it); None
+    where the file is not such an index (no weight_map)."""
+    try:
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return shards, [name for name in shards if not os.path.isfile(os.path.join(os.path.dirname(index), name))]
 
 
 def _pickle_damage(path: str) -> str | None:
@@ -83,16 +89,17 @@ def _pickle_damage(path: str) -> str | None:
     return None
 
 
-def _json_damage(path: str, folder: str) -> str | None:
+def _json_damage(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
-            loaded = json.load(f)
+            json.load(f)
     except (OSError, ValueError):
         return "is not readable JSON"
     if path.endswith(".index.json"):
-        shards = set((loaded.get("weight_map") or {}).values()) if isinstance(loaded, dict) else set()
-        missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
-        return f"names missing files ({', '.join(missing)})" if missing else None
+        found = index_shards(path)
+        if found is None:
+            return "is not a weights index"
+        return f"names missing files ({', '.join(found[1])})" if found[1] else None
     return None
 
 
@@ -116,11 +123,15 @@ def checkpoint_damage(checkpoint: str) -> str | None:
             path = os.path.join(folder, name)
             problem = None
             if name.endswith(".safetensors"):
-                problem = _safetensors_damage(path)
+                size, needed = safetensors_extent(path)
+                if needed is None:
+                    problem = "has a header that is not safetensors'"
+                elif needed != size:
+                    problem = f"is cut ({size} bytes where its header describes {needed})"
             elif name.endswith((".pt", ".pth", ".bin")):
                 problem = _pickle_damage(path)
             elif name.endswith(".json"):  # configs (the trainer compares the model's on resuming), indexes
-                problem = _json_damage(path, folder)
+                problem = _json_damage(path)
             if problem:
                 return f"{os.path.relpath(path, checkpoint)} {problem}"
     return None
