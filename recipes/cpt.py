@@ -19,12 +19,12 @@ model card that records the run.
 from medrecipes.config import parse_recipe
 from medrecipes.data.pretraining import pretraining_data
 from medrecipes.errors import UserError, exit_on_user_error
-from medrecipes.hub import push_run
+from medrecipes.hub.push import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
+from medrecipes.runs.settle import settle_run
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
-from medrecipes.training.resume import checkpoint_to_resume
 from medrecipes.training.run import end_run, eval_loss_summary, evaluate_and_record, train_and_save
 from medrecipes.training.run_folder import claim_run_folder
 from medrecipes.training.trainers import CausalLMTrainer
@@ -39,10 +39,10 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder("cpt", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args, recipe)
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
+    run = settle_run("cpt", recipe, training_args, model_args, tokenizer)  # decided once, in run.json
     with training_args.main_process_first(desc="tokenising and packing"):
         train_dataset, eval_datasets = pretraining_data(
             recipe, tokenizer, training_args.max_length, training_args.dataset_num_proc
@@ -50,7 +50,7 @@ def main(recipe, training_args, model_args):
     if recipe.mixture.streaming and training_args.max_steps <= 0:
         raise UserError("recipe: a streaming mixture has no length; set max_steps or total_tokens")
 
-    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+    model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 
     trainer = CausalLMTrainer(
         model=model,
@@ -63,7 +63,7 @@ def main(recipe, training_args, model_args):
     )
     add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
 
-    final_dir = train_and_save(trainer, checkpoint)  # a preempted run exits here, resumable
+    final_dir = train_and_save(trainer, run.resume_from)  # a preempted run exits here, resumable
     metrics = {}
     if eval_datasets:
         metrics = evaluate_and_record(trainer)

@@ -22,13 +22,12 @@ import importlib.util
 from medrecipes.config import parse_recipe
 from medrecipes.data.grpo import fit_prompts, grpo_data
 from medrecipes.errors import UserError, exit_on_user_error
-from medrecipes.hub import push_run
+from medrecipes.hub.push import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import check_adapter_targets, load_model, positions, recipe_tokenizer
-from medrecipes.rewards import reward_functions
+from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
+from medrecipes.runs.settle import settle_run
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
-from medrecipes.training.resume import checkpoint_to_resume
 from medrecipes.training.run import end_run, evaluate_and_record, train_and_save
 from medrecipes.training.run_folder import claim_run_folder
 from medrecipes.training.trainers import MedGRPOTrainer
@@ -48,30 +47,27 @@ def main(recipe, training_args, model_args):
         )
     if claim_run_folder("grpo", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args, recipe)
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
+    # What the run is, decided once and recorded in run.json: its chat template (chat prompts need
+    # one), the room a prompt may take beside the completion, the reward functions with their
+    # weights, the checkpoint it resumes from.
+    run = settle_run("grpo", recipe, training_args, model_args, tokenizer)
     chat = training_args.prompt_format == "chat"
-    if chat and tokenizer.chat_template is None:
-        raise UserError(
-            f"model_name_or_path: the tokenizer of '{model_args.model_name_or_path}' has no chat template; "
-            "use prompt_format: plain for a pretrained model, or start from a chat model (recipes/sft.py)"
-        )
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = grpo_data(recipe, training_args.prompt_format)
 
-    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
     # Prompts that would leave the completion no room in the model's positions are left out, counted.
-    limit = positions(model)
-    room = limit - training_args.max_completion_length if limit else None
-    train_dataset = fit_prompts(train_dataset, tokenizer, room, "dataset_mixture")
-    eval_datasets = {name: fit_prompts(d, tokenizer, room, f"eval_sets.{name}") for name, d in eval_datasets.items()}
-    reward_funcs, _ = reward_functions(training_args.rewards)  # weights: training_args.reward_weights
+    train_dataset = fit_prompts(train_dataset, tokenizer, run.prompt_room, "dataset_mixture")
+    eval_datasets = {
+        name: fit_prompts(d, tokenizer, run.prompt_room, f"eval_sets.{name}") for name, d in eval_datasets.items()
+    }
+    model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 
     trainer = MedGRPOTrainer(
         model=model,
-        reward_funcs=reward_funcs,
+        reward_funcs=list(run.reward_funcs),  # their weights: training_args.reward_weights
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_datasets or None,
@@ -87,7 +83,7 @@ def main(recipe, training_args, model_args):
     )
 
     # With use_peft, final/ holds the adapter; a preempted run exits here, resumable.
-    final_dir = train_and_save(trainer, checkpoint)
+    final_dir = train_and_save(trainer, run.resume_from)
     metrics = {}
     if eval_datasets:
         metrics = evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets

@@ -21,13 +21,12 @@ with `push_to_hub`, to the Hub with a model card.
 from medrecipes.config import parse_recipe
 from medrecipes.data.preference import preference_data
 from medrecipes.errors import exit_on_user_error
-from medrecipes.hub import push_run
+from medrecipes.hub.push import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
-from medrecipes.plan.summary import settle_checkpointing
+from medrecipes.runs.settle import settle_run
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
-from medrecipes.training.resume import checkpoint_to_resume
 from medrecipes.training.run import end_run, evaluate_and_record, train_and_save
 from medrecipes.training.run_folder import claim_run_folder
 from medrecipes.training.trainers import MedKTOTrainer
@@ -42,15 +41,14 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder("kto", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args, recipe)
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
+    run = settle_run("kto", recipe, training_args, model_args, tokenizer)  # decided once, in run.json
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets = preference_data(recipe, unpair=True)
 
-    settle_checkpointing(recipe, training_args, model_args)  # where the recipe leaves it to the memory plan
-    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+    model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 
     trainer = MedKTOTrainer(
         model=model,
@@ -64,7 +62,7 @@ def main(recipe, training_args, model_args):
     )
     add_task_evaluation(trainer, recipe)  # eval_tasks: benchmark accuracy at each evaluation
 
-    final_dir = train_and_save(trainer, checkpoint)
+    final_dir = train_and_save(trainer, run.resume_from)
     metrics = evaluate_and_record(trainer) if eval_datasets else {}
 
     if training_args.push_to_hub:

@@ -18,14 +18,13 @@ model is the adapter; `medrecipes merge-lora` folds it into its base.
 from medrecipes.config import parse_recipe
 from medrecipes.data.sft import sft_data
 from medrecipes.errors import exit_on_user_error
-from medrecipes.hub import push_run
+from medrecipes.hub.push import push_run
 from medrecipes.logs import setup_logging
 from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
-from medrecipes.models.templates import align_generation_eos, sft_template, turn_end
-from medrecipes.plan.summary import settle_checkpointing
+from medrecipes.models.templates import align_generation_eos
+from medrecipes.runs.settle import settle_run
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
-from medrecipes.training.resume import checkpoint_to_resume
 from medrecipes.training.run import end_run, evaluate_and_record, train_and_save
 from medrecipes.training.run_folder import claim_run_folder
 from medrecipes.training.trainers import MedSFTTrainer
@@ -40,18 +39,17 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder("sft", recipe, training_args, model_args):  # True: this run finished there already
         return
-    checkpoint = checkpoint_to_resume(training_args, recipe)
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)  # a Gemma without a template gets Gemma's turns
-    template = sft_template(training_args, tokenizer)  # checked: it marks what assistant_only_loss trains
-    # Answers are trained to end at the template's end of turn; generation stops there too.
-    training_args.eos_token = training_args.eos_token or turn_end(template)
+    # What the run is, decided once and recorded in run.json: the template it trains with (checked to
+    # mark what assistant_only_loss trains) and its end of turn, where answers are trained to end;
+    # activation checkpointing; the checkpoint it resumes from.
+    run = settle_run("sft", recipe, training_args, model_args, tokenizer)
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = sft_data(recipe)
 
-    settle_checkpointing(recipe, training_args, model_args)  # where the recipe leaves it to the memory plan
-    model = load_model(model_args, recipe, tokenizer, training_args.activation_checkpointing)
+    model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 
     trainer = MedSFTTrainer(
         model=model,
@@ -64,9 +62,9 @@ def main(recipe, training_args, model_args):
     )
     # At each evaluation: the accuracy of the model's answers on multiple-choice eval sets, and eval_tasks.
     add_task_evaluation(trainer, recipe, answered=mcq_sets)
-    align_generation_eos(trainer.model, trainer.processing_class, training_args.eos_token)
+    align_generation_eos(trainer.model, trainer.processing_class, run.end_of_turn)  # generation stops there too
 
-    final_dir = train_and_save(trainer, checkpoint)  # with use_peft, final/ holds the adapter
+    final_dir = train_and_save(trainer, run.resume_from)  # with use_peft, final/ holds the adapter
     metrics = {}
     if eval_datasets:
         metrics = evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets

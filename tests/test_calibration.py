@@ -265,7 +265,7 @@ def test_an_abstention_declines_and_names_no_option(text, letters, expected):
 
 def test_the_card_has_a_calibration_table_and_says_what_it_means_for_use():
     from medrecipes.config import parse_recipe
-    from medrecipes.hub import model_card
+    from medrecipes.hub.card import model_card
 
     logliks, gold, probabilities = predictions(seed=10, n=200)
     confidence, right, gold_p = cal.question_arrays(probabilities, gold)

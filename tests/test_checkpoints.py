@@ -7,8 +7,9 @@ import pytest
 from transformers import TrainingArguments
 
 from medrecipes.errors import UserError
+from medrecipes.runs.resume import checkpoint_to_resume, last_checkpoint
 from medrecipes.training.callbacks import KeepBestCheckpoints, checkpoint_steps
-from medrecipes.training.resume import check_resumable, checkpoint_mismatch, checkpoint_to_resume, last_checkpoint
+from medrecipes.training.resume import check_resumable, checkpoint_mismatch
 
 
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):

@@ -14,8 +14,8 @@ import torch
 from conftest import LAUNCH, NO_EVAL, PYTHON, ROOT, error_lines, run, run_recipe
 from safetensors.torch import load_file
 
+from medrecipes.runs.resume import last_checkpoint
 from medrecipes.training.callbacks import checkpoint_steps
-from medrecipes.training.resume import last_checkpoint
 
 pytestmark = pytest.mark.slow
 

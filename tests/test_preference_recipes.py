@@ -251,7 +251,7 @@ def test_kto_starts_at_one_half_and_learns_its_answers(chat_model, tmp_path):
 
 
 def test_the_card_names_the_preference_data_and_how_it_was_made(tmp_path, capsys):
-    from medrecipes.hub import model_card
+    from medrecipes.hub.card import model_card
 
     made = tmp_path / "pairs.jsonl"
     cli.main(["pairs", "--mcq", str(ROOT / "data/usmle_sample/train.jsonl"), "--out", str(made), "--seed", "7"])

@@ -232,7 +232,7 @@ def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_pa
 
 def test_decontamination_result_goes_into_the_card():
     from medrecipes.config import parse_recipe
-    from medrecipes.hub import model_card
+    from medrecipes.hub.card import model_card
 
     recipe, args, model_args = parse_recipe("cpt", ["recipes/tiny_cpt.yaml"])
     summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:30:00", "final_train_loss": 2.0}
@@ -262,7 +262,7 @@ def test_a_card_takes_evaluations_of_the_runs_own_weights_only(tmp_path):
     import shutil
 
     from medrecipes.errors import UserError
-    from medrecipes.hub import _check_scored_model
+    from medrecipes.hub.card import _check_scored_model
     from medrecipes.models.files import weights_fingerprint
 
     final, other = tmp_path / "run" / "final", tmp_path / "other"

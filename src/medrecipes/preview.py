@@ -17,7 +17,7 @@ mask shows here, not after an hour of training.
 from dataclasses import dataclass, field
 
 from medrecipes.models.loading import recipe_tokenizer
-from medrecipes.models.templates import sft_template, turn_end
+from medrecipes.runs.settle import chat_turns
 
 TRAINED_OPEN, TRAINED_CLOSE = "[[", "]]"
 
@@ -102,7 +102,8 @@ def answer_example(tokenizer, prompt, answer, note: str) -> Example:
 def training_examples(method: str, recipe, args, model_args, count: int = 3):
     """(title, tokenizer, end-of-turn token, the first `count` training examples) of a parsed recipe."""
     tokenizer = recipe_tokenizer(recipe, model_args)
-    end_of_turn = None
+    # The template the run will use (set on the tokenizer, as the run sets it) and its end of turn.
+    _, end_of_turn = chat_turns(method, args, tokenizer)
     if method == "cpt":
         from medrecipes.data.pretraining import pretraining_data
 
@@ -112,8 +113,6 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif method == "sft":
         from medrecipes.data.sft import sft_data
 
-        template = sft_template(args, tokenizer)  # set on the tokenizer, as the run sets it
-        end_of_turn = args.eos_token or turn_end(template)
         train, _, _ = sft_data(recipe)
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"
@@ -130,7 +129,6 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
             else:
                 label = "desirable" if row["label"] else "undesirable"
                 examples.append(answer_example(tokenizer, row["prompt"], row["completion"], label))
-        end_of_turn = turn_end(tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None)
         what = "each pair's chosen, then rejected answer" if method == "dpo" else "each answer with its label"
         title = f"{method.upper()}: the first rows, {what}; scored: the answer, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
     else:
@@ -147,7 +145,6 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
             )
             ids = tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
             examples.append(Example(ids, [False] * len(ids), [f"gold answer {row['answer']}"]))
-        end_of_turn = turn_end(tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None)
         title = f"GRPO: the first {len(examples)} prompts; the model trains on its own sampled answers to them"
     return title, tokenizer, end_of_turn, examples
 

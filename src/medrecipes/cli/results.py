@@ -130,7 +130,7 @@ def cmd_report(args) -> None:
 
 
 def cmd_card(args) -> None:
-    from medrecipes.hub import card_of_run
+    from medrecipes.hub.card import card_of_run
 
     card_of_run(args.run, args.evals, args.output, args.repo_id, args.overwrite)
     print(f"model card of {args.run} written to {args.output}/README.md, with its plots and recipe.yaml")

@@ -140,9 +140,10 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
 
 
 def positions(model) -> int | None:
-    """How many positions the model has (max_position_embeddings, or GPT-2's n_positions); None
-    where its config sets no limit."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    """How many positions the model (or its config) has (max_position_embeddings, or GPT-2's
+    n_positions); None where its config sets no limit."""
+    config = getattr(model, "config", model)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 

@@ -132,6 +132,11 @@ def mark(path: str, kind: str, about: str | None = None, whole: bool = False) ->
 
 
 PARTIAL = ".partial-"  # a result being written beside its final path: ".NAME.partial-PID"
+# Where a training run stages its checkpoints and final model: output_dir/_staging/<name>, then
+# renamed into place (`writes.publish`). The same scheme as a result beside its final path, in a
+# folder every process of a launch can name (each writes its shards there, and a process id is
+# not shared); the leading underscore keeps HF's push of output_dir off it.
+STAGING = "_staging"
 
 
 # What a staged result adds to its name (a process id of up to 7 digits), and the record beside a

@@ -254,7 +254,7 @@ def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
 
         callbacks.append(CopyCheckpoints(BackgroundMirror(recipe.checkpoint_mirror_url), per_node=True))
     if recipe.push_checkpoint_revisions:
-        from medrecipes.hub import CheckpointPusher, hub_repo_id
+        from medrecipes.hub.checkpoints import CheckpointPusher, hub_repo_id
 
         args = training_args
         callbacks.append(CopyCheckpoints(CheckpointPusher(hub_repo_id(args), args.hub_token, args.hub_private_repo)))

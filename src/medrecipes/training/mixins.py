@@ -21,10 +21,10 @@ from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, res
 from medrecipes.errors import UserError
 from medrecipes.models.loading import check_positions
 from medrecipes.outputs.checkpoints import TRAINER_STATE, kept, newest_complete_checkpoint
+from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.training.callbacks import NonFiniteGuard
 from medrecipes.training.monitoring import ThroughputMonitor
-from medrecipes.training.resume import STAGING
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,6 @@ checkpoint and its final/ would replace the other run's. `overwrite_output_dir: 
 over instead, removing the earlier run's checkpoints, final model and record first.
 """
 
-import hashlib
-import json
 import logging
 import os
 import shutil
@@ -20,42 +18,14 @@ from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
 from medrecipes.outputs.checkpoints import CHECKPOINT, kept
 from medrecipes.outputs.claims import claim_output, lock_folder
-from medrecipes.outputs.records import mark
-from medrecipes.outputs.writes import staged
+from medrecipes.outputs.records import STAGING, mark
+from medrecipes.runs.record import IDENTITY, RECORD, read_record, run_identity, write_record
 
 logger = logging.getLogger(__name__)
 
-RECORD = "run.json"
-IDENTITY = ("script", "model", "data")
 # What a run leaves in its output_dir that a run starting over must not find: checkpoints (and
 # their staging), the final model, the trainer's state and metrics.
-RUN_STATE = ("final", "_staging", "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json")
-
-
-def run_identity(method: str, recipe, model_args) -> dict:
-    """The script, the starting model and a fingerprint of the data settings of a run."""
-    model = model_args.model_name_or_path
-    if recipe.init_from_scratch:
-        model = f"random weights ({recipe.architecture})"
-    data = json.dumps(recipe.dataset_mixture, sort_keys=True, default=str)
-    return {
-        "script": f"recipes/{method}.py",
-        "model": model,
-        "data": hashlib.sha256(data.encode()).hexdigest()[:16],
-    }
-
-
-def read_record(output_dir: str) -> dict | None:
-    path = os.path.join(output_dir, RECORD)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def write_record(output_dir: str, record: dict) -> None:
-    with staged(os.path.join(output_dir, RECORD), folder=False) as path, open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
+RUN_STATE = ("final", STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json")
 
 
 def _differences(saved: dict, ours: dict) -> str:
@@ -157,18 +127,3 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 output_dir, {**ours, "command": command, "recipe": resolved_recipe(recipe, model_args, training_args)}
             )
     return False
-
-
-def record_finished(training_args, state, hardware: str) -> None:
-    """Note in the record that the run finished (after final/ is in place), and on what
-    (`plan.hardware.hardware`: the card's line)."""
-    if not training_args.should_save:
-        return
-    record = read_record(training_args.output_dir) or {}
-    record["finished"] = {
-        "global_step": state.global_step,
-        "max_steps": training_args.max_steps,
-        "num_train_epochs": training_args.num_train_epochs,
-        "hardware": hardware,
-    }
-    write_record(training_args.output_dir, record)

@@ -1,5 +1,4 @@
-"""The Hub end of a run: the final model with a model card that is a reproducible record, and,
-optionally, each checkpoint's weights on its own branch.
+"""The model card of a run: a reproducible record.
 
 The card records the resolved recipe (also pushed as `recipe.yaml`), the base model, every
 data source with its weight and revision (a local file's revision is its content hash), the
@@ -19,40 +18,26 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import sys
-from concurrent.futures import Future
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import yaml
-from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 
-from medrecipes.config import parse_recipe, recorded_command, resolved_yaml
+from medrecipes.config import parse_recipe, resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
-from medrecipes.mirror import snapshot_folder
 from medrecipes.outputs.records import written_about
-from medrecipes.plan.hardware import hardware
 from medrecipes.report import figures, read_run, trainer_state_path
+from medrecipes.runs.settle import SettledRun
 
 logger = logging.getLogger(__name__)
 
-CARD_TEMPLATE = Path(__file__).parent / "model_card.md"
-# The trainer pickles its arguments, hub_token included, into every saved folder: never pushed.
-# The resolved recipe (recipe.yaml, card) records the same settings without credentials.
-CREDENTIAL_FILES = ("training_args.bin",)
-# Resume state, not model: a revision branch holds what loads with from_pretrained.
-RESUME_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "global_step*", "trainer_state.json")
+CARD_TEMPLATE = Path(__file__).parent.parent / "model_card.md"
 FRAMEWORKS = ("medrecipes", "transformers", "trl", "torch", "accelerate", "datasets", "peft")
-
-
-def hub_repo_id(training_args) -> str:
-    """The repository a run pushes to: `hub_model_id`, or the output folder's name."""
-    return training_args.hub_model_id or Path(training_args.output_dir).absolute().name
 
 
 def _hash_files(paths: list[str]) -> str:
@@ -201,7 +186,7 @@ def model_card(
 ) -> ModelCard:
     """The model card of a run, from what the run knows about itself; `mcq_reports`, the
     multiple-choice reports of its last evaluation; `images`, {path in the repository: caption}
-    of its plots; `script`, the recipe script that ran (default: this process's)."""
+    of its plots; `script`, the recipe script that ran (run.json's; by default the method's)."""
     base = model_args.model_name_or_path
     scratch = recipe.init_from_scratch
     sources = recipe.mixture.sources if recipe.mixture else []
@@ -244,7 +229,7 @@ def model_card(
         hardware=hardware_line,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
         command=command,
-        script=script or sys.argv[0],
+        script=script or f"recipes/{method}.py",
         recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
         versions=_framework_versions(),
     )
@@ -348,6 +333,13 @@ def _check_scored_model(eval_file: str, final: str) -> None:
         )
 
 
+def run_method(record: dict) -> str:
+    """The method of the run a run.json records: its settled run's (`runs.settle`), or, in a record
+    written before runs were settled, its script's name."""
+    settled = SettledRun.from_record(record)
+    return settled.method if settled is not None else Path(str(record.get("script", ""))).stem
+
+
 def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: str | None, overwrite: bool) -> None:
     """Write the model card of the finished run in `run_folder` into the folder `output`, as a push
     would (`write_card`), with the evaluations of `eval_files` (`medrecipes eval` outputs made
@@ -369,7 +361,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     record = run.record
     if not record.get("finished") or not isinstance(record.get("recipe"), dict):
         raise UserError(f"{where}: no finished run recorded there; pass the output_dir of a run that wrote final/")
-    method = Path(str(record.get("script", ""))).stem
+    method = run_method(record)
     reports = evaluation_reports(eval_files)
     for path in eval_files:
         _check_scored_model(path, os.path.join(run_folder, "final"))
@@ -391,64 +383,3 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
                    args, training_summary(state), metrics, done.get("hardware") or "hardware not recorded",
                    record.get("command") or f"python {record['script']} (its command line was not recorded)",
                    record["script"], reports)  # fmt: skip
-
-
-def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) -> str | None:
-    """Push `final_dir` with its model card and resolved recipe to the run's Hub repository.
-
-    A run that trained from a built data folder carries that folder's decontamination result
-    into the card. Returns the commit URL.
-    """
-    if not trainer.is_world_process_zero():
-        return None
-    args = trainer.args
-    repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
-    method = Path(sys.argv[0]).stem
-    summary = training_summary(trainer.state)
-    write_card(final_dir, args.output_dir, repo_id, method, recipe, model_args, args, summary, eval_metrics,
-               hardware(trainer), recorded_command(recipe, model_args, args), sys.argv[0])  # fmt: skip
-    api = HfApi(token=args.hub_token)
-    repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
-    commit = api.upload_folder(
-        repo_id=repo_id,
-        folder_path=final_dir,
-        revision=args.hub_revision,
-        ignore_patterns=list(CREDENTIAL_FILES),
-        commit_message=f"{method}: {trainer.state.global_step} steps, {trainer.state.num_input_tokens_seen:,} tokens",
-    )
-    logger.info("pushed %s to %s", final_dir, commit.commit_url)
-    return commit.commit_url
-
-
-class CheckpointPusher:
-    """Pushes checkpoints' weights to branches `checkpoint-<step>`, one after another, on
-    huggingface_hub's background worker, from hard-linked snapshots."""
-
-    def __init__(self, repo_id: str, token: str | None = None, private: bool | None = None):
-        self.api = HfApi(token=token)
-        self.repo_id = repo_id
-        self.private = private
-        self.futures: list[Future] = []
-
-    def submit(self, folder: str) -> None:
-        branch = os.path.basename(os.path.normpath(folder))
-        snapshot = snapshot_folder(folder, ignore=shutil.ignore_patterns(*RESUME_STATE, *CREDENTIAL_FILES))
-        self.futures.append(self.api.run_as_future(self._push, snapshot, branch))
-
-    def _push(self, snapshot: str, branch: str):
-        try:
-            repo_id = self.api.create_repo(self.repo_id, private=self.private, exist_ok=True).repo_id
-            self.api.create_branch(repo_id, branch=branch, exist_ok=True)
-            return self.api.upload_folder(
-                repo_id=repo_id, folder_path=snapshot, revision=branch, commit_message=f"weights at {branch}"
-            )
-        finally:
-            shutil.rmtree(snapshot, ignore_errors=True)
-
-    def wait(self) -> None:
-        for future in self.futures:
-            try:
-                logger.info("checkpoint pushed: %s", future.result().commit_url)
-            except Exception as err:  # a failed push must not fail the run; the checkpoint is on disk
-                logger.error("pushing a checkpoint to %s failed: %s", self.repo_id, err)
-        self.futures = []

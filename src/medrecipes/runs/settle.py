@@ -1,0 +1,119 @@
+"""A run settled once: `settle_run` turns a parsed recipe, with its tokenizer, into one frozen
+`SettledRun` that says what the run is, before its data and model load. The recipe scripts read
+it, and `run.json` records it whole (`record`), where `medrecipes report`, `medrecipes card` and
+the push read it; nothing works one of its facts out again.
+
+- the method (`cpt`, `sft`, `grpo`, `dpo`, `kto`) and its script;
+- the chat template the run trains or prompts with, and the token that ends a turn (SFT trains
+  its answers to end there: `eos_token`; generation stops there too);
+- activation checkpointing: the recipe's, or the memory plan's choice (`plan.summary`), logged once;
+- GRPO: the room a prompt may take (the model's positions less `max_completion_length`) and the
+  rewards with their weights and settings (built once, `reward_functions`);
+- the run folder and the checkpoint it resumes from (`runs.resume`).
+"""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from medrecipes.errors import UserError
+from medrecipes.models.loading import positions
+from medrecipes.models.templates import sft_template, turn_end
+from medrecipes.plan.shape import model_config
+from medrecipes.plan.summary import settle_checkpointing
+from medrecipes.rewards import reward_functions
+from medrecipes.runs.record import update_record
+from medrecipes.runs.resume import checkpoint_to_resume
+
+METHODS = ("cpt", "sft", "grpo", "dpo", "kto")
+
+
+@dataclass(frozen=True)
+class SettledRun:
+    method: str
+    output_dir: str
+    resume_from: str | None  # the checkpoint the run starts from, None for a new run
+    activation_checkpointing: bool
+    checkpointing_by: str  # "recipe", "plan" (the memory plan's choice) or "default" (on)
+    chat_template: str | None  # the template's text, as the tokenizer applies it
+    end_of_turn: str | None  # the token a turn of that template ends with
+    prompt_room: int | None = None  # GRPO: tokens a prompt may take; None: no limit
+    rewards: tuple[dict, ...] = ()  # GRPO: {name, weight, <settings>} as the functions were built
+    # GRPO: the reward functions of `rewards`, in their order (not recorded: code, not data)
+    reward_funcs: tuple[Callable, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def script(self) -> str:
+        return f"recipes/{self.method}.py"
+
+    def record(self) -> dict:
+        """The run as run.json keeps it (plain JSON data)."""
+        recorded = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reward_funcs"}
+        return {**recorded, "rewards": [dict(r) for r in self.rewards]}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "SettledRun | None":
+        """The settled run of a run.json record; None for a record written before runs were settled."""
+        settled = record.get("settled")
+        if not isinstance(settled, dict):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)} - {"reward_funcs"}
+        values = {key: value for key, value in settled.items() if key in names}
+        return cls(**{**values, "rewards": tuple(values.get("rewards") or ())})
+
+
+def chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str | None]:
+    """(template, end of turn) of a run: for SFT the template it trains with (`sft_template`, set on
+    the tokenizer) and its end of turn, unless the recipe names `eos_token`; for the others the
+    tokenizer's own; CPT trains on plain text, in no template. `medrecipes preview` shows the
+    examples through the same."""
+    if method == "cpt":
+        return None, None
+    if method == "sft":
+        template = sft_template(training_args, tokenizer)
+        return template, training_args.eos_token or turn_end(template)
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    return template, turn_end(template)
+
+
+def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> SettledRun:
+    """What the run of `method` is, decided here alone, written back where the trainers read it
+    (`eos_token`, activation checkpointing) and recorded in run.json. GRPO's reward entries and
+    their weights (`reward_weights`) were checked when the recipe was parsed; their functions are
+    built here."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}")
+    template, end_of_turn = chat_turns(method, training_args, tokenizer)
+    if method == "sft":
+        training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
+    room, rewards, functions = None, (), ()
+    if method == "grpo":
+        if training_args.prompt_format == "chat" and template is None:
+            raise UserError(
+                f"model_name_or_path: the tokenizer of '{model_args.model_name_or_path}' has no chat template; "
+                "use prompt_format: plain for a pretrained model, or start from a chat model (recipes/sft.py)"
+            )
+        limit = positions(model_config(recipe, model_args.model_name_or_path))
+        room = limit - training_args.max_completion_length if limit else None
+        functions, _ = reward_functions(training_args.rewards)  # checked, with their weights, when parsed
+        weights = training_args.reward_weights
+        rewards = tuple(
+            {**entry, "weight": weight} for entry, weight in zip(training_args.rewards, weights, strict=True)
+        )
+    by_plan = getattr(training_args, "checkpointing_by_plan", False)
+    settle_checkpointing(recipe, training_args, model_args)  # SFT, DPO, KTO where the recipe left it to the plan
+    by = "recipe" if not by_plan else "plan" if method in ("sft", "dpo", "kto") else "default"
+    run = SettledRun(
+        method=method,
+        output_dir=training_args.output_dir,
+        resume_from=checkpoint_to_resume(training_args, recipe),
+        activation_checkpointing=bool(getattr(training_args, "activation_checkpointing", False)),
+        checkpointing_by=by,
+        chat_template=template,
+        end_of_turn=end_of_turn,
+        prompt_room=room,
+        rewards=rewards,
+        reward_funcs=tuple(functions),
+    )
+    update_record(training_args, settled=run.record())
+    return run

@@ -1,0 +1,132 @@
+"""A run settled once (`runs.settle.settle_run`): one frozen object says what the run is, what it
+writes back for the trainers is what it says, run.json records it whole, and the card and the
+push read the method from run.json, never from the process that happens to run them."""
+
+import dataclasses
+import json
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from medrecipes.config import parse_recipe
+from medrecipes.models.loading import positions, recipe_tokenizer
+from medrecipes.models.templates import turn_end
+from medrecipes.runs.record import read_record
+from medrecipes.runs.settle import METHODS, SettledRun, settle_run
+from medrecipes.training.run_folder import claim_run_folder
+
+RECIPES = {method: str(ROOT / "recipes" / f"tiny_{method}.yaml") for method in METHODS}
+
+
+def settled(method: str, tiny_model: str, out, *overrides: str):
+    recipe, args, model_args = parse_recipe(
+        method, [RECIPES[method], "--model_name_or_path", tiny_model, "--output_dir", str(out), *overrides]
+    )
+    assert not claim_run_folder(method, recipe, args, model_args)
+    tokenizer = recipe_tokenizer(recipe, model_args)
+    return settle_run(method, recipe, args, model_args, tokenizer), args, tokenizer
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_run_json_records_the_settled_run_whole(method, tiny_model, tmp_path):
+    run, args, tokenizer = settled(method, tiny_model, tmp_path / "run")
+    record = read_record(str(tmp_path / "run"))
+    assert record["settled"] == run.record()
+    assert SettledRun.from_record(json.loads(json.dumps(record))) == run  # through JSON and back
+    assert run.method == method and record["script"] == run.script == f"recipes/{method}.py"
+    assert run.output_dir == args.output_dir and run.resume_from is None
+    # What the trainers read is what the object says.
+    assert run.activation_checkpointing == bool(args.activation_checkpointing)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.method = "sft"
+    if method == "cpt":
+        assert run.chat_template is None and run.end_of_turn is None
+    else:
+        assert run.chat_template == tokenizer.chat_template and run.end_of_turn == turn_end(run.chat_template)
+
+
+def test_sft_trains_answers_to_the_settled_end_of_turn(tiny_model, tmp_path):
+    run, args, _ = settled("sft", tiny_model, tmp_path / "a", "--eos_token", "")
+    assert run.end_of_turn == "<|im_end|>" == args.eos_token  # the shipped ChatML template's
+    named, args, _ = settled("sft", tiny_model, tmp_path / "b", "--eos_token", "</s>")
+    assert named.end_of_turn == "</s>" == args.eos_token  # the recipe's own, kept
+
+
+def test_checkpointing_left_to_the_plan_is_decided_once_and_recorded(tiny_model, tmp_path, monkeypatch):
+    text = open(RECIPES["sft"]).read()
+    left = tmp_path / "sft.yaml"  # the recipe without the key: the memory plan decides
+    left.write_text(text.replace("activation_checkpointing: false\n", ""))
+    monkeypatch.setitem(RECIPES, "sft", str(left))
+    run, args, _ = settled("sft", tiny_model, tmp_path / "plan")
+    assert run.checkpointing_by == "plan" and run.activation_checkpointing is False  # a tiny model fits
+    assert args.activation_checkpointing is False
+    monkeypatch.undo()
+    run, args, _ = settled("sft", tiny_model, tmp_path / "recipe", "--activation_checkpointing", "true")
+    assert run.checkpointing_by == "recipe" and run.activation_checkpointing is True
+
+
+def test_grpo_prompt_room_and_rewards_are_settled_with_their_weights(tiny_model, tmp_path):
+    from transformers import AutoConfig
+
+    run, args, _ = settled("grpo", tiny_model, tmp_path / "run")
+    assert run.prompt_room == positions(AutoConfig.from_pretrained(tiny_model)) - args.max_completion_length
+    written = yaml.safe_load(open(RECIPES["grpo"]))["rewards"]  # {name, weight, <settings>} each
+    assert [dict(r) for r in run.rewards] == [{**entry, "weight": float(entry["weight"])} for entry in written]
+    assert [r["weight"] for r in run.rewards] == args.reward_weights
+    assert [f.__name__ for f in run.reward_funcs] == [entry["name"] for entry in written]
+    assert "reward_funcs" not in read_record(str(tmp_path / "run"))["settled"]  # code, not data
+
+
+def test_the_resume_point_is_settled(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    run, args, _ = settled("cpt", tiny_model, out)
+    checkpoint = out / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    again, _, _ = settled("cpt", tiny_model, out)
+    assert again.resume_from == str(checkpoint)
+    assert read_record(str(out))["settled"]["resume_from"] == str(checkpoint)
+
+
+def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monkeypatch):
+    """`push_run` names the method of the run it pushes from run.json: run under another script's
+    name (a wrapper, a notebook), the card and the commit still say GRPO."""
+    from hub_standin import HubStandIn
+    from transformers import TrainerState
+
+    from medrecipes.hub.card import run_method
+    from medrecipes.hub.push import push_run
+
+    out = tmp_path / "run"
+    recipe, args, model_args = parse_recipe(
+        "grpo", [RECIPES["grpo"], "--model_name_or_path", tiny_model, "--output_dir", str(out)]
+    )
+    claim_run_folder("grpo", recipe, args, model_args)
+    settle_run("grpo", recipe, args, model_args, recipe_tokenizer(recipe, model_args))
+    record = read_record(str(out))
+    assert run_method(record) == "grpo"
+    assert run_method({"script": "recipes/dpo.py"}) == "dpo"  # a record written before runs were settled
+    final = out / "final"
+    final.mkdir()
+    (final / "config.json").write_text("{}")
+    monkeypatch.setattr(sys, "argv", ["notebook_cell.py"])
+
+    class Trainer:  # what push_run reads of a trainer
+        state = TrainerState(global_step=3)
+        hub_model_id = "med/tiny-grpo"
+
+        def __init__(self, args):
+            self.args = args
+
+        def is_world_process_zero(self):
+            return True
+
+    with HubStandIn() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        push_run(Trainer(args), recipe, model_args, str(final), {})
+    card = hub.repos["med/tiny-grpo"]["main"]["README.md"].decode()
+    assert "grpo" in card.split("---")[1] and "recipes/grpo.py" in card and "notebook_cell" not in card
