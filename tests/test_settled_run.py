@@ -128,5 +128,10 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
         monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
         monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
         push_run(Trainer(args), recipe, model_args, str(final), {})
-    card = hub.repos["med/tiny-grpo"]["main"]["README.md"].decode()
+    pushed = hub.repos["med/tiny-grpo"]["main"]
+    card = pushed["README.md"].decode()
     assert "grpo" in card.split("---")[1] and "recipes/grpo.py" in card and "notebook_cell" not in card
+    # One commit: final/ as it was published, and the card written whole beside it.
+    assert {"config.json", "README.md", "recipe.yaml"} <= set(pushed) and not any("medrecipes" in f for f in pushed)
+    assert sorted(p.name for p in final.iterdir()) == ["config.json"]
+    assert (out / "card" / "README.md").read_text() == card

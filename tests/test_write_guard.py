@@ -422,7 +422,7 @@ def test_a_full_disk_while_tiny_model_writes_its_tokenizer_is_one_line_and_leave
 PLAIN_WRITES = {
     ("data/build.py", "_save_stream"): "removes the datasets cache the build made for itself",
     ("data/manifest.py", "write_manifest"): "object storage through fsspec: a .tmp then a rename of its own",
-    ("hub/card.py", "write_card"): "writes into the folder its callers stage (card_of_run) or upload (push_run)",
+    ("hub/card.py", "write_card"): "writes into the folder its callers stage (card_of_run, push_run)",
     ("hub/checkpoints.py", "_push"): "removes its own temporary snapshot of final/ after the upload",
     ("mirror.py", "_link_or_copy"): "the checkpoint mirror: copies into a snapshot marked complete last",
     ("mirror.py", "snapshot_folder"): "the checkpoint mirror: copies into a snapshot marked complete last",

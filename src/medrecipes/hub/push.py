@@ -1,14 +1,21 @@
-"""The Hub end of a run: final/ pushed with its model card (`hub.card`) and its resolved recipe.
-What the card says of the run (its method, script, command and hardware) is what the run
-recorded about itself in run.json (`runs.record`), not read again from this process."""
+"""The Hub end of a run: final/ pushed with its model card (`hub.card`) and its resolved recipe,
+in one commit. What the card says of the run (its method, script, command and hardware) is what
+the run recorded about itself in run.json (`runs.record`), not read again from this process. The
+card is written whole into output_dir/card (`outputs.writes.staged`), beside final/, which is
+never written again once it is in place."""
 
 import logging
+import os
 
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi
 
 from medrecipes.hub.card import run_method, training_summary, write_card
 from medrecipes.hub.checkpoints import CREDENTIAL_FILES, hub_repo_id
+from medrecipes.outputs.records import MARKER
+from medrecipes.outputs.writes import staged
 from medrecipes.runs.record import read_record
+
+CARD = "card"  # output_dir/card: the pushed model card, its plots and recipe.yaml
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +34,30 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
     repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
     hardware = (record.get("finished") or {}).get("hardware") or "hardware not recorded"
     command = record.get("command") or f"python {record.get('script')} (its command line was not recorded)"
-    write_card(final_dir, args.output_dir, repo_id, method, recipe, model_args, args, training_summary(trainer.state),
-               eval_metrics, hardware, command, record.get("script") or f"recipes/{method}.py")  # fmt: skip
+    card = os.path.join(args.output_dir, CARD)
+    with staged(card, folder=True, kind="card") as folder:
+        write_card(folder, args.output_dir, repo_id, method, recipe, model_args, args, training_summary(trainer.state),
+                   eval_metrics, hardware, command, record.get("script") or f"recipes/{method}.py")  # fmt: skip
     api = HfApi(token=args.hub_token)
     repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
-    commit = api.upload_folder(
+    commit = api.create_commit(
         repo_id=repo_id,
-        folder_path=final_dir,
+        operations=_files(final_dir) + _files(card),
         revision=args.hub_revision,
-        ignore_patterns=list(CREDENTIAL_FILES),
         commit_message=f"{method}: {trainer.state.global_step} steps, {trainer.state.num_input_tokens_seen:,} tokens",
     )
     logger.info("pushed %s to %s", final_dir, commit.commit_url)
     return commit.commit_url
+
+
+def _files(folder: str) -> list[CommitOperationAdd]:
+    """Every file of `folder` as a file of the repository at the same relative path, our marks
+    (`outputs.records.MARKER`) and the credentials the trainer pickles (CREDENTIAL_FILES) left out."""
+    operations = []
+    for root, _, names in os.walk(folder):
+        for name in sorted(names):
+            if name in CREDENTIAL_FILES or name.endswith(MARKER):
+                continue
+            path = os.path.join(root, name)
+            operations.append(CommitOperationAdd(path_in_repo=os.path.relpath(path, folder), path_or_fileobj=path))
+    return operations
