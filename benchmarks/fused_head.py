@@ -1,5 +1,5 @@
 """TRL's fused LM head on a CPU: every position scored (TRL's own choice off CUDA) against the
-labelled positions only (the recipes' trainers, `training.mixins.score_labelled_positions_only`),
+labelled positions only (the recipes' trainers, `training.trl_seams.score_labelled_positions_only`),
 in one process, on the same model and batches, the two turned in alternation.
 
 Usage:
@@ -25,7 +25,7 @@ import torch
 import trl.trainer.utils as trl_utils
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from medrecipes.training.mixins import score_labelled_positions_only
+from medrecipes.training.trl_seams import score_labelled_positions_only
 
 ARCHITECTURE = Path(__file__).parent / "configs" / "architectures" / "gemma3-270m.json"
 SHAPES = {"sft-free": (8, 140, 4), "sft-long": (4, 450, 50), "cpt": (1, 1024, 1024)}

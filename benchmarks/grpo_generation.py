@@ -97,7 +97,7 @@ def run_path(
         if path == "static_cache":  # as TRL 1.16 builds it: compilation off
             config.cache_implementation, config.disable_compile = "static", True
         if path == "static_compiled":
-            from medrecipes.training.mixins import compile_decoding
+            from medrecipes.training.transformers_seams import compile_decoding
 
             config.cache_implementation = "static"
             compile_decoding(config, device.type, backend)

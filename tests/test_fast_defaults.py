@@ -115,7 +115,7 @@ def test_chunked_lm_head_scores_only_labelled_positions_on_a_cpu(tiny_model, tmp
     projecting every position and zeroing the rest (TRL's own choice off CUDA)."""
     import trl.trainer.utils as trl_utils
 
-    from medrecipes.training import mixins
+    from medrecipes.training import trl_seams
 
     monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # restored after the test
     scored = []
@@ -149,10 +149,10 @@ def test_chunked_lm_head_scores_only_labelled_positions_on_a_cpu(tiny_model, tmp
         torch.testing.assert_close(grad, all_grads[name], rtol=1e-5, atol=1e-7, msg=name)
     # Once per process; a TRL without the function is left as it is.
     chosen = trl_utils._use_triton
-    mixins.score_labelled_positions_only()
+    trl_seams.score_labelled_positions_only()
     assert trl_utils._use_triton is chosen and chosen(torch.device("cpu")) and chosen(torch.device("mps"))
     monkeypatch.delattr(trl_utils, "_use_triton")
-    mixins.score_labelled_positions_only()
+    trl_seams.score_labelled_positions_only()
     assert not hasattr(trl_utils, "_use_triton")
 
 
@@ -215,7 +215,7 @@ def test_sft_metrics_read_once_per_log_with_trls_loss_and_values(tiny_model, tmp
 
     from trl import SFTConfig
 
-    from medrecipes.training.mixins import DeferredSFTMetricsMixin
+    from medrecipes.training.trl_seams import DeferredSFTMetricsMixin
 
     class Deferred(DeferredSFTMetricsMixin, SFTTrainer):
         pass

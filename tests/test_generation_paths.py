@@ -41,7 +41,7 @@ def test_a_compiled_static_cache_answers_greedily_as_generate_does():
     different lengths, with the end of sequence set and held back to the full length. The graph is
     captured with the aot_eager backend here (inductor's C++ build takes a minute on a CPU); the
     benchmark checks inductor's on the measured model."""
-    from medrecipes.training.mixins import compile_decoding
+    from medrecipes.training.transformers_seams import compile_decoding
 
     model = _model()
     model.config.eos_token_id = 95
@@ -72,7 +72,7 @@ def test_the_grpo_trainer_compiles_its_decoding_only_when_asked():
     on (over the static cache the recipe check asks for), and nothing changes without it."""
     from types import SimpleNamespace
 
-    from medrecipes.training.mixins import CompiledGenerationMixin
+    from medrecipes.training.trl_seams import CompiledGenerationMixin
 
     class TRLLike:
         def __init__(self, asked: bool):

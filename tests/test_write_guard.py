@@ -428,7 +428,8 @@ PLAIN_WRITES = {
     ("mirror.py", "snapshot_folder"): "the checkpoint mirror: copies into a snapshot marked complete last",
     ("mirror.py", "_work"): "the checkpoint mirror: removes a snapshot it failed to complete",
     ("training/callbacks.py", "on_save"): "checkpoint retention deletes the run's own older checkpoints",
-    ("training/mixins.py", "_save_checkpoint"): "checkpoints: their own staging folder renamed into place",
+    ("training/transformers_seams.py", "_save_checkpoint"): "checkpoints: their own staging folder renamed into place",
+    ("training/mixins.py", "write_into_checkpoint"): "the stream's position, into a checkpoint's staging folder",
     ("training/run.py", "save_final"): "final/: the staging of checkpoints, renamed into place",
     (
         "training/run_folder.py",

@@ -1,124 +1,30 @@
-"""What the recipes' trainers add to HF's and TRL's where the trainer offers no hook (each mixin
-says which): checkpoints written in a staging folder and renamed, token counts and gradient norms
-in the logs, perplexity beside each eval loss, GRPO's per-set eval metrics, a learning rate of its
-own for the embeddings, the fused LM-head loss, SFT's metrics read once per log, GRPO's compiled
-decoding, and a streamed mixture's position in every checkpoint. What can be a callback is one
+"""What the recipes' trainers add to HF's and TRL's through their public methods (each mixin says
+which): token counts and gradient norms in the logs, the hooks of the atomic checkpoints,
+perplexity beside each eval loss, a learning rate of its own for the embeddings, the fused LM-head
+loss, and a streamed mixture's position in every checkpoint. What reaches past a library's public
+API lives in `transformers_seams` and `trl_seams`; what can be a callback is one
 (`training.callbacks.recipe_callbacks`)."""
 
 import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Mapping
 
 import torch
 from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, restore_position
 from medrecipes.errors import UserError
 from medrecipes.models.loading import check_positions
-from medrecipes.outputs.checkpoints import TRAINER_STATE, kept, newest_complete_checkpoint
-from medrecipes.outputs.records import STAGING
-from medrecipes.outputs.writes import full_disk_is_one_line, publish
+from medrecipes.outputs.checkpoints import newest_complete_checkpoint
 from medrecipes.training.callbacks import NonFiniteGuard
 from medrecipes.training.monitoring import ThroughputMonitor
+from medrecipes.training.transformers_seams import TrainerSeams
+from medrecipes.training.trl_seams import score_labelled_positions_only
 
 logger = logging.getLogger(__name__)
-
-# Devices where TRL's fused LM head runs eagerly without Triton. TRL scores only the labelled
-# positions where its Triton kernel runs (CUDA, XPU) and every position elsewhere, zeroing the
-# unlabelled ones, so that a static-shape device (Neuron, XLA) keeps one tile shape; on these the
-# shape costs nothing and the unlabelled positions are pure work: an SFT row of 140 tokens trains 4,
-# and the head over Gemma's 262k vocabulary is 63% of Gemma 3 270M's compute a token. Same loss and
-# gradients; 3.4x faster a step of that SFT on 2 CPU cores (docs/benchmarks.md, benchmarks/fused_head.py).
-EAGER_DEVICES = ("cpu", "mps")
-
-
-def score_labelled_positions_only() -> None:
-    """Make TRL's fused LM head score only the positions with a label on EAGER_DEVICES too (once per
-    process; TRL's choice stands on every other device). Its choice is `trl.trainer.utils._use_triton`,
-    read at each forward: TRL has no option for it. A TRL without that function is left as it is."""
-    import trl.trainer.utils as trl_utils
-
-    chosen = getattr(trl_utils, "_use_triton", None)
-    if chosen is None or getattr(chosen, "labelled_only", False):
-        return
-
-    def compact(device) -> bool:
-        return chosen(device) or device.type in EAGER_DEVICES
-
-    compact.labelled_only = True
-    trl_utils._use_triton = compact
-
-
-class DeferredSFTMetricsMixin:
-    """TRL's SFT loss with its per-batch metrics (entropy, token accuracy, tokens trained) kept on
-    the device and read once per log, not in every micro-batch.
-
-    TRL 1.16's `SFTTrainer.compute_loss` reads five values on the host in each micro-batch (two
-    `> 0` tests, two `.item()` for the metrics, one for the token count): on a GPU each waits for
-    every kernel queued before it, so the host stops queueing the next ones. TRL has no option to
-    defer them; `compute_loss` is the trainer's public hook. This one computes TRL's loss the way
-    TRL's own common path does (the fused head's log-probabilities over the labelled tokens, DFT
-    weighting, the count across devices) and hands every other case (an auxiliary MoE loss, label
-    smoothing, a custom loss function, sequence parallelism, outputs asked for) to TRL unchanged.
-    The metrics are TRL's values: each micro-batch's entropy and accuracy per labelled token (0
-    where it has none) and the running token count, averaged by TRL's `log` as before."""
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        args = self.args
-        parallel = getattr(self.accelerator, "parallelism_config", None)
-        if (
-            return_outputs
-            or self.aux_loss_enabled
-            or self.compute_loss_func is not None
-            or (self.label_smoother is not None and args.loss_type == "nll")
-            or (parallel is not None and getattr(parallel, "sp_enabled", False))
-        ):
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        mode = "train" if self.model.training else "eval"
-        inputs["use_cache"] = False
-        outputs = model(**inputs, fused_lm_head=True)
-        per_token_loss = -outputs.log_probs  # zero on ignored positions
-        if args.loss_type == "dft":
-            per_token_loss = per_token_loss * outputs.log_probs.exp().detach()
-        num_tokens = outputs.label_mask.sum() if num_items_in_batch is None else num_items_in_batch
-        loss = per_token_loss.sum() / torch.as_tensor(num_tokens).clamp(min=1)
-        if args.average_tokens_across_devices and num_items_in_batch is not None:
-            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
-        gather = self.accelerator.gather_for_metrics
-        valid = gather(outputs.label_mask.sum()).sum().clamp(min=1)  # entropy and top-1 are 0 where unlabelled
-        values = [gather(outputs.entropy.detach().sum()).sum() / valid, gather(outputs.is_top1.sum()).sum() / valid]
-        if mode == "train":
-            if "attention_mask" in inputs:
-                seen = gather(inputs["attention_mask"].sum()).sum()
-            else:  # padding-free: the flattened row's length, host metadata
-                seen = gather(torch.tensor(inputs["position_ids"].size(1), device=loss.device)).sum()
-            values.append(seen // self._tp_size)
-        else:
-            values.append(torch.zeros((), device=loss.device))
-        self._deferred_metrics(mode).append(torch.stack([v.to(torch.float64) for v in values]))
-        return loss
-
-    def _deferred_metrics(self, mode: str) -> list:
-        if not hasattr(self, "_deferred"):
-            self._deferred = {"train": [], "eval": []}
-        return self._deferred[mode]
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        pending = self._deferred_metrics(mode)
-        if pending:
-            rows = torch.stack(pending).tolist()  # the one read of the values since the last log
-            pending.clear()
-            self._metrics[mode]["entropy"].extend(row[0] for row in rows)
-            self._metrics[mode]["mean_token_accuracy"].extend(row[1] for row in rows)
-            self._total_train_tokens += int(sum(row[2] for row in rows))
-            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-        super().log(logs, start_time)
 
 
 class PerplexityMixin:
@@ -163,18 +69,18 @@ def _check_rows_left(given: int | None, left: int | None, trainer: str, args) ->
     logger.warning("%s dropped %d of %d training rows (%s)", trainer, given - left, given, why)
 
 
-class RecipeTrainerMixin:
+class RecipeTrainerMixin(TrainerSeams):
     """What every recipe's trainer does beyond the library's; put it first in the bases
     (`class T(RecipeTrainerMixin, SFTTrainer)`) and pass `callbacks.recipe_callbacks(...)`.
 
-    - Atomic checkpoints: a checkpoint is written under output_dir/_staging and renamed to
-      checkpoint-<step> once every process has written its part, so a process killed while
-      saving leaves nothing that `resume.last_checkpoint` would resume from. HF's save_total_limit
-      rotation, which runs inside the staging folder and finds one checkpoint there, is run
-      again on output_dir once the checkpoint is published.
-      Code that writes more into a checkpoint (data position, ...) goes in a `_save_checkpoint`
-      of a class after this one in the bases, into `os.path.join(self._get_output_dir(trial),
-      f"checkpoint-{self.state.global_step}")`, which is the staging folder during the save.
+    - Atomic checkpoints (`transformers_seams.TrainerSeams`, which it inherits): a checkpoint is
+      written under output_dir/_staging and renamed to checkpoint-<step> once every process has
+      written its part, so a process killed while saving leaves nothing that
+      `runs.resume.last_checkpoint` would resume from. HF's save_total_limit rotation, which runs
+      inside the staging folder and finds one checkpoint there, is run again on output_dir once
+      the checkpoint is published. A mixin after this one in the bases that writes more into a
+      checkpoint (data position, ...) defines `write_into_checkpoint(folder)`, called with the
+      staging folder during the save.
     - Tokens seen, without a sync per step: counted from the input shapes on each process and
       summed over processes at logging and saving steps into `state.num_input_tokens_seen`,
       which checkpoints keep (HF's own count, `include_num_input_tokens_seen`, reads a device
@@ -207,8 +113,6 @@ class RecipeTrainerMixin:
         if self.guard is not None and not hasattr(Trainer, "_get_grad_norm"):
             raise RuntimeError("the non-finite guard needs Trainer._get_grad_norm (transformers 5.17 or newer)")
         self._pending_counts = [0, 0]  # tokens and token positions on this process since the last sum
-        self._staging_root: str | None = None
-        self._deferred_push = False
         self._evaluating = False
 
     def training_step(self, model, inputs, *args, **kwargs):
@@ -228,11 +132,10 @@ class RecipeTrainerMixin:
         if self.monitor is not None:
             self.monitor.count(*counts)
 
-    def _get_grad_norm(self, model, grad_norm=None):
-        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+    def grad_norm_taken(self, model, grad_norm) -> None:
+        """The gradient norm of a step, before the optimizer step (`TrainerSeams._get_grad_norm`)."""
         if self.guard is not None:
             self.guard.inspect(self, model, grad_norm)
-        return grad_norm
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         self._sum_token_counts()
@@ -263,106 +166,15 @@ class RecipeTrainerMixin:
         checkpoint, beside it and saying none of what ours does (data, evaluations, recipe)."""
         return None
 
-    def _get_output_dir(self, trial):
-        return self._staging_root or super()._get_output_dir(trial)
+    def checkpoint_starts(self) -> None:
+        """Before a checkpoint is saved (`TrainerSeams._save_checkpoint`): the saved state must hold
+        the tokens seen up to this step."""
+        self._sum_token_counts()
 
-    def _push_from_checkpoint(self, checkpoint_folder):
-        if self._staging_root is not None:  # push the folder once it has its final name
-            self._deferred_push = True
-            return
-        super()._push_from_checkpoint(checkpoint_folder)
-
-    def _save_checkpoint(self, model, trial):
-        started = time.perf_counter()
-        self._sum_token_counts()  # the saved state must hold the tokens seen up to this step
-        run_dir = self._get_output_dir(trial)
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging_root = os.path.join(run_dir, STAGING)
-        staged, final = os.path.join(staging_root, name), os.path.join(run_dir, name)
-        if self.args.should_save:
-            shutil.rmtree(staging_root, ignore_errors=True)  # what a killed save left behind
-            os.makedirs(staging_root)
-        self.accelerator.wait_for_everyone()
-        self._staging_root = staging_root
-        try:
-            with full_disk_is_one_line(run_dir, final, partial=staging_root, kept=kept(run_dir)):
-                super()._save_checkpoint(model, trial)
-        finally:
-            self._staging_root = None
-        self.accelerator.wait_for_everyone()  # every process has written its shards and RNG state
-        if self.state.best_model_checkpoint == staged:  # the trainer names the best where it was written
-            self.state.best_model_checkpoint = final
-            if self.args.should_save:
-                self.state.save_to_json(os.path.join(staged, TRAINER_STATE))
-        if self.args.should_save:
-            publish(staged, final)
-            shutil.rmtree(staging_root, ignore_errors=True)
-            # The library's save_total_limit rotation, which ran in the staging folder, on the published ones.
-            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
-        self.accelerator.wait_for_everyone()
-        if self._deferred_push:
-            self._deferred_push = False
-            super()._push_from_checkpoint(final)
+    def checkpoint_saved(self, seconds: float) -> None:
+        """After a checkpoint is in place: the time it took is not training time."""
         if self.monitor is not None:
-            self.monitor.pause(time.perf_counter() - started)
-
-
-class GRPOEvalMetricsMixin:
-    """Reports GRPO's evaluation metrics (reward per function, KL, completion length, ...) under
-    the eval set's prefix, `eval_<set>_reward`, and returns them from `evaluate`.
-
-    GRPOTrainer keeps them in `_metrics["eval"]` and adds them as `eval_<metric>` in `log`, so
-    with several eval sets they would mix in one series and miss from evaluate()'s result.
-    """
-
-    def evaluation_loop(
-        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
-    ):
-        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
-        for key, values in self._metrics["eval"].items():
-            finite = [v for v in values if not math.isnan(v)]
-            if finite:
-                output.metrics[f"{metric_key_prefix}_{key}"] = sum(finite) / len(finite)
-        self._metrics["eval"].clear()
-        return output
-
-
-class GenerationKeepsModeMixin:
-    """The model in the mode it had before GRPO generated its completions. TRL 1.16 sets it to
-    training mode after transformers' continuous batching (`use_transformers_continuous_batching`)
-    even during an evaluation, where the loss then reads the training loop's accumulation, which
-    an evaluation before the first step (`eval_on_start`) has not set yet, and dropout would be on.
-    TRL's generation method is the only hook."""
-
-    def _generate_single_turn(self, *args, **kwargs):
-        training = self.model.training
-        try:
-            return super()._generate_single_turn(*args, **kwargs)
-        finally:
-            self.model.train(training)
-
-
-def compile_decoding(generation_config, device: str, backend: str = "inductor") -> None:
-    """Let `generate` compile its decoding step over a static cache: TRL 1.16 builds its generation
-    config with `disable_compile=True`, whatever the cache. On a GPU the step runs as CUDA graphs
-    (transformers' `reduce-overhead`); transformers compiles on accelerators only, so elsewhere the
-    compilation is asked for all devices (the CPU tests)."""
-    from transformers.generation.configuration_utils import CompileConfig
-
-    compile_config = CompileConfig(backend=backend, mode="reduce-overhead" if device == "cuda" else "default")
-    compile_config._compile_all_devices = device != "cuda"
-    generation_config.disable_compile = False
-    generation_config.compile_config = compile_config
-
-
-class CompiledGenerationMixin:
-    """GRPO's generation with its decoding step compiled (`compile_generation`, over
-    `cache_implementation: static`; `config.checks.resolve_grpo` asks for both)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if getattr(self.args, "compile_generation", False) and getattr(self, "generation_config", None) is not None:
-            compile_decoding(self.generation_config, self.accelerator.device.type)
+            self.monitor.pause(seconds)
 
 
 class EmbeddingLearningRateMixin:
@@ -437,7 +249,7 @@ class StreamTrainerMixin:
       checkpoint folder), and the Trainer's own resume for an IterableDataset
       (`ignore_data_skip: false`: read and discard every batch trained so far, exact but as slow
       as the pipeline, and on top of a restored position it would skip data) is turned off;
-    - each checkpoint gets the stream's position, written in `_save_checkpoint` into the folder
+    - each checkpoint gets the stream's position, written in `write_into_checkpoint` into the folder
       the checkpoint is being written to, so that it is part of the checkpoint from the start
       (an atomic save that stages and renames the folder, or a copy to object storage, includes it);
     - each training log gets `data/tokens/<source>`, the tokens trained on per source (in `log`,
@@ -468,12 +280,12 @@ class StreamTrainerMixin:
                 self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    def write_into_checkpoint(self, folder: str) -> None:
+        """The stream's position into the checkpoint being saved (`TrainerSeams._save_checkpoint`
+        calls it in the staging folder)."""
         stream = self._token_stream()
         # Process 0 reads the stream (accelerate dispatches its batches) or reads what all read.
         if stream is not None and self.is_world_process_zero():
-            folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump({**stream.state_at(self._stream_position()), "step": self.state.global_step}, f)
 

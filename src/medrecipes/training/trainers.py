@@ -7,15 +7,17 @@ from transformers import Trainer
 from trl import DPOTrainer, GRPOTrainer, KTOTrainer, SFTTrainer
 
 from medrecipes.training.mixins import (
-    CompiledGenerationMixin,
-    DeferredSFTMetricsMixin,
     EmbeddingLearningRateMixin,
     FusedLMHeadMixin,
-    GenerationKeepsModeMixin,
-    GRPOEvalMetricsMixin,
     PerplexityMixin,
     RecipeTrainerMixin,
     StreamTrainerMixin,
+)
+from medrecipes.training.trl_seams import (
+    CompiledGenerationMixin,
+    DeferredSFTMetricsMixin,
+    GenerationKeepsModeMixin,
+    GRPOEvalMetricsMixin,
 )
 
 
