@@ -29,7 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from real_check import DATA, MEDQA, gguf_path, medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
+from checks.stages import DATA, MEDQA, medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
+from real_check import gguf_path
 from real_check_gemma import DEFAULT_OUT, GEMMA
 from real_preference_gemma import main as dpo_check
 

