@@ -63,14 +63,13 @@ class Bench:
         return parse_case(self.case, changes, self.device, run_dir)
 
     def settled(self, changes: dict):
-        """The recipe as its script runs it: parsed, then activation checkpointing decided by the
-        memory plan where the recipe leaves it to the plan (SFT), before the model loads."""
-        from medrecipes.plan.summary import settle_checkpointing
+        """The recipe as its script runs it: parsed, then settled before the model loads
+        (`runs.settle.settle_run`: activation checkpointing by the memory plan where the recipe
+        leaves it to the plan, GRPO's reward functions)."""
+        from medrecipes.runs.settle import settle_run
 
         recipe, args, model_args = self.parse(changes)
-        if self.method == "sft":
-            settle_checkpointing(recipe, args, model_args)
-        return recipe, args, model_args
+        return recipe, args, model_args, settle_run(self.method, recipe, args, model_args, self.tokenizer)
 
     def padded_batch(self, args) -> int:
         """Examples per padded micro-batch that carry about the tokens of the packed one's rows."""
@@ -105,10 +104,9 @@ class Bench:
         from trl import get_peft_config
 
         from medrecipes.models.loading import load_model
-        from medrecipes.rewards import reward_functions
         from medrecipes.training.callbacks import recipe_callbacks
 
-        recipe, args, model_args = self.settled(changes)
+        recipe, args, model_args, run = self.settled(changes)
         if self.method == "sft" and not args.packing:
             args.per_device_train_batch_size = self.padded_batch(args)
         if self.method == "grpo":
@@ -117,7 +115,7 @@ class Bench:
         torch.manual_seed(0)
         # A scratch model is initialised where it trains (seconds for 4B parameters on a GPU, minutes on a CPU).
         with torch.device(self.device if recipe.init_from_scratch else "cpu"):
-            model = load_model(model_args, recipe, self.tokenizer, args.activation_checkpointing)
+            model = load_model(model_args, recipe, self.tokenizer, run.activation_checkpointing)
         common = {
             "model": model,
             "args": args,
@@ -138,9 +136,8 @@ class Bench:
             return measured(trainer_class, self.clock)(peft_config=get_peft_config(model_args), **common)
         from medrecipes.training.trainers import MedGRPOTrainer as trainer_class
 
-        reward_funcs, _ = reward_functions(args.rewards)
         return measured(trainer_class, self.clock)(
-            reward_funcs=reward_funcs, peft_config=get_peft_config(model_args), **common
+            reward_funcs=list(run.reward_funcs), peft_config=get_peft_config(model_args), **common
         )
 
     def plain_loop(self, changes: dict):
@@ -248,7 +245,7 @@ class Bench:
         """One change per speed setting, each switching it from what ours uses."""
         from medrecipes.models.loading import resolve_attention
 
-        recipe, args, model_args = self.settled({})
+        _, args, model_args, _ = self.settled({})
         cuda = self.device == "cuda"
         changes = []
         if self.method == "cpt":  # its default (None) is on where a GPU trains
