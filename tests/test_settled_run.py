@@ -13,8 +13,8 @@ from conftest import ROOT
 from medrecipes.config import parse_recipe
 from medrecipes.models.loading import positions, recipe_tokenizer
 from medrecipes.models.templates import turn_end
-from medrecipes.runs.record import read_record
-from medrecipes.runs.settle import METHODS, SettledRun, settle_run
+from medrecipes.runs.record import SettledRun, read_record
+from medrecipes.runs.settle import METHODS, settle_run
 from medrecipes.training.run_folder import claim_run_folder
 
 RECIPES = {method: str(ROOT / "recipes" / f"tiny_{method}.yaml") for method in METHODS}
@@ -135,3 +135,18 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
     assert {"config.json", "README.md", "recipe.yaml"} <= set(pushed) and not any("medrecipes" in f for f in pushed)
     assert sorted(p.name for p in final.iterdir()) == ["config.json"]
     assert (out / "card" / "README.md").read_text() == card
+
+
+def test_the_report_shows_what_each_run_settled(tiny_model, tmp_path):
+    from medrecipes.report.page import settled_summary
+
+    settled("grpo", tiny_model, tmp_path / "run")
+    record = read_record(str(tmp_path / "run"))
+    run = SettledRun.from_record(record)
+    line = settled_summary(record)
+    assert (
+        f"activation checkpointing {'on' if run.activation_checkpointing else 'off'} ({run.checkpointing_by})" in line
+    )
+    assert f"turns end at {run.end_of_turn}" in line and f"prompts up to {run.prompt_room:,} tokens" in line
+    assert ", ".join(f"{r['name']} x{r['weight']:g}" for r in run.rewards) in line
+    assert settled_summary({"script": "recipes/sft.py"}) == "not recorded"  # a run recorded before settling

@@ -32,7 +32,7 @@ from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.outputs.records import written_about
 from medrecipes.report import figures, read_run, trainer_state_path
-from medrecipes.runs.settle import SettledRun
+from medrecipes.runs.record import SettledRun
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
 from medrecipes.report.figures import figures
 from medrecipes.report.runs import Evaluation, Run, read_inputs, run_state, training_logs
+from medrecipes.runs.record import SettledRun
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -36,6 +37,7 @@ def run_rows(runs: list[Run]) -> list[list]:
             [
                 run.name,
                 run.record.get("script", "not recorded"),
+                settled_summary(run.record),
                 run.record.get("model", "not recorded"),
                 run_state(run),
                 max((e.get("step", 0) for e in run.log_history), default=0),
@@ -45,6 +47,23 @@ def run_rows(runs: list[Run]) -> list[list]:
             ]
         )
     return rows
+
+
+def settled_summary(record: dict) -> str:
+    """What the run settled at its start (run.json's `SettledRun`), in a few words."""
+    run = SettledRun.from_record(record)
+    if run is None:
+        return "not recorded"
+    parts = [f"activation checkpointing {'on' if run.activation_checkpointing else 'off'} ({run.checkpointing_by})"]
+    if run.end_of_turn:
+        parts.append(f"turns end at {run.end_of_turn}")
+    if run.prompt_room is not None:
+        parts.append(f"prompts up to {run.prompt_room:,} tokens")
+    if run.rewards:
+        parts.append("rewards " + ", ".join(f"{r['name']} x{r['weight']:g}" for r in run.rewards))
+    if run.resume_from:
+        parts.append(f"resumed from {os.path.basename(run.resume_from)}")
+    return "; ".join(parts)
 
 
 def settings_rows(runs: list[Run]) -> tuple[list[str], list[list]]:
@@ -134,7 +153,17 @@ window.addEventListener("load", function () {
 """
 
 
-RUN_COLUMNS = ["run", "script", "model", "state", "steps", "tokens seen", "last training loss", "best checkpoint"]
+RUN_COLUMNS = [
+    "run",
+    "script",
+    "settled",
+    "model",
+    "state",
+    "steps",
+    "tokens seen",
+    "last training loss",
+    "best checkpoint",
+]
 EVALUATION_COLUMNS = [
     "evaluation",
     "model",

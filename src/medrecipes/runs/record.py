@@ -1,13 +1,16 @@
 """run.json: what a run records about itself in its output_dir. At its start: the recipe script,
 the model it starts from and a fingerprint of its training data (which tell runs apart,
 `IDENTITY`), how it was started and the resolved recipe; once settled, the settled run
-(`runs.settle.SettledRun`, whole); at its end, that it finished and on what hardware. Written
+(`SettledRun`, whole, as `runs.settle.settle_run` decided it); at its end, that it finished and on what hardware. Written
 atomically (`outputs.writes.staged`); read by the run folder's claim, the resume point,
 `medrecipes report`, `medrecipes card` and the push."""
 
+import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from medrecipes.outputs.writes import staged
 
@@ -39,6 +42,43 @@ def read_record(output_dir: str) -> dict | None:
 def write_record(output_dir: str, record: dict) -> None:
     with staged(os.path.join(output_dir, RECORD), folder=False) as path, open(path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
+
+
+@dataclass(frozen=True)
+class SettledRun:
+    """What a training run is, as `runs.settle.settle_run` decided it at the run's start; run.json
+    keeps it whole (`record`), and the report, the card and the push read it from there."""
+
+    method: str
+    output_dir: str
+    resume_from: str | None  # the checkpoint the run starts from, None for a new run
+    activation_checkpointing: bool
+    checkpointing_by: str  # "recipe", "plan" (the memory plan's choice) or "default" (on)
+    chat_template: str | None  # the template's text, as the tokenizer applies it
+    end_of_turn: str | None  # the token a turn of that template ends with
+    prompt_room: int | None = None  # GRPO: tokens a prompt may take; None: no limit
+    rewards: tuple[dict, ...] = ()  # GRPO: {name, weight, <settings>} as the functions were built
+    # GRPO: the reward functions of `rewards`, in their order (not recorded: code, not data)
+    reward_funcs: tuple[Callable, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def script(self) -> str:
+        return f"recipes/{self.method}.py"
+
+    def record(self) -> dict:
+        """The run as run.json keeps it (plain JSON data)."""
+        recorded = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reward_funcs"}
+        return {**recorded, "rewards": [dict(r) for r in self.rewards]}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "SettledRun | None":
+        """The settled run of a run.json record; None for a record written before runs were settled."""
+        settled = record.get("settled")
+        if not isinstance(settled, dict):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)} - {"reward_funcs"}
+        values = {key: value for key, value in settled.items() if key in names}
+        return cls(**{**values, "rewards": tuple(values.get("rewards") or ())})
 
 
 def update_record(training_args, **entries) -> None:

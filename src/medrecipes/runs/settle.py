@@ -12,54 +12,16 @@ the push read it; nothing works one of its facts out again.
 - the run folder and the checkpoint it resumes from (`runs.resume`).
 """
 
-import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from medrecipes.errors import UserError
 from medrecipes.models.loading import positions
 from medrecipes.models.templates import sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
-from medrecipes.runs.record import update_record
+from medrecipes.runs.record import SettledRun, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
 METHODS = ("cpt", "sft", "grpo", "dpo", "kto")
-
-
-@dataclass(frozen=True)
-class SettledRun:
-    method: str
-    output_dir: str
-    resume_from: str | None  # the checkpoint the run starts from, None for a new run
-    activation_checkpointing: bool
-    checkpointing_by: str  # "recipe", "plan" (the memory plan's choice) or "default" (on)
-    chat_template: str | None  # the template's text, as the tokenizer applies it
-    end_of_turn: str | None  # the token a turn of that template ends with
-    prompt_room: int | None = None  # GRPO: tokens a prompt may take; None: no limit
-    rewards: tuple[dict, ...] = ()  # GRPO: {name, weight, <settings>} as the functions were built
-    # GRPO: the reward functions of `rewards`, in their order (not recorded: code, not data)
-    reward_funcs: tuple[Callable, ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def script(self) -> str:
-        return f"recipes/{self.method}.py"
-
-    def record(self) -> dict:
-        """The run as run.json keeps it (plain JSON data)."""
-        recorded = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reward_funcs"}
-        return {**recorded, "rewards": [dict(r) for r in self.rewards]}
-
-    @classmethod
-    def from_record(cls, record: dict) -> "SettledRun | None":
-        """The settled run of a run.json record; None for a record written before runs were settled."""
-        settled = record.get("settled")
-        if not isinstance(settled, dict):
-            return None
-        names = {f.name for f in dataclasses.fields(cls)} - {"reward_funcs"}
-        values = {key: value for key, value in settled.items() if key in names}
-        return cls(**{**values, "rewards": tuple(values.get("rewards") or ())})
 
 
 def chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str | None]:
