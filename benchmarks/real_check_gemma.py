@@ -117,7 +117,7 @@ HUB_REPO = "medrecipes/gemma3-270m-pubmedqa-grpo"
 def grpo_pushed(out: Path) -> None:
     """The GRPO recipe with push_to_hub, against the project's local stand-in for the Hub's HTTP
     API (tests/hub_standin.py; nothing reaches the network), so that the final model carries the
-    model card a user's push would (grpo/final/README.md, with the run's plots)."""
+    model card a user's push would (grpo/card/README.md, with the run's plots)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from hub_standin import HubStandIn
 
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": {name: t for name, t in seconds.items() if name in CHECK_STAGES},
     }
     RESULTS.mkdir(exist_ok=True)
-    for source, name in ((report_page, "report.html"), (models["grpo"] / "README.md", "card.md")):
+    for source, name in ((report_page, "report.html"), (out / "grpo" / "card" / "README.md", "card.md")):
         if source.exists():
             (RESULTS / f"real_check_gemma3_270m_{name}").write_bytes(source.read_bytes())
     write_results("real_check_gemma3_270m", report, markdown(report))

@@ -221,7 +221,7 @@ class KeepBestCheckpoints(TrainerCallback):
 class CopyCheckpoints(TrainerCallback):
     """Hands each saved checkpoint to `copier` (`submit(folder)`, copying in the background)
     and waits for the copies (`wait()`) at the end of training: a `mirror.BackgroundMirror` to
-    object storage, or a `hub.CheckpointPusher` to Hub branches. `per_node`: every node copies
+    object storage, or a `hub.checkpoints.CheckpointPusher` to Hub branches. `per_node`: every node copies
     what it saved (object storage, with save_on_each_node), rather than only the first process."""
 
     def __init__(self, copier, per_node: bool = False):

@@ -161,7 +161,7 @@ class RecipeTrainerMixin(TrainerSeams):
                     self.monitor.pause(time.perf_counter() - started)
 
     def create_model_card(self, *args, **kwargs) -> None:
-        """One model card per run, ours: `hub.write_card` when the run pushes, `medrecipes card`
+        """One model card per run, ours: `hub.card.write_card` when the run pushes, `medrecipes card`
         after. TRL's trainers write their generic card to output_dir/README.md at every
         checkpoint, beside it and saying none of what ours does (data, evaluations, recipe)."""
         return None

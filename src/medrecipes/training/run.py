@@ -97,7 +97,7 @@ def save_final(trainer) -> str:
         os.makedirs(staged)
     trainer.accelerator.wait_for_everyone()
     with full_disk_is_one_line(args.output_dir, final_dir, os.path.dirname(staged), kept(args.output_dir)):
-        # An internal save: the trainer's own push of output_dir would race `hub.push_run`, which
+        # An internal save: the trainer's own push of output_dir would race `hub.push.push_run`, which
         # sends final/ with its model card.
         trainer.save_model(staged, _internal_call=True)
         if trainer.is_world_process_zero():
