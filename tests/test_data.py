@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_jsonl
+from conftest import SHARED_DATA, write_jsonl
 from datasets import Dataset, IterableDataset
 
 from medrecipes.config import MixtureConfig, SourceConfig, parse_recipe
@@ -473,3 +473,66 @@ def test_an_empty_answer_in_preference_data_is_one_line(row, problem):
 
     with pytest.raises(UserError, match=f"{problem}: there is no answer to prefer or avoid"):
         check_answers([row], [0], SourceConfig(path="pairs.jsonl", format="preference"))
+
+
+def _drawn(fields: dict, balance: bool, seed: int = 42) -> list[tuple[str, str]]:
+    """(question id, gold answer) of each row a training source gives, in order."""
+    source = SourceConfig(**fields, balance_answers=balance)
+    rows = load_source(source, render=lambda row: {"id": row["id"], "answer": row["answer"]}, seed=seed)
+    return list(zip(rows["id"], rows["answer"], strict=True))
+
+
+BALANCED_SOURCES = [
+    pytest.param({"path": "data/usmle_sample/train.jsonl", "format": "usmle"}, id="bundled USMLE"),
+    pytest.param(
+        {"path": str(SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json"), "format": "usmle",
+         "pubmedqa_setting": "reasoning_free"},
+        id="PubMedQA PQA-L",
+        marks=pytest.mark.skipif(not (SHARED_DATA / "pubmedqa").is_dir(), reason="no ../shared/data"),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", BALANCED_SOURCES)
+def test_balance_answers_draws_every_answer_as_often_as_the_commonest(fields):
+    """Every gold answer of a training source as often as the commonest one; each question kept at
+    least once, and within an answer no question drawn twice more than another; the same rows for
+    the same seed."""
+    plain = _drawn(fields, balance=False)
+    written = Counter(answer for _, answer in plain)
+    drawn = _drawn(fields, balance=True)
+    assert Counter(answer for _, answer in drawn) == dict.fromkeys(written, max(written.values()))
+    assert {question for question, _ in drawn} == {question for question, _ in plain}
+    for answer in written:
+        times = Counter(question for question, a in drawn if a == answer)
+        assert max(times.values()) - min(times.values()) <= 1, answer
+    assert _drawn(fields, balance=True) == drawn
+
+
+def test_balance_answers_repeats_other_rows_for_another_seed(tmp_path):
+    rows = [{"question": f"Q{i}?", "options": {"A": "a", "B": "b"}, "answer": "A" if i < 7 else "B"} for i in range(9)]
+    fields = {"path": write_jsonl(tmp_path / "q.jsonl", rows), "format": "usmle"}
+    seeds = {tuple(_drawn(fields, balance=True, seed=seed)) for seed in range(6)}
+    assert len(seeds) > 1  # the 2 B questions are each drawn 3 or 4 times: which one more follows the seed
+    assert all(Counter(a for _, a in drawn) == {"A": 7, "B": 7} for drawn in seeds)
+
+
+@pytest.mark.parametrize(
+    "where, source, problem",
+    [
+        ("dataset_mixture", {"path": "data/medical_text/train.jsonl", "format": "text"}, "this source is format text"),
+        ("eval_sets", {"path": "data/usmle_sample/test.jsonl", "format": "usmle"}, "an eval set is scored as it is"),
+    ],
+)
+def test_balance_answers_is_a_key_of_training_multiple_choice_sources_only(tmp_path, where, source, problem):
+    usmle = {"path": "data/usmle_sample/train.jsonl", "format": "usmle"}
+    data = {
+        "dataset_mixture": {"sources": [{**source, "balance_answers": True} if where == "dataset_mixture" else usmle]},
+        "eval_sets": {"dev": {**source, "balance_answers": True}} if where == "eval_sets" else {},
+    }
+    recipe_file = tmp_path / "sft.yaml"
+    recipe_file.write_text(
+        yaml.safe_dump({"model_name_or_path": "m", "use_cpu": True, "output_dir": str(tmp_path / "o"), **data})
+    )
+    with pytest.raises(UserError, match=rf"{where}.*balance_answers.*{problem}; set it on format: usmle sources"):
+        parse_recipe("sft", [str(recipe_file)])

@@ -35,6 +35,11 @@ class SourceConfig:
     # (reasoning_required, PubMedQA's standard setting, also when unset), its conclusion
     # (reasoning_free) or both (reasoning_free_with_abstract).
     pubmedqa_setting: PubMedQASetting | None = None
+    # format usmle, training sources only: every gold answer (letter) drawn as often as the
+    # commonest one, the rows of the rarer answers repeated in a seeded order (the mixture's seed),
+    # so that a model cannot lower its loss by learning the label counts (PubMedQA's "yes" is 55%
+    # of its questions, "maybe" 11%). Each row is kept at least once.
+    balance_answers: bool = False
     # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
     # anon); passed to `datasets` as `storage_options`.
     storage_options: dict[str, Any] | None = None

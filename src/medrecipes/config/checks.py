@@ -27,7 +27,7 @@ from medrecipes.rewards import reward_functions
 VLLM_MODES = ("colocate", "server")
 
 
-def _build_source(data: Any, where: str) -> SourceConfig:
+def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
     source = build_dataclass(SourceConfig, data, where)
     if source.weight <= 0:
         raise UserError(f"{where}: weight must be positive, got {source.weight}")
@@ -35,6 +35,12 @@ def _build_source(data: Any, where: str) -> SourceConfig:
         raise UserError(
             f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and this source is "
             f"format {source.format}; set format: usmle for PubMedQA rows, or leave pubmedqa_setting out"
+        )
+    if source.balance_answers and (source.format != "usmle" or not training):
+        what = f"this source is format {source.format}" if training else "an eval set is scored as it is"
+        raise UserError(
+            f"{where}: balance_answers draws a training source's multiple-choice answers equally often, and {what}; "
+            "set it on format: usmle sources of dataset_mixture only"
         )
     return source
 
@@ -51,7 +57,7 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
         if recipe.mixture.shuffle_buffer < 0:
             raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
     for name, source in (recipe.eval_sets or {}).items():
-        recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}")
+        recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}", training=False)
 
 
 def resolve_token_budget(

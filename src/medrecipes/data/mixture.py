@@ -83,7 +83,7 @@ def build_mixture(
 
 def _mixed(mixture: MixtureConfig, render, subjects, tokenizer, tag_sources: bool):
     sets = [
-        load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None)
+        load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None, seed=mixture.seed)
         for i, source in enumerate(mixture.sources)
     ]
     probabilities, lengths = document_probabilities(mixture, sets, tokenizer)

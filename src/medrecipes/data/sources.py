@@ -8,6 +8,7 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 
 import glob
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -18,6 +19,8 @@ from medrecipes import usmle
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
 from medrecipes.locations import BUILDERS, is_url, looks_local
+
+logger = logging.getLogger(__name__)
 
 
 def named(source: SourceConfig) -> str:
@@ -137,12 +140,36 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None):
     )
 
 
+def balanced_answers(rows, seed: int):
+    """`rows` with every gold answer as often as the commonest: each answer's rows once, then
+    drawn again in a seeded order (all of them before any a third time) until the answer has the
+    commonest one's count. `datasets` has no class-balanced sampler of its own; the rows are
+    selected by index, so nothing is copied."""
+    import numpy as np
+
+    answers = np.asarray(rows["answer"])
+    labels, counts = np.unique(answers, return_counts=True)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for label, count in zip(labels, counts, strict=True):
+        members = np.flatnonzero(answers == label)
+        rounds = [rng.permutation(members) for _ in range(-(-counts.max() // count))]
+        chosen.append(np.concatenate(rounds)[: counts.max()])
+    order = np.concatenate(chosen)
+    logger.info(
+        "balance_answers: %s",
+        ", ".join(f"{label} {count} -> {counts.max()}" for label, count in zip(labels, counts, strict=True)),
+    )
+    return rows.select(np.sort(order).tolist())
+
+
 def load_source(
     source: SourceConfig,
     streaming: bool = False,
     render: Callable[[dict], dict] | None = None,
     subjects: list[str] | None = None,
     tag: int | None = None,
+    seed: int = 42,
 ):
     """The source as a Dataset (or IterableDataset when streaming) for a recipe.
 
@@ -150,10 +177,13 @@ def load_source(
     multiple-choice row (by default a `text` document for pretraining), optionally only for
     `subjects`; `format: chat` keeps the rows as they are (messages or prompt/completion).
     `tag` (the source's index in a mixture) is added to every row as a `source` column, so that
-    packed blocks can count their tokens per source.
+    packed blocks can count their tokens per source. `seed`: the order of the rows that
+    `balance_answers` repeats.
     """
     if source.format == "usmle":
         rows = load_mcq_source(source, subjects)
+        if source.balance_answers:
+            rows = balanced_answers(rows, seed)
         render = render or (lambda row: {"text": usmle.pretraining_text(row)})
         documents = rows.map(render, remove_columns=rows.column_names)
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
