@@ -1,15 +1,22 @@
-"""The report of the learning check (benchmarks/real_learning_gemma.py): figures read from the eval
-outputs, a paired bootstrap for "stage B beats stage A", label counts that show a collapse, and
-each target judged on the figure it names."""
+"""The learning check (benchmarks/real_learning_gemma.py): its validation questions carved from the
+training ones, its recipes rewritten seed by seed, and its report: figures read from the eval
+outputs seed by seed, each stage's mean, worst seed and spread, a paired bootstrap per seed for
+"stage B beats stage A", label counts that show a collapse, each target judged on the figures it
+names."""
 
 import json
 import sys
+from collections import Counter
 
 import pytest
-from conftest import ROOT
+import yaml
+from conftest import ROOT, SHARED_DATA
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_learning_gemma as check  # noqa: E402
+from checks import learning_report  # noqa: E402
+
+GOLD = "AAAAABBBC" * 4  # 36 dev questions: 20 yes, 12 no, 4 maybe
 
 
 def eval_output(answers: str, predicted: str, setting: str) -> dict:
@@ -23,50 +30,82 @@ def eval_output(answers: str, predicted: str, setting: str) -> dict:
     return {"tasks": {"pubmedqa": {**report, "pubmedqa_setting": setting}}}
 
 
+def write_eval(out, stage: str, mode: str, seed: int | None, predicted: str, setting: str = "reasoning_free") -> None:
+    path = learning_report.eval_file(out, stage, mode, seed)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(eval_output(GOLD, predicted, setting)))
+
+
 @pytest.fixture
 def out(tmp_path):
-    gold = "AAAAABBBC" * 4
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "split.json").write_text(json.dumps({"seed": 42, "labels": {}}))
     decisions = {"A": "yes", "B": "no", "C": "maybe"}
-    dev = {f"q{i}": {"final_decision": decisions[a]} for i, a in enumerate(gold)}
+    dev = {f"q{i}": {"final_decision": decisions[a]} for i, a in enumerate(GOLD)}
     (tmp_path / "data" / "pubmedqa_dev.json").write_text(json.dumps(dev))
-    (tmp_path / "eval").mkdir()
-    outputs = {
-        "base-free-pubmedqa-loglik": "B" * len(gold),  # 8 of 36 right
-        "sft-free-pubmedqa-generate": "A" * len(gold),  # always yes: 20 of 36
-        "grpo-free-pubmedqa-generate": gold[:-4] + "AAAA",  # all but the last four right
-    }
-    for stem, predicted in outputs.items():
-        (tmp_path / "eval" / f"{stem}.json").write_text(json.dumps(eval_output(gold, predicted, "reasoning_free")))
+    write_eval(tmp_path, "base-free", "loglik", None, "B" * len(GOLD))  # 12 of 36 right
+    write_eval(tmp_path, "sft-free", "generate", 1, "A" * len(GOLD))  # always yes: 20 of 36
+    write_eval(tmp_path, "sft-free", "generate", 2, GOLD[:-18] + "A" * 18)  # yes to the last 18: 28 of 36
+    write_eval(tmp_path, "grpo-free", "generate", 1, GOLD[:-4] + "AAAA")  # all but the last four: 32
+    write_eval(tmp_path, "grpo-free", "generate", 2, GOLD[:-18] + "A" * 18)  # as its SFT: 28
     return tmp_path
 
 
-def test_the_report_reads_every_stage_and_judges_its_targets(out):
-    report = check.summarise(out, {"sft-free": 60.0, "cpt": 900.0})
+def test_the_report_gives_every_seed_the_mean_the_worst_and_the_spread(out):
+    report = learning_report.summarise(out, {"sft-free-s1": 60.0, "sft-free-s2": 70.0, "cpt": 900.0}, [1, 2], "cpu")
     stages = report["stages"]
     assert list(stages) == ["always yes", "base (loglik)", "SFT", "GRPO from SFT"]
-    assert stages["always yes"]["accuracy"] == stages["SFT"]["accuracy"] == pytest.approx(20 / 36)
-    assert stages["SFT"]["predicted"] == {"yes": 36, "no": 0, "maybe": 0, "none": 0}
-    assert stages["GRPO from SFT"]["accuracy"] == pytest.approx(32 / 36)
-    assert stages["SFT"]["setting"] == "reasoning_free"
-    assert set(report["claims"]) == {"SFT beats always-yes", "SFT beats the base", "GRPO beats SFT"}
-    assert report["claims"]["SFT beats always-yes"] == {"difference": 0.0, "ci95": [0.0, 0.0]}  # the same answers
+    sft = stages["SFT"]
+    assert [(e["seed"], e["accuracy"]) for e in sft["seeds"]] == [
+        (1, pytest.approx(20 / 36)),
+        (2, pytest.approx(28 / 36)),
+    ]
+    assert sft["accuracy"] == pytest.approx(24 / 36) and sft["worst"] == pytest.approx(20 / 36)
+    assert sft["spread"] == pytest.approx(8 / 36) and sft["setting"] == "reasoning_free"
+    assert sft["macro_f1"] == pytest.approx(sum(e["macro_f1"] for e in sft["seeds"]) / 2)
+    assert sft["seeds"][0]["predicted"] == {"yes": 36, "no": 0, "maybe": 0, "none": 0}
+    assert [e["seed"] for e in stages["base (loglik)"]["seeds"]] == [None]  # trained by no one: once
+    # Each seed's GRPO against the same seed's SFT: it holds only where every seed's interval does.
     grpo = report["claims"]["GRPO beats SFT"]
-    assert grpo["difference"] == pytest.approx(12 / 36) and 0 < grpo["ci95"][0] < grpo["difference"] < grpo["ci95"][1]
-    met = {t["target"]: t["met"] for t in report["targets"]}
-    assert met["reasoning-free GRPO beats SFT, paired 95% interval above 0"]
-    assert not met["reasoning-free SFT: accuracy >= 75%, macro-F1 >= 0.55, 95% lower bound above 54.7%"]
-    assert (
-        not met["SFT: predicted labels not all one class"] and met["GRPO from SFT: predicted labels not all one class"]
-    )
-    assert report["seconds"] == {"sft-free": 60.0}  # the real check's own stages are timed in its report
-    text = check.markdown(report)
-    assert "| reasoning_free | SFT | 55.6% (" in text and "| GRPO beats SFT | +33.3% (paired 95% CI +" in text
+    assert [p["seed"] for p in grpo["seeds"]] == [1, 2]
+    assert grpo["seeds"][0]["difference"] == pytest.approx(12 / 36) and grpo["seeds"][0]["ci95"][0] > 0
+    assert grpo["seeds"][1] == {"seed": 2, "difference": 0.0, "ci95": [0.0, 0.0]}
+    assert grpo["difference"] == pytest.approx(6 / 36) and not grpo["holds"]
+    yes = report["claims"]["SFT beats always-yes"]  # the unseeded baseline against each seed
+    assert [p["difference"] for p in yes["seeds"]] == [0.0, pytest.approx(8 / 36)] and not yes["holds"]
+    met = {t["target"]: t for t in report["targets"]}
+    sft_target = met["reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45"]
+    assert not sft_target["met"] and "worst 55.6%" in sft_target["figure"]  # the mean (66.7%) alone would pass
+    assert met["reasoning-free GRPO beats SFT: mean above SFT's"]["met"]
+    assert met["reasoning-free SFT, 2 seeds, within 60 minutes on this machine"]["met"]
+    assert not met["SFT: predicted labels not all one class, in every seed"]["met"]  # seed 1 said yes to all
+    assert report["seconds"] == {"sft-free-s1": 60.0, "sft-free-s2": 70.0}
+    text = learning_report.markdown(report)
+    assert "| reasoning_free | SFT | s1: 55.6% (" in text and "<br>s2: 77.8% (" in text
+    assert "| 66.7% | 55.6% | 22.2% |" in text and "not in every seed" in text
+
+
+def test_a_seed_missing_its_stage_is_left_out_and_the_time_target_counts_the_seeds(out):
+    report = learning_report.summarise(out, {"sft-free-s1": 3000.0, "sft-free-s2": 700.0}, [1, 2, 3], "cpu")
+    assert [e["seed"] for e in report["stages"]["SFT"]["seeds"]] == [1, 2]
+    met = {t["target"]: t for t in report["targets"]}
+    timing = met["reasoning-free SFT, 3 seeds, within 60 minutes on this machine"]
+    assert not timing["met"] and timing["figure"] == "61.7 min for 2 seeds"
+
+
+def test_the_report_names_the_checkpoint_each_run_kept(out):
+    state = {"best_global_step": 76, "best_metric": 0.62, "global_step": 152, "log_history": []}
+    (out / "sft-free-s1").mkdir()
+    (out / "sft-free-s1" / "trainer_state.json").write_text(json.dumps(state))
+    report = learning_report.summarise(out, {}, [1, 2], "cpu")
+    first, second = report["stages"]["SFT"]["seeds"]
+    assert first["selected_checkpoint"] == {"step": 76, "validation": 0.62, "of_steps": 152}
+    assert "selected_checkpoint" not in second
+    assert "s1: 55.6% (" in learning_report.markdown(report) and "[step 76]" in learning_report.markdown(report)
 
 
 def test_the_paired_interval_is_zero_for_the_same_answers_and_refuses_other_questions(out):
-    sft = check.read(out / "eval" / "sft-free-pubmedqa-generate.json")
+    sft = check.read(learning_report.eval_file(out, "sft-free", "generate", 1))
     assert check.paired(sft, sft) == {"difference": 0.0, "ci95": [0.0, 0.0]}
     fewer = {**sft, "predictions": sft["predictions"][:-1]}
     with pytest.raises(SystemExit, match="different questions"):
@@ -74,19 +113,96 @@ def test_the_paired_interval_is_zero_for_the_same_answers_and_refuses_other_ques
 
 
 def test_the_gpu_runs_reasoning_required_grpo_is_judged_against_its_sft(out):
-    gold = "AAAAABBBC" * 4
-    for stem, predicted in (
-        ("sft-long-pubmedqa-generate", gold[:-9] + "A" * 9),
-        ("grpo-long-pubmedqa-generate", gold),
-    ):
-        (out / "eval" / f"{stem}.json").write_text(json.dumps(eval_output(gold, predicted, "reasoning_required")))
-    report = check.summarise(out, {"grpo-long": 90.0})
+    write_eval(out, "sft-long", "generate", 1, GOLD[:-9] + "A" * 9, "reasoning_required")
+    write_eval(out, "grpo-long", "generate", 1, GOLD, "reasoning_required")
+    report = learning_report.summarise(out, {"grpo-long-s1": 90.0}, [1], "gpu")
     assert report["stages"]["GRPO from long-answer SFT"]["accuracy"] == 1.0
     assert report["claims"]["GRPO beats long-answer SFT"]["difference"] == pytest.approx(4 / 36)
     met = {t["target"]: t for t in report["targets"]}
-    assert met["reasoning-required GPU run: SFT accuracy >= 62%, macro-F1 >= 0.45"]["met"]  # 32 of 36
-    assert met["reasoning-required GPU run: GRPO beats SFT, paired 95% interval above 0"]["met"]
-    assert report["seconds"] == {"grpo-long": 90.0}
+    assert met["reasoning-required long-answer SFT: mean accuracy >= 58%, worst seed above always-yes (54.7%)"]["met"]
+    assert report["seconds"] == {"grpo-long-s1": 90.0}
+
+
+def pqal(decisions: str) -> dict:
+    names = {"A": "yes", "B": "no", "C": "maybe"}
+    return {str(1000 + i): {"QUESTION": f"Q{i}?", "CONTEXTS": ["c"], "final_decision": names[d]}
+            for i, d in enumerate(decisions)}  # fmt: skip
+
+
+def carve(tmp_path, rows: dict, dev: int, size: int, seed: int = 42):
+    """The check's own data stages on `rows` (PQA-L's layout): dev, then the validation questions."""
+    from real_check_gemma import stage_data
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    source = tmp_path / "pqal.json"
+    source.write_text(json.dumps(rows))
+    out = tmp_path / f"out-{seed}"
+    medqa = tmp_path / "medqa.jsonl"
+    medqa.write_text(
+        "".join(json.dumps({"question": "q", "options": {"A": "a"}, "answer": "A"}) + "\n" for _ in range(3))
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("real_check_gemma.PUBMEDQA", source)
+        patch.setattr("real_check_gemma.MEDQA", medqa)
+        stage_data(out, dev, 1, seed)
+    check.stage_validation(out, size, seed)
+    read = {
+        name: json.loads((out / "data" / f"pubmedqa_{name}.json").read_text())
+        for name in ("dev", "train", "fit", "val")
+    }
+    return out, read
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param("fixture", id="bundled rows"),
+        pytest.param(
+            "pqal", id="PubMedQA PQA-L",
+            marks=pytest.mark.skipif(not (SHARED_DATA / "pubmedqa").is_dir(), reason="no ../shared/data"),
+        ),
+    ],
+)  # fmt: skip
+def test_the_validation_questions_are_training_questions_in_their_label_proportions(tmp_path, source):
+    """Validation comes from the training questions (never dev), the recipes train on the rest, the
+    labels keep their proportions, and the same seed gives the same questions."""
+    rows = (
+        pqal("AAAAABBBC" * 40)
+        if source == "fixture"
+        else json.loads((SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json").read_text())
+    )
+    out, read = carve(tmp_path, rows, dev=150, size=50)
+    assert len(read["val"]) == 50 and len(read["fit"]) == len(read["train"]) - 50
+    assert set(read["val"]) | set(read["fit"]) == set(read["train"]) and not set(read["val"]) & set(read["fit"])
+    assert not set(read["val"]) & set(read["dev"])
+    train = Counter(r["final_decision"] for r in read["train"].values())
+    val = Counter(r["final_decision"] for r in read["val"].values())
+    for label, count in train.items():
+        assert abs(val[label] - 50 * count / len(read["train"])) <= 1, (label, val, train)
+    split = json.loads((out / "data" / "split.json").read_text())
+    assert split["labels"]["validation"] == {label: val[label] for label in ("yes", "no", "maybe")}
+    assert carve(tmp_path / "again", rows, dev=150, size=50)[1]["val"].keys() == read["val"].keys()
+
+
+def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
+    sft = yaml.safe_load(open(check.seeded_recipe(tmp_path, "sft-free", 2)))
+    shipped = yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())
+    assert sft["seed"] == 2 and sft["output_dir"] == str(tmp_path / "sft-free-s2")
+    assert sft["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "data" / "pubmedqa_fit.json")
+    assert sft["eval_sets"]["validation"]["path"] == str(tmp_path / "data" / "pubmedqa_val.json")
+    assert sft["metric_for_best_model"] == "eval_validation_acc" and sft["load_best_model_at_end"]
+    assert {k: v for k, v in sft.items() if k not in ("seed", "output_dir", "dataset_mixture", "eval_sets")} == {
+        k: v for k, v in shipped.items() if k not in ("seed", "output_dir", "dataset_mixture", "eval_sets")
+    }
+    grpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "grpo-free", 3)))
+    assert grpo["model_name_or_path"] == str(tmp_path / "sft-free-s3" / "final") and grpo["seed"] == 3
+    dpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 3)))
+    assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
+    flip = yaml.safe_load(open(check.seeded_recipe(
+        tmp_path, "sft-free", 1, dataset_mixture_source={"balance_answers": True}, output_dir=str(tmp_path / "flip")
+    )))  # fmt: skip
+    assert flip["dataset_mixture"]["sources"][0]["balance_answers"] and flip["output_dir"] == str(tmp_path / "flip")
+    assert "balance_answers" not in flip["eval_sets"]["validation"]  # validation is scored as it is
 
 
 def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
@@ -110,7 +226,7 @@ def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
             assert args.num_train_epochs == 12, name
 
 
-def test_each_finished_stage_gets_its_card_with_its_dev_evaluation(out, tmp_path, monkeypatch):
+def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, monkeypatch):
     calls = []
 
     def card(*args):  # `medrecipes card RUN EVAL --output DIR ...`, as the command writes it
@@ -121,12 +237,12 @@ def test_each_finished_stage_gets_its_card_with_its_dev_evaluation(out, tmp_path
 
     monkeypatch.setattr(check, "medrecipes", card)
     monkeypatch.setattr(check, "RESULTS", tmp_path / "results")
-    (out / "sft-free" / "final").mkdir(parents=True)
-    (out / "grpo-free" / "final").mkdir(parents=True)  # trained, then its evaluation is missing
-    (out / "eval" / "grpo-free-pubmedqa-generate.json").unlink()
-    written = check.cards(out, "learning")
+    for run in ("sft-free-s1", "grpo-free-s1", "sft-free-flip-s1"):
+        (out / run / "final").mkdir(parents=True)  # grpo-free-s1 trained; sft-free-flip-s1 has no dev evaluation
+    learning_report.eval_file(out, "grpo-free", "generate", 1).unlink()
+    written = check.cards(out, "learning", [1, 2])
     assert [c[:3] for c in calls] == [
-        ("card", str(out / "sft-free"), str(out / "eval" / "sft-free-pubmedqa-generate.json"))
+        ("card", str(out / "sft-free-s1"), str(learning_report.eval_file(out, "sft-free", "generate", 1)))
     ]
-    assert written == [tmp_path / "results" / "learning_cards" / "sft-free.md"]
-    assert written[0].read_text() == f"card of {out / 'sft-free'}"
+    assert written == [tmp_path / "results" / "learning_cards" / "sft-free-s1.md"]
+    assert written[0].read_text() == f"card of {out / 'sft-free-s1'}"

