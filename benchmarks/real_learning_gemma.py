@@ -112,7 +112,7 @@ def stage_validation(out: Path, size: int, seed: int) -> None:
 
 
 def seeded_recipe(out: Path, name: str, seed: int, recipe: str | None = None, **changes) -> str:
-    """The recipe of stage `name` for seed `seed`, written to out/recipes/: its folders in the
+    """The recipe of stage `name` for seed `seed`, written to out/recipes/<its run folder>.yaml: its folders in the
     check's folder (outputs/real-check-gemma3-270m/<folder>/) those of the seed (<folder>-s<seed>/),
     its `seed` the seed, and `changes` to its top-level keys (`dataset_mixture_source` for the
     training source's keys)."""
@@ -125,7 +125,7 @@ def seeded_recipe(out: Path, name: str, seed: int, recipe: str | None = None, **
     source = changes.pop("dataset_mixture_source", {})
     data["dataset_mixture"]["sources"][0].update(source)
     data.update(seed=seed, **changes)
-    path = out / "recipes" / f"{name}-s{seed}.yaml"
+    path = out / "recipes" / f"{Path(data['output_dir']).name}.yaml"  # one file per run
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)

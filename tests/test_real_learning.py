@@ -198,9 +198,12 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     assert grpo["model_name_or_path"] == str(tmp_path / "sft-free-s3" / "final") and grpo["seed"] == 3
     dpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 3)))
     assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
-    flip = yaml.safe_load(open(check.seeded_recipe(
+    shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
+    flip_file = check.seeded_recipe(
         tmp_path, "sft-free", 1, dataset_mixture_source={"balance_answers": True}, output_dir=str(tmp_path / "flip")
-    )))  # fmt: skip
+    )
+    assert flip_file != shipped_file and "balance_answers" not in open(shipped_file).read()  # one file per run
+    flip = yaml.safe_load(open(flip_file))
     assert flip["dataset_mixture"]["sources"][0]["balance_answers"] and flip["output_dir"] == str(tmp_path / "flip")
     assert "balance_answers" not in flip["eval_sets"]["validation"]  # validation is scored as it is
 
