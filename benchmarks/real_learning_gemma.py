@@ -6,7 +6,7 @@ Usage:
 
     make real-check-learning                   # installs the model folder, then runs this
     python benchmarks/real_learning_gemma.py [--out outputs/real-check-gemma3-270m] [--part free|required|all]
-        [--seeds 1,2,3] [--ablation balance]
+        [--seeds 1,2,3] [--ablation balance] [--stop-after sft] [--report-only]
 
 It grows `make real-check MODEL=gemma3-270m` (benchmarks/real_check_gemma.py) in the same folder:
 the same seeded train/dev split, and for the reasoning-required part that check's CPT model and
@@ -177,20 +177,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--stop-after", choices=["sft"], help="sft: the reasoning-free SFT runs only, not evaluated on dev yet"
     )
+    parser.add_argument("--report-only", action="store_true", help="the report of what is there, no stage run")
     parser.add_argument("--samples", type=int, default=4, help="answers sampled per question for the DPO pairs")
     parser.add_argument("--seed", type=int, default=42, help="the train/dev/validation split's seed")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in (args.seeds or ("1" if args.device == "gpu" else "1,2,3")).split(",")]
     out = prepare(args.out, (PUBMEDQA, GEMMA / "config.json"))
     stage, seconds = stage_runner(out)
-    stage("data", out / "data" / "split.json", lambda: stage_data(out, 150, 300, args.seed))
-    stage("validation", out / "data" / "pubmedqa_val.json", lambda: stage_validation(out, VALIDATION, args.seed))
-    if args.device == "gpu":
-        gpu_stages(out, stage, args.part, seeds)
-        name = "real_learning_gemma3_270m_gpu"
-    else:
-        cpu_stages(out, stage, args, seeds)
-        name = "real_learning_gemma3_270m"
+    name = "real_learning_gemma3_270m" + ("_gpu" if args.device == "gpu" else "")
+    if not args.report_only:
+        stage("data", out / "data" / "split.json", lambda: stage_data(out, 150, 300, args.seed))
+        stage("validation", out / "data" / "pubmedqa_val.json", lambda: stage_validation(out, VALIDATION, args.seed))
+        if args.device == "gpu":
+            gpu_stages(out, stage, args.part, seeds)
+        else:
+            cpu_stages(out, stage, args, seeds)
     report = summarise(out, seconds, seeds, device_name())
     if args.ablation:
         report["ablation"] = ablation(out, seeds)
@@ -298,14 +299,19 @@ def ablation(out: Path, seeds: list[int]) -> dict:
 
 
 def ablation_markdown(found: dict | None) -> str:
+    """The ablation's table: each arm's validation accuracy by seed ("not run" where a seed's run is
+    missing), and its mean over the seeds it ran."""
     if not found:
         return ""
-    lines = ["", "| reasoning-free SFT, validation accuracy of the kept checkpoint | " + " | ".join(
-        f"seed {s}" for s in next(iter(found.values()))) + " | mean |", "|---|" + "---:|" * (len(next(iter(found.values()))) + 1)]  # fmt: skip
+    seeds = sorted({seed for runs in found.values() for seed in runs}, key=int)
+    lines = ["", "| reasoning-free SFT: validation accuracy of the kept checkpoint | "
+             + " | ".join(f"seed {s}" for s in seeds) + " | mean of the seeds run |",
+             "|---|" + "---:|" * (len(seeds) + 1)]  # fmt: skip
     for arm, runs in found.items():
-        values = [kept["validation"] for kept in runs.values()]
-        mean = sum(values) / len(values) if values else float("nan")
-        lines.append(f"| {arm} | " + " | ".join(f"{v:.1%}" for v in values) + f" | {mean:.1%} |")
+        values = [runs[s]["validation"] for s in seeds if s in runs]
+        cells = [f"{runs[s]['validation']:.1%} (step {runs[s]['step']})" if s in runs else "not run" for s in seeds]
+        mean = f"{sum(values) / len(values):.1%}" if values else "none"
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {mean} |")
     return "\n".join(lines) + "\n"
 
 

@@ -249,3 +249,29 @@ def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, 
     ]
     assert written == [tmp_path / "results" / "learning_cards" / "sft-free-s1.md"]
     assert written[0].read_text() == f"card of {out / 'sft-free-s1'}"
+
+
+def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed(out):
+    for run, step, accuracy in (
+        ("sft-free-s1", 152, 0.72),
+        ("sft-free-s2", 114, 0.64),
+        ("sft-free-flip-s1", 189, 0.7),
+    ):
+        (out / run).mkdir()
+        state = {"best_global_step": step, "best_metric": accuracy, "global_step": 252, "log_history": []}
+        (out / run / "trainer_state.json").write_text(json.dumps(state))
+    shipped = bool(
+        yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0].get(
+            "balance_answers"
+        )
+    )
+    found = check.ablation(out, [1, 2])
+    ours, other = f"balance_answers {shipped}".lower(), f"balance_answers {not shipped}".lower()
+    assert found[ours] == {
+        "1": {"step": 152, "validation": 0.72, "of_steps": 252},
+        "2": {"step": 114, "validation": 0.64, "of_steps": 252},
+    }
+    assert found[other] == {"1": {"step": 189, "validation": 0.7, "of_steps": 252}}
+    text = check.ablation_markdown(found)
+    assert f"| {ours} | 72.0% (step 152) | 64.0% (step 114) | 68.0% |" in text
+    assert f"| {other} | 70.0% (step 189) | not run | 70.0% |" in text
