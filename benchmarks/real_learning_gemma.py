@@ -243,9 +243,8 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             stage(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final",
                   lambda s=s: run(sys.executable, "recipes/sft.py", seeded_recipe(out, "sft-free", s)))  # fmt: skip
         if args.ablation == "balance":  # the same seeds with balance_answers switched from the recipe's
-            shipped = yaml.safe_load(Path(RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0]
             for s in seeds:
-                flip = {"dataset_mixture_source": {"balance_answers": not shipped.get("balance_answers", False)},
+                flip = {"dataset_mixture_source": {"balance_answers": not shipped_balance()},
                         "output_dir": str(out / f"sft-free-flip-s{s}")}  # fmt: skip
                 stage(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final", lambda s=s, flip=flip: run(
                     sys.executable, "recipes/sft.py", seeded_recipe(out, "sft-free", s, **flip)))  # fmt: skip
@@ -288,11 +287,16 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
 
 
+def shipped_balance() -> bool:
+    """`balance_answers` of the reasoning-free SFT recipe's training source, as it ships."""
+    source = yaml.safe_load(Path(RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0]
+    return bool(source.get("balance_answers", False))
+
+
 def ablation(out: Path, seeds: list[int]) -> dict:
     """The validation accuracy each seed's SFT kept with the recipe's balance_answers and with it
     switched: what chose the recipe's setting (dev is not read)."""
-    shipped = yaml.safe_load(Path(RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0]
-    on = bool(shipped.get("balance_answers", False))
+    on = shipped_balance()
     arms = {f"balance_answers {on}".lower(): "sft-free", f"balance_answers {not on}".lower(): "sft-free-flip"}
     found = {arm: {s: selected(out, stage, s) for s in seeds} for arm, stage in arms.items()}
     return {arm: {str(s): kept for s, kept in runs.items() if kept} for arm, runs in found.items()}
@@ -322,15 +326,8 @@ def gpu_stages(out: Path, stage, part: str, seeds: list[int]) -> None:
     def lora(name: str, script: str, start: Path, s: int) -> Path:
         recipe = GPU_RECIPES.get(name) or RECIPES[name]
         merged, folder = out / f"{name}-s{s}-merged", out / f"{name}-s{s}"
-        overrides = [
-            "--model_name_or_path",
-            str(start),
-            "--output_dir",
-            str(folder),
-            "--seed",
-            str(s),
-            *GPU_STAGES[name],
-        ]
+        # The seed is the seeded recipe's; the start and the folder are the GPU run's own.
+        overrides = ["--model_name_or_path", str(start), "--output_dir", str(folder), *GPU_STAGES[name]]
         stage(
             f"{name}-s{s}",
             merged,

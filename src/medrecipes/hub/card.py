@@ -340,6 +340,16 @@ def run_method(record: dict) -> str:
     return settled.method if settled is not None else Path(str(record.get("script", ""))).stem
 
 
+def recorded_facts(record: dict) -> tuple[str, str, str, str]:
+    """(method, script, command, hardware) of the run a run.json records, as its card states them:
+    what was not recorded is said so."""
+    method = run_method(record)
+    script = record.get("script") or f"recipes/{method}.py"
+    command = record.get("command") or f"python {script} (its command line was not recorded)"
+    hardware = (record.get("finished") or {}).get("hardware") or "hardware not recorded"
+    return method, script, command, hardware
+
+
 def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: str | None, overwrite: bool) -> None:
     """Write the model card of the finished run in `run_folder` into the folder `output`, as a push
     would (`write_card`), with the evaluations of `eval_files` (`medrecipes eval` outputs made
@@ -361,7 +371,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     record = run.record
     if not record.get("finished") or not isinstance(record.get("recipe"), dict):
         raise UserError(f"{where}: no finished run recorded there; pass the output_dir of a run that wrote final/")
-    method = run_method(record)
+    method, script, command, hardware = recorded_facts(record)
     reports = evaluation_reports(eval_files)
     for path in eval_files:
         _check_scored_model(path, os.path.join(run_folder, "final"))
@@ -378,8 +388,5 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
         state = TrainerState.load_from_json(trainer_state_path(run_folder))
         eval_file = Path(run_folder, "eval_results.json")
         metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
-        done = record["finished"]
         write_card(folder, run_folder, repo_id or Path(run_folder).absolute().name, method, recipe, model_args,
-                   args, training_summary(state), metrics, done.get("hardware") or "hardware not recorded",
-                   record.get("command") or f"python {record['script']} (its command line was not recorded)",
-                   record["script"], reports)  # fmt: skip
+                   args, training_summary(state), metrics, hardware, command, script, reports)  # fmt: skip

@@ -9,7 +9,7 @@ import os
 
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from medrecipes.hub.card import run_method, training_summary, write_card
+from medrecipes.hub.card import recorded_facts, training_summary, write_card
 from medrecipes.hub.checkpoints import CREDENTIAL_FILES, hub_repo_id
 from medrecipes.outputs.records import MARKER
 from medrecipes.outputs.writes import staged
@@ -29,15 +29,12 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
     if not trainer.is_world_process_zero():
         return None
     args = trainer.args
-    record = read_record(args.output_dir) or {}
-    method = run_method(record)
+    method, script, command, hardware = recorded_facts(read_record(args.output_dir) or {})
     repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
-    hardware = (record.get("finished") or {}).get("hardware") or "hardware not recorded"
-    command = record.get("command") or f"python {record.get('script')} (its command line was not recorded)"
     card = os.path.join(args.output_dir, CARD)
     with staged(card, folder=True, kind="card") as folder:
         write_card(folder, args.output_dir, repo_id, method, recipe, model_args, args, training_summary(trainer.state),
-                   eval_metrics, hardware, command, record.get("script") or f"recipes/{method}.py")  # fmt: skip
+                   eval_metrics, hardware, command, script)  # fmt: skip
     api = HfApi(token=args.hub_token)
     repo_id = api.create_repo(repo_id, private=args.hub_private_repo, exist_ok=True).repo_id
     commit = api.create_commit(
@@ -51,7 +48,8 @@ def push_run(trainer, recipe, model_args, final_dir: str, eval_metrics: dict) ->
 
 
 def _files(folder: str) -> list[CommitOperationAdd]:
-    """Every file of `folder` as a file of the repository at the same relative path, our marks
+    """Every file of `folder` as a file of the repository at the same relative path (final/ and the
+    card go in one commit; `upload_folder` sends one folder a commit), our marks
     (`outputs.records.MARKER`) and the credentials the trainer pickles (CREDENTIAL_FILES) left out."""
     operations = []
     for root, _, names in os.walk(folder):
