@@ -238,13 +238,15 @@ def markdown(report: dict) -> str:
         "Reasoning-free figures give the model the abstract's conclusion and are not PubMedQA's standard "
         "(reasoning-required) score.",
         "",
-        "| setting | stage | each seed: accuracy (95% CI), macro-F1 | mean | worst | spread | mean macro-F1 |",
+        "| setting | stage | each seed: accuracy (95% CI), macro-F1, said yes/no/maybe/none | mean | worst | spread "
+        "| mean macro-F1 |",
         "|---|---|---|---:|---:|---:|---:|",
     ]
     for name, figure in report["stages"].items():
         each = "<br>".join(
             seed_label(e["seed"]) + cell(e)
             + (f" [step {e['selected_checkpoint']['step']}]" if e.get("selected_checkpoint") else "")
+            + ", said " + "/".join(str(e["predicted"][label]) for label in [*LABELS.values(), "none"])
             for e in figure["seeds"]
         )  # fmt: skip
         lines.append(
