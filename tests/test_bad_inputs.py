@@ -128,6 +128,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("total_tokens negative", script("cpt", "recipes/tiny_pretrain.yaml", "--total_tokens", "-5"), "total_tokens must be at least 1, got -5"),
         Case("global_batch_tokens 0", script("cpt", "recipes/tiny_pretrain.yaml", "--global_batch_tokens", "0"), "global_batch_tokens must be at least 1"),
         Case("output_dir is a file", script("cpt", cpt, "--output_dir", TEST_SET), "is a file"),
+        Case("best metric of a set the recipe does not score", script("sft", sft, "--metric_for_best_model", "eval_usmle_tset_acc"), "did you mean 'eval_usmle_test_acc'"),
+        Case("best loss of a set the recipe does not have", script("cpt", cpt, "--metric_for_best_model", "eval_pubmed_loss"), "metrics of this kind it logs: eval_medical_text_loss, eval_usmle_loss"),
         Case("eval_strategy with no eval sets", script("sft", _recipe(files, sft, (EVAL_SETS_SFT, "")), "--eval_strategy", "steps"), "there are no eval_sets"),
         # --- data sources
         Case("no sources", key("cpt", cpt, "  sources:\n    - {path: json, data_files: data/medical_text/train.jsonl, text_field: text, weight: 0.8}\n    - {path: json, data_files: data/usmle_sample/train.jsonl, format: usmle, weight: 0.2}\n", "  sources: []\n"), "sources"),

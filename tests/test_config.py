@@ -11,6 +11,7 @@ from conftest import AVX512_BF16_CPU, PYTHON, ROOT, run
 from medrecipes import cli
 from medrecipes.cli.arguments import SCRIPTS
 from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
+from medrecipes.config.checks import TASK_METRIC_SUFFIXES
 from medrecipes.errors import UserError
 from medrecipes.models.loading import recipe_tokenizer
 
@@ -421,6 +422,39 @@ def test_best_model_is_ranked_by_first_eval_set(tmp_path):
 def test_explicit_best_metric_is_kept(tmp_path):
     _, args, _ = parse(eval_recipe(tmp_path, metric_for_best_model="eval_usmle_loss"))
     assert args.metric_for_best_model == "eval_usmle_loss"
+
+
+@pytest.mark.parametrize("suffix", TASK_METRIC_SUFFIXES)
+def test_a_best_metric_of_a_scored_task_is_kept_and_of_another_name_fails_before_training(tmp_path, suffix):
+    # CPT scores the usmle eval set only where eval_tasks names it; with or without "eval_", as the
+    # trainer reads the name
+    for metric in (f"eval_usmle_{suffix}", f"usmle_{suffix}"):
+        _, args, _ = parse(eval_recipe(tmp_path, eval_tasks=["usmle"], metric_for_best_model=metric))
+        assert args.metric_for_best_model == metric
+    message = user_error(eval_recipe(tmp_path, eval_tasks=["usmle"], metric_for_best_model=f"eval_usmel_{suffix}"))
+    assert "\n" not in message and "metric_for_best_model 'eval_usmel_" in message
+    assert f"did you mean 'eval_usmle_{suffix}'" in message
+    message = user_error(eval_recipe(tmp_path, metric_for_best_model=f"eval_usmle_{suffix}"))
+    assert (
+        "'usmle', which this recipe does not evaluate; it scores no task at evaluation: list one in eval_tasks"
+        in message
+    )
+
+
+def test_sft_scores_its_multiple_choice_eval_sets_without_eval_tasks(tmp_path):
+    keys = {"eval_sets": {"validation": {"path": "json", "data_files": "b.jsonl", "format": "usmle"}},
+            "eval_strategy": "epoch", "save_strategy": "epoch", "load_best_model_at_end": True}  # fmt: skip
+    _, args, _ = parse_recipe("sft", [write_recipe(tmp_path, metric_for_best_model="eval_validation_acc", **keys)])
+    assert args.metric_for_best_model == "eval_validation_acc"
+    with pytest.raises(UserError, match="names 'validaton'.*did you mean 'eval_validation_acc'"):
+        parse_recipe("sft", [write_recipe(tmp_path, metric_for_best_model="eval_validaton_acc", **keys)])
+
+
+def test_a_best_loss_names_an_eval_set_and_other_metrics_are_the_trainers(tmp_path):
+    message = user_error(eval_recipe(tmp_path, metric_for_best_model="eval_medical_txt_loss"))
+    assert "metrics of this kind it logs: eval_medical_text_loss, eval_usmle_loss" in message
+    for metric in ("eval_loss", "loss", "eval_mean_token_accuracy", "eval_usmle_runtime"):
+        assert parse(eval_recipe(tmp_path, metric_for_best_model=metric))[1].metric_for_best_model
 
 
 def test_keep_best_checkpoints_conflicts_with_save_total_limit(tmp_path):

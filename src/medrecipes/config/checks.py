@@ -184,6 +184,62 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
         )
 
 
+# The scalars the task evaluation logs for each scored name (evaluation.tables.task_metrics), and
+# the loss the trainer logs for each eval set: eval_<name>_<suffix>. Longest first, so that
+# "_acc_norm" is read before "_acc".
+TASK_METRIC_SUFFIXES = (
+    "acc_norm",
+    "unparseable",
+    "abstained",
+    "macro_f1",
+    "stopped",
+    "auroc",
+    "brier",
+    "acc",
+    "ece",
+    "nll",
+)
+
+
+def scored_names(recipe: RecipeArguments, args: TrainingArguments, method: str) -> list[str]:
+    """The names whose accuracy an evaluation logs: the recipe's eval_tasks and, for SFT and
+    chat-prompt GRPO, its multiple-choice eval sets (answered by generation)."""
+    answered = method == "sft" or getattr(args, "prompt_format", None) == "chat"
+    sets = [name for name, source in recipe.eval_sources.items() if answered and source.format == "usmle"]
+    return [*recipe.eval_tasks, *sets]
+
+
+def check_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+    """A metric_for_best_model that names a task or eval set this recipe does not evaluate would be
+    looked for only at the first evaluation, after a whole interval of training, and fail there
+    (Trainer raises KeyError); here it fails before training. Metrics of other shapes (a
+    library's own, compute_metrics') are left to the trainer."""
+    if not args.metric_for_best_model:
+        return
+    metric = f"eval_{args.metric_for_best_model.removeprefix('eval_')}"  # as the trainer looks it up
+    if metric == "eval_loss":  # one unnamed eval set's (resolve_best_metric renames it for named ones)
+        return
+    if metric.endswith("_loss"):
+        names, suffix = list(recipe.eval_sources), "loss"
+    else:
+        suffix = next((s for s in TASK_METRIC_SUFFIXES if metric.endswith(f"_{s}")), None)
+        if suffix is None:
+            return
+        names = scored_names(recipe, args, method)
+    name = metric.removeprefix("eval_").removesuffix(f"_{suffix}")
+    if name in names:
+        return
+    logged = [f"eval_{n}_{suffix}" for n in names]
+    if logged:
+        hint = f"metrics of this kind it logs: {', '.join(logged)}"
+    else:
+        hint = "add eval_sets" if suffix == "loss" else "it scores no task at evaluation: list one in eval_tasks"
+    raise UserError(
+        f"{path}: metric_for_best_model '{args.metric_for_best_model}' names '{name}', which this recipe "
+        f"does not evaluate{did_you_mean(metric, logged)}; {hint}"
+    )
+
+
 def named_sources(recipe: RecipeArguments) -> dict:
     """Every data source of a recipe by where it is written: dataset_mixture.sources[i], eval_sets.NAME."""
     sources = {

@@ -83,6 +83,7 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     if isinstance(args, MedDPOConfig | MedKTOConfig):
         checks.check_preference_sources(recipe, path, method)
     checks.check_eval_tasks(recipe, args, path, method)
+    checks.check_best_metric(recipe, args, path, method)
     if not recipe.eval_sources and args.eval_strategy != "no":
         raise UserError(
             f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "
