@@ -22,8 +22,9 @@ Per seed S (each run's folder and evaluation carry -sS; a recipe's folders are r
 S's in out/recipes/):
   reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`)
     sft-free       recipes/gemma3_270m_sft_pubmedqa_free.yaml (full fine-tuning), --seed S
-    grpo-free      recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from seed S's SFT model
     pairs-free, dpo-free  on-policy pairs of seed S's SFT answers, recipes/gemma3_270m_dpo_pubmedqa_free.yaml
+    grpo-free      recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from seed S's SFT model
+                   (every seed's DPO first, the cheaper stage, then every seed's GRPO)
   reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model
     sft-long       recipes/gemma3_270m_sft_pubmedqa_long.yaml: the conclusion, then the answer
 and once: eval-base-free (log-likelihood of " yes"/" no"/" maybe"), the real check's cpt and
@@ -255,6 +256,14 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
                 evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
             ))  # fmt: skip
+        for s in seeds:  # DPO (pairs and training, about 15 minutes a seed on 2 cores) before GRPO (about 33)
+            stage(f"pairs-free-s{s}", out / f"preference-free-s{s}" / "pairs_train.jsonl",
+                  lambda s=s: pairs(out, args.samples, s))  # fmt: skip
+            dpo = out / f"dpo-free-s{s}" / "merged"
+            stage(f"dpo-free-s{s}", dpo, lambda s=s, dpo=dpo: adapter_run(
+                "dpo", seeded_recipe(out, "dpo-free", s), out / f"dpo-free-s{s}", dpo))  # fmt: skip
+            stage(f"eval-dpo-free-s{s}", eval_file(out, "dpo-free", "generate", s),
+                  lambda s=s, dpo=dpo: evaluate(out, dpo, "dpo-free", free, "generate", s))  # fmt: skip
         for s in seeds:
             grpo = out / f"grpo-free-s{s}" / "final"
             stage(
@@ -264,13 +273,6 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             )
             stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
                   lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
-            stage(f"pairs-free-s{s}", out / f"preference-free-s{s}" / "pairs_train.jsonl",
-                  lambda s=s: pairs(out, args.samples, s))  # fmt: skip
-            dpo = out / f"dpo-free-s{s}" / "merged"
-            stage(f"dpo-free-s{s}", dpo, lambda s=s, dpo=dpo: adapter_run(
-                "dpo", seeded_recipe(out, "dpo-free", s), out / f"dpo-free-s{s}", dpo))  # fmt: skip
-            stage(f"eval-dpo-free-s{s}", eval_file(out, "dpo-free", "generate", s),
-                  lambda s=s, dpo=dpo: evaluate(out, dpo, "dpo-free", free, "generate", s))  # fmt: skip
     if args.part in ("required", "all"):
         # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
         # the stage this part is for, then the answer-only SFT it is compared with.
