@@ -135,7 +135,7 @@ def test_a_run_still_training_is_read_from_its_newest_checkpoint(tmp_path):
         (lambda p: p / "absent", "no such file or folder"),
         (
             lambda p: (p / "empty").mkdir() or p / "empty",
-            "holds no run (trainer_state.json) and no eval --output files",
+            "holds no run (trainer_state.json or run.json) and no eval --output files",
         ),
         (lambda p: (p / "x.json").write_text("{not json") and p / "x.json", "not a JSON evaluation"),
         (lambda p: (p / "y.json").write_text('{"a": 1}') and p / "y.json", "no 'tasks' in it"),
@@ -262,3 +262,24 @@ def test_the_runs_table_says_whether_each_run_finished_or_stopped(tmp_path):
     assert state["finished"] == "finished at step 8"
     assert state["stopped"].startswith("stopped") and "checkpoint-3 is its newest" in state["stopped"]
     assert state["never saved"].startswith("stopped before its first checkpoint")
+
+
+def test_a_run_that_has_started_but_not_logged_is_a_run_not_a_folder_of_evaluations(tmp_path):
+    """run.json is written before the first step: a report of the run's folder then (a user checking
+    on it, a check reporting as it goes) shows the run as started, beside the runs that have logged,
+    and takes its record for no evaluation file."""
+    from medrecipes.report.page import RUN_COLUMNS, run_rows
+
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "run.json").write_text(json.dumps({"command": "recipes/grpo.py recipe.yaml"}))
+    (started / "runs").mkdir()  # TensorBoard's folder, empty so far
+    runs, evaluations = read_inputs([str(started), str(write_run(tmp_path / "logged"))])
+    assert [run.name for run in runs] == ["started", "logged"] and evaluations == []
+    assert runs[0].log_history == [] and runs[0].record["command"] == "recipes/grpo.py recipe.yaml"
+    state = {row[0]: row[RUN_COLUMNS.index("state")] for row in run_rows(runs)}
+    assert state["started"] == "stopped before its first checkpoint (or still training)"
+    write_report([str(started), str(tmp_path / "logged")], str(tmp_path / "report.html"))
+    assert "started" in (tmp_path / "report.html").read_text(encoding="utf-8")
+    with pytest.raises(UserError, match="holds no run"):
+        read_inputs([str(started / "runs")])

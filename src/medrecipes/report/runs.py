@@ -10,6 +10,7 @@ from pathlib import Path
 
 from medrecipes.errors import UserError
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
+from medrecipes.runs.record import RECORD
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
 
@@ -55,19 +56,26 @@ def trainer_state_path(folder: str) -> str | None:
     return os.path.join(checkpoint, TRAINER_STATE) if checkpoint else None
 
 
+def is_run(folder: str) -> bool:
+    """A run's output_dir: it has logged or saved (trainer_state.json), or it has started (run.json,
+    written before the first step)."""
+    return trainer_state_path(folder) is not None or os.path.isfile(os.path.join(folder, RECORD))
+
+
 def read_run(folder: str, name: str) -> Run:
+    """A run's folder; one that has started but not yet saved has its record and no steps."""
     state_path = trainer_state_path(folder)
-    if state_path is None:
+    if state_path is None and not os.path.isfile(os.path.join(folder, RECORD)):
         raise UserError(
             f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
             "logged or saved, or an eval --output file"
         )
-    state = _read_json(state_path, "trainer state")
+    state = _read_json(state_path, "trainer state") if state_path else {}
     if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
         raise UserError(f"{state_path}: not a trainer state (no log_history list); pass a run's output_dir")
     best = state.get("best_model_checkpoint")
     best_step = checkpoint_step(best) if best else None
-    record_path = os.path.join(folder, "run.json")
+    record_path = os.path.join(folder, RECORD)
     record = _read_json(record_path, "run record") if os.path.isfile(record_path) else {}
     reports = {}
     for path in glob.glob(os.path.join(folder, "eval_tasks", "step-*.json")):
@@ -115,13 +123,13 @@ def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
     for path, name in zip(paths, _names(paths), strict=True):
         if os.path.isfile(path):
             evaluations.append(read_evaluation(path, name.removesuffix(".json")))
-        elif os.path.isdir(path) and trainer_state_path(path) is not None:
+        elif os.path.isdir(path) and is_run(path):
             runs.append(read_run(path, name))
         elif os.path.isdir(path) and (files := sorted(glob.glob(os.path.join(path, "*.json")))):
             evaluations += [read_evaluation(f, f"{name}/{Path(f).stem}") for f in files]
         elif os.path.isdir(path):
             raise UserError(
-                f"{path}: holds no run (trainer_state.json) and no eval --output files; pass a run's output_dir"
+                f"{path}: holds no run (trainer_state.json or run.json) and no eval --output files; pass a run's output_dir"
             )
         else:
             raise UserError(f"{path}: no such file or folder; pass a run's output_dir or an eval --output file")
