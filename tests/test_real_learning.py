@@ -240,9 +240,12 @@ def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, 
 
     monkeypatch.setattr(check, "medrecipes", card)
     monkeypatch.setattr(check, "RESULTS", tmp_path / "results")
-    for run in ("sft-free-s1", "grpo-free-s1", "sft-free-flip-s1"):
+    for run in ("sft-free-s1", "grpo-free-s1", "sft-free-flip-s1", "dpo-free-s1"):
         (out / run / "final").mkdir(parents=True)  # grpo-free-s1 trained; sft-free-flip-s1 has no dev evaluation
     learning_report.eval_file(out, "grpo-free", "generate", 1).unlink()
+    (out / "dpo-free-s1" / "final" / "adapter_config.json").write_text("{}")  # evaluated merged: no card
+    dpo = learning_report.eval_file(out, "dpo-free", "generate", 1)
+    dpo.write_text(learning_report.eval_file(out, "sft-free", "generate", 1).read_text())
     written = check.cards(out, "learning", [1, 2])
     assert [c[:3] for c in calls] == [
         ("card", str(out / "sft-free-s1"), str(learning_report.eval_file(out, "sft-free", "generate", 1)))
