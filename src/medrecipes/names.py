@@ -19,6 +19,13 @@ EVAL_MODES = get_args(EvalMode)
 # alone or after the abstract. A figure is reported under its setting's name.
 PubMedQASetting = Literal["reasoning_required", "reasoning_free", "reasoning_free_with_abstract"]
 PUBMEDQA_SETTINGS = get_args(PubMedQASetting)
+# The scalars an evaluation during training logs for each scored task, eval_<task>_<name>
+# (`evaluation.tables.task_metrics`): accuracy ("acc"), the report's other figures where it has
+# them, and the calibration of its ranking; named here so that the recipe schema can check a
+# metric_for_best_model against them.
+REPORT_METRICS = ("macro_f1", "acc_norm", "unparseable", "abstained", "stopped")
+CALIBRATION_METRICS = ("ece", "brier", "nll", "auroc")
+TASK_METRICS = ("acc", *REPORT_METRICS, *CALIBRATION_METRICS)
 
 
 def check_task_names(names: list[str], own_data: list[str], where: str) -> None:

@@ -21,7 +21,7 @@ from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divis
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, check_choice, did_you_mean
 from medrecipes.locations import shipped_template, shipped_templates
-from medrecipes.names import check_task_names
+from medrecipes.names import TASK_METRICS, check_task_names
 from medrecipes.rewards import reward_functions
 
 VLLM_MODES = ("colocate", "server")
@@ -165,7 +165,7 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
     if not recipe.eval_tasks:
         return
     usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
-    if method == "sft" or getattr(args, "prompt_format", None) == "chat":
+    if answers_eval_sets(args, method):
         # SFT and chat-prompt GRPO already log eval_<set>_acc for these sets; a second value would
         # overwrite it. CPT and plain-prompt GRPO can score them here.
         clash = next((name for name in recipe.eval_tasks if name in usmle_sets), None)
@@ -184,27 +184,20 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
         )
 
 
-# The scalars the task evaluation logs for each scored name (evaluation.tables.task_metrics), and
-# the loss the trainer logs for each eval set: eval_<name>_<suffix>. Longest first, so that
-# "_acc_norm" is read before "_acc".
-TASK_METRIC_SUFFIXES = (
-    "acc_norm",
-    "unparseable",
-    "abstained",
-    "macro_f1",
-    "stopped",
-    "auroc",
-    "brier",
-    "acc",
-    "ece",
-    "nll",
-)
+# eval_<name>_<suffix>: the task evaluation's scalars (names.TASK_METRICS) and each eval set's loss;
+# longest first, so that "_acc_norm" is read before "_acc".
+TASK_METRIC_SUFFIXES = tuple(sorted(TASK_METRICS, key=len, reverse=True))
+
+
+def answers_eval_sets(args: TrainingArguments, method: str) -> bool:
+    """SFT and chat-prompt GRPO answer their multiple-choice eval sets at every evaluation."""
+    return method == "sft" or getattr(args, "prompt_format", None) == "chat"
 
 
 def scored_names(recipe: RecipeArguments, args: TrainingArguments, method: str) -> list[str]:
-    """The names whose accuracy an evaluation logs: the recipe's eval_tasks and, for SFT and
-    chat-prompt GRPO, its multiple-choice eval sets (answered by generation)."""
-    answered = method == "sft" or getattr(args, "prompt_format", None) == "chat"
+    """The names whose accuracy an evaluation logs: the recipe's eval_tasks and, where the run
+    answers them, its multiple-choice eval sets."""
+    answered = answers_eval_sets(args, method)
     sets = [name for name, source in recipe.eval_sources.items() if answered and source.format == "usmle"]
     return [*recipe.eval_tasks, *sets]
 

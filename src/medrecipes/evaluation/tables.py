@@ -2,6 +2,7 @@
 Markdown tables of accuracy and calibration."""
 
 from medrecipes.evaluation import calibration as cal
+from medrecipes.names import CALIBRATION_METRICS, REPORT_METRICS
 
 
 def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, float]:
@@ -11,11 +12,11 @@ def task_metrics(reports: dict[str, dict], prefix: str = "eval") -> dict[str, fl
     metrics = {}
     for name, report in reports.items():
         metrics[f"{prefix}_{name}_acc"] = report["accuracy"]
-        for key in ("macro_f1", "acc_norm", "unparseable", "abstained", "stopped"):
+        for key in REPORT_METRICS:
             if key in report:
                 metrics[f"{prefix}_{name}_{key}"] = report[key]
         found = cal.headline(report.get("calibration", {}))
-        for key in ("ece", "brier", "nll", "auroc"):
+        for key in CALIBRATION_METRICS:
             if found.get(key) is not None:
                 metrics[f"{prefix}_{name}_{key}"] = found[key]
     return metrics
