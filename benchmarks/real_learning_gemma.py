@@ -220,14 +220,12 @@ def report_page(out: Path, name: str, seeds: list[int]) -> None:
 def cards(out: Path, name: str, seeds: list[int]) -> list[Path]:
     """`medrecipes card` of each finished run with its dev evaluation, as a push would write it,
     into out/cards/<run>/; each card's text also as benchmarks/results/<name>_cards/<run>.md (its
-    plots are the report page's). A LoRA run's (DPO, the long-answer SFT) is left out: its dev
-    evaluation is of the merged model, which `medrecipes card` refuses as not the run's model."""
+    plots are the report page's). A LoRA run's (DPO, the long-answer SFT) dev evaluation is of its
+    merge-lora output, which names the adapter it folded in."""
     written = []
     for folder in run_folders(out, seeds):
         evaluation = out / "eval" / f"{folder.name}-pubmedqa-generate.json"
-        if (folder / "final" / "adapter_config.json").exists():
-            print(f"real check: no card for {folder.name}: its dev evaluation is of the merged adapter")
-        elif (folder / "final").is_dir() and evaluation.exists():
+        if (folder / "final").is_dir() and evaluation.exists():
             card = out / "cards" / folder.name
             medrecipes("card", str(folder), str(evaluation), "--output", str(card), "--overwrite",
                        "--repo-id", f"gemma3-270m-pubmedqa-{folder.name}")  # fmt: skip

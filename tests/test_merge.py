@@ -104,3 +104,40 @@ def test_adapter_config_without_base(adapter, tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1
     assert "base_model_name_or_path" in err
+
+
+def test_an_evaluation_of_the_merge_counts_as_one_of_the_adapters_run(adapter, tmp_path, capsys):
+    """merge-lora records the adapter it folded in; `medrecipes eval` of the merged folder carries that
+    record, so the LoRA run's card takes the evaluation (its final/ is the adapter), and no other run's."""
+    from medrecipes.errors import UserError
+    from medrecipes.hub.card import _check_scored_model
+    from medrecipes.models.files import weights_fingerprint
+
+    out = tmp_path / "merged"
+    cli.main(["merge-lora", adapter, str(out)])
+    record = json.loads((out / "merged_from.json").read_text())
+    assert record["adapter_fingerprint"] == weights_fingerprint(adapter) != weights_fingerprint(str(out))
+    assert record["adapter"] == os.path.abspath(adapter)
+    questions = tmp_path / "ori_pqal.json"
+    questions.write_text(json.dumps({
+        str(i): {"QUESTION": f"Does drug {i} help?", "CONTEXTS": ["A trial."], "final_decision": ("yes", "no")[i % 2]}
+        for i in range(4)
+    }))  # fmt: skip
+    evaluation = tmp_path / "eval.json"
+    cli.main(["eval", "--model", str(out), "--tasks", "pubmedqa", "--data", f"pubmedqa={questions}",
+              "--output", str(evaluation)])  # fmt: skip
+    settings = json.loads(evaluation.read_text())["settings"]
+    assert settings["merged_adapter_fingerprint"] == weights_fingerprint(adapter)
+    _check_scored_model(str(evaluation), adapter)  # the LoRA run's final/ is this adapter
+    _check_scored_model(str(evaluation), str(shutil.copytree(adapter, tmp_path / "adapter-copy")))
+    other = shutil.copytree(adapter, tmp_path / "other-adapter")
+    (other / "adapter_model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(UserError, match="nor a merge-lora output of it"):
+        _check_scored_model(str(evaluation), str(other))
+    # A merged folder whose record is unreadable is only its own weights.
+    (out / "merged_from.json").write_text("{not json")
+    cli.main(["eval", "--model", str(out), "--tasks", "pubmedqa", "--data", f"pubmedqa={questions}",
+              "--output", str(evaluation), "--overwrite"])  # fmt: skip
+    assert json.loads(evaluation.read_text())["settings"]["merged_adapter_fingerprint"] is None
+    with pytest.raises(UserError, match="nor a merge-lora output of it"):
+        _check_scored_model(str(evaluation), adapter)

@@ -243,14 +243,16 @@ def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, 
     for run in ("sft-free-s1", "grpo-free-s1", "sft-free-flip-s1", "dpo-free-s1"):
         (out / run / "final").mkdir(parents=True)  # grpo-free-s1 trained; sft-free-flip-s1 has no dev evaluation
     learning_report.eval_file(out, "grpo-free", "generate", 1).unlink()
-    (out / "dpo-free-s1" / "final" / "adapter_config.json").write_text("{}")  # evaluated merged: no card
+    (out / "dpo-free-s1" / "final" / "adapter_config.json").write_text("{}")  # a LoRA run, evaluated merged
     dpo = learning_report.eval_file(out, "dpo-free", "generate", 1)
     dpo.write_text(learning_report.eval_file(out, "sft-free", "generate", 1).read_text())
     written = check.cards(out, "learning", [1, 2])
     assert [c[:3] for c in calls] == [
-        ("card", str(out / "sft-free-s1"), str(learning_report.eval_file(out, "sft-free", "generate", 1)))
+        ("card", str(out / "sft-free-s1"), str(learning_report.eval_file(out, "sft-free", "generate", 1))),
+        ("card", str(out / "dpo-free-s1"), str(dpo)),
     ]
-    assert written == [tmp_path / "results" / "learning_cards" / "sft-free-s1.md"]
+    cards = tmp_path / "results" / "learning_cards"
+    assert written == [cards / "sft-free-s1.md", cards / "dpo-free-s1.md"]
     assert written[0].read_text() == f"card of {out / 'sft-free-s1'}"
 
 

@@ -283,3 +283,12 @@ def test_a_run_that_has_started_but_not_logged_is_a_run_not_a_folder_of_evaluati
     assert "started" in (tmp_path / "report.html").read_text(encoding="utf-8")
     with pytest.raises(UserError, match="holds no run"):
         read_inputs([str(started / "runs")])
+
+
+def test_the_page_names_the_scored_weights_and_the_adapter_a_merge_came_from():
+    from medrecipes.report.page import _scored_model
+
+    assert _scored_model({"model": "m", "model_fingerprint": "sha256:a"}) == "m (sha256:a)"
+    merged = {"model": "m", "model_fingerprint": "sha256:a", "merged_adapter_fingerprint": "sha256:b"}
+    assert _scored_model(merged) == "m (sha256:a, merged from adapter sha256:b)"
+    assert _scored_model({"model": "m"}) == "m"

@@ -13,7 +13,7 @@ from medrecipes.errors import UserError
 from medrecipes.evaluation import calibration as cal
 from medrecipes.evaluation.loglik import max_context_length
 from medrecipes.evaluation.scoring import evaluate_task
-from medrecipes.models.files import weights_fingerprint
+from medrecipes.models.files import merged_adapter_fingerprint, weights_fingerprint
 from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
 from medrecipes.usmle import (
@@ -92,6 +92,8 @@ def run_evaluation(args) -> dict:
     settings = {
         "model": args.model_name_or_path,
         "model_fingerprint": weights_fingerprint(args.model_name_or_path),  # which weights, whatever the path
+        # A merge-lora output names the adapter it folded in: the evaluation is of that LoRA run's model too
+        "merged_adapter_fingerprint": merged_adapter_fingerprint(args.model_name_or_path),
         "mode": args.mode,
         "num_fewshot": args.num_fewshot,
         "limit": args.limit,

@@ -316,20 +316,25 @@ def evaluation_reports(paths: list[str]) -> dict[str, dict]:
 
 def _check_scored_model(eval_file: str, final: str) -> None:
     """An evaluation in a run's card is of the run's model: the weights' fingerprint the eval file
-    recorded is final/'s (a copy of final/ elsewhere has the same), or, for an eval file written
-    before fingerprints were recorded, its model is final/ itself. One line otherwise: its figures
-    would be published as this model's."""
+    recorded is final/'s (a copy of final/ elsewhere has the same) or, for a LoRA run, the adapter
+    that the scored merge-lora output folded in is final/'s; for an eval file written before
+    fingerprints were recorded, its model is final/ itself. One line otherwise: its figures would
+    be published as this model's."""
     from medrecipes.models.files import weights_fingerprint
     from medrecipes.outputs.records import same_path
 
     settings = json.loads(Path(eval_file).read_text(encoding="utf-8")).get("settings") or {}
     scored, recorded = settings.get("model"), settings.get("model_fingerprint")
     ours = weights_fingerprint(final)
-    same = recorded == ours if recorded and ours else bool(scored) and same_path(str(scored), final)
+    if recorded and ours:
+        same = ours in (recorded, settings.get("merged_adapter_fingerprint"))
+    else:
+        same = bool(scored) and same_path(str(scored), final)
     if not same:
         raise UserError(
             f"{eval_file}: it evaluated {scored} ({recorded or 'no fingerprint recorded'}), not this run's model "
-            f"{final} ({ours or 'no weights found'}); pass evaluations of {final}"
+            f"{final} ({ours or 'no weights found'}) nor a merge-lora output of it; pass evaluations of {final} "
+            "or of its merge"
         )
 
 

@@ -142,6 +142,23 @@ def weights_fingerprint(path: str) -> str | None:
     return f"sha256:{digest.hexdigest()[:16]}"
 
 
+# Written by `medrecipes merge-lora` into the merged folder: the adapter it folded in, so that an
+# evaluation of the merge can be told to be of that adapter's run (`medrecipes card`).
+MERGE_RECORD = "merged_from.json"
+
+
+def merged_adapter_fingerprint(path: str) -> str | None:
+    """The weights' fingerprint of the LoRA adapter that `medrecipes merge-lora` folded into the model
+    folder `path`, as its merged_from.json records it; None for a model that is not a merge (or whose
+    record is unreadable: it is then only the weights it has)."""
+    try:
+        with open(os.path.join(os.path.expanduser(path), MERGE_RECORD), encoding="utf-8") as f:
+            found = json.load(f).get("adapter_fingerprint")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
 def adapter_base(config_path: str) -> tuple[str, str | None]:
     """The base model (and revision) named by a LoRA adapter's adapter_config.json."""
     config = read_adapter_config(config_path)

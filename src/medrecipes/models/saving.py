@@ -9,6 +9,7 @@ merged into the unquantised base: merging into 4-bit weights would round the upd
     medrecipes merge-lora outputs/medgemma-qlora/final outputs/medgemma-merged --dtype bfloat16
 """
 
+import json
 import logging
 import os
 
@@ -16,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from medrecipes.errors import UserError
+from medrecipes.models.files import MERGE_RECORD, weights_fingerprint
 from medrecipes.models.files import adapter_base as adapter_base_of
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.loading import load_merged_adapter, load_tokenizer
@@ -42,13 +44,24 @@ def adapter_base(adapter_dir: str) -> tuple[str, str | None]:
 def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwrite: bool = False) -> str:
     """Load the adapter's base in `dtype` (default: the checkpoint's), merge the adapter into it
     and save the merged model, tokenizer and generation config to `out_dir` (replacing what is
-    there only with `overwrite`, never the adapter or its base); returns `out_dir`."""
-    base, _ = adapter_base(adapter_dir)
+    there only with `overwrite`, never the adapter or its base), with a record of the adapter and
+    base it came from (merged_from.json: an evaluation of the merge is then one of the adapter's
+    run); returns `out_dir`."""
+    base, revision = adapter_base(adapter_dir)
     claim_output(out_dir, "merge-lora", "merge-lora OUT_DIR", [adapter_dir, base], overwrite, folder=True)
     model, tokenizer = load_merged_adapter(adapter_dir, dtype)
     with staged(out_dir, folder=True, kind="merge-lora") as path:  # a kill leaves the old folder or the new, whole
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
+        record = {
+            "adapter": os.path.abspath(adapter_dir),
+            "adapter_fingerprint": weights_fingerprint(adapter_dir),
+            "base": base,
+            "base_revision": revision,
+            "dtype": str(model.dtype),
+        }
+        with open(os.path.join(path, MERGE_RECORD), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
     logger.info("merged %s into %s; saved to %s", adapter_dir, base, out_dir)
     return out_dir
 

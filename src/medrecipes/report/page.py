@@ -117,9 +117,12 @@ def evaluation_rows(evaluations: list[Evaluation]) -> list[list]:
 
 
 def _scored_model(settings: dict) -> str:
-    """The model an evaluation scored, with its weights' fingerprint where the file recorded one."""
+    """The model an evaluation scored, with its weights' fingerprint where the file recorded one
+    and the adapter's where the model is a merge-lora output."""
     model, fingerprint = settings.get("model", "not recorded"), settings.get("model_fingerprint")
-    return f"{model} ({fingerprint})" if fingerprint else str(model)
+    adapter = settings.get("merged_adapter_fingerprint")
+    merged = f", merged from adapter {adapter}" if adapter else ""
+    return f"{model} ({fingerprint}{merged})" if fingerprint else str(model)
 
 
 def _calibration_cells(report: dict) -> list[str]:
