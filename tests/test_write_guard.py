@@ -491,3 +491,27 @@ def test_every_write_goes_through_the_guard_or_says_why():
     )
     assert {(file, function) for file, function, _ in found} == set(PLAIN_WRITES)  # no entry outlives its write
     assert len(PLAIN_WRITES) <= 12 and all(len(reason) > 20 for reason in PLAIN_WRITES.values())
+
+
+@pytest.mark.parametrize("kind", ["run", "report"])
+def test_another_process_checking_the_same_folder_is_not_taken_for_a_users_file(tmp_path, kind):
+    """Every process of a launch checks that output_dir takes a file (a probe, there for an instant)
+    while it parses the recipe; the writing process, claiming the folder at that instant, must not
+    take that probe for a user's file. A user's file beside it is still refused."""
+    from medrecipes.outputs.claims import check_writable
+    from medrecipes.outputs.records import PROBE, mark, not_written
+
+    out = tmp_path / "out"
+    out.mkdir()
+    probe = out / f"{PROBE}k2x9"
+    probe.write_text("")  # the other rank's, mid-check
+    claim_output(str(out), kind, "recipe: output_dir", overwrite=True, folder=True)
+    check_writable(str(out), "recipe: output_dir", folder=True)  # its own probe leaves nothing behind
+    assert sorted(p.name for p in out.iterdir() if p.name != ".medrecipes.lock") == [probe.name]
+    mark(str(out), kind, whole=True)
+    (out / f"{PROBE}later").write_text("")
+    assert not_written(str(out)) is None
+    (out / "notes.txt").write_text("the user's")
+    (out / ".medrecipes.json").unlink()
+    with pytest.raises(UserError, match="did not write"):
+        claim_output(str(out), kind, "recipe: output_dir", overwrite=True, folder=True)

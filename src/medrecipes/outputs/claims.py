@@ -14,6 +14,7 @@ from medrecipes.errors import UserError
 from medrecipes.outputs.records import (
     LOCK,
     MARKER,
+    PROBE,
     STAGING_EXTRA,
     beside,
     changed_since,
@@ -45,7 +46,7 @@ def check_writable(path: str, where: str, folder: bool = False) -> None:
         raise UserError(f"{where}: cannot create {path}: {existing} is a file; name a path under a folder")
     folder = existing if os.path.isdir(existing) else os.path.dirname(existing)
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".medrecipes-probe-")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=PROBE)
     except OSError as err:
         raise UserError(
             f"{where}: cannot write {path}: {folder} is not writable ({err.strerror}); name a path you can write to"

@@ -8,6 +8,14 @@ import shutil
 
 MARKER = ".medrecipes.json"  # what wrote a result: inside a folder, `.<name>.medrecipes.json` beside a file
 LOCK = ".medrecipes.lock"  # held by the process training in a run's folder
+# `check_writable`'s file, there for an instant: every process of a launch checks output_dir while
+# parsing its recipe, so the writing one can find another's probe in the folder it claims.
+PROBE = ".medrecipes-probe-"
+
+
+def ours_in_passing(name: str) -> bool:
+    """A file name in a result's folder that is our bookkeeping, never a user's or the result's."""
+    return name in (MARKER, LOCK) or name.startswith(PROBE)
 
 
 # Results written before the marker existed: a run's record.
@@ -22,8 +30,8 @@ def same_path(a: str, b: str) -> bool:
 
 
 def holds_something(path: str) -> bool:
-    """A file, or a folder with anything in it but our lock and marker."""
-    return os.path.isfile(path) or (os.path.isdir(path) and bool(set(os.listdir(path)) - {LOCK, MARKER}))
+    """A file, or a folder with anything in it but our lock, marker and probes."""
+    return os.path.isfile(path) or (os.path.isdir(path) and not all(map(ours_in_passing, os.listdir(path))))
 
 
 def beside(path: str, suffix: str) -> str:
@@ -71,9 +79,9 @@ def written_about(path: str) -> str | None:
 
 
 def _files_in(folder: str) -> list[str]:
-    """Every file under `folder`, as paths relative to it, but our marker and lock."""
+    """Every file under `folder`, as paths relative to it, but our marker, lock and probes."""
     found = (os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder) for n in names)
-    return sorted(f for f in found if f not in (MARKER, LOCK))
+    return sorted(f for f in found if not ours_in_passing(f))
 
 
 def _recorded(path: str, key: str):
