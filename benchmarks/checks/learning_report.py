@@ -208,9 +208,10 @@ def cell(figure: dict) -> str:
 
 
 def summary(stage: dict) -> str:
+    runs = len(stage["seeds"])
     return (
         f"mean {stage['accuracy']:.1%}, worst {stage['worst']:.1%}, spread {stage['spread']:.1%}, "
-        f"mean macro-F1 {stage['macro_f1']:.3f} ({len(stage['seeds'])} seeds)"
+        f"mean macro-F1 {stage['macro_f1']:.3f} ({runs} seed{'s' if runs != 1 else ''})"
     )
 
 
