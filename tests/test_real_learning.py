@@ -79,6 +79,9 @@ def test_the_report_gives_every_seed_the_mean_the_worst_and_the_spread(out):
     assert met["reasoning-free GRPO beats SFT: mean above SFT's"]["met"]
     assert met["reasoning-free SFT, 2 seeds, within 60 minutes on this machine"]["met"]
     assert not met["SFT: predicted labels not all one class, in every seed"]["met"]  # seed 1 said yes to all
+    assert met["SFT: predicted labels not all one class, in every seed"]["figure"] == "one class in seed(s) [1]"
+    base = met["base (loglik): predicted labels not all one class, in every seed"]  # said "no" to all, once
+    assert not base["met"] and base["figure"] == "one class in its one run"
     assert report["seconds"] == {"sft-free-s1": 60.0, "sft-free-s2": 70.0}
     text = learning_report.markdown(report)
     assert "| reasoning_free | SFT | s1: 55.6% (" in text and "<br>s2: 77.8% (" in text

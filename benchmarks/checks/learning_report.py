@@ -197,8 +197,9 @@ def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list
         if name == "always yes":  # one class by construction
             continue
         one_class = [e["seed"] for e in figure["seeds"] if sum(v > 0 for v in e["predicted"].values()) <= 1]
+        where = "its one run" if one_class == [None] else f"seed(s) {one_class}"  # an unseeded stage runs once
         add(f"{name}: predicted labels not all one class, in every seed", not one_class,
-            f"one class in seed(s) {one_class}" if one_class else "more than one class in each")  # fmt: skip
+            f"one class in {where}" if one_class else "more than one class in each")  # fmt: skip
     return found
 
 
