@@ -30,7 +30,8 @@ S's in out/recipes/):
 and once: eval-base-free (log-likelihood of " yes"/" no"/" maybe"), the real check's cpt and
 answer-only sft. `--ablation balance` also trains each seed's reasoning-free SFT with
 `balance_answers` switched from the recipe's setting (sft-free-flip-sS), for the validation
-accuracy the two settings reach on the same seeds.
+accuracy the two settings reach on the same seeds (what chooses the recipe's setting), then
+evaluates each switched run on dev once, as the recipe's runs are (not with --stop-after sft).
 
 On a GPU (`--device gpu`, run by `benchmarks/gpu_session.sh learn`; seed 1 unless --seeds): bf16,
 trained far past what a CPU allows (GPU_STAGES), every stage a LoRA adapter (merged for
@@ -252,6 +253,11 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
                     sys.executable, "recipes/sft.py", seeded_recipe(out, "sft-free", s, **flip)))  # fmt: skip
         if args.stop_after == "sft":
             return
+        if args.ablation == "balance":  # dev once for each switched run, beside its validation accuracy
+            for s in seeds:
+                flipped = out / f"sft-free-flip-s{s}" / "final"
+                stage(f"eval-sft-free-flip-s{s}", eval_file(out, "sft-free-flip", "generate", s),
+                      lambda s=s, flipped=flipped: evaluate(out, flipped, "sft-free-flip", free, "generate", s))  # fmt: skip
         for s in seeds:
             sft = out / f"sft-free-s{s}" / "final"
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
@@ -296,13 +302,33 @@ def shipped_balance() -> bool:
     return bool(source.get("balance_answers", False))
 
 
+def used_balance(out: Path, stage: str, seed: int) -> bool | None:
+    """The balance_answers a run trained with, from the recipe its run record keeps (None: no run)."""
+    record = out / f"{stage}-s{seed}" / "run.json"
+    if not record.exists():
+        return None
+    source = json.loads(record.read_text())["recipe"]["dataset_mixture"]["sources"][0]
+    return bool(source.get("balance_answers", False))
+
+
 def ablation(out: Path, seeds: list[int]) -> dict:
-    """The validation accuracy each seed's SFT kept with the recipe's balance_answers and with it
-    switched: what chose the recipe's setting (dev is not read)."""
+    """The validation accuracy each seed's SFT kept with balance_answers off and on (the recipe's
+    setting first): what chooses the recipe's setting. Each run is put by the setting its run record
+    names, so a folder trained before the recipe changed its setting is still read right. Its dev
+    accuracy (`dev`) is beside it once evaluated, which the check does only after every seed's runs
+    have their validation figures."""
     on = shipped_balance()
-    arms = {f"balance_answers {on}".lower(): "sft-free", f"balance_answers {not on}".lower(): "sft-free-flip"}
-    found = {arm: {s: selected(out, stage, s) for s in seeds} for arm, stage in arms.items()}
-    return {arm: {str(s): kept for s, kept in runs.items() if kept} for arm, runs in found.items()}
+    found = {f"balance_answers {setting}".lower(): {} for setting in (on, not on)}
+    for stage in ("sft-free", "sft-free-flip"):
+        for s in seeds:
+            kept, used = selected(out, stage, s), used_balance(out, stage, s)
+            if kept and used is not None:
+                dev = read(eval_file(out, stage, "generate", s))
+                found[f"balance_answers {used}".lower()][str(s)] = {
+                    **kept,
+                    **({"dev": dev["accuracy"]} if dev else {}),
+                }
+    return found
 
 
 def ablation_markdown(found: dict | None) -> str:
@@ -316,7 +342,13 @@ def ablation_markdown(found: dict | None) -> str:
              "|---|" + "---:|" * (len(seeds) + 1)]  # fmt: skip
     for arm, runs in found.items():
         values = [runs[s]["validation"] for s in seeds if s in runs]
-        cells = [f"{runs[s]['validation']:.1%} (step {runs[s]['step']})" if s in runs else "not run" for s in seeds]
+        cells = [
+            f"{runs[s]['validation']:.1%} (step {runs[s]['step']})"
+            + (f"; dev {runs[s]['dev']:.1%}" if "dev" in runs[s] else "")
+            if s in runs
+            else "not run"
+            for s in seeds
+        ]
         mean = f"{sum(values) / len(values):.1%}" if values else "none"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {mean} |")
     return "\n".join(lines) + "\n"

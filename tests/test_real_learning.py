@@ -201,13 +201,21 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     assert grpo["model_name_or_path"] == str(tmp_path / "sft-free-s3" / "final") and grpo["seed"] == 3
     dpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 3)))
     assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
+    balanced = bool(shipped["dataset_mixture"]["sources"][0].get("balance_answers"))
     shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
     flip_file = check.seeded_recipe(
-        tmp_path, "sft-free", 1, dataset_mixture_source={"balance_answers": True}, output_dir=str(tmp_path / "flip")
+        tmp_path,
+        "sft-free",
+        1,
+        dataset_mixture_source={"balance_answers": not balanced},
+        output_dir=str(tmp_path / "flip"),
     )
-    assert flip_file != shipped_file and "balance_answers" not in open(shipped_file).read()  # one file per run
+    assert flip_file != shipped_file  # one file per run
+    kept = yaml.safe_load(open(shipped_file))["dataset_mixture"]["sources"][0]
+    assert bool(kept.get("balance_answers")) == balanced and check.shipped_balance() == balanced
     flip = yaml.safe_load(open(flip_file))
-    assert flip["dataset_mixture"]["sources"][0]["balance_answers"] and flip["output_dir"] == str(tmp_path / "flip")
+    assert flip["dataset_mixture"]["sources"][0]["balance_answers"] is not balanced
+    assert flip["output_dir"] == str(tmp_path / "flip")
     assert "balance_answers" not in flip["eval_sets"]["validation"]  # validation is scored as it is
 
 
@@ -260,26 +268,40 @@ def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, 
 
 
 def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed(out):
-    for run, step, accuracy in (
-        ("sft-free-s1", 152, 0.72),
-        ("sft-free-s2", 114, 0.64),
-        ("sft-free-flip-s1", 189, 0.7),
-    ):
-        (out / run).mkdir()
-        state = {"best_global_step": step, "best_metric": accuracy, "global_step": 252, "log_history": []}
-        (out / run / "trainer_state.json").write_text(json.dumps(state))
     shipped = bool(
         yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0].get(
             "balance_answers"
         )
     )
+    for run, step, accuracy, balanced in (
+        ("sft-free-s1", 152, 0.72, shipped),
+        ("sft-free-s2", 114, 0.64, shipped),
+        ("sft-free-flip-s1", 189, 0.7, not shipped),
+    ):
+        (out / run).mkdir()
+        state = {"best_global_step": step, "best_metric": accuracy, "global_step": 252, "log_history": []}
+        (out / run / "trainer_state.json").write_text(json.dumps(state))
+        source = {"path": "fit.json", "format": "usmle", **({"balance_answers": True} if balanced else {})}
+        (out / run / "run.json").write_text(json.dumps({"recipe": {"dataset_mixture": {"sources": [source]}}}))
     found = check.ablation(out, [1, 2])
     ours, other = f"balance_answers {shipped}".lower(), f"balance_answers {not shipped}".lower()
-    assert found[ours] == {
-        "1": {"step": 152, "validation": 0.72, "of_steps": 252},
-        "2": {"step": 114, "validation": 0.64, "of_steps": 252},
+    assert list(found) == [ours, other]  # the recipe's setting first
+    assert found[ours] == {  # the recipe's runs, evaluated on dev (the fixture's 20 and 28 of 36)
+        "1": {"step": 152, "validation": 0.72, "of_steps": 252, "dev": pytest.approx(20 / 36)},
+        "2": {"step": 114, "validation": 0.64, "of_steps": 252, "dev": pytest.approx(28 / 36)},
     }
-    assert found[other] == {"1": {"step": 189, "validation": 0.7, "of_steps": 252}}
+    assert found[other] == {"1": {"step": 189, "validation": 0.7, "of_steps": 252}}  # not on dev yet
     text = check.ablation_markdown(found)
-    assert f"| {ours} | 72.0% (step 152) | 64.0% (step 114) | 68.0% |" in text
+    assert f"| {ours} | 72.0% (step 152); dev 55.6% | 64.0% (step 114); dev 77.8% | 68.0% |" in text
     assert f"| {other} | 70.0% (step 189) | not run | 70.0% |" in text
+    write_eval(out, "sft-free-flip", "generate", 1, GOLD[:-9] + "A" * 9)  # 32 of 36 right
+    found = check.ablation(out, [1, 2])
+    assert found[other]["1"]["dev"] == pytest.approx(32 / 36)
+    assert f"| {other} | 70.0% (step 189); dev 88.9% | not run | 70.0% |" in check.ablation_markdown(found)
+    # A run is put by the setting its record names, not by its folder: a folder trained before the
+    # recipe switched its setting is read right.
+    (out / "sft-free-s2" / "run.json").write_text(
+        json.dumps({"recipe": {"dataset_mixture": {"sources": [{"balance_answers": not shipped}]}}})
+    )
+    found = check.ablation(out, [1, 2])
+    assert set(found[ours]) == {"1"} and found[other]["2"]["validation"] == 0.64
