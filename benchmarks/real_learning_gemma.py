@@ -54,6 +54,8 @@ from checks.stages import RESULTS, medrecipes, prepare, run, stage_runner, write
 from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
 from real_check_gemma import RECIPES as CHECK_RECIPES
 
+from medrecipes.runs.record import read_record
+
 RECIPES = {
     "sft-free": "recipes/gemma3_270m_sft_pubmedqa_free.yaml",
     "grpo-free": "recipes/gemma3_270m_grpo_pubmedqa_free.yaml",
@@ -296,19 +298,20 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
 
 
+def balance_of(recipe: dict) -> bool:
+    """`balance_answers` of a recipe's (first) training source."""
+    return bool(recipe["dataset_mixture"]["sources"][0].get("balance_answers", False))
+
+
 def shipped_balance() -> bool:
-    """`balance_answers` of the reasoning-free SFT recipe's training source, as it ships."""
-    source = yaml.safe_load(Path(RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0]
-    return bool(source.get("balance_answers", False))
+    """`balance_answers` of the reasoning-free SFT recipe, as it ships."""
+    return balance_of(yaml.safe_load(Path(RECIPES["sft-free"]).read_text()))
 
 
 def used_balance(out: Path, stage: str, seed: int) -> bool | None:
     """The balance_answers a run trained with, from the recipe its run record keeps (None: no run)."""
-    record = out / f"{stage}-s{seed}" / "run.json"
-    if not record.exists():
-        return None
-    source = json.loads(record.read_text())["recipe"]["dataset_mixture"]["sources"][0]
-    return bool(source.get("balance_answers", False))
+    record = read_record(str(out / f"{stage}-s{seed}"))
+    return None if record is None else balance_of(record["recipe"])
 
 
 def ablation(out: Path, seeds: list[int]) -> dict:
