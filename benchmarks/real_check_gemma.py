@@ -8,7 +8,8 @@ Usage:
 
 Each stage leaves its result in --out and is skipped when that result is there, so a check that
 was stopped resumes at the stage it was in (the training stages also resume from their last
-checkpoint):
+checkpoint; a training stage is skipped only where its run trained with what its recipe gives
+now, else the check stops in one line naming the difference):
 
   data       PubMedQA's 500 labelled questions outside its test split, shuffled (seeded) into
              train and dev; the abstracts of each as documents; 300 MedQA 4-option test
@@ -267,14 +268,14 @@ def main(argv: list[str] | None = None) -> dict:
     models = {"base": GEMMA, "cpt": out / "cpt" / "final", "sft": out / "sft-merged", "grpo": out / "grpo" / "final"}
     stage("data", out / "data" / "split.json", lambda: stage_data(out, args.dev, args.medqa, args.seed))
     stage("eval-base", out / "perplexity" / "base.json", lambda: evaluate(out, models["base"], "base"))
-    stage("cpt", models["cpt"], lambda: run(sys.executable, "recipes/cpt.py", RECIPES["cpt"]))
+    stage("cpt", models["cpt"], lambda: run(sys.executable, "recipes/cpt.py", RECIPES["cpt"]), ("cpt", RECIPES["cpt"]))
     stage("eval-cpt", out / "perplexity" / "cpt.json", lambda: evaluate(out, models["cpt"], "cpt"))
     stage("sft", models["sft"], lambda: (
         run(sys.executable, "recipes/sft.py", RECIPES["sft"]),
         medrecipes("merge-lora", str(out / "sft" / "final"), str(models["sft"])),
-    ))  # fmt: skip
+    ), ("sft", RECIPES["sft"]))  # fmt: skip
     stage("eval-sft", out / "perplexity" / "sft.json", lambda: evaluate(out, models["sft"], "sft"))
-    stage("grpo", models["grpo"], lambda: grpo_pushed(out))
+    stage("grpo", models["grpo"], lambda: grpo_pushed(out), ("grpo", RECIPES["grpo"]))
     stage("eval-grpo", out / "perplexity" / "grpo.json", lambda: evaluate(out, models["grpo"], "grpo"))
     report_page = out / "report.html"
     stage("report", report_page, lambda: medrecipes(

@@ -16,7 +16,8 @@ SFT recipes score them in generate mode at every epoch (their `eval_sets`) and k
 with the best validation accuracy (`load_best_model_at_end`, `metric_for_best_model`). Dev is
 evaluated once per trained model, at the end, and chooses nothing. Each stage leaves its result
 in --out and is skipped when that result is there, so a stopped run resumes at the stage it was
-in; out/seconds.json keeps each stage's wall time.
+in (a training stage only where its run trained with what its seeded recipe gives now: else the
+check stops in one line naming the difference); out/seconds.json keeps each stage's wall time.
 
 Per seed S (each run's folder and evaluation carry -sS; a recipe's folders are rewritten to seed
 S's in out/recipes/):
@@ -119,15 +120,16 @@ def seeded_recipe(out: Path, name: str, seed: int, recipe: str | None = None, **
     """The recipe of stage `name` for seed `seed`, written to out/recipes/<its run folder>.yaml: its folders in the
     check's folder (outputs/real-check-gemma3-270m/<folder>/) those of the seed (<folder>-s<seed>/),
     its `seed` the seed, and `changes` to its top-level keys (`dataset_mixture_source` for the
-    training source's keys)."""
+    training source's keys, None taking a key out)."""
     data = yaml.safe_load(Path(recipe or RECIPES[name]).read_text())
     text = json.dumps(data)
     for folder in FOLDERS:
         text = text.replace(f"{DEFAULT_OUT}/{folder}/", f"{out}/{folder}-s{seed}/")
         text = text.replace(f'"{DEFAULT_OUT}/{folder}"', f'"{out}/{folder}-s{seed}"')
     data = json.loads(text.replace(f"{DEFAULT_OUT}/", f"{out}/"))  # the check's other folders (data, cpt)
-    source = changes.pop("dataset_mixture_source", {})
-    data["dataset_mixture"]["sources"][0].update(source)
+    source = data["dataset_mixture"]["sources"][0]
+    for key, value in changes.pop("dataset_mixture_source", {}).items():
+        source.pop(key) if value is None else source.update({key: value})
     data.update(seed=seed, **changes)
     path = out / "recipes" / f"{Path(data['output_dir']).name}.yaml"  # one file per run
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,14 +247,14 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
         stage("eval-base-free", eval_file(out, "base-free", "loglik"),
               lambda: evaluate(out, GEMMA, "base-free", free, "loglik", None))  # fmt: skip
         for s in seeds:
+            recipe = seeded_recipe(out, "sft-free", s)
             stage(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final",
-                  lambda s=s: run(sys.executable, "recipes/sft.py", seeded_recipe(out, "sft-free", s)))  # fmt: skip
+                  lambda recipe=recipe: run(sys.executable, "recipes/sft.py", recipe), ("sft", recipe))  # fmt: skip
         if args.ablation == "balance":  # the same seeds with balance_answers switched from the recipe's
             for s in seeds:
-                flip = {"dataset_mixture_source": {"balance_answers": not shipped_balance()},
-                        "output_dir": str(out / f"sft-free-flip-s{s}")}  # fmt: skip
-                stage(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final", lambda s=s, flip=flip: run(
-                    sys.executable, "recipes/sft.py", seeded_recipe(out, "sft-free", s, **flip)))  # fmt: skip
+                recipe = seeded_recipe(out, "sft-free", s, **switched_balance(out, s))
+                stage(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final",
+                      lambda recipe=recipe: run(sys.executable, "recipes/sft.py", recipe), ("sft", recipe))  # fmt: skip
         if args.stop_after == "sft":
             return
         if args.ablation == "balance":  # dev once for each switched run, beside its validation accuracy
@@ -268,34 +270,46 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
         for s in seeds:  # DPO (pairs and training, about 15 minutes a seed on 2 cores) before GRPO (about 33)
             stage(f"pairs-free-s{s}", out / f"preference-free-s{s}" / "pairs_train.jsonl",
                   lambda s=s: pairs(out, args.samples, s))  # fmt: skip
-            dpo = out / f"dpo-free-s{s}" / "merged"
-            stage(f"dpo-free-s{s}", dpo, lambda s=s, dpo=dpo: adapter_run(
-                "dpo", seeded_recipe(out, "dpo-free", s), out / f"dpo-free-s{s}", dpo))  # fmt: skip
+            dpo, recipe = out / f"dpo-free-s{s}" / "merged", seeded_recipe(out, "dpo-free", s)
+            stage(f"dpo-free-s{s}", dpo, lambda s=s, dpo=dpo, recipe=recipe: adapter_run(
+                "dpo", recipe, out / f"dpo-free-s{s}", dpo), ("dpo", recipe))  # fmt: skip
             stage(f"eval-dpo-free-s{s}", eval_file(out, "dpo-free", "generate", s),
                   lambda s=s, dpo=dpo: evaluate(out, dpo, "dpo-free", free, "generate", s))  # fmt: skip
         for s in seeds:
-            grpo = out / f"grpo-free-s{s}" / "final"
-            stage(
-                f"grpo-free-s{s}",
-                grpo,
-                lambda s=s: run(sys.executable, "recipes/grpo.py", seeded_recipe(out, "grpo-free", s)),
-            )
+            grpo, recipe = out / f"grpo-free-s{s}" / "final", seeded_recipe(out, "grpo-free", s)
+            stage(f"grpo-free-s{s}", grpo,
+                  lambda recipe=recipe: run(sys.executable, "recipes/grpo.py", recipe), ("grpo", recipe))  # fmt: skip
             stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
                   lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
     if args.part in ("required", "all"):
         # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
         # the stage this part is for, then the answer-only SFT it is compared with.
         cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
-        stage("cpt", cpt, lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]))
+        stage(
+            "cpt",
+            cpt,
+            lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]),
+            ("cpt", CHECK_RECIPES["cpt"]),
+        )
         for s in seeds:
-            long = out / f"sft-long-s{s}-merged"
-            stage(f"sft-long-s{s}", long, lambda s=s, long=long: adapter_run(
-                "sft", seeded_recipe(out, "sft-long", s), out / f"sft-long-s{s}", long))  # fmt: skip
+            long, recipe = out / f"sft-long-s{s}-merged", seeded_recipe(out, "sft-long", s)
+            stage(f"sft-long-s{s}", long, lambda s=s, long=long, recipe=recipe: adapter_run(
+                "sft", recipe, out / f"sft-long-s{s}", long), ("sft", recipe))  # fmt: skip
             stage(f"eval-sft-long-s{s}", eval_file(out, "sft-long", "generate", s),
                   lambda s=s, long=long: evaluate(out, long, "sft-long", required, "generate", s, *LONG_ANSWERS))  # fmt: skip
-        stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only))
+        stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only),
+              ("sft", CHECK_RECIPES["sft"]))  # fmt: skip
         stage("eval-sft-answer-only", eval_file(out, "sft", "generate"),
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
+
+
+def switched_balance(out: Path, seed: int) -> dict:
+    """seeded_recipe's changes for seed `seed`'s reasoning-free SFT with balance_answers switched
+    from the recipe's: its own folder, and the key on, or taken out where off is the switch (off is
+    its default, and a run's data fingerprint tells a default written out from a key left out: the
+    switched run is then the recipe as it was without the key)."""
+    return {"dataset_mixture_source": {"balance_answers": None if shipped_balance() else True},
+            "output_dir": str(out / f"sft-free-flip-s{seed}")}  # fmt: skip
 
 
 def balance_of(recipe: dict) -> bool:
@@ -366,11 +380,9 @@ def gpu_stages(out: Path, stage, part: str, seeds: list[int]) -> None:
         merged, folder = out / f"{name}-s{s}-merged", out / f"{name}-s{s}"
         # The seed is the seeded recipe's; the start and the folder are the GPU run's own.
         overrides = ["--model_name_or_path", str(start), "--output_dir", str(folder), *GPU_STAGES[name]]
-        stage(
-            f"{name}-s{s}",
-            merged,
-            lambda: adapter_run(script, seeded_recipe(out, name, s, recipe), folder, merged, *overrides),
-        )
+        seeded = seeded_recipe(out, name, s, recipe)
+        stage(f"{name}-s{s}", merged, lambda: adapter_run(script, seeded, folder, merged, *overrides),
+              (script, seeded, *overrides))  # fmt: skip
         return merged
 
     free, required = SETTINGS["free"], SETTINGS["required"]

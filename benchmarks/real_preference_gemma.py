@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     stage("pairs-dev", preference / "pairs_dev.jsonl", lambda: stage_pairs_dev(out, args.samples, args.seed))
     stage("pairs-train", preference / "pairs_train.jsonl",
           lambda: stage_pairs_train(out, args.train_questions, args.samples, args.seed))  # fmt: skip
-    stage("dpo", out / "dpo" / "final", lambda: run(sys.executable, "recipes/dpo.py", RECIPE))
+    stage("dpo", out / "dpo" / "final", lambda: run(sys.executable, "recipes/dpo.py", RECIPE), ("dpo", RECIPE))
     stage("eval-dpo", out / "perplexity" / "dpo.json", lambda: (
         medrecipes("merge-lora", str(out / "dpo" / "final"), str(out / "dpo-merged")),
         evaluate(out, out / "dpo-merged", "dpo"),

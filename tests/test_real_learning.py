@@ -203,19 +203,17 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
     balanced = bool(shipped["dataset_mixture"]["sources"][0].get("balance_answers"))
     shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
-    flip_file = check.seeded_recipe(
-        tmp_path,
-        "sft-free",
-        1,
-        dataset_mixture_source={"balance_answers": not balanced},
-        output_dir=str(tmp_path / "flip"),
-    )
+    flip_file = check.seeded_recipe(tmp_path, "sft-free", 1, **check.switched_balance(tmp_path, 1))
     assert flip_file != shipped_file  # one file per run
     kept = yaml.safe_load(open(shipped_file))["dataset_mixture"]["sources"][0]
     assert bool(kept.get("balance_answers")) == balanced and check.shipped_balance() == balanced
     flip = yaml.safe_load(open(flip_file))
-    assert flip["dataset_mixture"]["sources"][0]["balance_answers"] is not balanced
-    assert flip["output_dir"] == str(tmp_path / "flip")
+    switched = flip["dataset_mixture"]["sources"][0]
+    # on where the recipe is off; off, its default, by the key taken out: the recipe without the key
+    assert switched == (
+        {k: v for k, v in kept.items() if k != "balance_answers"} if balanced else {**kept, "balance_answers": True}
+    )
+    assert flip["output_dir"] == str(tmp_path / "sft-free-flip-s1")
     assert "balance_answers" not in flip["eval_sets"]["validation"]  # validation is scored as it is
 
 
@@ -305,3 +303,48 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
     )
     found = check.ablation(out, [1, 2])
     assert set(found[ours]) == {"1"} and found[other]["2"]["validation"] == 0.64
+
+
+def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_gives_now(tmp_path, capsys):
+    """The check skips a stage whose result is there; for a training stage only where the run there
+    trained with what its recipe gives now, else it stops in one line naming the difference (a
+    recipe that changed since is not passed over). Where it logs or saves, or a folder moved, is
+    the same run."""
+    from checks.stages import stage_runner
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.training.run_folder import claim_run_folder
+
+    sft, run = "recipes/tiny_sft.yaml", tmp_path / "sft-s1"
+    assert not claim_run_folder("sft", *parse_recipe("sft", [sft, "--output_dir", str(run)]))  # its record
+    (run / "final").mkdir()
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("run.json", "final"):
+        (run / name).rename(moved / name)
+    stage, seconds = stage_runner(tmp_path)
+    same = [("--output_dir", str(moved)), ("--output_dir", str(moved), "--logging_steps", "7", "--report_to", "none")]
+    for overrides in same:
+        stage("sft-s1", moved / "final", lambda: pytest.fail("a done stage ran"), ("sft", sft, *overrides))
+        assert "sft-s1 done" in capsys.readouterr().out
+    changed = {
+        ("--learning_rate", "0.5"): "learning_rate 0.003 there, 0.5 here",
+        ("--seed", "3"): "seed 42 there, 3 here",
+        (
+            "--dataset_mixture",
+            '{"sources": [{"path": "data/usmle_sample/train.jsonl", "format": "usmle", "balance_answers": true}]}',
+        ): "dataset_mixture ",  # fmt: skip
+        ("--model_name_or_path", str(tmp_path)): f"model outputs/demo/cpt/final, here {tmp_path}",
+    }
+    for overrides, difference in changed.items():
+        with pytest.raises(SystemExit) as stopped:
+            stage(
+                "sft-s1",
+                moved / "final",
+                lambda: pytest.fail("ran"),
+                ("sft", sft, "--output_dir", str(moved), *overrides),
+            )
+        line = str(stopped.value.code)
+        assert line.startswith(f"real check: sft-s1 ({moved / 'final'}) was trained with other settings than {sft}")
+        assert difference in line and "\n" not in line and "move its run folder aside" in line
+    assert seconds == {}  # nothing ran

@@ -30,12 +30,19 @@ def prepare(folder: str, inputs) -> Path:
 def stage_runner(out: Path):
     """(stage, seconds): `stage(name, done, work)` runs `work` unless `done` exists (a check that
     was stopped resumes at the stage it was in), adding its wall time to `seconds`, which
-    out/seconds.json keeps across runs."""
+    out/seconds.json keeps across runs. A training stage names its recipe, `recipe=(method, recipe
+    file, overrides...)`: where it is done, the run there must be the one that recipe makes now, or
+    the check stops in one line (a recipe changed since its run is not passed over in silence)."""
     times_file = out / "seconds.json"
     seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
 
-    def stage(name: str, done: Path, work) -> None:
+    def stage(name: str, done: Path, work, recipe: tuple[str, ...] = ()) -> None:
         if done.exists():
+            if recipe and (changed := recipe_changed(*recipe)):
+                sys.exit(
+                    f"real check: {name} ({done}) was trained with other settings than {recipe[1]} gives now "
+                    f"({changed}); move its run folder aside, or give the check another folder"
+                )
             print(f"real check: {name} done ({done})", flush=True)
             return
         print(f"real check: {name}", flush=True)
@@ -45,6 +52,15 @@ def stage_runner(out: Path):
         times_file.write_text(json.dumps(seconds, indent=1))
 
     return stage, seconds
+
+
+def recipe_changed(method: str, *argv: str) -> str:
+    """How the run in the output_dir of recipe `argv` (its file, then overrides) differs from the run
+    that recipe makes now ("" where it does not, or no run is there)."""
+    from medrecipes.config import parse_recipe
+    from medrecipes.training.run_folder import recorded_differences
+
+    return recorded_differences(method, *parse_recipe(method, list(argv)))
 
 
 def write_results(name: str, report: dict, text: str) -> None:

@@ -35,9 +35,11 @@ def _differences(saved: dict, ours: dict) -> str:
     )
 
 
-# Settings that do not change what a finished run trained: where and how it logs and saves.
-_NOT_TRAINING = ("logging_steps", "report_to", "save_steps", "save_strategy", "save_total_limit", "push_to_hub",
-                 "hub_model_id", "hub_strategy", "hub_private_repo", "run_name")  # fmt: skip
+# Settings that do not change what a finished run trained: where and how it logs and saves (a run
+# folder moved elsewhere holds the same run).
+_NOT_TRAINING = ("output_dir", "logging_dir", "logging_steps", "report_to", "save_steps", "save_strategy",
+                 "save_total_limit", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
+                 "run_name")  # fmt: skip
 
 
 def _changed_settings(saved: dict, ours: dict) -> str:
@@ -47,6 +49,22 @@ def _changed_settings(saved: dict, ours: dict) -> str:
     return "; ".join(f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in keys[:5]) + (
         "; ..." if len(keys) > 5 else ""
     )
+
+
+def recorded_differences(method: str, recipe, training_args, model_args) -> str:
+    """How the run recorded in this recipe's output_dir differs from the run the recipe makes now:
+    its script, model or data, then the settings that change what it trained; "" where they agree
+    or no run is recorded there. A pipeline that skips a stage whose run finished asks this first,
+    so that a recipe changed since is not passed over in silence."""
+    saved = read_record(training_args.output_dir)
+    if saved is None:
+        return ""
+    ours = resolved_recipe(recipe, model_args, training_args)
+    found = (
+        _differences(saved, run_identity(method, recipe, model_args)),
+        _changed_settings(saved.get("recipe") or {}, ours),
+    )
+    return "; ".join(part for part in found if part)
 
 
 def _start_over(output_dir: str) -> None:
