@@ -13,7 +13,7 @@ from conftest import LAUNCH, PYTHON, ROOT, log_history, run, run_recipe
 
 from medrecipes import cli, usmle
 from medrecipes.config import parse_recipe, recipe_method
-from medrecipes.data.preference import on_policy_pairs, unpaired
+from medrecipes.data.preference import on_policy_pairs, one_answer, unpaired
 from medrecipes.errors import UserError
 
 TINY = "recipes/tiny_dpo.yaml"
@@ -181,6 +181,10 @@ def test_on_policy_pairs_set_a_right_sample_against_a_wrong_one_and_count_the_re
         assert usmle.extract_answer(rejected, usmle.letters_for(row)) != row["answer"]
         assert rejected in [s.strip() for s in samples[i]]
     assert on_policy_pairs(ROWS, samples, system_prompt=SYSTEM, seed=1) == (pairs, left_out)  # seeded
+    assert [row["answer"] for row in ROWS] == list("CADCD")
+    assert one_answer(ROWS, pairs) is None  # pairs choosing D, C and D
+    assert one_answer(ROWS, [pairs[0], pairs[2]]) == "D"  # only D chosen, where the questions' answers vary
+    assert one_answer([ROWS[2], ROWS[4]], [pairs[0], pairs[2]]) is None  # every question's answer is D
 
 
 def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_path, capsys):

@@ -52,6 +52,15 @@ def on_policy_pairs(
     return pairs, left_out
 
 
+def one_answer(rows, pairs: list[dict]) -> str | None:
+    """The gold letter that every pair chooses, where the questions' gold letters are not all that
+    one (None otherwise): such pairs teach the letter, whatever the question. A model that knows its
+    training questions by heart disagrees with itself on a few of them only, often of one answer."""
+    gold = {row["id"]: row["answer"] for row in rows}
+    chosen = {gold[pair["id"]] for pair in pairs}
+    return next(iter(chosen)) if len(chosen) == 1 and len(set(gold.values())) > 1 else None
+
+
 PAIR = ("chosen", "rejected")
 
 
