@@ -6,6 +6,7 @@ plan counting the reference model, and bad rows refused in one line."""
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from conftest import LAUNCH, PYTHON, ROOT, log_history, run, run_recipe
 
 from medrecipes import cli, usmle
 from medrecipes.config import parse_recipe, recipe_method
-from medrecipes.data.preference import on_policy_pairs, one_answer, unpaired
+from medrecipes.data.preference import chosen_account, on_policy_pairs, unpaired
 from medrecipes.errors import UserError
 
 TINY = "recipes/tiny_dpo.yaml"
@@ -182,9 +183,11 @@ def test_on_policy_pairs_set_a_right_sample_against_a_wrong_one_and_count_the_re
         assert rejected in [s.strip() for s in samples[i]]
     assert on_policy_pairs(ROWS, samples, system_prompt=SYSTEM, seed=1) == (pairs, left_out)  # seeded
     assert [row["answer"] for row in ROWS] == list("CADCD")
-    assert one_answer(ROWS, pairs) is None  # pairs choosing D, C and D
-    assert one_answer(ROWS, [pairs[0], pairs[2]]) == "D"  # only D chosen, where the questions' answers vary
-    assert one_answer([ROWS[2], ROWS[4]], [pairs[0], pairs[2]]) is None  # every question's answer is D
+    assert chosen_account(ROWS, pairs) == "the pairs choose C 1, D 2"
+    assert chosen_account(ROWS, []) == "the pairs choose nothing"
+    one = chosen_account(ROWS, [pairs[0], pairs[2]])  # D only, where the questions' letters vary
+    assert one.startswith("the pairs choose D 2: one letter, which preference training on them teaches")
+    assert chosen_account([ROWS[2], ROWS[4]], [pairs[0], pairs[2]]) == "the pairs choose D 2"  # every answer D
 
 
 def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_path, capsys):
@@ -203,6 +206,8 @@ def test_on_policy_pairs_from_a_model_record_how_they_were_made(chat_model, tmp_
     )
     assert len(pairs) + int(left_out[1]) + int(left_out[2]) == len(rows) and f"{len(pairs)} pairs written" in printed
     assert about.startswith(f"on-policy: {chat_model}'s own answers to 20 questions") and about in printed
+    chosen = Counter(rows[pair["id"]]["answer"] for pair in pairs)
+    assert "; the pairs choose " + (", ".join(f"{k} {chosen[k]}" for k in sorted(chosen)) or "nothing") in about
     for pair in pairs:
         row = rows[pair["id"]]
         assert usmle.extract_answer(pair["chosen"][0]["content"], usmle.letters_for(row)) == row["answer"]

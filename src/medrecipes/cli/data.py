@@ -121,7 +121,7 @@ def cmd_decontaminate(args) -> None:
 
 
 def cmd_pairs(args) -> None:
-    from medrecipes.data.preference import mcq_pairs, on_policy_pairs, one_answer, unpaired
+    from medrecipes.data.preference import chosen_account, mcq_pairs, on_policy_pairs, unpaired
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
     from medrecipes.usmle import load_mcq
@@ -139,11 +139,7 @@ def cmd_pairs(args) -> None:
             f"{left_out['all right']} questions left out where every sample was right, {left_out['all wrong']} "
             "where every one was wrong"
         )
-        if letter := one_answer(rows, pairs):
-            how += (
-                f"; every pair chooses answer {letter}, which preference training on them teaches whatever the "
-                "question (sample more answers a question, or make the pairs from questions the model has not trained on)"
-            )
+        how += "; " + chosen_account(rows, pairs)
     else:
         pairs = mcq_pairs(rows, args.system_prompt, args.seed)
         how = f"the gold answer of each of {len(rows)} questions of {files} chosen against a wrong option drawn with seed {args.seed}"

@@ -4,6 +4,7 @@ unpaired layout of them, and the recipe's mixture of preference sources (TRL's l
 chosen, rejected; or prompt, completion, label; plain text or conversational)."""
 
 import random
+from collections import Counter
 
 from medrecipes import usmle
 from medrecipes.data.mixture import build_mixture
@@ -52,13 +53,20 @@ def on_policy_pairs(
     return pairs, left_out
 
 
-def one_answer(rows, pairs: list[dict]) -> str | None:
-    """The gold letter that every pair chooses, where the questions' gold letters are not all that
-    one (None otherwise): such pairs teach the letter, whatever the question. A model that knows its
-    training questions by heart disagrees with itself on a few of them only, often of one answer."""
+def chosen_account(rows, pairs: list[dict]) -> str:
+    """How many of `pairs` choose each gold letter (rows by id), "the pairs choose A 2, B 9", and
+    where they all choose one letter of questions whose letters vary, that they teach it. A model
+    that knows its training questions by heart disagrees with itself on a few of them only, often
+    of one answer: pairs of one letter, or mostly one, teach that letter whatever the question."""
     gold = {row["id"]: row["answer"] for row in rows}
-    chosen = {gold[pair["id"]] for pair in pairs}
-    return next(iter(chosen)) if len(chosen) == 1 and len(set(gold.values())) > 1 else None
+    chosen = sorted(Counter(gold[pair["id"]] for pair in pairs).items())
+    account = "the pairs choose " + (", ".join(f"{letter} {n}" for letter, n in chosen) or "nothing")
+    if len(chosen) == 1 and len(set(gold.values())) > 1:
+        account += (
+            ": one letter, which preference training on them teaches whatever the question (sample more answers "
+            "a question, or make the pairs from questions the model has not trained on)"
+        )
+    return account
 
 
 PAIR = ("chosen", "rejected")
