@@ -243,18 +243,20 @@ def cards(out: Path, name: str, seeds: list[int]) -> list[Path]:
 
 def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
     free, required = SETTINGS["free"], SETTINGS["required"]
+
+    def trained(name: str, done: Path, method: str, recipe: str) -> None:
+        """A stage that runs recipes/<method>.py on `recipe`, checked against it once done."""
+        stage(name, done, lambda: run(sys.executable, f"recipes/{method}.py", recipe), (method, recipe))
+
     if args.part in ("free", "all"):
         stage("eval-base-free", eval_file(out, "base-free", "loglik"),
               lambda: evaluate(out, GEMMA, "base-free", free, "loglik", None))  # fmt: skip
         for s in seeds:
-            recipe = seeded_recipe(out, "sft-free", s)
-            stage(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final",
-                  lambda recipe=recipe: run(sys.executable, "recipes/sft.py", recipe), ("sft", recipe))  # fmt: skip
+            trained(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final", "sft", seeded_recipe(out, "sft-free", s))
         if args.ablation == "balance":  # the same seeds with balance_answers switched from the recipe's
             for s in seeds:
                 recipe = seeded_recipe(out, "sft-free", s, **switched_balance(out, s))
-                stage(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final",
-                      lambda recipe=recipe: run(sys.executable, "recipes/sft.py", recipe), ("sft", recipe))  # fmt: skip
+                trained(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final", "sft", recipe)
         if args.stop_after == "sft":
             return
         if args.ablation == "balance":  # dev once for each switched run, beside its validation accuracy
@@ -276,21 +278,15 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             stage(f"eval-dpo-free-s{s}", eval_file(out, "dpo-free", "generate", s),
                   lambda s=s, dpo=dpo: evaluate(out, dpo, "dpo-free", free, "generate", s))  # fmt: skip
         for s in seeds:
-            grpo, recipe = out / f"grpo-free-s{s}" / "final", seeded_recipe(out, "grpo-free", s)
-            stage(f"grpo-free-s{s}", grpo,
-                  lambda recipe=recipe: run(sys.executable, "recipes/grpo.py", recipe), ("grpo", recipe))  # fmt: skip
+            grpo = out / f"grpo-free-s{s}" / "final"
+            trained(f"grpo-free-s{s}", grpo, "grpo", seeded_recipe(out, "grpo-free", s))
             stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
                   lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
     if args.part in ("required", "all"):
         # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
         # the stage this part is for, then the answer-only SFT it is compared with.
         cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
-        stage(
-            "cpt",
-            cpt,
-            lambda: run(sys.executable, "recipes/cpt.py", CHECK_RECIPES["cpt"]),
-            ("cpt", CHECK_RECIPES["cpt"]),
-        )
+        trained("cpt", cpt, "cpt", CHECK_RECIPES["cpt"])
         for s in seeds:
             long, recipe = out / f"sft-long-s{s}-merged", seeded_recipe(out, "sft-long", s)
             stage(f"sft-long-s{s}", long, lambda s=s, long=long, recipe=recipe: adapter_run(
