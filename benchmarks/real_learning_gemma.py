@@ -6,7 +6,7 @@ Usage:
 
     make real-check-learning                   # installs the model folder, then runs this
     python benchmarks/real_learning_gemma.py [--out outputs/real-check-gemma3-270m] [--part free|required|all]
-        [--seeds 1,2,3] [--ablation balance] [--stop-after sft] [--report-only]
+        [--seeds 1,2,3] [--ablation balance passes] [--stop-after sft] [--report-only]
 
 It grows `make real-check MODEL=gemma3-270m` (benchmarks/real_check_gemma.py) in the same folder:
 the same seeded train/dev split, and for the reasoning-required part that check's CPT model and
@@ -30,9 +30,11 @@ S's in out/recipes/):
     sft-long       recipes/gemma3_270m_sft_pubmedqa_long.yaml: the conclusion, then the answer
 and once: eval-base-free (log-likelihood of " yes"/" no"/" maybe"), the real check's cpt and
 answer-only sft. `--ablation balance` also trains each seed's reasoning-free SFT with
-`balance_answers` switched from the recipe's setting (sft-free-flip-sS), for the validation
+`balance_answers` switched from the recipe's setting (sft-free-flip-sS), `--ablation passes` with
+3 passes where the recipe trains 4, or 4 where it trains 3 (sft-free-passes-sS), for the validation
 accuracy the two settings reach on the same seeds (what chooses the recipe's setting), then
-evaluates each switched run on dev once, as the recipe's runs are (not with --stop-after sft).
+evaluates each switched run on dev once, as the recipe's runs are (not with --stop-after sft). The
+report gives every ablation whose runs are there.
 
 On a GPU (`--device gpu`, run by `benchmarks/gpu_session.sh learn`; seed 1 unless --seeds): bf16,
 trained far past what a CPU allows (GPU_STAGES), every stage a LoRA adapter (merged for
@@ -47,6 +49,8 @@ worst seed and spread, every claim's paired difference seed by seed, the targets
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -178,8 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="gpu: GPU_STAGES, LoRA, no DPO")
     parser.add_argument("--seeds", help="comma-separated training seeds (default 1,2,3; on a GPU 1)")
     parser.add_argument(
-        "--ablation", choices=["balance"], help="balance: each seed's SFT again, balance_answers switched"
-    )
+        "--ablation", nargs="+", choices=list(ABLATIONS), default=[],
+        help="each seed's SFT again with one setting switched: balance_answers (balance), 3 or 4 passes (passes)",
+    )  # fmt: skip
     parser.add_argument(
         "--stop-after", choices=["sft"], help="sft: the reasoning-free SFT runs only, not evaluated on dev yet"
     )
@@ -199,9 +204,10 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             cpu_stages(out, stage, args, seeds)
     report = summarise(out, seconds, seeds, device_name())
-    if args.ablation:
-        report["ablation"] = ablation(out, seeds)
-    write_results(name, report, markdown(report) + ablation_markdown(report.get("ablation")))
+    if found := ablations(out, seeds):
+        report["ablation"] = found
+    tables = "".join(map(ablation_markdown, report.get("ablation", {}).values()))
+    write_results(name, report, markdown(report) + tables)
     report_page(out, name, seeds)
     cards(out, name, seeds)
     return report
@@ -209,7 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def run_folders(out: Path, seeds: list[int]) -> list[Path]:
     """The training runs of the check that are there, seed by seed."""
-    stages = ("sft-free", "sft-free-flip", "grpo-free", "dpo-free", "sft-long", "grpo-long")
+    switched = [switch.folder for switch in ABLATIONS.values()]
+    stages = ("sft-free", *switched, "grpo-free", "dpo-free", "sft-long", "grpo-long")
     return [out / f"{stage}-s{seed}" for stage in stages for seed in seeds if (out / f"{stage}-s{seed}").is_dir()]
 
 
@@ -253,17 +260,17 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, GEMMA, "base-free", free, "loglik", None))  # fmt: skip
         for s in seeds:
             trained(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final", "sft", seeded_recipe(out, "sft-free", s))
-        if args.ablation == "balance":  # the same seeds with balance_answers switched from the recipe's
+        for switch in map(ABLATIONS.get, args.ablation):  # the same seeds with one setting switched
             for s in seeds:
-                recipe = seeded_recipe(out, "sft-free", s, **switched_balance(out, s))
-                trained(f"sft-free-flip-s{s}", out / f"sft-free-flip-s{s}" / "final", "sft", recipe)
+                recipe, run_dir = seeded_recipe(out, "sft-free", s, **switch.switched(out, s)), f"{switch.folder}-s{s}"
+                trained(run_dir, out / run_dir / "final", "sft", recipe)
         if args.stop_after == "sft":
             return
-        if args.ablation == "balance":  # dev once for each switched run, beside its validation accuracy
+        for folder in (ABLATIONS[n].folder for n in args.ablation):  # dev once for each switched run
             for s in seeds:
-                flipped = out / f"sft-free-flip-s{s}" / "final"
-                stage(f"eval-sft-free-flip-s{s}", eval_file(out, "sft-free-flip", "generate", s),
-                      lambda s=s, flipped=flipped: evaluate(out, flipped, "sft-free-flip", free, "generate", s))  # fmt: skip
+                switched = out / f"{folder}-s{s}" / "final"
+                stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
+                      lambda s=s, folder=folder, switched=switched: evaluate(out, switched, folder, free, "generate", s))  # fmt: skip
         for s in seeds:
             sft = out / f"sft-free-s{s}" / "final"
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
@@ -299,49 +306,83 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
 
 
-def switched_balance(out: Path, seed: int) -> dict:
-    """seeded_recipe's changes for seed `seed`'s reasoning-free SFT with balance_answers switched
-    from the recipe's: its own folder, and the key on, or taken out where off is the switch (off is
-    its default, and a run's data fingerprint tells a default written out from a key left out: the
-    switched run is then the recipe as it was without the key)."""
-    return {"dataset_mixture_source": {"balance_answers": None if shipped_balance() else True},
-            "output_dir": str(out / f"sft-free-flip-s{seed}")}  # fmt: skip
-
-
 def balance_of(recipe: dict) -> bool:
     """`balance_answers` of a recipe's (first) training source."""
     return bool(recipe["dataset_mixture"]["sources"][0].get("balance_answers", False))
 
 
-def shipped_balance() -> bool:
-    """`balance_answers` of the reasoning-free SFT recipe, as it ships."""
-    return balance_of(yaml.safe_load(Path(RECIPES["sft-free"]).read_text()))
+def balance_set(on: bool) -> dict:
+    """seeded_recipe's changes for balance_answers `on`: the key on, or taken out for off (off is its
+    default, and a run's data fingerprint tells a default written out from a key left out: the run
+    is then the recipe as it was without the key)."""
+    return {"dataset_mixture_source": {"balance_answers": True if on else None}}
 
 
-def used_balance(out: Path, stage: str, seed: int) -> bool | None:
-    """The balance_answers a run trained with, from the recipe its run record keeps (None: no run)."""
-    record = read_record(str(out / f"{stage}-s{seed}"))
-    return None if record is None else balance_of(record["recipe"])
+@dataclass(frozen=True)
+class Ablation:
+    """Each seed's reasoning-free SFT trained again with one setting switched from the recipe's, into
+    <folder>-sS: the validation accuracy of the two settings on the same seeds is what chooses the
+    recipe's. `setting` reads it from a recipe (the shipped one, or the one a run record keeps),
+    `other` gives the switched value of the shipped one, and `changes` seeded_recipe's changes for a
+    value."""
+
+    key: str  # the recipe key, as the report names the arms
+    folder: str
+    setting: Callable[[dict], object]
+    other: Callable[[object], object]
+    changes: Callable[[object], dict]
+
+    def arms(self) -> tuple[object, object]:
+        """The recipe's setting as it ships, and the switched one."""
+        shipped = self.setting(yaml.safe_load(Path(RECIPES["sft-free"]).read_text()))
+        return shipped, self.other(shipped)
+
+    def switched(self, out: Path, seed: int) -> dict:
+        """seeded_recipe's changes for seed `seed`'s switched run, in its own folder."""
+        return {**self.changes(self.arms()[1]), "output_dir": str(out / f"{self.folder}-s{seed}")}
+
+    def used(self, out: Path, folder: str, seed: int) -> object | None:
+        """The setting a run trained with, from the recipe its run record keeps (None: no run)."""
+        record = read_record(str(out / f"{folder}-s{seed}"))
+        return None if record is None else self.setting(record["recipe"])
 
 
-def ablation(out: Path, seeds: list[int]) -> dict:
-    """The validation accuracy each seed's SFT kept with balance_answers off and on (the recipe's
+# Passes: validation kept the third of four passes in two seeds of three, so 3 is trained for a
+# schedule of its own (its cosine decay ends there), at a quarter less time; 3 and 4 switch.
+ABLATIONS = {
+    "balance": Ablation("balance_answers", "sft-free-flip", balance_of, lambda on: not on, balance_set),
+    "passes": Ablation("num_train_epochs", "sft-free-passes", lambda recipe: recipe["num_train_epochs"],
+                       lambda passes: 7 - passes, lambda passes: {"num_train_epochs": passes}),
+}  # fmt: skip
+
+
+def ablation(out: Path, seeds: list[int], name: str) -> dict:
+    """The validation accuracy each seed's SFT kept in ablation `name`'s two arms (the recipe's
     setting first): what chooses the recipe's setting. Each run is put by the setting its run record
     names, so a folder trained before the recipe changed its setting is still read right. Its dev
     accuracy (`dev`) is beside it once evaluated, which the check does only after every seed's runs
     have their validation figures."""
-    on = shipped_balance()
-    found = {f"balance_answers {setting}".lower(): {} for setting in (on, not on)}
-    for stage in ("sft-free", "sft-free-flip"):
+    switch = ABLATIONS[name]
+    found = {f"{switch.key} {setting}".lower(): {} for setting in switch.arms()}
+    for folder in ("sft-free", switch.folder):
         for s in seeds:
-            kept, used = selected(out, stage, s), used_balance(out, stage, s)
+            kept, used = selected(out, folder, s), switch.used(out, folder, s)
             if kept and used is not None:
-                dev = read(eval_file(out, stage, "generate", s))
-                found[f"balance_answers {used}".lower()][str(s)] = {
+                dev = read(eval_file(out, folder, "generate", s))
+                found.setdefault(f"{switch.key} {used}".lower(), {})[str(s)] = {
                     **kept,
                     **({"dev": dev["accuracy"]} if dev else {}),
                 }
     return found
+
+
+def ablations(out: Path, seeds: list[int]) -> dict:
+    """Each ablation with a switched run there, by name: its arms (`ablation`)."""
+    return {
+        name: ablation(out, seeds, name)
+        for name, switch in ABLATIONS.items()
+        if any((out / f"{switch.folder}-s{s}").is_dir() for s in seeds)
+    }
 
 
 def ablation_markdown(found: dict | None) -> str:

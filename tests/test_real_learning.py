@@ -203,10 +203,13 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
     balanced = bool(shipped["dataset_mixture"]["sources"][0].get("balance_answers"))
     shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
-    flip_file = check.seeded_recipe(tmp_path, "sft-free", 1, **check.switched_balance(tmp_path, 1))
+    flip_file = check.seeded_recipe(tmp_path, "sft-free", 1, **check.ABLATIONS["balance"].switched(tmp_path, 1))
     assert flip_file != shipped_file  # one file per run
     kept = yaml.safe_load(open(shipped_file))["dataset_mixture"]["sources"][0]
-    assert bool(kept.get("balance_answers")) == balanced and check.shipped_balance() == balanced
+    assert bool(kept.get("balance_answers")) == balanced and check.ABLATIONS["balance"].arms() == (
+        balanced,
+        not balanced,
+    )
     flip = yaml.safe_load(open(flip_file))
     switched = flip["dataset_mixture"]["sources"][0]
     # on where the recipe is off; off, its default, by the key taken out: the recipe without the key
@@ -215,6 +218,17 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     )
     assert flip["output_dir"] == str(tmp_path / "sft-free-flip-s1")
     assert "balance_answers" not in flip["eval_sets"]["validation"]  # validation is scored as it is
+    assert {k: v for k, v in flip.items() if k not in ("dataset_mixture", "output_dir")} == {
+        k: v for k, v in yaml.safe_load(open(shipped_file)).items() if k not in ("dataset_mixture", "output_dir")
+    }  # nothing else switched
+    passes = yaml.safe_load(
+        open(check.seeded_recipe(tmp_path, "sft-free", 1, **check.ABLATIONS["passes"].switched(tmp_path, 1)))
+    )
+    assert passes["num_train_epochs"] == {3: 4, 4: 3}[shipped["num_train_epochs"]]
+    assert passes["output_dir"] == str(tmp_path / "sft-free-passes-s1")
+    assert {k: v for k, v in passes.items() if k not in ("num_train_epochs", "output_dir")} == {
+        k: v for k, v in yaml.safe_load(open(shipped_file)).items() if k not in ("num_train_epochs", "output_dir")
+    }
 
 
 def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
@@ -281,7 +295,7 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
         (out / run / "trainer_state.json").write_text(json.dumps(state))
         source = {"path": "fit.json", "format": "usmle", **({"balance_answers": True} if balanced else {})}
         (out / run / "run.json").write_text(json.dumps({"recipe": {"dataset_mixture": {"sources": [source]}}}))
-    found = check.ablation(out, [1, 2])
+    found = check.ablation(out, [1, 2], "balance")
     ours, other = f"balance_answers {shipped}".lower(), f"balance_answers {not shipped}".lower()
     assert list(found) == [ours, other]  # the recipe's setting first
     assert found[ours] == {  # the recipe's runs, evaluated on dev (the fixture's 20 and 28 of 36)
@@ -293,7 +307,7 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
     assert f"| {ours} | 72.0% (step 152); dev 55.6% | 64.0% (step 114); dev 77.8% | 68.0% |" in text
     assert f"| {other} | 70.0% (step 189) | not run | 70.0% |" in text
     write_eval(out, "sft-free-flip", "generate", 1, GOLD[:-9] + "A" * 9)  # 32 of 36 right
-    found = check.ablation(out, [1, 2])
+    found = check.ablation(out, [1, 2], "balance")
     assert found[other]["1"]["dev"] == pytest.approx(32 / 36)
     assert f"| {other} | 70.0% (step 189); dev 88.9% | not run | 70.0% |" in check.ablation_markdown(found)
     # A run is put by the setting its record names, not by its folder: a folder trained before the
@@ -301,8 +315,37 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
     (out / "sft-free-s2" / "run.json").write_text(
         json.dumps({"recipe": {"dataset_mixture": {"sources": [{"balance_answers": not shipped}]}}})
     )
-    found = check.ablation(out, [1, 2])
+    found = check.ablation(out, [1, 2], "balance")
     assert set(found[ours]) == {"1"} and found[other]["2"]["validation"] == 0.64
+
+
+def test_the_passes_ablation_puts_each_run_by_the_passes_its_record_names(out):
+    """Each ablation reads only the recipe's runs and its own folder's; the report gives every
+    ablation with a run there, each in its own table."""
+    shipped = yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())["num_train_epochs"]
+    other = 7 - shipped
+    for run, passes, step, accuracy in (
+        ("sft-free-s1", shipped, 152, 0.72),
+        ("sft-free-passes-s1", other, 114, 0.76),
+        ("sft-free-passes-s2", other, 114, 0.7),
+        ("sft-free-flip-s1", shipped, 189, 0.9),  # the balance ablation's: not this one's
+    ):
+        (out / run).mkdir()
+        state = {"best_global_step": step, "best_metric": accuracy, "global_step": 152, "log_history": []}
+        (out / run / "trainer_state.json").write_text(json.dumps(state))
+        recipe = {"num_train_epochs": passes, "dataset_mixture": {"sources": [{"path": "fit.json"}]}}
+        (out / run / "run.json").write_text(json.dumps({"recipe": recipe}))
+    found = check.ablation(out, [1, 2], "passes")
+    assert list(found) == [f"num_train_epochs {shipped}", f"num_train_epochs {other}"]
+    assert found[f"num_train_epochs {shipped}"] == {
+        "1": {"step": 152, "validation": 0.72, "of_steps": 152, "dev": pytest.approx(20 / 36)}
+    }
+    assert {s: run["validation"] for s, run in found[f"num_train_epochs {other}"].items()} == {"1": 0.76, "2": 0.7}
+    text = check.ablation_markdown(found)
+    assert f"| num_train_epochs {shipped} | 72.0% (step 152); dev 55.6% | not run | 72.0% |" in text
+    assert f"| num_train_epochs {other} | 76.0% (step 114) | 70.0% (step 114) | 73.0% |" in text
+    assert list(check.ablations(out, [1, 2])) == ["balance", "passes"]
+    assert list(check.ablations(out, [2])) == ["passes"]  # seed 2 has no switched balance run
 
 
 def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_gives_now(tmp_path, capsys):
