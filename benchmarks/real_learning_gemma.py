@@ -24,6 +24,8 @@ S's in out/recipes/):
   reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`)
     sft-free       recipes/gemma3_270m_sft_pubmedqa_free.yaml (full fine-tuning), --seed S
     pairs-free, dpo-free  on-policy pairs of seed S's SFT answers, recipes/gemma3_270m_dpo_pubmedqa_free.yaml
+    pairs-gold-free, dpo-gold-free  the same DPO recipe on gold pairs (each train question's answer
+                   against a wrong one drawn with seed S), from the same SFT model
     grpo-free      recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from seed S's SFT model
                    (every seed's DPO first, the cheaper stage, then every seed's GRPO)
   reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model
@@ -160,12 +162,14 @@ def adapter_run(script: str, recipe: str, run_dir: Path, merged: Path, *override
     medrecipes("merge-lora", str(run_dir / "final"), str(merged))
 
 
-def pairs(out: Path, samples: int, seed: int) -> None:
-    """Right-against-wrong pairs of seed `seed`'s SFT model's own sampled answers to the train questions."""
+def pairs(out: Path, path: Path, seed: int, samples: int | None) -> None:
+    """Right-against-wrong pairs of the train questions into `path`: of seed `seed`'s SFT model's own
+    `samples` sampled answers to each, or where `samples` is None, the gold answer against a wrong
+    one drawn with `seed` (pairs that do not depend on what the SFT model already answers right)."""
+    own = ["--model", str(out / f"sft-free-s{seed}" / "final"), "--samples", str(samples)] if samples else []
     medrecipes(
         "pairs", "--mcq", str(out / "data" / "pubmedqa_fit.json"), "--pubmedqa-setting", "reasoning_free",
-        "--model", str(out / f"sft-free-s{seed}" / "final"), "--samples", str(samples), "--seed", str(seed),
-        "--out", str(out / f"preference-free-s{seed}" / "pairs_train.jsonl"),
+        *own, "--seed", str(seed), "--out", str(path),
     )  # fmt: skip
 
 
@@ -216,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
 def run_folders(out: Path, seeds: list[int]) -> list[Path]:
     """The training runs of the check that are there, seed by seed."""
     switched = [switch.folder for switch in ABLATIONS.values()]
-    stages = ("sft-free", *switched, "grpo-free", "dpo-free", "sft-long", "grpo-long")
+    stages = ("sft-free", *switched, "grpo-free", "dpo-free", "dpo-gold-free", "sft-long", "grpo-long")
     return [out / f"{stage}-s{seed}" for stage in stages for seed in seeds if (out / f"{stage}-s{seed}").is_dir()]
 
 
@@ -276,14 +280,21 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
                 evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
             ))  # fmt: skip
-        for s in seeds:  # DPO (pairs and training, about 15 minutes a seed on 2 cores) before GRPO (about 33)
-            stage(f"pairs-free-s{s}", out / f"preference-free-s{s}" / "pairs_train.jsonl",
-                  lambda s=s: pairs(out, args.samples, s))  # fmt: skip
-            dpo, recipe = out / f"dpo-free-s{s}" / "merged", seeded_recipe(out, "dpo-free", s)
-            stage(f"dpo-free-s{s}", dpo, lambda s=s, dpo=dpo, recipe=recipe: adapter_run(
-                "dpo", recipe, out / f"dpo-free-s{s}", dpo), ("dpo", recipe))  # fmt: skip
-            stage(f"eval-dpo-free-s{s}", eval_file(out, "dpo-free", "generate", s),
-                  lambda s=s, dpo=dpo: evaluate(out, dpo, "dpo-free", free, "generate", s))  # fmt: skip
+        # DPO before GRPO (about 33 minutes a seed on 2 cores): on the recipe's pairs of the SFT model's
+        # own answers (about 15 minutes a seed with the pairs), then on gold pairs (about 5)
+        for s in seeds:
+            for name, samples in (("dpo-free", args.samples), ("dpo-gold-free", None)):
+                preference = f"preference{name.removeprefix('dpo')}-s{s}"
+                data, folder = out / preference / "pairs_train.jsonl", out / f"{name}-s{s}"
+                stage(f"pairs{name.removeprefix('dpo')}-s{s}", data,
+                      lambda s=s, data=data, samples=samples: pairs(out, data, s, samples))  # fmt: skip
+                recipe = seeded_recipe(out, "dpo-free", s, dataset_mixture_source={"path": str(data)},
+                                       output_dir=str(folder))  # fmt: skip
+                dpo = folder / "merged"
+                stage(f"{name}-s{s}", dpo, lambda folder=folder, dpo=dpo, recipe=recipe: adapter_run(
+                    "dpo", recipe, folder, dpo), ("dpo", recipe))  # fmt: skip
+                stage(f"eval-{name}-s{s}", eval_file(out, name, "generate", s),
+                      lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, name, free, "generate", s))  # fmt: skip
         for s in seeds:
             grpo = out / f"grpo-free-s{s}" / "final"
             trained(f"grpo-free-s{s}", grpo, "grpo", seeded_recipe(out, "grpo-free", s))

@@ -231,6 +231,47 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     }
 
 
+def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(tmp_path, monkeypatch):
+    """Each seed's DPO stages, as the check lists them without running them: the recipe's run on
+    its pairs as the recipe names them, and the same recipe on gold pairs in folders of its own."""
+    import argparse
+
+    listed, commands = {}, []
+
+    def stage(name, done, work, recipe=()):
+        listed[name] = (done, work, recipe)
+
+    monkeypatch.setattr(check, "medrecipes", lambda *words: commands.append(words))
+    args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=4)
+    check.cpu_stages(tmp_path, stage, args, [2])
+    names = [n for n in listed if "dpo" in n or n.startswith("pairs")]
+    assert names == ["pairs-free-s2", "dpo-free-s2", "eval-dpo-free-s2",
+                     "pairs-gold-free-s2", "dpo-gold-free-s2", "eval-dpo-gold-free-s2"]  # fmt: skip
+    own, gold = (yaml.safe_load(open(listed[f"{n}-s2"][2][1])) for n in ("dpo-free", "dpo-gold-free"))
+    shipped = yaml.safe_load(open(check.seeded_recipe(tmp_path / "other", "dpo-free", 2)))
+    assert (
+        own["dataset_mixture"] == yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 2)))["dataset_mixture"]
+    )
+    assert gold["dataset_mixture"]["sources"] == [
+        {
+            **own["dataset_mixture"]["sources"][0],
+            "path": str(tmp_path / "preference-gold-free-s2" / "pairs_train.jsonl"),
+        }
+    ]
+    assert gold["output_dir"] == str(tmp_path / "dpo-gold-free-s2")
+    assert gold["model_name_or_path"] == own["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final")
+    same = {k: v for k, v in gold.items() if k not in ("dataset_mixture", "output_dir", "model_name_or_path")}
+    assert same == {
+        k: v for k, v in shipped.items() if k not in ("dataset_mixture", "output_dir", "model_name_or_path")
+    }
+    for name in ("pairs-free-s2", "pairs-gold-free-s2"):
+        done, work, _ = listed[name]
+        work()
+        assert commands[-1][commands[-1].index("--out") + 1] == str(done)
+    assert "--model" in commands[0] and commands[0][commands[0].index("--seed") + 1] == "2"
+    assert "--model" not in commands[1] and commands[1][commands[1].index("--seed") + 1] == "2"
+
+
 def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
     """The GPU run's stages parse as they will run there: each recipe with its overrides (the
     model and output folder as the stage sets them), before any GPU time is spent."""
