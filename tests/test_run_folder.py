@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 from conftest import NO_EVAL, PYTHON, ROOT, error_lines, run, run_ok, write_jsonl
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from medrecipes import cli
 from medrecipes.errors import UserError
 from medrecipes.outputs.writes import staged
+from medrecipes.runs.record import weights_fingerprint
 
 CPT, SFT = "recipes/tiny_cpt.yaml", "recipes/tiny_sft.yaml"
 # A constant learning rate, so that one step more would change the weights.
@@ -69,6 +70,40 @@ def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_mod
     assert f"output_dir: {finished_run} holds another run (script recipes/cpt.py, here recipes/sft.py" in line
     assert "overwrite_output_dir: true" in line
     assert same_weights(weights(finished_run / "final"), final)
+
+
+def test_a_run_whose_starting_model_was_trained_again_is_another_run(tiny_model, tmp_path):
+    """A pipeline's stage run again writes its model into the same folder: the next stage's finished
+    run there started from other weights at the same path, and is refused in one line, not passed
+    over as done. A copy of the folder is the same model."""
+    start, out = tmp_path / "start", tmp_path / "run"
+    shutil.copytree(tiny_model, start)
+    run_ok(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
+    recorded = json.loads((out / "run.json").read_text())["weights"]
+    assert recorded == weights_fingerprint(str(tiny_model)) and weights_fingerprint("org/model-on-the-hub") is None
+    again = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    tensors = weights(start)
+    name = sorted(tensors)[-1]
+    tensors[name] = tensors[name] + 1  # trained again
+    save_file(tensors, str(start / "model.safetensors"), metadata={"format": "pt"})
+    result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
+    assert result.returncode == 2
+    [line] = errors(result)
+    assert f"holds another run (the weights of model {start} changed since that run started from them)" in line
+
+
+def test_a_weights_fingerprint_reads_the_weight_files_only(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert weights_fingerprint(str(tmp_path)) is None  # no weights: nothing to tell apart
+    data = os.urandom(3 << 20)
+    (tmp_path / "model.safetensors").write_bytes(data)
+    first = weights_fingerprint(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"other": 1}')
+    (tmp_path / "model.safetensors").write_bytes(data)  # written again, the same bytes
+    assert weights_fingerprint(str(tmp_path)) == first
+    (tmp_path / "model.safetensors").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert weights_fingerprint(str(tmp_path)) != first
 
 
 def test_a_kill_between_the_two_renames_of_a_checkpoint_loses_nothing(finished_run, tiny_model, tmp_path, monkeypatch):

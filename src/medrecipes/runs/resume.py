@@ -11,7 +11,7 @@ from medrecipes.errors import UserError
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_damage, checkpoint_steps
 from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import REPLACED, finish_publish
-from medrecipes.runs.record import IDENTITY, read_record
+from medrecipes.runs.record import identity_differences, read_record
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +90,7 @@ def _refuse_another_run(checkpoint: str, output_dir: str) -> None:
     the result would be saved as this run's: one line, unless the recipe says so."""
     theirs = read_record(os.path.dirname(os.path.abspath(checkpoint))) or {}
     ours = read_record(output_dir) or {}
-    differs = [
-        f"{key} {theirs.get(key)}, here {ours.get(key)}" for key in IDENTITY if theirs.get(key) != ours.get(key)
-    ]
+    differs = identity_differences(theirs, ours)
     if theirs and ours and differs:
         raise UserError(
             f"resume_from_checkpoint: {checkpoint} is another run's ({'; '.join(differs)}); name a checkpoint "

@@ -19,7 +19,7 @@ from medrecipes.errors import UserError, on_interrupt
 from medrecipes.outputs.checkpoints import CHECKPOINT, kept
 from medrecipes.outputs.claims import claim_output, lock_folder
 from medrecipes.outputs.records import STAGING, mark
-from medrecipes.runs.record import IDENTITY, RECORD, read_record, run_identity, write_record
+from medrecipes.runs.record import RECORD, identity_differences, read_record, run_identity, write_record
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +29,7 @@ RUN_STATE = ("final", STAGING, "trainer_state.json", "all_results.json", "train_
 
 
 def _differences(saved: dict, ours: dict) -> str:
-    words = {"script": "script", "model": "model", "data": "dataset_mixture"}
-    return "; ".join(
-        f"{words[key]} {saved.get(key)}, here {ours[key]}" for key in IDENTITY if saved.get(key) != ours[key]
-    )
+    return "; ".join(identity_differences(saved, ours))
 
 
 # Settings that do not change what a finished run trained: where and how it logs and saves (a run
