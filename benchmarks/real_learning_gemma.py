@@ -143,13 +143,17 @@ def seeded_recipe(out: Path, name: str, seed: int, recipe: str | None = None, **
     return str(path)
 
 
-def evaluate(out: Path, model: Path, stage: str, setting: str, mode: str, seed: int | None, *extra: str) -> Path:
-    """`medrecipes eval` of `model` on the dev questions in `setting`: out/eval/<stage>[-sS]-pubmedqa-<mode>.json."""
+def evaluate(
+    out: Path, model: Path, stage: str, setting: str, mode: str, seed: int | None, *extra: str, questions: str = "dev"
+) -> Path:
+    """`medrecipes eval` of `model` on the dev questions (or `questions="val"`, the validation ones) in
+    `setting`: out/eval/<stage>[-sS]-pubmedqa-<mode>.json."""
     result = eval_file(out, stage, mode, seed)
     if not result.exists():
         result.parent.mkdir(exist_ok=True)
+        data = out / "data" / f"pubmedqa_{questions}.json"
         medrecipes(
-            "eval", "--model", str(model), "--tasks", "pubmedqa", "--data", f"pubmedqa={out / 'data' / 'pubmedqa_dev.json'}",
+            "eval", "--model", str(model), "--tasks", "pubmedqa", "--data", f"pubmedqa={data}",
             "--pubmedqa_setting", setting, "--mode", mode, "--output", str(result), "--batch_size", "4", *extra,
         )  # fmt: skip
     return result
@@ -210,7 +214,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = summarise(out, seconds, seeds, device_name())
     if found := ablations(out, seeds):
         report["ablation"] = found
+    if found := pair_sources(out, seeds):
+        report["dpo_pairs"] = found
     tables = "".join(map(ablation_markdown, report.get("ablation", {}).values()))
+    tables += ablation_markdown(report.get("dpo_pairs"), "reasoning-free DPO from SFT: validation accuracy")
     write_results(name, report, markdown(report) + tables)
     report_page(out, name, seeds)
     cards(out, name, seeds)
@@ -293,6 +300,10 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
                 dpo = folder / "merged"
                 stage(f"{name}-s{s}", dpo, lambda folder=folder, dpo=dpo, recipe=recipe: adapter_run(
                     "dpo", recipe, folder, dpo), ("dpo", recipe))  # fmt: skip
+                # The validation questions first (what compares the two pair sources), then dev once
+                stage(f"eval-{name}-validation-s{s}", eval_file(out, f"{name}-validation", "generate", s),
+                      lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, f"{name}-validation", free, "generate", s,
+                                                               questions="val"))  # fmt: skip
                 stage(f"eval-{name}-s{s}", eval_file(out, name, "generate", s),
                       lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, name, free, "generate", s))  # fmt: skip
         for s in seeds:
@@ -396,19 +407,36 @@ def ablations(out: Path, seeds: list[int]) -> dict:
     }
 
 
-def ablation_markdown(found: dict | None) -> str:
-    """The ablation's table: each arm's validation accuracy by seed ("not run" where a seed's run is
-    missing), and its mean over the seeds it ran."""
+def pair_sources(out: Path, seeds: list[int]) -> dict:
+    """The validation accuracy of each seed's DPO model on each pair source, its dev accuracy beside
+    it once evaluated: what compares the pairs of the SFT model's own answers with gold ones."""
+    found = {}
+    for name, arm in (("dpo-free", "DPO on the SFT model's own pairs"), ("dpo-gold-free", "DPO on gold pairs")):
+        for s in seeds:
+            validation, dev = (read(eval_file(out, stage, "generate", s)) for stage in (f"{name}-validation", name))
+            if validation:
+                found.setdefault(arm, {})[str(s)] = {
+                    "validation": validation["accuracy"],
+                    **({"dev": dev["accuracy"]} if dev else {}),
+                }
+    return found
+
+
+def ablation_markdown(
+    found: dict | None, what: str = "reasoning-free SFT: validation accuracy of the kept checkpoint"
+) -> str:
+    """The ablation's table: each arm's validation accuracy by seed (with the kept step where the run
+    chose one; "not run" where a seed's run is missing), and its mean over the seeds it ran."""
     if not found:
         return ""
     seeds = sorted({seed for runs in found.values() for seed in runs}, key=int)
-    lines = ["", "| reasoning-free SFT: validation accuracy of the kept checkpoint | "
-             + " | ".join(f"seed {s}" for s in seeds) + " | mean of the seeds run |",
+    lines = ["", f"| {what} | " + " | ".join(f"seed {s}" for s in seeds) + " | mean of the seeds run |",
              "|---|" + "---:|" * (len(seeds) + 1)]  # fmt: skip
     for arm, runs in found.items():
         values = [runs[s]["validation"] for s in seeds if s in runs]
         cells = [
-            f"{runs[s]['validation']:.1%} (step {runs[s]['step']})"
+            f"{runs[s]['validation']:.1%}"
+            + (f" (step {runs[s]['step']})" if "step" in runs[s] else "")
             + (f"; dev {runs[s]['dev']:.1%}" if "dev" in runs[s] else "")
             if s in runs
             else "not run"

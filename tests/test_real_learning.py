@@ -245,8 +245,15 @@ def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(
     args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=4)
     check.cpu_stages(tmp_path, stage, args, [2])
     names = [n for n in listed if "dpo" in n or n.startswith("pairs")]
-    assert names == ["pairs-free-s2", "dpo-free-s2", "eval-dpo-free-s2",
-                     "pairs-gold-free-s2", "dpo-gold-free-s2", "eval-dpo-gold-free-s2"]  # fmt: skip
+    assert names == ["pairs-free-s2", "dpo-free-s2", "eval-dpo-free-validation-s2", "eval-dpo-free-s2",
+                     "pairs-gold-free-s2", "dpo-gold-free-s2", "eval-dpo-gold-free-validation-s2",
+                     "eval-dpo-gold-free-s2"]  # fmt: skip
+    done, work, _ = listed["eval-dpo-gold-free-validation-s2"]
+    work()  # the validation questions, never dev
+    assert f"pubmedqa={tmp_path / 'data' / 'pubmedqa_val.json'}" in commands[-1]
+    assert commands[-1][commands[-1].index("--output") + 1] == str(done)
+    assert commands[-1][commands[-1].index("--model") + 1] == str(tmp_path / "dpo-gold-free-s2" / "merged")
+    commands.clear()
     own, gold = (yaml.safe_load(open(listed[f"{n}-s2"][2][1])) for n in ("dpo-free", "dpo-gold-free"))
     shipped = yaml.safe_load(open(check.seeded_recipe(tmp_path / "other", "dpo-free", 2)))
     assert (
@@ -270,6 +277,26 @@ def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(
         assert commands[-1][commands[-1].index("--out") + 1] == str(done)
     assert "--model" in commands[0] and commands[0][commands[0].index("--seed") + 1] == "2"
     assert "--model" not in commands[1] and commands[1][commands[1].index("--seed") + 1] == "2"
+
+
+def test_the_two_pair_sources_are_compared_on_validation_with_dev_beside(out):
+    write_eval(out, "dpo-free-validation", "generate", 1, "A" * len(GOLD))  # 20 of 36
+    write_eval(out, "dpo-gold-free-validation", "generate", 1, GOLD)  # 36 of 36
+    write_eval(out, "dpo-gold-free-validation", "generate", 2, GOLD[:-9] + "A" * 9)  # 32 of 36
+    write_eval(out, "dpo-gold-free", "generate", 2, GOLD[:-18] + "A" * 18)  # dev: 28 of 36
+    write_eval(out, "dpo-gold-free", "generate", 3, GOLD)  # dev without validation: not compared
+    found = check.pair_sources(out, [1, 2, 3])
+    assert found == {
+        "DPO on the SFT model's own pairs": {"1": {"validation": pytest.approx(20 / 36)}},
+        "DPO on gold pairs": {
+            "1": {"validation": 1.0},
+            "2": {"validation": pytest.approx(32 / 36), "dev": pytest.approx(28 / 36)},
+        },
+    }
+    text = check.ablation_markdown(found, "DPO")
+    assert "| DPO | seed 1 | seed 2 | mean of the seeds run |" in text
+    assert "| DPO on the SFT model's own pairs | 55.6% | not run | 55.6% |" in text
+    assert "| DPO on gold pairs | 100.0% | 88.9%; dev 77.8% | 94.4% |" in text
 
 
 def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
