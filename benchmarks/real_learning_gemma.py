@@ -72,6 +72,18 @@ RECIPES = {
 SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
 FOLDERS = ("sft-free", "grpo-free", "dpo-free", "preference-free", "sft-long")  # a recipe's, seed by seed
 VALIDATION = 50  # of the 350 training questions
+# Each seed's DPO runs, all from its SFT model with the DPO recipe (about 15 minutes a seed on its own
+# pairs, with sampling them; 5 on gold ones): its folder, the pairs it trains on ("own": the SFT
+# model's right and wrong sampled answers, as the recipe names them; "gold": each question's answer
+# against a wrong one drawn with the seed, which do not depend on what the SFT model already answers
+# right) and its changes to the recipe. At the recipe's learning rate (2e-4) gold pairs pushed the
+# rejected letters down until seeds 2 and 3 wrote no answer to 37 and 18 dev questions: a quarter of it.
+DPO_RUNS = (
+    ("dpo-free", "own", {}),
+    ("dpo-gold-free", "gold", {}),
+    ("dpo-gold-low-lr-free", "gold", {"learning_rate": 5e-5}),
+)
+PAIRS = {"own": "preference-free", "gold": "preference-gold-free"}  # where each seed's pairs file goes
 # On a GPU: bf16, LoRA adapters (r 32 on every projection: 15 MB each in float32, within what a call
 # of the GPU machine brings back), and far more training than the CPU stages.
 GPU = ["--use_cpu", "false", "--dtype", "bfloat16", "--bf16", "true", "--report_to", "none"]
@@ -227,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
 def run_folders(out: Path, seeds: list[int]) -> list[Path]:
     """The training runs of the check that are there, seed by seed."""
     switched = [switch.folder for switch in ABLATIONS.values()]
-    stages = ("sft-free", *switched, "grpo-free", "dpo-free", "dpo-gold-free", "sft-long", "grpo-long")
+    stages = ("sft-free", *switched, "grpo-free", *(run[0] for run in DPO_RUNS), "sft-long", "grpo-long")
     return [out / f"{stage}-s{seed}" for stage in stages for seed in seeds if (out / f"{stage}-s{seed}").is_dir()]
 
 
@@ -287,20 +299,19 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
                 evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
             ))  # fmt: skip
-        # DPO before GRPO (about 33 minutes a seed on 2 cores): on the recipe's pairs of the SFT model's
-        # own answers (about 15 minutes a seed with the pairs), then on gold pairs (about 5)
+        # DPO before GRPO (about 33 minutes a seed on 2 cores): DPO_RUNS, each pairs file made once
         for s in seeds:
-            for name, samples in (("dpo-free", args.samples), ("dpo-gold-free", None)):
-                preference = f"preference{name.removeprefix('dpo')}-s{s}"
-                data, folder = out / preference / "pairs_train.jsonl", out / f"{name}-s{s}"
-                stage(f"pairs{name.removeprefix('dpo')}-s{s}", data,
+            for name, source, changes in DPO_RUNS:
+                data, folder = out / f"{PAIRS[source]}-s{s}" / "pairs_train.jsonl", out / f"{name}-s{s}"
+                samples = args.samples if source == "own" else None
+                stage(f"pairs{PAIRS[source].removeprefix('preference')}-s{s}", data,
                       lambda s=s, data=data, samples=samples: pairs(out, data, s, samples))  # fmt: skip
                 recipe = seeded_recipe(out, "dpo-free", s, dataset_mixture_source={"path": str(data)},
-                                       output_dir=str(folder))  # fmt: skip
+                                       output_dir=str(folder), **changes)  # fmt: skip
                 dpo = folder / "merged"
                 stage(f"{name}-s{s}", dpo, lambda folder=folder, dpo=dpo, recipe=recipe: adapter_run(
                     "dpo", recipe, folder, dpo), ("dpo", recipe))  # fmt: skip
-                # The validation questions first (what compares the two pair sources), then dev once
+                # The validation questions first (what compares the DPO runs), then dev once
                 stage(f"eval-{name}-validation-s{s}", eval_file(out, f"{name}-validation", "generate", s),
                       lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, f"{name}-validation", free, "generate", s,
                                                                questions="val"))  # fmt: skip
@@ -408,10 +419,12 @@ def ablations(out: Path, seeds: list[int]) -> dict:
 
 
 def pair_sources(out: Path, seeds: list[int]) -> dict:
-    """The validation accuracy of each seed's DPO model on each pair source, its dev accuracy beside
-    it once evaluated: what compares the pairs of the SFT model's own answers with gold ones."""
+    """The validation accuracy of each seed's DPO runs (DPO_RUNS), its dev accuracy beside it once
+    evaluated: what compares the pairs of the SFT model's own answers with gold ones."""
     found = {}
-    for name, arm in (("dpo-free", "DPO on the SFT model's own pairs"), ("dpo-gold-free", "DPO on gold pairs")):
+    for name, source, changes in DPO_RUNS:
+        pairs_named = {"own": "the SFT model's own pairs", "gold": "gold pairs"}[source]
+        arm = f"DPO on {pairs_named}" + "".join(f", {key} {value:g}" for key, value in changes.items())
         for s in seeds:
             validation, dev = (read(eval_file(out, stage, "generate", s)) for stage in (f"{name}-validation", name))
             if validation:

@@ -247,7 +247,10 @@ def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(
     names = [n for n in listed if "dpo" in n or n.startswith("pairs")]
     assert names == ["pairs-free-s2", "dpo-free-s2", "eval-dpo-free-validation-s2", "eval-dpo-free-s2",
                      "pairs-gold-free-s2", "dpo-gold-free-s2", "eval-dpo-gold-free-validation-s2",
-                     "eval-dpo-gold-free-s2"]  # fmt: skip
+                     "eval-dpo-gold-free-s2", "dpo-gold-low-lr-free-s2", "eval-dpo-gold-low-lr-free-validation-s2",
+                     "eval-dpo-gold-low-lr-free-s2"]  # fmt: skip
+    slow = yaml.safe_load(open(listed["dpo-gold-low-lr-free-s2"][2][1]))
+    assert slow["learning_rate"] == 5e-5 and slow["output_dir"] == str(tmp_path / "dpo-gold-low-lr-free-s2")
     done, work, _ = listed["eval-dpo-gold-free-validation-s2"]
     work()  # the validation questions, never dev
     assert f"pubmedqa={tmp_path / 'data' / 'pubmedqa_val.json'}" in commands[-1]
@@ -266,6 +269,9 @@ def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(
         }
     ]
     assert gold["output_dir"] == str(tmp_path / "dpo-gold-free-s2")
+    assert {k: v for k, v in slow.items() if k not in ("learning_rate", "output_dir")} == {
+        k: v for k, v in gold.items() if k not in ("learning_rate", "output_dir")
+    }  # gold pairs at a quarter of the learning rate, nothing else changed
     assert gold["model_name_or_path"] == own["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final")
     same = {k: v for k, v in gold.items() if k not in ("dataset_mixture", "output_dir", "model_name_or_path")}
     assert same == {

@@ -22,6 +22,7 @@ ROWS = [
     ("GRPO from SFT", "grpo-free", "generate", "reasoning_free", True),
     ("DPO from SFT", "dpo-free", "generate", "reasoning_free", True),
     ("DPO from SFT, gold pairs", "dpo-gold-free", "generate", "reasoning_free", True),
+    ("DPO from SFT, gold pairs, lr 5e-5", "dpo-gold-low-lr-free", "generate", "reasoning_free", True),
     ("answer-only SFT", "sft", "generate", "reasoning_required", False),
     ("long-answer SFT", "sft-long", "generate", "reasoning_required", True),
     ("GRPO from long-answer SFT", "grpo-long", "generate", "reasoning_required", True),
@@ -33,6 +34,7 @@ CLAIMS = [
     ("GRPO beats SFT", "SFT", "GRPO from SFT"),
     ("DPO beats SFT", "SFT", "DPO from SFT"),
     ("DPO on gold pairs beats SFT", "SFT", "DPO from SFT, gold pairs"),
+    ("DPO on gold pairs at lr 5e-5 beats SFT", "SFT", "DPO from SFT, gold pairs, lr 5e-5"),
     ("long-answer SFT beats answer-only SFT", "answer-only SFT", "long-answer SFT"),
     ("long-answer SFT beats always-yes", ALWAYS_YES, "long-answer SFT"),
     ("GRPO beats long-answer SFT", "long-answer SFT", "GRPO from long-answer SFT"),
@@ -183,7 +185,13 @@ def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list
     if sft:
         met = sft["accuracy"] >= 0.65 and sft["worst"] >= 0.60 and sft["macro_f1"] >= 0.45
         add("reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45", met, summary(sft))
-    for name in ("GRPO beats SFT", "DPO beats SFT", "DPO on gold pairs beats SFT"):
+    reasoning_free = (
+        "GRPO beats SFT",
+        "DPO beats SFT",
+        "DPO on gold pairs beats SFT",
+        "DPO on gold pairs at lr 5e-5 beats SFT",
+    )
+    for name in reasoning_free:
         if name in claims:
             add(f"reasoning-free {name}: mean above SFT's", claims[name]["difference"] > 0, differences(claims[name]))
     if long:
