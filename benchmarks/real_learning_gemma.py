@@ -24,8 +24,10 @@ S's in out/recipes/):
   reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`)
     sft-free       recipes/gemma3_270m_sft_pubmedqa_free.yaml (full fine-tuning), --seed S
     pairs-free, dpo-free  on-policy pairs of seed S's SFT answers, recipes/gemma3_270m_dpo_pubmedqa_free.yaml
-    pairs-gold-free, dpo-gold-free  the same DPO recipe on gold pairs (each train question's answer
-                   against a wrong one drawn with seed S), from the same SFT model
+    pairs-gold-free, dpo-gold-free, dpo-gold-low-lr-free  the same DPO recipe on gold pairs (each
+                   train question's answer against a wrong one drawn with seed S), from the same SFT
+                   model, at its learning rate and at a quarter of it (DPO_RUNS); each DPO model is
+                   scored on the validation questions, then on dev
     grpo-free      recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from seed S's SFT model
                    (every seed's DPO first, the cheaper stage, then every seed's GRPO)
   reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model

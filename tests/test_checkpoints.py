@@ -204,19 +204,24 @@ def test_every_damaged_file_of_the_newest_checkpoint_is_set_aside_for_the_whole_
 
 
 def test_a_named_checkpoint_of_another_run_is_refused_unless_the_recipe_says_so(tmp_path):
-    """Another script, starting model or data (the run records of both folders): one line, and
-    `resume_from_another_run` lets it through; the same run's checkpoint goes through."""
+    """Another script, starting model, data or starting weights (the run records of both folders):
+    one line, and `resume_from_another_run` lets it through; the same run's checkpoint goes through."""
     import json
 
-    ours = {"script": "recipes/sft.py", "model": "m", "data": "abc"}
-    for key, other in (("script", "recipes/dpo.py"), ("model", "another"), ("data", "def")):
+    ours = {"script": "recipes/sft.py", "model": "m", "data": "abc", "weights": "0123"}
+    for key, other, told in (
+        ("script", "recipes/dpo.py", "script recipes/dpo.py, here recipes/sft.py"),
+        ("model", "another", "model another, here m"),
+        ("data", "def", "dataset_mixture def, here abc"),
+        ("weights", "4567", "the weights of model m changed since that run started from them"),
+    ):
         here, there = tmp_path / key / "here", tmp_path / key / "there"
         here.mkdir(parents=True)
         checkpoint = _whole_checkpoint(there, 3)
         (here / "run.json").write_text(json.dumps(ours))
         (there / "run.json").write_text(json.dumps({**ours, key: other}))
         args = TrainingArguments(output_dir=str(here), resume_from_checkpoint=str(checkpoint), use_cpu=True)
-        with pytest.raises(UserError, match=rf"is another run's \({key} {other}, here {ours[key]}\)"):
+        with pytest.raises(UserError, match=rf"is another run's \({told}\)"):
             checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False))
         assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=True)) == str(checkpoint)
         (there / "run.json").write_text(json.dumps(ours))

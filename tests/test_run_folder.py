@@ -3,6 +3,7 @@ its folder, final/ is written whole, and no command writes over its input or an 
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -73,24 +74,32 @@ def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_mod
 
 
 def test_a_run_whose_starting_model_was_trained_again_is_another_run(tiny_model, tmp_path):
-    """A pipeline's stage run again writes its model into the same folder: the next stage's finished
-    run there started from other weights at the same path, and is refused in one line, not passed
-    over as done. A copy of the folder is the same model."""
+    """A pipeline's stage run again writes its model into the same folder: the next stage's run
+    there started from other weights at the same path, and is refused in one line, not resumed nor
+    passed over as done. A copy of the folder is the same model."""
+    from medrecipes.config import parse_recipe
+    from medrecipes.training.run_folder import claim_run_folder
+
     start, out = tmp_path / "start", tmp_path / "run"
     shutil.copytree(tiny_model, start)
-    run_ok(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
-    recorded = json.loads((out / "run.json").read_text())["weights"]
-    assert recorded == weights_fingerprint(str(tiny_model)) and weights_fingerprint("org/model-on-the-hub") is None
-    again = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
-    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+    def claim():
+        return claim_run_folder(
+            "cpt", *parse_recipe("cpt", [CPT, "--model_name_or_path", str(start), "--output_dir", str(out), *RUN])
+        )
+
+    assert not claim()  # recorded
+    (out / "final").mkdir()  # what it trained
+    assert json.loads((out / "run.json").read_text())["weights"] == weights_fingerprint(str(tiny_model))
+    assert weights_fingerprint("org/model-on-the-hub") is None
+    assert not claim()  # the same run: it goes on
     tensors = weights(start)
     name = sorted(tensors)[-1]
     tensors[name] = tensors[name] + 1  # trained again
     save_file(tensors, str(start / "model.safetensors"), metadata={"format": "pt"})
-    result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", start, "--output_dir", out, *RUN)
-    assert result.returncode == 2
-    [line] = errors(result)
-    assert f"holds another run (the weights of model {start} changed since that run started from them)" in line
+    told = f"holds another run (the weights of model {start} changed since that run started from them)"
+    with pytest.raises(UserError, match=re.escape(told)):
+        claim()
 
 
 def test_a_weights_fingerprint_reads_the_weight_files_only(tmp_path):
