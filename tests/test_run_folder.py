@@ -13,8 +13,9 @@ from safetensors.torch import load_file, save_file
 
 from medrecipes import cli
 from medrecipes.errors import UserError
+from medrecipes.models.files import weights_fingerprint
 from medrecipes.outputs.writes import staged
-from medrecipes.runs.record import weights_fingerprint
+from medrecipes.runs.record import SAMPLED
 
 CPT, SFT = "recipes/tiny_cpt.yaml", "recipes/tiny_sft.yaml"
 # A constant learning rate, so that one step more would change the weights.
@@ -90,7 +91,7 @@ def test_a_run_whose_starting_model_was_trained_again_is_another_run(tiny_model,
 
     assert not claim()  # recorded
     (out / "final").mkdir()  # what it trained
-    assert json.loads((out / "run.json").read_text())["weights"] == weights_fingerprint(str(tiny_model))
+    assert json.loads((out / "run.json").read_text())["weights"] == weights_fingerprint(str(tiny_model), ends=SAMPLED)
     assert weights_fingerprint("org/model-on-the-hub") is None
     assert not claim()  # the same run: it goes on
     tensors = weights(start)
@@ -104,15 +105,15 @@ def test_a_run_whose_starting_model_was_trained_again_is_another_run(tiny_model,
 
 def test_a_weights_fingerprint_reads_the_weight_files_only(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    assert weights_fingerprint(str(tmp_path)) is None  # no weights: nothing to tell apart
+    assert weights_fingerprint(str(tmp_path), ends=SAMPLED) is None  # no weights: nothing to tell apart
     data = os.urandom(3 << 20)
     (tmp_path / "model.safetensors").write_bytes(data)
-    first = weights_fingerprint(str(tmp_path))
+    first = weights_fingerprint(str(tmp_path), ends=SAMPLED)
     (tmp_path / "config.json").write_text('{"other": 1}')
     (tmp_path / "model.safetensors").write_bytes(data)  # written again, the same bytes
-    assert weights_fingerprint(str(tmp_path)) == first
+    assert weights_fingerprint(str(tmp_path), ends=SAMPLED) == first
     (tmp_path / "model.safetensors").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    assert weights_fingerprint(str(tmp_path)) != first
+    assert weights_fingerprint(str(tmp_path), ends=SAMPLED) != first
 
 
 def test_a_kill_between_the_two_renames_of_a_checkpoint_loses_nothing(finished_run, tiny_model, tmp_path, monkeypatch):

@@ -185,13 +185,7 @@ def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list
     if sft:
         met = sft["accuracy"] >= 0.65 and sft["worst"] >= 0.60 and sft["macro_f1"] >= 0.45
         add("reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45", met, summary(sft))
-    reasoning_free = (
-        "GRPO beats SFT",
-        "DPO beats SFT",
-        "DPO on gold pairs beats SFT",
-        "DPO on gold pairs at lr 5e-5 beats SFT",
-    )
-    for name in reasoning_free:
+    for name in (claim for claim, before, _ in CLAIMS if before == "SFT"):  # each reasoning-free stage from SFT
         if name in claims:
             add(f"reasoning-free {name}: mean above SFT's", claims[name]["difference"] > 0, differences(claims[name]))
     if long:

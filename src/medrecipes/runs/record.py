@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from medrecipes.models.files import weights_fingerprint
 from medrecipes.outputs.writes import staged
 
 RECORD = "run.json"
@@ -20,13 +21,12 @@ IDENTITY = ("script", "model", "data")
 # compared where both records have it (a run recorded before it was kept has none).
 IDENTITY_WORDS = {"script": "script", "model": "model", "data": "dataset_mixture"}
 WEIGHTS = "weights"
-WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
-SAMPLED = 1 << 20  # bytes read from each end of a weight file
+SAMPLED = 1 << 20  # bytes of each end of a weight file in it
 
 
 def run_identity(method: str, recipe, model_args) -> dict:
     """The script, the starting model and a fingerprint of the data settings of a run, and where the
-    model is a local folder, a fingerprint of its weights (`weights_fingerprint`)."""
+    model is a local folder, a fingerprint of its weights (their ends: `models.files.weights_fingerprint`)."""
     model = model_args.model_name_or_path
     if recipe.init_from_scratch:
         model = f"random weights ({recipe.architecture})"
@@ -36,30 +36,8 @@ def run_identity(method: str, recipe, model_args) -> dict:
         "model": model,
         "data": hashlib.sha256(data.encode()).hexdigest()[:16],
     }
-    weights = None if recipe.init_from_scratch else weights_fingerprint(model)
+    weights = None if recipe.init_from_scratch else weights_fingerprint(model, ends=SAMPLED)
     return identity if weights is None else {**identity, WEIGHTS: weights}
-
-
-def weights_fingerprint(model: str) -> str | None:
-    """A fingerprint of a local model folder's weight files (None for a Hub id, or a folder with
-    none): each one's name, size and first and last MiB. A model trained again into the same
-    folder (a pipeline's earlier stage run again) is then another starting model, and a copy of
-    the folder the same one. Reading 2 MiB a file, not every byte, keeps it instant for a sharded
-    27B model; a retrained model differs in every tensor, so in the ends of every file."""
-    if not os.path.isdir(model):
-        return None
-    digest, found = hashlib.sha256(), False
-    for name in sorted(os.listdir(model)):
-        path = os.path.join(model, name)
-        if not name.endswith(WEIGHT_FILES) or not os.path.isfile(path):
-            continue
-        size, found = os.path.getsize(path), True
-        digest.update(f"{name}\0{size}\0".encode())
-        with open(path, "rb") as f:
-            digest.update(f.read(SAMPLED))
-            f.seek(max(size - SAMPLED, 0))
-            digest.update(f.read(SAMPLED))
-    return digest.hexdigest()[:16] if found else None
 
 
 def identity_differences(saved: dict, ours: dict) -> list[str]:
