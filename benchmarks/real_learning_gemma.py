@@ -6,7 +6,7 @@ Usage:
 
     make real-check-learning                   # installs the model folder, then runs this
     python benchmarks/real_learning_gemma.py [--out outputs/real-check-gemma3-270m] [--part free|required|all]
-        [--seeds 1,2,3] [--ablation balance passes] [--stop-after sft] [--report-only]
+        [--seeds 1,2,3] [--ablation balance passes long-balance] [--stop-after sft] [--report-only]
 
 It grows `make real-check MODEL=gemma3-270m` (benchmarks/real_check_gemma.py) in the same folder:
 the same seeded train/dev split, and for the reasoning-required part that check's CPT model and
@@ -23,11 +23,11 @@ Per seed S (each run's folder and evaluation carry -sS; a recipe's folders are r
 S's in out/recipes/):
   reasoning-free (the conclusion given; `pubmedqa_setting: reasoning_free`)
     sft-free       recipes/gemma3_270m_sft_pubmedqa_free.yaml (full fine-tuning), --seed S
-    pairs-free, dpo-free  on-policy pairs of seed S's SFT answers, recipes/gemma3_270m_dpo_pubmedqa_free.yaml
-    pairs-gold-free, dpo-gold-free, dpo-gold-low-lr-free  the same DPO recipe on gold pairs (each
-                   train question's answer against a wrong one drawn with seed S), from the same SFT
-                   model, at its learning rate and at a quarter of it (DPO_RUNS); each DPO model is
-                   scored on the validation questions, then on dev
+    pairs-gold-free, dpo-free  recipes/gemma3_270m_dpo_pubmedqa_free.yaml from seed S's SFT model, on
+                   gold pairs (each train question's answer against a wrong one drawn with seed S)
+    pairs-free, dpo-own-free, dpo-gold-high-lr-free  the same DPO recipe on pairs of the SFT model's
+                   own sampled answers, and on gold pairs, each at 4 times its learning rate
+                   (DPO_RUNS); each DPO model is scored on the validation questions, then on dev
     grpo-free      recipes/gemma3_270m_grpo_pubmedqa_free.yaml, from seed S's SFT model
                    (every seed's DPO first, the cheaper stage, then every seed's GRPO)
   reasoning-required (the abstract; PubMedQA's standard setting), from the real check's CPT model
@@ -37,8 +37,11 @@ answer-only sft. `--ablation balance` also trains each seed's reasoning-free SFT
 `balance_answers` switched from the recipe's setting (sft-free-flip-sS), `--ablation passes` with
 3 passes where the recipe trains 4, or 4 where it trains 3 (sft-free-passes-sS), for the validation
 accuracy the two settings reach on the same seeds (what chooses the recipe's setting), then
-evaluates each switched run on dev once, as the recipe's runs are (not with --stop-after sft). The
-report gives every ablation whose runs are there.
+evaluates each switched run on dev once, as the recipe's runs are (not with --stop-after sft).
+`--ablation long-balance` (with --part required or all) trains each seed's long-answer SFT with
+`balance_answers` switched (sft-long-flip-sS; balanced for one pass, as many rows as about two
+unbalanced ones), each evaluated on dev after its run. The report
+gives every ablation whose runs are there.
 
 On a GPU (`--device gpu`, run by `benchmarks/gpu_session.sh learn`; seed 1 unless --seeds): bf16,
 trained far past what a CPU allows (GPU_STAGES), every stage a LoRA adapter (merged for
@@ -72,18 +75,19 @@ RECIPES = {
     "sft-long": "recipes/gemma3_270m_sft_pubmedqa_long.yaml",
 }
 SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
-FOLDERS = ("sft-free", "grpo-free", "dpo-free", "preference-free", "sft-long")  # a recipe's, seed by seed
+FOLDERS = ("sft-free", "grpo-free", "dpo-free", "preference-gold-free", "sft-long")  # a recipe's, seed by seed
 VALIDATION = 50  # of the 350 training questions
 # Each seed's DPO runs, all from its SFT model with the DPO recipe (about 15 minutes a seed on its own
-# pairs, with sampling them; 5 on gold ones): its folder, the pairs it trains on ("own": the SFT
-# model's right and wrong sampled answers, as the recipe names them; "gold": each question's answer
-# against a wrong one drawn with the seed, which do not depend on what the SFT model already answers
-# right) and its changes to the recipe. At the recipe's learning rate (2e-4) gold pairs pushed the
-# rejected letters down until seeds 2 and 3 wrote no answer to 37 and 18 dev questions: a quarter of it.
+# pairs, with sampling them; 5 on gold ones): its folder, the pairs it trains on ("gold": each
+# question's answer against a wrong one drawn with the seed, as the recipe names them, which do not
+# depend on what the SFT model already answers right; "own": the SFT model's right and wrong sampled
+# answers) and its changes to the recipe. The recipe's gold pairs at 5e-5 won on validation over
+# its own pairs and gold pairs at 2e-4, the two runs beside it (gold pairs at 2e-4 pushed the
+# rejected letters down until seeds 2 and 3 wrote no answer to 37 and 18 dev questions).
 DPO_RUNS = (
-    ("dpo-free", "own", {}),
-    ("dpo-gold-free", "gold", {}),
-    ("dpo-gold-low-lr-free", "gold", {"learning_rate": 5e-5}),
+    ("dpo-free", "gold", {}),
+    ("dpo-own-free", "own", {"learning_rate": 2e-4}),
+    ("dpo-gold-high-lr-free", "gold", {"learning_rate": 2e-4}),
 )
 PAIRS = {"own": "preference-free", "gold": "preference-gold-free"}  # where each seed's pairs file goes
 # On a GPU: bf16, LoRA adapters (r 32 on every projection: 15 MB each in float32, within what a call
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", help="comma-separated training seeds (default 1,2,3; on a GPU 1)")
     parser.add_argument(
         "--ablation", nargs="+", choices=list(ABLATIONS), default=[],
-        help="each seed's SFT again with one setting switched: balance_answers (balance), 3 or 4 passes (passes)",
+        help="each seed's SFT again with one setting switched: balance_answers (balance), 3 or 4 passes (passes); "
+        "the long-answer SFT's balance_answers (long-balance)",
     )  # fmt: skip
     parser.add_argument(
         "--stop-after", choices=["sft"], help="sft: the reasoning-free SFT runs only, not evaluated on dev yet"
@@ -230,7 +235,9 @@ def main(argv: list[str] | None = None) -> dict:
         report["ablation"] = found
     if found := pair_sources(out, seeds):
         report["dpo_pairs"] = found
-    tables = "".join(map(ablation_markdown, report.get("ablation", {}).values()))
+    tables = "".join(
+        ablation_markdown(arms, WHAT[ABLATIONS[name].stage]) for name, arms in report.get("ablation", {}).items()
+    )
     tables += ablation_markdown(report.get("dpo_pairs"), "reasoning-free DPO from SFT: validation accuracy")
     write_results(name, report, markdown(report) + tables)
     report_page(out, name, seeds)
@@ -285,13 +292,13 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, GEMMA, "base-free", free, "loglik", None))  # fmt: skip
         for s in seeds:
             trained(f"sft-free-s{s}", out / f"sft-free-s{s}" / "final", "sft", seeded_recipe(out, "sft-free", s))
-        for switch in map(ABLATIONS.get, args.ablation):  # the same seeds with one setting switched
+        for switch in switches(args.ablation, "sft-free"):  # the same seeds with one setting switched
             for s in seeds:
                 recipe, run_dir = seeded_recipe(out, "sft-free", s, **switch.switched(out, s)), f"{switch.folder}-s{s}"
                 trained(run_dir, out / run_dir / "final", "sft", recipe)
         if args.stop_after == "sft":
             return
-        for folder in (ABLATIONS[n].folder for n in args.ablation):  # dev once for each switched run
+        for folder in (switch.folder for switch in switches(args.ablation, "sft-free")):  # dev once for each
             for s in seeds:
                 switched = out / f"{folder}-s{s}" / "final"
                 stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
@@ -329,12 +336,15 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
         # the stage this part is for, then the answer-only SFT it is compared with.
         cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
         trained("cpt", cpt, "cpt", CHECK_RECIPES["cpt"])
-        for s in seeds:
-            long, recipe = out / f"sft-long-s{s}-merged", seeded_recipe(out, "sft-long", s)
-            stage(f"sft-long-s{s}", long, lambda s=s, long=long, recipe=recipe: adapter_run(
-                "sft", recipe, out / f"sft-long-s{s}", long), ("sft", recipe))  # fmt: skip
-            stage(f"eval-sft-long-s{s}", eval_file(out, "sft-long", "generate", s),
-                  lambda s=s, long=long: evaluate(out, long, "sft-long", required, "generate", s, *LONG_ANSWERS))  # fmt: skip
+        runs = [("sft-long", {})] + [(switch.folder, switch) for switch in switches(args.ablation, "sft-long")]
+        for folder, switch in runs:  # the recipe's runs, then each ablation's (the same seeds, one setting switched)
+            for s in seeds:
+                changes = switch.switched(out, s) if switch else {}
+                long, recipe = out / f"{folder}-s{s}-merged", seeded_recipe(out, "sft-long", s, **changes)
+                stage(f"{folder}-s{s}", long, lambda s=s, folder=folder, long=long, recipe=recipe: adapter_run(
+                    "sft", recipe, out / f"{folder}-s{s}", long), ("sft", recipe))  # fmt: skip
+                stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
+                      lambda s=s, folder=folder, long=long: evaluate(out, long, folder, required, "generate", s, *LONG_ANSWERS))  # fmt: skip
         stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only),
               ("sft", CHECK_RECIPES["sft"]))  # fmt: skip
         stage("eval-sft-answer-only", eval_file(out, "sft", "generate"),
@@ -355,12 +365,13 @@ def balance_set(on: bool) -> dict:
 
 @dataclass(frozen=True)
 class Ablation:
-    """Each seed's reasoning-free SFT trained again with one setting switched from the recipe's, into
-    <folder>-sS: the validation accuracy of the two settings on the same seeds is what chooses the
-    recipe's. `setting` reads it from a recipe (the shipped one, or the one a run record keeps),
-    `other` gives the switched value of the shipped one, and `changes` seeded_recipe's changes for a
-    value."""
+    """Each seed's SFT of stage `stage` (sft-free, sft-long) trained again with one setting switched
+    from its recipe's, into <folder>-sS: the validation accuracy of the two settings on the same seeds
+    is what chooses the recipe's. `setting` reads it from a recipe (the shipped one, or the one a run
+    record keeps), `other` gives the switched value of the shipped one, and `changes` seeded_recipe's
+    changes for a value."""
 
+    stage: str
     key: str  # the recipe key, as the report names the arms
     folder: str
     setting: Callable[[dict], object]
@@ -369,7 +380,7 @@ class Ablation:
 
     def arms(self) -> tuple[object, object]:
         """The recipe's setting as it ships, and the switched one."""
-        shipped = self.setting(yaml.safe_load(Path(RECIPES["sft-free"]).read_text()))
+        shipped = self.setting(yaml.safe_load(Path(RECIPES[self.stage]).read_text()))
         return shipped, self.other(shipped)
 
     def switched(self, out: Path, seed: int) -> dict:
@@ -384,11 +395,25 @@ class Ablation:
 
 # Passes: validation kept the third of four passes in two seeds of three, so 3 is trained for a
 # schedule of its own (its cosine decay ends there), at a quarter less time; 3 and 4 switch.
+# long-balance: the long-answer SFT said "yes" to 139 of 150 dev questions (seed 1) unbalanced. A
+# balanced pass is 500 rows, so the balanced arm trains one (500 rows where the recipe's 2 passes
+# train 600; about 30 minutes a seed on 2 cores, where 2 balanced passes would take an hour).
 ABLATIONS = {
-    "balance": Ablation("balance_answers", "sft-free-flip", balance_of, lambda on: not on, balance_set),
-    "passes": Ablation("num_train_epochs", "sft-free-passes", lambda recipe: recipe["num_train_epochs"],
+    "balance": Ablation("sft-free", "balance_answers", "sft-free-flip", balance_of, lambda on: not on, balance_set),
+    "passes": Ablation("sft-free", "num_train_epochs", "sft-free-passes", lambda recipe: recipe["num_train_epochs"],
                        lambda passes: 7 - passes, lambda passes: {"num_train_epochs": passes}),
+    "long-balance": Ablation("sft-long", "balance_answers", "sft-long-flip", balance_of, lambda on: not on,
+                             lambda on: {**balance_set(on), "num_train_epochs": 1 if on else 2}),
 }  # fmt: skip
+WHAT = {  # what each stage's ablation tables give
+    "sft-free": "reasoning-free SFT: validation accuracy of the kept checkpoint",
+    "sft-long": "reasoning-required long-answer SFT: validation accuracy of the kept checkpoint",
+}
+
+
+def switches(names: list[str], stage: str) -> list[Ablation]:
+    """The ablations named that switch a setting of stage `stage`'s recipe."""
+    return [ABLATIONS[name] for name in names if ABLATIONS[name].stage == stage]
 
 
 def ablation(out: Path, seeds: list[int], name: str) -> dict:
@@ -399,7 +424,7 @@ def ablation(out: Path, seeds: list[int], name: str) -> dict:
     have their validation figures."""
     switch = ABLATIONS[name]
     found = {f"{switch.key} {setting}".lower(): {} for setting in switch.arms()}
-    for folder in ("sft-free", switch.folder):
+    for folder in (switch.stage, switch.folder):
         for s in seeds:
             kept, used = selected(out, folder, s), switch.used(out, folder, s)
             if kept and used is not None:
@@ -426,7 +451,9 @@ def pair_sources(out: Path, seeds: list[int]) -> dict:
     found = {}
     for name, source, changes in DPO_RUNS:
         pairs_named = {"own": "the SFT model's own pairs", "gold": "gold pairs"}[source]
-        arm = f"DPO on {pairs_named}" + "".join(f", {key} {value:g}" for key, value in changes.items())
+        arm = f"DPO on {pairs_named}" + (
+            "".join(f", {key} {value:g}" for key, value in changes.items()) or " (recipe)"
+        )
         for s in seeds:
             validation, dev = (read(eval_file(out, stage, "generate", s)) for stage in (f"{name}-validation", name))
             if validation:
@@ -437,9 +464,7 @@ def pair_sources(out: Path, seeds: list[int]) -> dict:
     return found
 
 
-def ablation_markdown(
-    found: dict | None, what: str = "reasoning-free SFT: validation accuracy of the kept checkpoint"
-) -> str:
+def ablation_markdown(found: dict | None, what: str = WHAT["sft-free"]) -> str:
     """The ablation's table: each arm's validation accuracy by seed (with the kept step where the run
     chose one; "not run" where a seed's run is missing), and its mean over the seeds it ran."""
     if not found:

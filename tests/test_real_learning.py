@@ -200,7 +200,9 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     grpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "grpo-free", 3)))
     assert grpo["model_name_or_path"] == str(tmp_path / "sft-free-s3" / "final") and grpo["seed"] == 3
     dpo = yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 3)))
-    assert dpo["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s3" / "pairs_train.jsonl")
+    assert dpo["dataset_mixture"]["sources"][0]["path"] == str(
+        tmp_path / "preference-gold-free-s3" / "pairs_train.jsonl"
+    )
     balanced = bool(shipped["dataset_mixture"]["sources"][0].get("balance_answers"))
     shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
     flip_file = check.seeded_recipe(tmp_path, "sft-free", 1, **check.ABLATIONS["balance"].switched(tmp_path, 1))
@@ -231,9 +233,10 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     }
 
 
-def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(tmp_path, monkeypatch):
-    """Each seed's DPO stages, as the check lists them without running them: the recipe's run on
-    its pairs as the recipe names them, and the same recipe on gold pairs in folders of its own."""
+def test_dpo_runs_the_recipe_on_gold_pairs_and_beside_it_own_pairs_and_a_higher_learning_rate(tmp_path, monkeypatch):
+    """Each seed's DPO stages, as the check lists them without running them: the recipe as it ships
+    (gold pairs, in its own folder dpo-free), then the same recipe on the SFT model's own pairs and
+    on gold pairs at 4 times its learning rate, each in a folder of its own."""
     import argparse
 
     listed, commands = {}, []
@@ -245,64 +248,64 @@ def test_dpo_runs_on_the_sft_models_own_pairs_and_on_gold_pairs_with_one_recipe(
     args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=4)
     check.cpu_stages(tmp_path, stage, args, [2])
     names = [n for n in listed if "dpo" in n or n.startswith("pairs")]
-    assert names == ["pairs-free-s2", "dpo-free-s2", "eval-dpo-free-validation-s2", "eval-dpo-free-s2",
-                     "pairs-gold-free-s2", "dpo-gold-free-s2", "eval-dpo-gold-free-validation-s2",
-                     "eval-dpo-gold-free-s2", "dpo-gold-low-lr-free-s2", "eval-dpo-gold-low-lr-free-validation-s2",
-                     "eval-dpo-gold-low-lr-free-s2"]  # fmt: skip
-    slow = yaml.safe_load(open(listed["dpo-gold-low-lr-free-s2"][2][1]))
-    assert slow["learning_rate"] == 5e-5 and slow["output_dir"] == str(tmp_path / "dpo-gold-low-lr-free-s2")
-    done, work, _ = listed["eval-dpo-gold-free-validation-s2"]
+    assert names == ["pairs-gold-free-s2", "dpo-free-s2", "eval-dpo-free-validation-s2", "eval-dpo-free-s2",
+                     "pairs-free-s2", "dpo-own-free-s2", "eval-dpo-own-free-validation-s2", "eval-dpo-own-free-s2",
+                     "dpo-gold-high-lr-free-s2", "eval-dpo-gold-high-lr-free-validation-s2",
+                     "eval-dpo-gold-high-lr-free-s2"]  # fmt: skip
+    done, work, _ = listed["eval-dpo-own-free-validation-s2"]
     work()  # the validation questions, never dev
     assert f"pubmedqa={tmp_path / 'data' / 'pubmedqa_val.json'}" in commands[-1]
     assert commands[-1][commands[-1].index("--output") + 1] == str(done)
-    assert commands[-1][commands[-1].index("--model") + 1] == str(tmp_path / "dpo-gold-free-s2" / "merged")
+    assert commands[-1][commands[-1].index("--model") + 1] == str(tmp_path / "dpo-own-free-s2" / "merged")
     commands.clear()
-    own, gold = (yaml.safe_load(open(listed[f"{n}-s2"][2][1])) for n in ("dpo-free", "dpo-gold-free"))
-    shipped = yaml.safe_load(open(check.seeded_recipe(tmp_path / "other", "dpo-free", 2)))
-    assert (
-        own["dataset_mixture"] == yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 2)))["dataset_mixture"]
+    recipe, own, high = (
+        yaml.safe_load(open(listed[f"{n}-s2"][2][1])) for n in ("dpo-free", "dpo-own-free", "dpo-gold-high-lr-free")
     )
-    assert gold["dataset_mixture"]["sources"] == [
+    shipped = yaml.safe_load(open(check.RECIPES["dpo-free"]))
+    assert recipe == yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 2)))  # the recipe as it ships
+    assert recipe["dataset_mixture"]["sources"] == [
         {
-            **own["dataset_mixture"]["sources"][0],
+            **shipped["dataset_mixture"]["sources"][0],
             "path": str(tmp_path / "preference-gold-free-s2" / "pairs_train.jsonl"),
         }
     ]
-    assert gold["output_dir"] == str(tmp_path / "dpo-gold-free-s2")
-    assert {k: v for k, v in slow.items() if k not in ("learning_rate", "output_dir")} == {
-        k: v for k, v in gold.items() if k not in ("learning_rate", "output_dir")
-    }  # gold pairs at a quarter of the learning rate, nothing else changed
-    assert gold["model_name_or_path"] == own["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final")
-    same = {k: v for k, v in gold.items() if k not in ("dataset_mixture", "output_dir", "model_name_or_path")}
-    assert same == {
-        k: v for k, v in shipped.items() if k not in ("dataset_mixture", "output_dir", "model_name_or_path")
-    }
+    assert recipe["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final") and recipe["learning_rate"] == 5e-5
+    assert own["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s2" / "pairs_train.jsonl")
+    assert own["learning_rate"] == high["learning_rate"] == 2e-4
+    for run, name, switched in (
+        (own, "dpo-own-free", ("dataset_mixture", "learning_rate")),
+        (high, "dpo-gold-high-lr-free", ("learning_rate",)),
+    ):
+        assert run["output_dir"] == str(tmp_path / f"{name}-s2")
+        assert {k: v for k, v in run.items() if k not in (*switched, "output_dir")} == {
+            k: v for k, v in recipe.items() if k not in (*switched, "output_dir")
+        }  # nothing else changed
     for name in ("pairs-free-s2", "pairs-gold-free-s2"):
         done, work, _ = listed[name]
         work()
         assert commands[-1][commands[-1].index("--out") + 1] == str(done)
-    assert "--model" in commands[0] and commands[0][commands[0].index("--seed") + 1] == "2"
-    assert "--model" not in commands[1] and commands[1][commands[1].index("--seed") + 1] == "2"
+    assert "--model" in commands[0] and commands[0][commands[0].index("--seed") + 1] == "2"  # own pairs
+    assert "--model" not in commands[1] and commands[1][commands[1].index("--seed") + 1] == "2"  # gold
 
 
-def test_the_two_pair_sources_are_compared_on_validation_with_dev_beside(out):
-    write_eval(out, "dpo-free-validation", "generate", 1, "A" * len(GOLD))  # 20 of 36
-    write_eval(out, "dpo-gold-free-validation", "generate", 1, GOLD)  # 36 of 36
-    write_eval(out, "dpo-gold-free-validation", "generate", 2, GOLD[:-9] + "A" * 9)  # 32 of 36
-    write_eval(out, "dpo-gold-free", "generate", 2, GOLD[:-18] + "A" * 18)  # dev: 28 of 36
-    write_eval(out, "dpo-gold-free", "generate", 3, GOLD)  # dev without validation: not compared
+def test_the_dpo_runs_are_compared_on_validation_with_dev_beside(out):
+    write_eval(out, "dpo-own-free-validation", "generate", 1, "A" * len(GOLD))  # 20 of 36
+    write_eval(out, "dpo-free-validation", "generate", 1, GOLD)  # 36 of 36
+    write_eval(out, "dpo-free-validation", "generate", 2, GOLD[:-9] + "A" * 9)  # 32 of 36
+    write_eval(out, "dpo-free", "generate", 2, GOLD[:-18] + "A" * 18)  # dev: 28 of 36
+    write_eval(out, "dpo-free", "generate", 3, GOLD)  # dev without validation: not compared
     found = check.pair_sources(out, [1, 2, 3])
     assert found == {
-        "DPO on the SFT model's own pairs": {"1": {"validation": pytest.approx(20 / 36)}},
-        "DPO on gold pairs": {
+        "DPO on gold pairs (recipe)": {
             "1": {"validation": 1.0},
             "2": {"validation": pytest.approx(32 / 36), "dev": pytest.approx(28 / 36)},
         },
+        "DPO on the SFT model's own pairs, learning_rate 0.0002": {"1": {"validation": pytest.approx(20 / 36)}},
     }
     text = check.ablation_markdown(found, "DPO")
     assert "| DPO | seed 1 | seed 2 | mean of the seeds run |" in text
-    assert "| DPO on the SFT model's own pairs | 55.6% | not run | 55.6% |" in text
-    assert "| DPO on gold pairs | 100.0% | 88.9%; dev 77.8% | 94.4% |" in text
+    assert "| DPO on the SFT model's own pairs, learning_rate 0.0002 | 55.6% | not run | 55.6% |" in text
+    assert "| DPO on gold pairs (recipe) | 100.0% | 88.9%; dev 77.8% | 94.4% |" in text
 
 
 def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
@@ -420,6 +423,56 @@ def test_the_passes_ablation_puts_each_run_by_the_passes_its_record_names(out):
     assert f"| num_train_epochs {other} | 76.0% (step 114) | 70.0% (step 114) | 73.0% |" in text
     assert list(check.ablations(out, [1, 2])) == ["balance", "passes"]
     assert list(check.ablations(out, [2])) == ["passes"]  # seed 2 has no switched balance run
+
+
+def test_the_long_answer_balance_ablation_switches_balance_for_one_pass_and_answers_at_length(tmp_path, monkeypatch):
+    """--ablation long-balance adds each seed's long-answer SFT with balance_answers switched (one
+    pass where balanced), evaluated on dev as the recipe's long-answer runs are; the reasoning-free
+    ablations are not the reasoning-required part's."""
+    import argparse
+
+    listed, commands = {}, []
+
+    def stage(name, done, work, recipe=()):
+        listed[name] = (done, work, recipe)
+
+    def stages(ablation):
+        listed.clear()
+        check.cpu_stages(tmp_path, stage, argparse.Namespace(part="required", ablation=ablation), [1])
+        return [name for name in listed if name.startswith(("sft-", "eval-sft-"))]
+
+    monkeypatch.setattr(check, "medrecipes", lambda *words: commands.append(words))
+    assert stages([]) == ["sft-long-s1", "eval-sft-long-s1", "eval-sft-answer-only"]
+    assert stages(["balance", "long-balance"]) == [
+        "sft-long-s1", "eval-sft-long-s1", "sft-long-flip-s1", "eval-sft-long-flip-s1", "eval-sft-answer-only",
+    ]  # fmt: skip
+    shipped, flip = (yaml.safe_load(open(listed[name][2][1])) for name in ("sft-long-s1", "sft-long-flip-s1"))
+    assert check.balance_of(flip) != check.balance_of(shipped) and flip["num_train_epochs"] == (
+        1 if check.balance_of(flip) else 2
+    )
+    assert flip["output_dir"] == str(tmp_path / "sft-long-flip-s1")
+    switched = ("dataset_mixture", "num_train_epochs", "output_dir")
+    assert {k: v for k, v in flip.items() if k not in switched} == {
+        k: v for k, v in shipped.items() if k not in switched
+    }
+    done, work, _ = listed["eval-sft-long-flip-s1"]
+    work()
+    command = commands[-1]
+    assert command[command.index("--model") + 1] == str(tmp_path / "sft-long-flip-s1-merged")
+    assert command[command.index("--output") + 1] == str(done) and "--chain_of_thought" in command
+    # Its arms are read from the long-answer runs' records, beside the recipe's runs
+    for run, balanced, accuracy in (
+        ("sft-long-s1", check.balance_of(shipped), 0.52),
+        ("sft-long-flip-s1", check.balance_of(flip), 0.6),
+    ):
+        (tmp_path / run / "trainer_state.json").parent.mkdir(exist_ok=True)
+        state = {"best_global_step": 38, "best_metric": accuracy, "global_step": 76, "log_history": []}
+        (tmp_path / run / "trainer_state.json").write_text(json.dumps(state))
+        source = {"path": "fit.json", **({"balance_answers": True} if balanced else {})}
+        (tmp_path / run / "run.json").write_text(json.dumps({"recipe": {"dataset_mixture": {"sources": [source]}}}))
+    found = check.ablation(tmp_path, [1], "long-balance")
+    assert [arm["1"]["validation"] for arm in found.values()] == [0.52, 0.6]  # the recipe's setting first
+    assert "long-answer SFT" in check.WHAT[check.ABLATIONS["long-balance"].stage]
 
 
 def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_gives_now(tmp_path, capsys):
