@@ -105,7 +105,11 @@ def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arms", [[], ["--no-baseline"]], ids=["plain-trainer-first", "plain-loop-first"])
+@pytest.mark.parametrize(  # the same cut, after the other first arm, in make test-long
+    "arms",
+    [pytest.param([], marks=pytest.mark.long), ["--no-baseline"]],
+    ids=["plain-trainer-first", "plain-loop-first"],
+)
 def test_a_time_limit_is_written_as_a_timeout_with_the_runs_it_finished(tmp_path, arms):
     """The SIGTERM of the `timeout` that bounds a case (gpu_session.sh), in the middle of any arm,
     ours included (whose recipe callbacks would take it for a preemption and stop cleanly): the
@@ -138,6 +142,7 @@ def test_a_time_limit_is_written_as_a_timeout_with_the_runs_it_finished(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_repeats_pair_baseline_and_ours_run_back_to_back(tmp_path):
     bench("cpt_tiny", "--repeats", "2", "--out", tmp_path)
     result = json.loads((tmp_path / "cpt_tiny-cpu.json").read_text())
@@ -198,6 +203,7 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
 
 
+@pytest.mark.long  # four generation paths, one compiled
 def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
     tiny = "--preset tiny --prompts 2 --generations 2 --prompt-tokens 6 --completion 6 --device cpu --compile-backend aot_eager"
     result = gpu_session("generation", OUT=str(tmp_path), REQUIRE_GPU="0", GEN_ARGS=tiny)
