@@ -407,7 +407,7 @@ ABLATIONS = {
 }  # fmt: skip
 WHAT = {  # what each stage's ablation tables give
     "sft-free": "reasoning-free SFT: validation accuracy of the kept checkpoint",
-    "sft-long": "reasoning-required long-answer SFT: validation accuracy of the kept checkpoint",
+    "sft-long": "reasoning-required long-answer SFT (balanced: one pass): validation accuracy of the kept checkpoint",
 }
 
 
@@ -420,8 +420,8 @@ def ablation(out: Path, seeds: list[int], name: str) -> dict:
     """The validation accuracy each seed's SFT kept in ablation `name`'s two arms (the recipe's
     setting first): what chooses the recipe's setting. Each run is put by the setting its run record
     names, so a folder trained before the recipe changed its setting is still read right. Its dev
-    accuracy (`dev`) is beside it once evaluated, which the check does only after every seed's runs
-    have their validation figures."""
+    accuracy (`dev`) is beside it once evaluated (for the reasoning-free SFT only after every seed's
+    runs have their validation figures; dev chooses nothing either way)."""
     switch = ABLATIONS[name]
     found = {f"{switch.key} {setting}".lower(): {} for setting in switch.arms()}
     for folder in (switch.stage, switch.folder):
