@@ -143,6 +143,7 @@ def test_final_model_loads_with_its_tokenizer(tiny_run):
     assert (final / "tokenizer.json").is_file() and (final / "chat_template.jinja").is_file()
 
 
+@pytest.mark.long
 def test_pretraining_from_scratch_uses_the_preset_and_token_budget(tiny_model, tmp_path):
     result = cpt(
         "recipes/tiny_pretrain.yaml",

@@ -166,6 +166,7 @@ safetensors.torch.save_file = save_file
 """
 
 
+@pytest.mark.long
 def test_a_kill_while_final_is_written_leaves_no_final_and_the_next_start_saves_it(tiny_model, straight, tmp_path):
     out = tmp_path / "run"
     assert kill_when_it_hangs(tiny_model, out, SLOW_FINAL) == -signal.SIGKILL

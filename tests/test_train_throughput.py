@@ -105,11 +105,8 @@ def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(  # the same cut, after the other first arm, in make test-long
-    "arms",
-    [pytest.param([], marks=pytest.mark.long), ["--no-baseline"]],
-    ids=["plain-trainer-first", "plain-loop-first"],
-)
+@pytest.mark.long
+@pytest.mark.parametrize("arms", [[], ["--no-baseline"]], ids=["plain-trainer-first", "plain-loop-first"])
 def test_a_time_limit_is_written_as_a_timeout_with_the_runs_it_finished(tmp_path, arms):
     """The SIGTERM of the `timeout` that bounds a case (gpu_session.sh), in the middle of any arm,
     ours included (whose recipe callbacks would take it for a preemption and stop cleanly): the
