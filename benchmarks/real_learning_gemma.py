@@ -336,7 +336,7 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
         # the stage this part is for, then the answer-only SFT it is compared with.
         cpt, answer_only = out / "cpt" / "final", out / "sft-merged"
         trained("cpt", cpt, "cpt", CHECK_RECIPES["cpt"])
-        runs = [("sft-long", {})] + [(switch.folder, switch) for switch in switches(args.ablation, "sft-long")]
+        runs = [("sft-long", None)] + [(switch.folder, switch) for switch in switches(args.ablation, "sft-long")]
         for folder, switch in runs:  # the recipe's runs, then each ablation's (the same seeds, one setting switched)
             for s in seeds:
                 changes = switch.switched(out, s) if switch else {}
@@ -403,7 +403,7 @@ ABLATIONS = {
     "passes": Ablation("sft-free", "num_train_epochs", "sft-free-passes", lambda recipe: recipe["num_train_epochs"],
                        lambda passes: 7 - passes, lambda passes: {"num_train_epochs": passes}),
     "long-balance": Ablation("sft-long", "balance_answers", "sft-long-flip", balance_of, lambda on: not on,
-                             lambda on: {**balance_set(on), "num_train_epochs": 1 if on else 2}),
+                             lambda on: {**balance_set(on), **({"num_train_epochs": 1} if on else {})}),
 }  # fmt: skip
 WHAT = {  # what each stage's ablation tables give
     "sft-free": "reasoning-free SFT: validation accuracy of the kept checkpoint",
