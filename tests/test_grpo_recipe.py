@@ -4,6 +4,7 @@ them; the GRPO keys of a recipe, its prompts and the embedding learning rate in-
 import importlib.util
 import json
 import math
+from collections import defaultdict
 from functools import partial
 
 import pytest
@@ -15,7 +16,9 @@ from medrecipes import cli
 from medrecipes.config import parse_recipe
 from medrecipes.data.grpo import grpo_data
 from medrecipes.errors import UserError
+from medrecipes.rewards import NO_SIGNAL, get_reward
 from medrecipes.training.mixins import EmbeddingLearningRateMixin
+from medrecipes.training.trl_seams import SignalShareMixin, no_spread_share
 from medrecipes.usmle import completion_prompt, load_mcq
 
 TINY = "recipes/tiny_grpo.yaml"
@@ -73,16 +76,28 @@ NO_EVAL = ("--eval_strategy", "no", "--eval_on_start", "false")
 
 @pytest.mark.slow
 def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
-    two_steps(learn_check, tmp_path, "--eval_steps", "2", "--eval_on_start", "false")
-    logs = log_history(tmp_path)
+    folder = tmp_path / "run"
+    two_steps(learn_check, folder, "--eval_steps", "2", "--eval_on_start", "false")
+    logs = log_history(folder)
     kl = {e["step"]: e["kl"] for e in logs if "kl" in e}
     # Step 1 samples from the reference itself; after one update the policy has moved from it.
     assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 0
-    evaluation = json.loads((tmp_path / "eval_results.json").read_text())
+    evaluation = json.loads((folder / "eval_results.json").read_text())
     for key in ("acc", "reward", "kl", "completions/mean_length", "rewards/usmle_accuracy/mean"):
         assert math.isfinite(evaluation[f"eval_usmle_test_{key}"]), key
     assert 0 <= evaluation["eval_usmle_test_acc"] <= 1
     assert any("eval_usmle_test_reward" in e and e["step"] == 2 for e in logs)  # the periodic one
+    # Every step logs the share of its groups whose correctness reward did not vary, and the card says
+    # in how many steps some group's did.
+    shares = [e[NO_SIGNAL] for e in logs if "loss" in e and "eval_usmle_test_loss" not in e]
+    assert len(shares) == 2 and all(0 <= share <= 1 for share in shares)
+    card = tmp_path / "card"
+    run_ok(PYTHON, "-m", "medrecipes.cli", "card", folder, "--output", card)
+    signal = sum(share < 1 for share in shares)
+    assert (
+        f"| steps with a learning signal (some question's answers scored apart by the correctness reward) | {signal} of 2 ("
+        in ((card / "README.md").read_text())
+    )
 
 
 @pytest.mark.slow
@@ -343,3 +358,50 @@ def test_use_vllm_without_vllm_is_one_line_before_anything_loads(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: use_vllm: vLLM is not installed; pip install")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("weights", [(1.0, 0.2), (0.7, 0.3), (1.0, 0.1, 0.05)])
+def test_the_share_of_groups_without_a_signal_is_read_on_the_correctness_reward(weights):
+    """Four groups of eight answers: all right and well formed (a weighted sum of 1.2 or 1.0 in
+    float32, whose std is not exactly 0), all wrong, right and wrong, and all right with the form
+    varying. Only the third has a signal in its correctness; TRL's own measure, a float32 std
+    compared to 0 with atol 1e-8, reads the first as spread for weights that are not powers of two."""
+    import torch
+    from trl.trainer.utils import nanstd
+
+    correct = [1.0] * 8 + [0.0] * 8 + [1.0, 0.0] * 4 + [1.0] * 8
+    form = [1.0] * 8 + [1.0] * 8 + [1.0] * 8 + [1.0, 0.0] * 4
+    columns = [correct, form, *([[1.0] * 32] if len(weights) == 3 else [])]
+    rewards = torch.tensor(columns, dtype=torch.float32).T
+
+    class Scored:  # TRL's scoring, as far as the mixin sees it: the gathered rewards of each function
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            return rewards
+
+    class Trainer(SignalShareMixin, Scored):
+        num_generations, num_generations_eval = 8, 8
+        model = torch.nn.Linear(1, 1)
+        reward_funcs = [get_reward("usmle_accuracy"), get_reward("answer_format", style="letter")][: len(columns)]
+        reward_weights = torch.tensor(weights)
+
+        def __init__(self):
+            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    trainer = Trainer()
+    assert trainer._calculate_rewards(None, None, None, None) is rewards
+    assert trainer._metrics["train"][NO_SIGNAL] == [0.75]
+    summed = (rewards * torch.tensor(weights)).sum(dim=1).view(-1, 8)
+    assert no_spread_share(summed.flatten(), 8) == 0.5  # the weighted sum: the last group's form varies
+    trl_flat = torch.isclose(nanstd(summed, dim=1), torch.zeros(4)).float().mean().item()
+    assert trl_flat <= 0.5
+    trainer.reward_funcs = [get_reward("answer_format", style="letter")] * len(columns)  # no correctness reward
+    trainer._calculate_rewards(None, None, None, None)
+    assert trainer._metrics["train"][NO_SIGNAL] == [0.75, 0.5]
+
+
+def test_no_spread_ignores_rewards_that_did_not_apply():
+    import torch
+
+    nan = float("nan")
+    rewards = torch.tensor([1.0, nan, 1.0, 1.0, nan, nan, nan, nan, 0.0, 1.0, nan, 0.0], dtype=torch.float32)
+    assert no_spread_share(rewards, 4) == pytest.approx(2 / 3)  # flat, none applied, spread

@@ -111,7 +111,7 @@ def test_an_evaluation_of_the_merge_counts_as_one_of_the_adapters_run(adapter, t
     record, so the LoRA run's card takes the evaluation (its final/ is the adapter), and no other run's."""
     from medrecipes.errors import UserError
     from medrecipes.hub.card import _check_scored_model
-    from medrecipes.models.files import weights_fingerprint
+    from medrecipes.locations import weights_fingerprint
 
     out = tmp_path / "merged"
     cli.main(["merge-lora", adapter, str(out)])

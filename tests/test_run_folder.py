@@ -13,9 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from medrecipes import cli
 from medrecipes.errors import UserError
-from medrecipes.models.files import weights_fingerprint
+from medrecipes.locations import SAMPLED, weights_fingerprint
 from medrecipes.outputs.writes import staged
-from medrecipes.runs.record import SAMPLED
 
 CPT, SFT = "recipes/tiny_cpt.yaml", "recipes/tiny_sft.yaml"
 # A constant learning rate, so that one step more would change the weights.

@@ -263,7 +263,7 @@ def test_a_card_takes_evaluations_of_the_runs_own_weights_only(tmp_path):
 
     from medrecipes.errors import UserError
     from medrecipes.hub.card import _check_scored_model
-    from medrecipes.models.files import weights_fingerprint
+    from medrecipes.locations import weights_fingerprint
 
     final, other = tmp_path / "run" / "final", tmp_path / "other"
     for folder, weights in ((final, b"the run's weights"), (other, b"another model's")):

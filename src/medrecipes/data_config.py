@@ -13,6 +13,32 @@ from medrecipes.names import PubMedQASetting
 
 
 @dataclass
+class PartConfig:
+    """A seeded share of a source's rows: `take: first` keeps `share` of them, `take: rest` the
+    others, so that two recipes naming the same share and seed with the two `take`s train on
+    disjoint rows that together are the whole file (SFT on one part, GRPO or DPO on the other).
+    Multiple-choice rows are split in the proportions of their gold answers (stratified), other
+    rows in a seeded order; `datasets`' own `train_test_split` draws both."""
+
+    share: float
+    take: Literal["first", "rest"] = "first"
+    seed: int = 42
+
+
+@dataclass
+class PassRateConfig:
+    """The rows whose question a model answered right in a share of its samples above `above` and
+    below `below`, as `medrecipes pass-rate` measured them into `file` (a row's `id` is its
+    question's): questions a model always or never gets right give GRPO groups without a spread
+    of reward, and DPO's on-policy pairs none at all. Rows without a measured pass rate are left
+    out and counted."""
+
+    file: str
+    above: float = 0.0
+    below: float = 1.0
+
+
+@dataclass
 class SourceConfig:
     """One data source: a Hub id, a `datasets` builder (json, parquet, text, csv) or a local path."""
 
@@ -40,6 +66,12 @@ class SourceConfig:
     # so that a model cannot lower its loss by learning the label counts (PubMedQA's "yes" is 55%
     # of its questions, "maybe" 11%). Each row is kept at least once.
     balance_answers: bool = False
+    # A seeded share of the rows (see PartConfig): {share: 0.6, take: first} in one recipe and
+    # {share: 0.6, take: rest} in the next give the two stages disjoint rows.
+    part: PartConfig | None = None
+    # Keep only the rows whose questions a model answers right in some of its samples and not all
+    # (see PassRateConfig): {file: pass_rate.jsonl, above: 0, below: 1}.
+    pass_rate: PassRateConfig | None = None
     # fsspec options for s3://, gs://, ... URLs in `path` or `data_files` (credentials, endpoint,
     # anon); passed to `datasets` as `storage_options`.
     storage_options: dict[str, Any] | None = None

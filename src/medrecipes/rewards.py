@@ -152,6 +152,31 @@ class BoundReward:
         return f"{self.__name__}({settings})"
 
 
+# The rewards that score whether an answer is right (the others score its form or its length): a
+# question's pass rate counts the answers they score 1, and GRPO's share of groups without a
+# learning signal is read on them.
+CORRECTNESS = ("usmle_accuracy", "accuracy_or_abstain")
+# GRPO's logged share of a step's groups whose correctness reward did not vary (the weighted sum
+# where a recipe has no correctness reward): their advantages are 0 and they teach nothing.
+NO_SIGNAL = "frac_correctness_zero_std"
+
+
+def signal_share(logs: list[dict]) -> dict | None:
+    """{steps, with_signal, share}: of the training steps that logged NO_SIGNAL, those in which some
+    group's correctness reward varied; None for a run that logged none (not GRPO)."""
+    shares = [entry[NO_SIGNAL] for entry in logs if NO_SIGNAL in entry and "eval_runtime" not in entry]
+    if not shares:
+        return None
+    with_signal = sum(share < 1 for share in shares)
+    return {"steps": len(shares), "with_signal": with_signal, "share": with_signal / len(shares)}
+
+
+def correctness_index(functions: list[Callable]) -> int | None:
+    """The position of the first correctness reward (CORRECTNESS) among a recipe's reward functions."""
+    names = [getattr(function, "__name__", None) for function in functions]
+    return next((i for i, name in enumerate(names) if name in CORRECTNESS), None)
+
+
 def completion_text(completion) -> str:
     """The text of a plain completion, or of the assistant turns of a chat completion."""
     if isinstance(completion, str):

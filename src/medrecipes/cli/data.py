@@ -1,5 +1,6 @@
-"""The commands that make data from data: decontaminate (n-gram overlap with evaluation sets) and
-pairs (DPO and KTO preference data from multiple-choice questions)."""
+"""The commands that make data from data: decontaminate (n-gram overlap with evaluation sets),
+pairs (DPO and KTO preference data from multiple-choice questions) and pass-rate (how often a
+model answers each of a GRPO recipe's questions right, which its `pass_rate` filter reads)."""
 
 import json
 import sys
@@ -12,6 +13,7 @@ from medrecipes.cli.arguments import (
     method_of,
     output_path,
     parse_recipe_file,
+    recipe_command,
 )
 from medrecipes.errors import UserError
 from medrecipes.names import PUBMEDQA_SETTINGS
@@ -64,6 +66,20 @@ def add_commands(commands) -> None:
     pairs.add_argument("--seed", type=SEED, default=42, help="draws the samples and the answers paired (default 42)")
     pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
     pairs.set_defaults(func=cmd_pairs)
+
+    rates = recipe_command(
+        commands, "pass-rate", "each question's pass rate: a model's answers sampled, scored by the recipe's reward"
+    )
+    rates.add_argument(
+        "--output", type=output_path, help="the JSONL file to write (default: the file the recipe's pass_rate reads)"
+    )
+    rates.add_argument(
+        "--samples", type=Number(int, least=2), default=8, help="answers sampled a question (default 8)"
+    )
+    rates.add_argument("--batch-size", type=COUNT, default=16, help="prompts generated at once (default 16)")
+    rates.add_argument("--seed", type=SEED, default=42, help="draws the samples (default 42)")
+    rates.add_argument("--overwrite", action="store_true", help="replace an earlier pass-rate file")
+    rates.set_defaults(func=cmd_pass_rate)
 
 
 def cmd_decontaminate(args) -> None:
@@ -168,3 +184,69 @@ def _sampled_answers(args, rows) -> list[list[str]]:
         batch_size=args.batch_size, temperature=args.temperature, progress=True,
     )  # fmt: skip
     return answers
+
+
+# The ranges `medrecipes pass-rate` counts: what a filter of each would keep.
+RANGES = [(0.0, 1.0), (0.0, 0.5), (0.5, 1.0)]
+
+
+def cmd_pass_rate(args) -> None:
+    """Each training question of a GRPO recipe asked `--samples` times with the recipe's own chat prompt
+    and sampling (temperature, top_p, top_k, max_completion_length), scored by its correctness reward; one
+    row a question, with the fingerprint of the model that answered. The recipe's own pass_rate
+    filter is not applied: these are the rows it chooses among."""
+    from transformers import set_seed
+
+    from medrecipes.data.sources import load_mcq_source
+    from medrecipes.evaluation.commands import load_for_evaluation
+    from medrecipes.evaluation.generate import sample_answers
+    from medrecipes.locations import SAMPLED, weights_fingerprint
+    from medrecipes.outputs.claims import claim_output
+    from medrecipes.outputs.writes import staged
+    from medrecipes.pass_rates import range_counts
+    from medrecipes.rewards import correctness_index, reward_functions
+
+    method = method_of(args.recipe, args.method, ("grpo",))
+    from medrecipes.config import parse_recipe
+
+    recipe, training, model_args = parse_recipe(method, [args.recipe, *args.overrides], measured=False)
+    if training.prompt_format != "chat":
+        raise UserError(f"{args.recipe}: pass-rate asks the questions as chat prompts; this recipe's are plain")
+    functions, _ = reward_functions(training.rewards)
+    correct = correctness_index(functions)
+    if correct is None:
+        raise UserError(
+            f"{args.recipe}: no reward scores whether an answer is right (usmle_accuracy or accuracy_or_abstain); "
+            "a pass rate counts the answers it scores 1"
+        )
+    named = {source.pass_rate.file for source in recipe.mixture.sources if source.pass_rate}
+    output = args.output or (named.pop() if len(named) == 1 else None)
+    if output is None:
+        raise UserError(f"{args.recipe}: its sources name no single pass_rate file; give --output FILE.jsonl")
+    if not output.endswith(".jsonl"):
+        raise UserError(f"pass-rate --output {output}: write a .jsonl file (one row a line)")
+    model = model_args.model_name_or_path
+    claim_output(output, "pass-rate", "pass-rate --output", [args.recipe, model], args.overwrite)
+    rows = [row for source in recipe.mixture.sources for row in load_mcq_source(source, recipe.subjects, False)]
+    set_seed(args.seed)
+    loaded, tokenizer = load_for_evaluation(model)
+    answers, _ = sample_answers(
+        loaded, tokenizer, rows, args.samples, system_prompt=recipe.system_prompt,
+        chain_of_thought=recipe.chain_of_thought, max_new_tokens=training.max_completion_length,
+        batch_size=args.batch_size, temperature=training.temperature, top_p=training.top_p, top_k=training.top_k,
+        progress=True,
+    )  # fmt: skip
+    fingerprint = weights_fingerprint(model, ends=SAMPLED)
+    written = []
+    for row, sampled in zip(rows, answers, strict=True):
+        columns = {"answer": [row["answer"]] * len(sampled), "options": [row["options"]] * len(sampled)}
+        scores = functions[correct](completions=sampled, **columns)
+        right = sum(score == 1.0 for score in scores)
+        written.append({"id": row["id"], "pass_rate": right / len(sampled), "right": right, "samples": len(sampled),
+                        "model": model, "model_fingerprint": fingerprint})  # fmt: skip
+    how = f"{args.samples} answers of {model} to each of {len(rows)} questions of {args.recipe} (seed {args.seed})"
+    with staged(output, folder=False, kind="pass-rate", about=how) as path, open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in written)
+    counts = range_counts([row["pass_rate"] for row in written], RANGES)
+    print(f"{len(written)} pass rates written to {output}: {how}")
+    print("kept by pass_rate " + "; ".join(f"{where}: {n}" for where, n in counts.items()))

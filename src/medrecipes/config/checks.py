@@ -20,8 +20,9 @@ from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, check_choice, did_you_mean
-from medrecipes.locations import shipped_template, shipped_templates
+from medrecipes.locations import SAMPLED, shipped_template, shipped_templates, weights_fingerprint
 from medrecipes.names import TASK_METRICS, check_task_names
+from medrecipes.pass_rates import check_measured_on
 from medrecipes.rewards import reward_functions
 
 VLLM_MODES = ("colocate", "server")
@@ -42,7 +43,40 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"{where}: balance_answers draws a training source's multiple-choice answers equally often, and {what}; "
             "set it on format: usmle sources of dataset_mixture only"
         )
+    if source.part is not None and not 0 < source.part.share < 1:
+        raise UserError(
+            f"{where}: part.share must be above 0 and below 1 (the share of the rows in the first part), "
+            f"got {source.part.share:g}"
+        )
+    rates = source.pass_rate
+    if rates is not None and not (rates.above < rates.below and rates.above < 1 and rates.below > 0):
+        raise UserError(
+            f"{where}: pass_rate keeps pass rates above {rates.above:g} and below {rates.below:g}, which no rate "
+            "(0 to 1) is; use above < below (above: 0, below: 1 keeps the questions answered right sometimes, not "
+            "always; below: 2 keeps those always answered right too)"
+        )
     return source
+
+
+def check_pass_rates(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:
+    """Each source's pass_rate file is there, is a pass-rate file, and was measured on the weights
+    this recipe starts from (their fingerprint, `locations.weights_fingerprint`): a filter by
+    another model's pass rates keeps the questions that model found hard, not this one."""
+    sources = recipe.mixture.sources if recipe.mixture else []
+    for i, source in enumerate([*sources, *recipe.eval_sources.values()]):
+        if source.pass_rate is None:
+            continue
+        where = (
+            f"{path}: dataset_mixture.sources[{i}].pass_rate"
+            if i < len(sources)
+            else f"{path}: eval_sets.{list(recipe.eval_sources)[i - len(sources)]}.pass_rate"
+        )
+        model = model_args.model_name_or_path
+        fingerprint = None if recipe.init_from_scratch else weights_fingerprint(model, ends=SAMPLED)
+        try:
+            check_measured_on(source.pass_rate.file, fingerprint, model, where)
+        except UserError as err:
+            raise UserError(str(err) if str(err).startswith(path) else f"{where}: {err}") from None
 
 
 def resolve_data(recipe: RecipeArguments, path: str) -> None:
@@ -54,6 +88,12 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
             raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
         mixture["sources"] = [_build_source(s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
+        chosen = [i for i, s in enumerate(recipe.mixture.sources) if s.part is not None or s.pass_rate is not None]
+        if recipe.mixture.streaming and chosen:
+            raise UserError(
+                f"{where}.sources[{chosen[0]}]: part and pass_rate choose among all the rows of a source, which a "
+                "stream reads one by one; set streaming: false"
+            )
         if recipe.mixture.shuffle_buffer < 0:
             raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
     for name, source in (recipe.eval_sets or {}).items():

@@ -45,8 +45,10 @@ def recipe_method(path: str) -> str:
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
-def parse_recipe(method: str, argv: list[str] | None = None):
-    """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order."""
+def parse_recipe(method: str, argv: list[str] | None = None, measured: bool = True):
+    """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order.
+    `measured`: its sources' pass_rate files are there and of its model (`medrecipes pass-rate`,
+    which writes them, reads the recipe before they are)."""
     parser = RecipeParser(METHODS[method])
     try:
         outputs, path = parser.parse_recipe(argv)
@@ -73,6 +75,8 @@ def parse_recipe(method: str, argv: list[str] | None = None):
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
     checks.check_model_args(model_args, path)
+    if measured:
+        checks.check_pass_rates(recipe, model_args, path)
     checks.check_loggers(args, path)
     checks.check_hub_model_id(args, path)
     if isinstance(args, MedDPOConfig):

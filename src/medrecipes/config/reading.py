@@ -266,6 +266,9 @@ def check_value(key: str, value, hint, where: str, top_level: bool = False):
     type says so. Returns the value, a number YAML read as text (1e-2) made a number. At the
     top level a list of names also takes one name or a comma-separated text, as the command
     line does."""
+    nested = _optional_of(hint)
+    if isinstance(value, dict) and dataclasses.is_dataclass(nested):  # an entry of its own keys: a source's part
+        return build_dataclass(nested, value, f"{where}.{key}")
     if isinstance(value, str) and (_fits(1.0, hint) or _fits(1, hint)) and not _fits("", hint):
         value = _yaml_number(value)  # YAML reads 1e-2 and 11e9 as text
     if isinstance(value, float) and value.is_integer() and not _fits(1.0, hint) and _fits(1, hint):
@@ -342,6 +345,8 @@ def _kind(hint) -> str:
     if typing.get_origin(hint) is typing.Literal:
         return " or ".join(sorted({_kind(type(choice)) for choice in typing.get_args(hint)}))
     origin = typing.get_origin(hint) or hint
+    if dataclasses.is_dataclass(origin):
+        return f"a mapping of {', '.join(f.name for f in dataclasses.fields(origin))}"
     return KINDS.get(origin) or {list: "a list", dict: "a mapping"}.get(origin, getattr(origin, "__name__", str(hint)))
 
 

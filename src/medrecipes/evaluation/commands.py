@@ -13,7 +13,8 @@ from medrecipes.errors import UserError
 from medrecipes.evaluation import calibration as cal
 from medrecipes.evaluation.loglik import max_context_length
 from medrecipes.evaluation.scoring import evaluate_task
-from medrecipes.models.files import merged_adapter_fingerprint, weights_fingerprint
+from medrecipes.locations import weights_fingerprint
+from medrecipes.models.files import merged_adapter_fingerprint
 from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
 from medrecipes.usmle import (

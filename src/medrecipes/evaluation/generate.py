@@ -49,11 +49,14 @@ def generate_answers(
     shots=None,
     temperature=0.0,
     top_p=1.0,
+    top_k=None,
     progress=False,
 ) -> tuple[list[str], list[bool]]:
     """Completions of each row's chat prompt, in row order; greedy unless `temperature` > 0.
     `shots[i]` are the few-shot examples of row i. Also returns, for each row, whether its reply
-    ended at a stop token (the generation config's eos_token_id) before `max_new_tokens`."""
+    ended at a stop token (the generation config's eos_token_id) before `max_new_tokens`. `top_k`
+    samples among that many likeliest tokens (0: all, as GRPO's default; None: the model's
+    generation config)."""
     if tokenizer.chat_template is None:
         raise UserError("generate mode needs a chat template and the tokenizer has none; use --mode loglik")
     max_new_tokens = max_new_tokens or (REASONING_TOKENS if chain_of_thought else LETTER_TOKENS)
@@ -63,6 +66,8 @@ def generate_answers(
         for row, row_shots in zip(rows, shots, strict=True)
     ]
     sampling = {"temperature": temperature, "top_p": top_p} if temperature > 0 else {}
+    if sampling and top_k is not None:
+        sampling["top_k"] = top_k
     # The template already holds BOS. A prompt longer than the model's positions less the reply's
     # keeps its last tokens, as loglik scoring does (`evaluate_task` counts them in its report):
     # generating past the positions would fail, or grow memory without bound.

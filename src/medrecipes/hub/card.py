@@ -32,6 +32,7 @@ from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.outputs.records import written_about
 from medrecipes.report import figures, read_run, trainer_state_path
+from medrecipes.rewards import signal_share
 from medrecipes.runs.record import SettledRun
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ def _framework_versions() -> str:
 
 
 def training_summary(state) -> dict:
-    """Steps, tokens, time and loss from the trainer state (elapsed time carries over resumptions)."""
+    """Steps, tokens, time and loss from the trainer state (elapsed time carries over resumptions);
+    for GRPO, the steps in which some group's answers were scored apart (`rewards.signal_share`)."""
     elapsed = [e["elapsed_hours"] for e in state.log_history if "elapsed_hours" in e]
     losses = [e["loss"] for e in state.log_history if "loss" in e]
     runtimes = [e["train_runtime"] for e in state.log_history if "train_runtime" in e]
@@ -107,6 +109,7 @@ def training_summary(state) -> dict:
         "tokens_seen": state.num_input_tokens_seen,
         "training_time": str(datetime.timedelta(seconds=round(hours * 3600))) if hours is not None else None,
         "final_train_loss": losses[-1] if losses else None,
+        "learning_signal": signal_share(state.log_history),
     }
 
 
@@ -320,7 +323,7 @@ def _check_scored_model(eval_file: str, final: str) -> None:
     that the scored merge-lora output folded in is final/'s; for an eval file written before
     fingerprints were recorded, its model is final/ itself. One line otherwise: its figures would
     be published as this model's."""
-    from medrecipes.models.files import weights_fingerprint
+    from medrecipes.locations import weights_fingerprint
     from medrecipes.outputs.records import same_path
 
     settings = json.loads(Path(eval_file).read_text(encoding="utf-8")).get("settings") or {}

@@ -5,16 +5,13 @@ import json
 import os
 
 from medrecipes.errors import UserError
-from medrecipes.locations import looks_local
+from medrecipes.locations import WEIGHT_SUFFIXES, looks_local
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 
 def missing_local_model(path: str) -> bool:
     """A model path that cannot be a Hub id (org/name) and does not exist here."""
     return looks_local(path) and not os.path.exists(os.path.expanduser(path))
-
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
 # A folder with none of these has no tokenizer for AutoTokenizer to load.
@@ -116,39 +113,6 @@ def read_adapter_config(path: str) -> dict:
                 f"{path}: {field.name} must be {kind}, got {json.dumps(value)}; copy the adapter again from its run"
             )
     return config
-
-
-def weights_fingerprint(path: str, ends: int | None = None) -> str | None:
-    """ "sha256:" and 16 hex digits of a local model's (or adapter's) weight files, names and
-    contents, in the folder itself: what tells one model from another whatever its path (a copy
-    has the same); None for a Hub id or a folder without weights. Reads every weight once, or with
-    `ends`, only each file's size and its first and last `ends` bytes: a fingerprint a run can take
-    at every start of a sharded 27B model, where a model trained again differs in every tensor, so
-    at the ends of every file."""
-    import hashlib
-
-    folder = os.path.expanduser(path)
-    if os.path.isfile(folder) and folder.endswith(WEIGHT_SUFFIXES):  # a .gguf file
-        folder, names = os.path.dirname(folder), [os.path.basename(folder)]
-    elif os.path.isdir(folder):
-        names = sorted(n for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES) and not n.startswith("."))
-    else:
-        return None
-    if not names:
-        return None
-    digest = hashlib.sha256()
-    for name in names:
-        digest.update(name.encode() + b"\0")
-        with open(os.path.join(folder, name), "rb") as f:
-            if ends is not None:
-                size = os.fstat(f.fileno()).st_size
-                digest.update(f"{size}\0".encode() + f.read(ends))
-                f.seek(max(size - ends, 0))
-                digest.update(f.read(ends))
-                continue
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    return f"sha256:{digest.hexdigest()[:16]}"
 
 
 # Written by `medrecipes merge-lora` into the merged folder: the adapter it folded in, so that an

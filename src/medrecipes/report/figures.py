@@ -14,6 +14,7 @@ from medrecipes.report.runs import (
     tokens_at,
     training_logs,
 )
+from medrecipes.rewards import NO_SIGNAL
 
 
 def _pyplot():
@@ -199,15 +200,16 @@ def grpo_figure(runs: list[Run]):
             rewards.plot(
                 *zip(*points, strict=True), styles[i % len(styles)], color=colour, label=f"{run.name}: {name}"
             )
-        # TRL's frac_reward_zero_std: the groups whose answers all scored the same, so their
-        # advantages are zero and they teach nothing.
-        for ax, key in ((flat, "frac_reward_zero_std"), (kl, "kl"), (length, "completions/mean_length")):
+        # The groups whose answers the correctness reward scored alike, so their advantages are zero
+        # and they teach nothing (NO_SIGNAL; TRL's frac_reward_zero_std for runs that lack it).
+        flat_key = NO_SIGNAL if step_series(run, NO_SIGNAL) else "frac_reward_zero_std"
+        for ax, key in ((flat, flat_key), (kl, "kl"), (length, "completions/mean_length")):
             points = step_series(run, key)
             if points:
                 ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
     _title_steps(
         (rewards, "mean reward per function"),
-        (flat, "groups with all rewards equal (no signal)"),
+        (flat, "groups whose answers all scored alike (no signal)"),
         (kl, "KL to the reference"),
         (length, "completion length (tokens)"),
     )

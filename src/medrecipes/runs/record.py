@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from medrecipes.models.files import weights_fingerprint
+from medrecipes.locations import SAMPLED, weights_fingerprint
 from medrecipes.outputs.writes import staged
 
 RECORD = "run.json"
@@ -21,12 +21,11 @@ IDENTITY = ("script", "model", "data")
 # compared where both records have it (a run recorded before it was kept has none).
 IDENTITY_WORDS = {"script": "script", "model": "model", "data": "dataset_mixture"}
 WEIGHTS = "weights"
-SAMPLED = 1 << 20  # bytes of each end of a weight file in it
 
 
 def run_identity(method: str, recipe, model_args) -> dict:
     """The script, the starting model and a fingerprint of the data settings of a run, and where the
-    model is a local folder, a fingerprint of its weights (their ends: `models.files.weights_fingerprint`)."""
+    model is a local folder, a fingerprint of its weights (their ends: `locations.weights_fingerprint`)."""
     model = model_args.model_name_or_path
     if recipe.init_from_scratch:
         model = f"random weights ({recipe.architecture})"

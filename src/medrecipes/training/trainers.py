@@ -18,6 +18,7 @@ from medrecipes.training.trl_seams import (
     DeferredSFTMetricsMixin,
     GenerationKeepsModeMixin,
     GRPOEvalMetricsMixin,
+    SignalShareMixin,
 )
 
 
@@ -35,10 +36,11 @@ class MedGRPOTrainer(
     GRPOEvalMetricsMixin,
     GenerationKeepsModeMixin,
     CompiledGenerationMixin,
+    SignalShareMixin,
     GRPOTrainer,
 ):
     """GRPOTrainer with the recipes' checkpointing, an embedding learning rate, per-set eval
-    metrics and, when asked, a compiled decoding step."""
+    metrics, the share of groups without a learning signal and, when asked, a compiled decoding step."""
 
 
 class MedDPOTrainer(RecipeTrainerMixin, DPOTrainer):

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from medrecipes.rewards import NO_SIGNAL, correctness_index
 from medrecipes.training.transformers_seams import Seam, compile_decoding
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ SEAMS = (
     Seam("trl.GRPOTrainer", "_metrics", None,
          "GRPO's eval metrics, which TRL adds only in its own log, under one prefix for every eval set",
          "tests/test_grpo_recipe.py::test_kl_to_the_reference_and_periodic_evaluation"),
+    Seam("trl.GRPOTrainer", "_calculate_rewards", "(self, inputs, prompts, completions, completion_ids_list)",
+         "the rewards of every function, gathered over processes, exist only inside TRL's scoring; its own share of "
+         "groups without a spread (frac_reward_zero_std) compares a float32 std to 0 with atol 1e-8 and reads a "
+         "group scoring 1.2 eight times as spread",
+         "tests/test_grpo_recipe.py::test_the_share_of_groups_without_a_signal_is_read_on_the_correctness_reward"),
     Seam("trl.GRPOTrainer", "generation_config", None,
          "TRL builds its generation config with disable_compile=True whatever the cache; compile_generation "
          "turns compilation on",
@@ -179,3 +185,42 @@ class CompiledGenerationMixin:
         super().__init__(*args, **kwargs)
         if getattr(self.args, "compile_generation", False) and getattr(self, "generation_config", None) is not None:
             compile_decoding(self.generation_config, self.accelerator.device.type)
+
+
+def no_spread_share(rewards: torch.Tensor, group: int) -> float:
+    """The share of the groups of `group` consecutive rewards (one question's answers) whose values
+    do not vary, NaN (a reward that did not apply) ignored. Equal is within float32's rounding of
+    the values, not an absolute 1e-8: eight answers scoring 1.0 x 1 + 0.2 x 1 = 1.2 have a float32
+    std of 1.3e-7."""
+    grouped = rewards.reshape(-1, group).to(torch.float64)
+    present = ~torch.isnan(grouped)
+    high = torch.where(present, grouped, -torch.inf).amax(dim=1)
+    low = torch.where(present, grouped, torch.inf).amin(dim=1)
+    scale = torch.maximum(high.abs(), low.abs()).nan_to_num(0.0).clamp(min=1.0)
+    flat = ~present.any(dim=1) | ((high - low) <= 8 * torch.finfo(torch.float32).eps * scale)
+    return flat.double().mean().item()
+
+
+class SignalShareMixin:
+    """Logs NO_SIGNAL for every batch of completions scored, beside TRL's own rewards. TRL has no
+    hook after its rewards are gathered; `_calculate_rewards` returns them, so this wraps it and
+    hands them back unchanged. Where the recipe has no correctness reward, the weighted sum TRL
+    computes the advantages from is read.
+
+    DAPO's dynamic sampling (groups without a spread replaced by others before the loss) is not
+    done here: TRL 1.16 generates, scores and computes the advantages of a batch inside one private
+    method (`_generate_and_score_completions`), so refilling a batch would mean writing that method
+    again; the recipes filter the questions before training instead (`pass_rate`)."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else (self.num_generations_eval or self.num_generations)
+        index = correctness_index(self.reward_funcs)
+        if index is not None:
+            scored = rewards[:, index]
+        else:
+            scored = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+        if group and scored.numel() % group == 0:
+            self._metrics[mode][NO_SIGNAL].append(no_spread_share(scored, group))
+        return rewards
