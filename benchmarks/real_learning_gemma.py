@@ -75,27 +75,27 @@ RECIPES = {
     "sft-long": "recipes/gemma3_270m_sft_pubmedqa_long.yaml",
 }
 SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
-FOLDERS = ("sft-free", "grpo-free", "dpo-free", "preference-gold-free", "sft-long")  # a recipe's, seed by seed
+FOLDERS = (
+    "sft-free",
+    "grpo-free",
+    "dpo-free",
+    "preference-gold-free",
+    "pass-rate-free",
+    "sft-long",
+)  # a recipe's, seed by seed
 VALIDATION = 50  # of the 350 training questions
-# Each seed's DPO runs, all from its SFT model with the DPO recipe (about 15 minutes a seed on its own
-# pairs, with sampling them; 5 on gold ones): its folder, the pairs it trains on ("gold": each
-# question's answer against a wrong one drawn with the seed, as the recipe names them, which do not
-# depend on what the SFT model already answers right; "own": the SFT model's right and wrong sampled
-# answers) and its changes to the recipe. The recipe's gold pairs at 5e-5 won on validation over
-# its own pairs and gold pairs at 2e-4, the two runs beside it (gold pairs at 2e-4 pushed the
-# rejected letters down until seeds 2 and 3 wrote no answer to 37 and 18 dev questions).
-DPO_RUNS = (
-    ("dpo-free", "gold", {}),
-    ("dpo-own-free", "own", {"learning_rate": 2e-4}),
-    ("dpo-gold-high-lr-free", "gold", {"learning_rate": 2e-4}),
-)
+# Each seed's DPO runs, from its SFT model with the DPO recipe: its folder, the pairs it trains on
+# ("gold": each question's answer against a wrong one drawn with the seed; "own": the SFT model's
+# right and wrong sampled answers) and its changes to the recipe. Gold pairs at the recipe's rate
+# won on validation before the stages had parts (docs/real-model.md has those runs).
+DPO_RUNS = (("dpo-free", "gold", {}),)
 PAIRS = {"own": "preference-free", "gold": "preference-gold-free"}  # where each seed's pairs file goes
 # On a GPU: bf16, LoRA adapters (r 32 on every projection: 15 MB each in float32, within what a call
 # of the GPU machine brings back), and far more training than the CPU stages.
 GPU = ["--use_cpu", "false", "--dtype", "bfloat16", "--bf16", "true", "--report_to", "none"]
 LORA = ["--use_peft", "true", "--lora_r", "32", "--lora_alpha", "64",
         "--lora_target_modules", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]  # fmt: skip
-GRPO_STEPS = ["--max_steps", "100", "--save_steps", "100", "--learning_rate", "1e-5"]
+GRPO_STEPS = ["--max_steps", "100", "--save_steps", "25", "--eval_steps", "25", "--learning_rate", "1e-5"]
 GPU_STAGES = {
     "sft-free": [*GPU, *LORA, "--num_train_epochs", "12", "--learning_rate", "3e-4"],
     "grpo-free": [*GPU, *LORA, *GRPO_STEPS],
@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--stop-after", choices=["sft"], help="sft: the reasoning-free SFT runs only, not evaluated on dev yet"
     )
     parser.add_argument("--report-only", action="store_true", help="the report of what is there, no stage run")
-    parser.add_argument("--samples", type=int, default=4, help="answers sampled per question for the DPO pairs")
+    parser.add_argument(
+        "--samples", type=int, default=8, help="answers sampled per question for the pass rate (GRPO's group size)"
+    )
     parser.add_argument("--seed", type=int, default=42, help="the train/dev/validation split's seed")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in (args.seeds or ("1" if args.device == "gpu" else "1,2,3")).split(",")]
@@ -303,34 +305,13 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
                 switched = out / f"{folder}-s{s}" / "final"
                 stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
                       lambda s=s, folder=folder, switched=switched: evaluate(out, switched, folder, free, "generate", s))  # fmt: skip
-        for s in seeds:
-            sft = out / f"sft-free-s{s}" / "final"
-            stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda s=s, sft=sft: (
-                evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
-            ))  # fmt: skip
-        # DPO before GRPO (about 33 minutes a seed on 2 cores): DPO_RUNS, each pairs file made once
-        for s in seeds:
-            for name, source, changes in DPO_RUNS:
-                data, folder = out / f"{PAIRS[source]}-s{s}" / "pairs_train.jsonl", out / f"{name}-s{s}"
-                samples = args.samples if source == "own" else None
-                stage(f"pairs{PAIRS[source].removeprefix('preference')}-s{s}", data,
-                      lambda s=s, data=data, samples=samples: pairs(out, data, s, samples))  # fmt: skip
-                recipe = seeded_recipe(out, "dpo-free", s, dataset_mixture_source={"path": str(data)},
-                                       output_dir=str(folder), **changes)  # fmt: skip
-                dpo = folder / "merged"
-                stage(f"{name}-s{s}", dpo, lambda folder=folder, dpo=dpo, recipe=recipe: adapter_run(
-                    "dpo", recipe, folder, dpo), ("dpo", recipe))  # fmt: skip
-                # The validation questions first (what compares the DPO runs), then dev once
-                stage(f"eval-{name}-validation-s{s}", eval_file(out, f"{name}-validation", "generate", s),
-                      lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, f"{name}-validation", free, "generate", s,
-                                                               questions="val"))  # fmt: skip
-                stage(f"eval-{name}-s{s}", eval_file(out, name, "generate", s),
-                      lambda s=s, name=name, dpo=dpo: evaluate(out, dpo, name, free, "generate", s))  # fmt: skip
-        for s in seeds:
-            grpo = out / f"grpo-free-s{s}" / "final"
-            trained(f"grpo-free-s{s}", grpo, "grpo", seeded_recipe(out, "grpo-free", s))
-            stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
-                  lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
+        for s in seeds:  # the pipeline a user runs, seed by seed: SFT on its part, then RL on the other
+            pipeline(out, stage, trained, s, args.samples)
+            # Beside it, the SFT recipe on every training question: is RL worth it, or SFT on everything?
+            everything, run_dir = seeded_recipe(out, "sft-free", s, **SFT_ALL.switched(out, s)), f"sft-all-free-s{s}"
+            trained(run_dir, out / run_dir / "final", "sft", everything)
+            stage(f"eval-sft-all-free-s{s}", eval_file(out, "sft-all-free", "generate", s),
+                  lambda s=s, run_dir=run_dir: evaluate(out, out / run_dir / "final", "sft-all-free", free, "generate", s))  # fmt: skip
     if args.part in ("required", "all"):
         # The real check's CPT model, where that check has not made it yet; the long-answer SFT first,
         # the stage this part is for, then the answer-only SFT it is compared with.
@@ -351,9 +332,49 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
 
 
+def pipeline(out: Path, stage, trained, s: int, samples: int) -> None:
+    """Seed `s`'s reasoning-free pipeline: its SFT (on the recipe's part) evaluated; that model's pass
+    rate on the GRPO recipe's part (`medrecipes pass-rate`, `samples` answers a question); DPO on the
+    gold pairs the pass rate keeps, scored on the validation questions, then dev; GRPO on the questions
+    it keeps, its checkpoint chosen on validation, then dev."""
+    free = SETTINGS["free"]
+    sft = out / f"sft-free-s{s}" / "final"
+    stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda: (
+        evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
+    ))  # fmt: skip
+    grpo_recipe = seeded_recipe(out, "grpo-free", s)
+    rates = out / f"pass-rate-free-s{s}" / "pass_rate.jsonl"
+    stage(f"pass-rate-free-s{s}", rates, lambda: medrecipes(
+        "pass-rate", grpo_recipe, "--samples", str(samples), "--seed", str(s)))  # fmt: skip
+    for name, source, changes in DPO_RUNS:
+        data, folder = out / f"{PAIRS[source]}-s{s}" / "pairs_train.jsonl", out / f"{name}-s{s}"
+        stage(f"pairs{PAIRS[source].removeprefix('preference')}-s{s}", data,
+              lambda data=data, source=source: pairs(out, data, s, samples if source == "own" else None))  # fmt: skip
+        recipe = seeded_recipe(out, "dpo-free", s, dataset_mixture_source={"path": str(data)},
+                               output_dir=str(folder), **changes)  # fmt: skip
+        dpo = folder / "merged"
+        stage(f"{name}-s{s}", dpo, lambda folder=folder, dpo=dpo, recipe=recipe: adapter_run(
+            "dpo", recipe, folder, dpo), ("dpo", recipe))  # fmt: skip
+        # The validation questions first (what compares DPO runs), then dev once
+        stage(f"eval-{name}-validation-s{s}", eval_file(out, f"{name}-validation", "generate", s),
+              lambda name=name, dpo=dpo: evaluate(out, dpo, f"{name}-validation", free, "generate", s,
+                                                   questions="val"))  # fmt: skip
+        stage(f"eval-{name}-s{s}", eval_file(out, name, "generate", s),
+              lambda name=name, dpo=dpo: evaluate(out, dpo, name, free, "generate", s))  # fmt: skip
+    grpo = out / f"grpo-free-s{s}" / "final"
+    trained(f"grpo-free-s{s}", grpo, "grpo", grpo_recipe)
+    stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
+          lambda: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
+
+
 def balance_of(recipe: dict) -> bool:
     """`balance_answers` of a recipe's (first) training source."""
     return bool(recipe["dataset_mixture"]["sources"][0].get("balance_answers", False))
+
+
+def part_of(recipe: dict) -> dict | None:
+    """The `part` of a recipe's (first) training source: None for every question."""
+    return recipe["dataset_mixture"]["sources"][0].get("part")
 
 
 def balance_set(on: bool) -> dict:
@@ -404,7 +425,11 @@ ABLATIONS = {
                        lambda passes: 7 - passes, lambda passes: {"num_train_epochs": passes}),
     "long-balance": Ablation("sft-long", "balance_answers", "sft-long-flip", balance_of, lambda on: not on,
                              lambda on: {**balance_set(on), **({"num_train_epochs": 1} if on else {})}),
+    # The SFT recipe on every training question, the part taken out: what the pipeline is compared with
+    "parts": Ablation("sft-free", "part", "sft-all-free", part_of, lambda part: None,
+                      lambda part: {"dataset_mixture_source": {"part": part}}),
 }  # fmt: skip
+SFT_ALL = ABLATIONS["parts"]
 WHAT = {  # what each stage's ablation tables give
     "sft-free": "reasoning-free SFT: validation accuracy of the kept checkpoint",
     "sft-long": "reasoning-required long-answer SFT (balanced: one pass): validation accuracy of the kept checkpoint",
@@ -509,6 +534,10 @@ def gpu_stages(out: Path, stage, part: str, seeds: list[int]) -> None:
             sft = lora("sft-free", "sft", GEMMA, s)
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "generate", s),
                   lambda s=s, sft=sft: evaluate(out, sft, "sft-free", free, "generate", s))  # fmt: skip
+            # The SFT model's pass rate on the GRPO part, which the GRPO recipe's filter reads
+            rates = out / f"pass-rate-free-s{s}" / "pass_rate.jsonl"
+            stage(f"pass-rate-free-s{s}", rates, lambda s=s, sft=sft: medrecipes(
+                "pass-rate", seeded_recipe(out, "grpo-free", s), "--model_name_or_path", str(sft), "--seed", str(s)))  # fmt: skip
             grpo = lora("grpo-free", "grpo", sft, s)
             stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
                   lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip

@@ -139,6 +139,13 @@ def test_the_filter_keeps_the_questions_in_its_range_and_counts_the_others(tmp_p
     assert sorted(load_source(pairs)["id"]) == sorted(kept["id"])  # pairs carry their question's id
 
 
+def test_a_missing_pass_rate_file_is_one_line_when_the_data_loads(tmp_path):
+    recipe = _recipe(tmp_path, {"path": USMLE, "format": "usmle", "pass_rate": {"file": "missing.jsonl"}})
+    args, _, _ = parse_recipe("grpo", [recipe])  # an earlier stage writes it, as it writes a data file
+    with pytest.raises(UserError, match=r"missing.jsonl: no such file; measure it with `medrecipes pass-rate"):
+        load_mcq_source(args.mixture.sources[0])
+
+
 def test_a_filter_that_keeps_nothing_or_rows_without_ids_is_one_line(tmp_path):
     config = PassRateConfig(file=_rates(tmp_path / "rates.jsonl", {"q001": 1.0, "q002": 0.0}))
     with pytest.raises(
@@ -179,7 +186,6 @@ def test_a_damaged_pass_rate_file_is_one_line_naming_its_line(tmp_path, lines, m
         ),
         ({"above": 1}, r"above 1 and below 1, which no rate \(0 to 1\) is; use above < below"),
         ({"below": 0}, r"above 0 and below 0, which no rate"),
-        ({"file": "missing.jsonl"}, r"missing.jsonl: no such file; measure it with `medrecipes pass-rate"),
     ],
 )
 def test_a_bad_pass_rate_range_or_file_is_one_line_at_parse(tmp_path, rates, message):

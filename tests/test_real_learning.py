@@ -76,7 +76,14 @@ def test_the_report_gives_every_seed_the_mean_the_worst_and_the_spread(out):
     met = {t["target"]: t for t in report["targets"]}
     sft_target = met["reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45"]
     assert not sft_target["met"] and "worst 55.6%" in sft_target["figure"]  # the mean (66.7%) alone would pass
-    assert met["reasoning-free GRPO beats SFT: mean above SFT's"]["met"]
+    # Its claim pooled over the seeds: every seed's answers against its own SFT's, together.
+    pool = stages["GRPO from SFT"]["pooled_paired"]
+    assert stages["GRPO from SFT"]["from"] == "SFT" and pool["seeds"] == 2
+    assert pool["mean"] == pytest.approx(12 / 72) and 0 < pool["ci95"][0] < pool["mean"] < pool["ci95"][1]
+    grpo_target = met[
+        "GRPO over its SFT start: mean >= +3 points and the paired interval pooled over the seeds above 0"
+    ]
+    assert grpo_target["met"] and "pooled +16.7% (" in grpo_target["figure"]
     assert met["reasoning-free SFT, 2 seeds, within 60 minutes on this machine"]["met"]
     assert not met["SFT: predicted labels not all one class, in every seed"]["met"]  # seed 1 said yes to all
     assert met["SFT: predicted labels not all one class, in every seed"]["figure"] == "one class in seed(s) [1]"
@@ -233,10 +240,11 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     }
 
 
-def test_dpo_runs_the_recipe_on_gold_pairs_and_beside_it_own_pairs_and_a_higher_learning_rate(tmp_path, monkeypatch):
-    """Each seed's DPO stages, as the check lists them without running them: the recipe as it ships
-    (gold pairs, in its own folder dpo-free), then the same recipe on the SFT model's own pairs and
-    on gold pairs at 4 times its learning rate, each in a folder of its own."""
+def test_each_seed_runs_the_pipeline_a_user_would_and_sft_on_every_question_beside_it(tmp_path, monkeypatch):
+    """A seed's reasoning-free stages, as the check lists them without running them: SFT on its part,
+    that model's pass rate on the GRPO recipe's part, DPO on the gold pairs the pass rate keeps
+    (validation, then dev), GRPO on the questions it keeps, then the SFT recipe on every training
+    question; each recipe as it ships, only its folders the seed's."""
     import argparse
 
     listed, commands = {}, []
@@ -245,51 +253,66 @@ def test_dpo_runs_the_recipe_on_gold_pairs_and_beside_it_own_pairs_and_a_higher_
         listed[name] = (done, work, recipe)
 
     monkeypatch.setattr(check, "medrecipes", lambda *words: commands.append(words))
-    args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=4)
+    args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=8)
     check.cpu_stages(tmp_path, stage, args, [2])
-    names = [n for n in listed if "dpo" in n or n.startswith("pairs")]
-    assert names == ["pairs-gold-free-s2", "dpo-free-s2", "eval-dpo-free-validation-s2", "eval-dpo-free-s2",
-                     "pairs-free-s2", "dpo-own-free-s2", "eval-dpo-own-free-validation-s2", "eval-dpo-own-free-s2",
-                     "dpo-gold-high-lr-free-s2", "eval-dpo-gold-high-lr-free-validation-s2",
-                     "eval-dpo-gold-high-lr-free-s2"]  # fmt: skip
-    done, work, _ = listed["eval-dpo-own-free-validation-s2"]
+    assert list(listed) == [
+        "eval-base-free", "sft-free-s2", "eval-sft-free-s2", "pass-rate-free-s2", "pairs-gold-free-s2", "dpo-free-s2",
+        "eval-dpo-free-validation-s2", "eval-dpo-free-s2", "grpo-free-s2", "eval-grpo-free-s2", "sft-all-free-s2",
+        "eval-sft-all-free-s2",
+    ]  # fmt: skip
+    recipes = {
+        name: yaml.safe_load(open(listed[name][2][1]))
+        for name in ("sft-free-s2", "grpo-free-s2", "dpo-free-s2", "sft-all-free-s2")
+    }
+    sft, grpo, dpo, everything = recipes.values()
+    rates = str(tmp_path / "pass-rate-free-s2" / "pass_rate.jsonl")
+    source = grpo["dataset_mixture"]["sources"][0]
+    assert sft["dataset_mixture"]["sources"][0]["part"] == {"share": 0.6, "take": "first", "seed": 42}
+    assert source["part"] == {"share": 0.6, "take": "rest", "seed": 42}  # the questions SFT never saw
+    assert source["pass_rate"]["file"] == dpo["dataset_mixture"]["sources"][0]["pass_rate"]["file"] == rates
+    assert grpo["model_name_or_path"] == dpo["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final")
+    assert "part" not in everything["dataset_mixture"]["sources"][0]
+    assert everything["output_dir"] == str(tmp_path / "sft-all-free-s2")
+    assert {k: v for k, v in everything.items() if k not in ("dataset_mixture", "output_dir")} == {
+        k: v for k, v in sft.items() if k not in ("dataset_mixture", "output_dir")
+    }  # nothing else changed
+    done, work, _ = listed["pass-rate-free-s2"]
+    work()
+    assert commands[-1] == ("pass-rate", listed["grpo-free-s2"][2][1], "--samples", "8", "--seed", "2")
+    assert str(done) == rates  # where the GRPO recipe reads it
+    done, work, _ = listed["eval-dpo-free-validation-s2"]
     work()  # the validation questions, never dev
     assert f"pubmedqa={tmp_path / 'data' / 'pubmedqa_val.json'}" in commands[-1]
-    assert commands[-1][commands[-1].index("--output") + 1] == str(done)
-    assert commands[-1][commands[-1].index("--model") + 1] == str(tmp_path / "dpo-own-free-s2" / "merged")
-    commands.clear()
-    recipe, own, high = (
-        yaml.safe_load(open(listed[f"{n}-s2"][2][1])) for n in ("dpo-free", "dpo-own-free", "dpo-gold-high-lr-free")
-    )
-    shipped = yaml.safe_load(open(check.RECIPES["dpo-free"]))
-    assert recipe == yaml.safe_load(open(check.seeded_recipe(tmp_path, "dpo-free", 2)))  # the recipe as it ships
-    assert recipe["dataset_mixture"]["sources"] == [
-        {
-            **shipped["dataset_mixture"]["sources"][0],
-            "path": str(tmp_path / "preference-gold-free-s2" / "pairs_train.jsonl"),
-        }
-    ]
-    assert recipe["model_name_or_path"] == str(tmp_path / "sft-free-s2" / "final") and recipe["learning_rate"] == 5e-5
-    assert own["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "preference-free-s2" / "pairs_train.jsonl")
-    assert own["learning_rate"] == high["learning_rate"] == 2e-4
-    for run, name, switched in (
-        (own, "dpo-own-free", ("dataset_mixture", "learning_rate")),
-        (high, "dpo-gold-high-lr-free", ("learning_rate",)),
-    ):
-        assert run["output_dir"] == str(tmp_path / f"{name}-s2")
-        assert {k: v for k, v in run.items() if k not in (*switched, "output_dir")} == {
-            k: v for k, v in recipe.items() if k not in (*switched, "output_dir")
-        }  # nothing else changed
-    for name in ("pairs-free-s2", "pairs-gold-free-s2"):
-        done, work, _ = listed[name]
-        work()
-        assert commands[-1][commands[-1].index("--out") + 1] == str(done)
-    assert "--model" in commands[0] and commands[0][commands[0].index("--seed") + 1] == "2"  # own pairs
-    assert "--model" not in commands[1] and commands[1][commands[1].index("--seed") + 1] == "2"  # gold
+    assert commands[-1][commands[-1].index("--model") + 1] == str(tmp_path / "dpo-free-s2" / "merged")
+    done, work, _ = listed["pairs-gold-free-s2"]
+    work()
+    assert commands[-1][commands[-1].index("--out") + 1] == str(done) and "--model" not in commands[-1]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "pubmedqa").is_dir(), reason="no ../shared/data")
+def test_the_sft_and_rl_parts_of_the_real_training_questions_are_disjoint(tmp_path):
+    """The shipped SFT and GRPO recipes on the check's real training questions (PQA-L, the seed-42
+    split): the GRPO recipe's questions are none of the SFT's, the two together every one, each
+    answer in the same proportion in both."""
+    from medrecipes.config import parse_recipe
+    from medrecipes.data.sources import load_mcq_source
+
+    rows = json.loads((SHARED_DATA / "pubmedqa" / "pqal_trainval_500.json").read_text())
+    out, _ = carve(tmp_path, rows, dev=150, size=50)
+    parts = {}
+    for name, method in (("sft-free", "sft"), ("grpo-free", "grpo")):
+        recipe, _, _ = parse_recipe(method, [check.seeded_recipe(out, name, 1)])
+        source = recipe.mixture.sources[0]
+        source.pass_rate = None  # the questions the part gives, before any pass rate
+        parts[name] = load_mcq_source(source)
+    sft, grpo = (set(parts[name]["id"]) for name in ("sft-free", "grpo-free"))
+    fit = json.loads((out / "data" / "pubmedqa_fit.json").read_text())
+    assert not sft & grpo and sft | grpo == set(fit) and (len(sft), len(grpo)) == (180, 120)
+    for answer, n in Counter(parts["sft-free"]["answer"]).items():
+        assert abs(n / 180 - Counter(parts["grpo-free"]["answer"])[answer] / 120) < 0.02, answer
 
 
 def test_the_dpo_runs_are_compared_on_validation_with_dev_beside(out):
-    write_eval(out, "dpo-own-free-validation", "generate", 1, "A" * len(GOLD))  # 20 of 36
     write_eval(out, "dpo-free-validation", "generate", 1, GOLD)  # 36 of 36
     write_eval(out, "dpo-free-validation", "generate", 2, GOLD[:-9] + "A" * 9)  # 32 of 36
     write_eval(out, "dpo-free", "generate", 2, GOLD[:-18] + "A" * 18)  # dev: 28 of 36
@@ -300,11 +323,9 @@ def test_the_dpo_runs_are_compared_on_validation_with_dev_beside(out):
             "1": {"validation": 1.0},
             "2": {"validation": pytest.approx(32 / 36), "dev": pytest.approx(28 / 36)},
         },
-        "DPO on the SFT model's own pairs, learning_rate 0.0002": {"1": {"validation": pytest.approx(20 / 36)}},
     }
     text = check.ablation_markdown(found, "DPO")
     assert "| DPO | seed 1 | seed 2 | mean of the seeds run |" in text
-    assert "| DPO on the SFT model's own pairs, learning_rate 0.0002 | 55.6% | not run | 55.6% |" in text
     assert "| DPO on gold pairs (recipe) | 100.0% | 88.9%; dev 77.8% | 94.4% |" in text
 
 

@@ -21,8 +21,7 @@ ROWS = [
     ("SFT", "sft-free", "generate", "reasoning_free", True),
     ("GRPO from SFT", "grpo-free", "generate", "reasoning_free", True),
     ("DPO from SFT", "dpo-free", "generate", "reasoning_free", True),
-    ("DPO from SFT, own pairs, lr 2e-4", "dpo-own-free", "generate", "reasoning_free", True),
-    ("DPO from SFT, gold pairs, lr 2e-4", "dpo-gold-high-lr-free", "generate", "reasoning_free", True),
+    ("SFT on all training questions", "sft-all-free", "generate", "reasoning_free", True),
     ("answer-only SFT", "sft", "generate", "reasoning_required", False),
     ("long-answer SFT", "sft-long", "generate", "reasoning_required", True),
     ("GRPO from long-answer SFT", "grpo-long", "generate", "reasoning_required", True),
@@ -33,12 +32,25 @@ CLAIMS = [
     ("SFT beats the base", "base (loglik)", "SFT"),
     ("GRPO beats SFT", "SFT", "GRPO from SFT"),
     ("DPO beats SFT", "SFT", "DPO from SFT"),
-    ("DPO on its own pairs at lr 2e-4 beats SFT", "SFT", "DPO from SFT, own pairs, lr 2e-4"),
-    ("DPO on gold pairs at lr 2e-4 beats SFT", "SFT", "DPO from SFT, gold pairs, lr 2e-4"),
+    (
+        "SFT on its part, then GRPO, beats SFT on all training questions",
+        "SFT on all training questions",
+        "GRPO from SFT",
+    ),
+    (
+        "SFT on its part, then DPO, beats SFT on all training questions",
+        "SFT on all training questions",
+        "DPO from SFT",
+    ),
     ("long-answer SFT beats answer-only SFT", "answer-only SFT", "long-answer SFT"),
     ("long-answer SFT beats always-yes", ALWAYS_YES, "long-answer SFT"),
     ("GRPO beats long-answer SFT", "long-answer SFT", "GRPO from long-answer SFT"),
 ]
+
+
+# The stage each RL or preference stage starts from (its run's model): its claim against it is also
+# pooled over the seeds.
+FROM = {"GRPO from SFT": "SFT", "DPO from SFT": "SFT", "GRPO from long-answer SFT": "long-answer SFT"}
 
 
 def eval_file(out: Path, stage: str, mode: str, seed: int | None = None) -> Path:
@@ -66,18 +78,28 @@ def figures(report: dict) -> dict:
 def paired(before: dict, after: dict, seed: int = 0) -> dict:
     """How much more accurate `after` is than `before` on the same questions, with the 95% interval
     of a seeded bootstrap that resamples questions, the same ones for both."""
+    return pooled([(before, after)], seed)
+
+
+def _right(before: dict, after: dict):
+    """Whether each of the questions both scored was answered right by `before` and by `after`."""
     import numpy as np
 
-    right = {
-        name: {p["id"]: p["predicted"] == p["answer"] for p in r["predictions"]}
-        for name, r in (("a", before), ("b", after))
-    }
-    ids = sorted(right["a"])
-    if sorted(right["b"]) != ids:
+    right = [{p["id"]: p["predicted"] == p["answer"] for p in r["predictions"]} for r in (before, after)]
+    ids = sorted(right[0])
+    if sorted(right[1]) != ids:
         raise SystemExit("paired comparison: the two evaluations scored different questions")
-    a = np.array([right["a"][i] for i in ids], dtype=float)
-    b = np.array([right["b"][i] for i in ids], dtype=float)
-    index = np.random.default_rng(seed).integers(0, len(ids), (BOOTSTRAP, len(ids)))
+    return tuple(np.array([r[i] for i in ids], dtype=float) for r in right)
+
+
+def pooled(pairs: list[tuple[dict, dict]], seed: int = 0) -> dict:
+    """The paired accuracy difference of every (before, after) evaluation pair together (each seed's
+    run against the run it started from, on the same questions), with the 95% interval of a seeded
+    bootstrap that resamples the (pair, question) answers."""
+    import numpy as np
+
+    a, b = (np.concatenate(side) for side in zip(*(_right(x, y) for x, y in pairs), strict=True))
+    index = np.random.default_rng(seed).integers(0, len(a), (BOOTSTRAP, len(a)))
     low, high = np.percentile(b[index].mean(1) - a[index].mean(1), [2.5, 97.5])
     return {"difference": float(b.mean() - a.mean()), "ci95": [float(low), float(high)]}
 
@@ -129,9 +151,44 @@ def stage_figures(out: Path, seeds: list[int]) -> tuple[dict, dict]:
             kept = selected(out, stage, entry["seed"]) if seeded else None
             if kept:
                 entry["selected_checkpoint"] = kept
+            if seeded:
+                entry.update(run_facts(out / f"{stage}-s{entry['seed']}"))
         stages[name] = over_seeds(setting, per_seed)
         reports[name] = found
+    for name, start in FROM.items():
+        if name in reports and start in reports:
+            together = [(reports[start][s], r) for s, r in reports[name].items() if s in reports[start]]
+            stages[name]["from"] = start
+            stages[name]["pooled_paired"] = {
+                "mean": (p := pooled(together))["difference"],
+                "ci95": p["ci95"],
+                "seeds": len(together),
+            }
     return stages, reports
+
+
+def run_facts(folder: Path) -> dict:
+    """What a run says of its learning: for GRPO, the share of its steps in which some group's
+    correctness reward varied (`signal_share`, with the steps counted); where its data was kept by
+    a pass rate, how many questions the filter kept (`questions`)."""
+    from medrecipes.pass_rates import in_range, read_pass_rates
+    from medrecipes.rewards import signal_share
+
+    facts = {}
+    state = folder / "trainer_state.json"
+    if state.exists() and (signal := signal_share(json.loads(state.read_text())["log_history"])):
+        facts["signal_share"] = signal["share"]
+        facts["signal_steps"] = [signal["with_signal"], signal["steps"]]
+    record = folder / "run.json"
+    sources = json.loads(record.read_text())["recipe"]["dataset_mixture"]["sources"] if record.exists() else []
+    for source in sources:
+        rates = source.get("pass_rate")
+        if rates and Path(rates["file"]).exists():
+            measured, _ = read_pass_rates(rates["file"])
+            above, below = rates.get("above", 0.0), rates.get("below", 1.0)
+            facts["questions"] = sum(in_range(rate, above, below) for rate in measured.values())
+            facts["questions_measured"] = len(measured)
+    return facts
 
 
 def over_seeds(setting: str | None, per_seed: list[dict]) -> dict:
@@ -185,9 +242,25 @@ def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list
     if sft:
         met = sft["accuracy"] >= 0.65 and sft["worst"] >= 0.60 and sft["macro_f1"] >= 0.45
         add("reasoning-free SFT: mean accuracy >= 65%, worst seed >= 60%, mean macro-F1 >= 0.45", met, summary(sft))
-    for name in (claim for claim, before, _ in CLAIMS if before == "SFT"):  # each reasoning-free stage from SFT
+    grpo, dpo = stages.get("GRPO from SFT"), stages.get("DPO from SFT")
+    if grpo and "pooled_paired" in grpo:
+        pool, claim = grpo["pooled_paired"], claims["GRPO beats SFT"]
+        add("GRPO over its SFT start: mean >= +3 points and the paired interval pooled over the seeds above 0",
+            claim["difference"] >= 0.03 and pool["ci95"][0] > 0, f"{differences(claim)}; pooled {pooled_words(pool)}")  # fmt: skip
+    signal = [e["signal_share"] for e in (grpo or {}).get("seeds", []) if "signal_share" in e]
+    if signal:
+        add("GRPO steps with a learning signal (some group's correctness reward varied): >= 80% in every seed",
+            min(signal) >= 0.8, ", ".join(f"{share:.0%}" for share in signal))  # fmt: skip
+    for name in ("SFT on its part, then GRPO, beats SFT on all training questions",
+                 "SFT on its part, then DPO, beats SFT on all training questions"):  # fmt: skip
         if name in claims:
-            add(f"reasoning-free {name}: mean above SFT's", claims[name]["difference"] > 0, differences(claims[name]))
+            add(f"{name.split(', beats')[0]}: mean at least SFT on all training questions'",
+                claims[name]["difference"] >= 0, differences(claims[name]))  # fmt: skip
+    if dpo and "DPO beats SFT" in claims:
+        claim = claims["DPO beats SFT"]
+        met = claim["difference"] > 0 and min(p["difference"] for p in claim["seeds"]) >= -0.02
+        add("DPO from SFT on filtered, unseen questions: mean above SFT's, no seed below it by more than 2 points",
+            met, differences(claim))  # fmt: skip
     if long:
         met = long["accuracy"] >= 0.58 and long["worst"] > 0.547
         add("reasoning-required long-answer SFT: mean accuracy >= 58%, worst seed above always-yes (54.7%)", met,
@@ -224,6 +297,18 @@ def seed_label(seed: int | None) -> str:
     return "" if seed is None else f"s{seed}: "
 
 
+def pooled_words(pool: dict) -> str:
+    return f"{pool['mean']:+.1%} ({pool['ci95'][0]:+.1%} to {pool['ci95'][1]:+.1%}, {pool['seeds']} seeds)"
+
+
+def run_words(entry: dict) -> str:
+    """A seed's learning facts, as the table shows them: the questions its filter kept, its steps with a signal."""
+    words = f", {entry['questions']} of {entry['questions_measured']} questions kept" if "questions" in entry else ""
+    if "signal_steps" in entry:
+        words += f", signal in {entry['signal_steps'][0]} of {entry['signal_steps'][1]} steps"
+    return words
+
+
 def differences(claim: dict) -> str:
     each = "; ".join(
         f"{seed_label(p['seed'])}{p['difference']:+.1%} ({p['ci95'][0]:+.1%} to {p['ci95'][1]:+.1%})"
@@ -253,8 +338,11 @@ def markdown(report: dict) -> str:
             seed_label(e["seed"]) + cell(e)
             + (f" [step {e['selected_checkpoint']['step']}]" if e.get("selected_checkpoint") else "")
             + ", said " + "/".join(str(e["predicted"][label]) for label in [*LABELS.values(), "none"])
+            + run_words(e)
             for e in figure["seeds"]
         )  # fmt: skip
+        if "pooled_paired" in figure:
+            each += f"<br>from {figure['from']}, pooled: {pooled_words(figure['pooled_paired'])}"
         lines.append(
             f"| {figure.get('setting') or 'both'} | {name} | {each} | {figure['accuracy']:.1%} | {figure['worst']:.1%} "
             f"| {figure['spread']:.1%} | {figure['macro_f1']:.3f} |"

@@ -59,12 +59,13 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
 
 
 def check_pass_rates(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:
-    """Each source's pass_rate file is there, is a pass-rate file, and was measured on the weights
-    this recipe starts from (their fingerprint, `locations.weights_fingerprint`): a filter by
-    another model's pass rates keeps the questions that model found hard, not this one."""
+    """Each source's pass_rate file, where it is there already, is a pass-rate file measured on the
+    weights this recipe starts from (their fingerprint, `locations.weights_fingerprint`): a filter by
+    another model's pass rates keeps the questions that model found hard, not this one. A file an
+    earlier stage has not written yet is looked for when the data loads, as the data files are."""
     sources = recipe.mixture.sources if recipe.mixture else []
     for i, source in enumerate([*sources, *recipe.eval_sources.values()]):
-        if source.pass_rate is None:
+        if source.pass_rate is None or not os.path.exists(source.pass_rate.file):
             continue
         where = (
             f"{path}: dataset_mixture.sources[{i}].pass_rate"
