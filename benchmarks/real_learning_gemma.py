@@ -73,6 +73,8 @@ RECIPES = {
     "grpo-free": "recipes/gemma3_270m_grpo_pubmedqa_free.yaml",
     "dpo-free": "recipes/gemma3_270m_dpo_pubmedqa_free.yaml",
     "sft-long": "recipes/gemma3_270m_sft_pubmedqa_long.yaml",
+    "grpo-free-rationale": "recipes/gemma3_270m_grpo_pubmedqa_free_rationale.yaml",
+    "grpo-long": "recipes/gemma3_270m_grpo_pubmedqa_long.yaml",
 }
 SETTINGS = {"free": "reasoning_free", "required": "reasoning_required"}
 FOLDERS = (
@@ -82,6 +84,10 @@ FOLDERS = (
     "preference-gold-free",
     "pass-rate-free",
     "sft-long",
+    "grpo-free-rationale",
+    "pass-rate-free-rationale",
+    "grpo-long",
+    "pass-rate-long",
 )  # a recipe's, seed by seed
 VALIDATION = 50  # of the 350 training questions
 # Each seed's DPO runs, from its SFT model with the DPO recipe: its folder, the pairs it trains on
@@ -108,11 +114,11 @@ GPU_STAGES = {
         "--gradient_accumulation_steps",
         "1",
     ],  # fmt: skip
-    "grpo-long": [*GPU, *LORA, *GRPO_STEPS, "--chain_of_thought", "true", "--max_completion_length", "160"],
+    "grpo-long": [*GPU, *LORA, *GRPO_STEPS],
 }
-GPU_RECIPES = {"grpo-long": "recipes/gemma3_270m_grpo_pubmedqa.yaml"}  # the stages the CPU does not run
-# Generation and reading of an answer that writes the conclusion first.
+# Generation and reading of an answer that writes the conclusion first, and of a short rationale
 LONG_ANSWERS = ("--chain_of_thought", "--max_new_tokens", "160")
+RATIONALE = ("--chain_of_thought", "--max_new_tokens", "64")
 
 
 def stage_validation(out: Path, size: int, seed: int) -> None:
@@ -215,6 +221,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--stop-after", choices=["sft"], help="sft: the reasoning-free SFT runs only, not evaluated on dev yet"
     )
+    parser.add_argument(
+        "--rationale", action="store_true", help="each seed's reasoning-free GRPO with room to reason too"
+    )
     parser.add_argument("--report-only", action="store_true", help="the report of what is there, no stage run")
     parser.add_argument(
         "--samples", type=int, default=8, help="answers sampled per question for the pass rate (GRPO's group size)"
@@ -306,7 +315,7 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
                 stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
                       lambda s=s, folder=folder, switched=switched: evaluate(out, switched, folder, free, "generate", s))  # fmt: skip
         for s in seeds:  # the pipeline a user runs, seed by seed: SFT on its part, then RL on the other
-            pipeline(out, stage, trained, s, args.samples)
+            pipeline(out, stage, trained, s, args.samples, args.rationale)
             # Beside it, the SFT recipe on every training question: is RL worth it, or SFT on everything?
             everything, run_dir = seeded_recipe(out, "sft-free", s, **SFT_ALL.switched(out, s)), f"sft-all-free-s{s}"
             trained(run_dir, out / run_dir / "final", "sft", everything)
@@ -326,25 +335,30 @@ def cpu_stages(out: Path, stage, args, seeds: list[int]) -> None:
                     "sft", recipe, out / f"{folder}-s{s}", long), ("sft", recipe))  # fmt: skip
                 stage(f"eval-{folder}-s{s}", eval_file(out, folder, "generate", s),
                       lambda s=s, folder=folder, long=long: evaluate(out, long, folder, required, "generate", s, *LONG_ANSWERS))  # fmt: skip
+        for s in seeds:  # GRPO with room to reason from each seed's long-answer SFT, on the questions it did not see
+            start = out / f"sft-long-s{s}-merged"
+            rl_stage(out, stage, trained, "grpo-long", s, args.samples, LONG_ANSWERS, model_name_or_path=str(start))
         stage("sft", answer_only, lambda: adapter_run("sft", CHECK_RECIPES["sft"], out / "sft", answer_only),
               ("sft", CHECK_RECIPES["sft"]))  # fmt: skip
         stage("eval-sft-answer-only", eval_file(out, "sft", "generate"),
               lambda: evaluate(out, answer_only, "sft", required, "generate", None))  # fmt: skip
 
 
-def pipeline(out: Path, stage, trained, s: int, samples: int) -> None:
+def pipeline(out: Path, stage, trained, s: int, samples: int, rationale: bool = False) -> None:
     """Seed `s`'s reasoning-free pipeline: its SFT (on the recipe's part) evaluated; that model's pass
     rate on the GRPO recipe's part (`medrecipes pass-rate`, `samples` answers a question); DPO on the
     gold pairs the pass rate keeps, scored on the validation questions, then dev; GRPO on the questions
-    it keeps, its checkpoint chosen on validation, then dev."""
+    it keeps, its checkpoint chosen on validation, then dev; with `rationale`, GRPO with room to reason
+    beside it, on the same questions as its own prompt's pass rate keeps them."""
     free = SETTINGS["free"]
     sft = out / f"sft-free-s{s}" / "final"
     stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "loglik", s), lambda: (
         evaluate(out, sft, "sft-free", free, "generate", s), evaluate(out, sft, "sft-free", free, "loglik", s),
     ))  # fmt: skip
-    grpo_recipe = seeded_recipe(out, "grpo-free", s)
+    # The GRPO recipe's pass rates (rl_stage measures them) are what DPO's filter reads too
     rates = out / f"pass-rate-free-s{s}" / "pass_rate.jsonl"
-    stage(f"pass-rate-free-s{s}", rates, lambda: medrecipes(
+    grpo_recipe = seeded_recipe(out, "grpo-free", s)
+    stage(rates.parent.name, rates, lambda: medrecipes(
         "pass-rate", grpo_recipe, "--samples", str(samples), "--seed", str(s)))  # fmt: skip
     for name, source, changes in DPO_RUNS:
         data, folder = out / f"{PAIRS[source]}-s{s}" / "pairs_train.jsonl", out / f"{name}-s{s}"
@@ -361,10 +375,28 @@ def pipeline(out: Path, stage, trained, s: int, samples: int) -> None:
                                                    questions="val"))  # fmt: skip
         stage(f"eval-{name}-s{s}", eval_file(out, name, "generate", s),
               lambda name=name, dpo=dpo: evaluate(out, dpo, name, free, "generate", s))  # fmt: skip
-    grpo = out / f"grpo-free-s{s}" / "final"
-    trained(f"grpo-free-s{s}", grpo, "grpo", grpo_recipe)
-    stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
-          lambda: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
+    rl_stage(out, stage, trained, "grpo-free", s, samples)
+    if rationale:
+        rl_stage(out, stage, trained, "grpo-free-rationale", s, samples, RATIONALE)
+
+
+def rl_stage(out: Path, stage, trained, name: str, s: int, samples: int, reading=(), **changes) -> None:
+    """GRPO recipe `name` for seed `s` (with `changes` to its keys): its start model's pass rate on its
+    questions with its own prompt, the run on those its filter keeps, and its dev evaluation (read
+    with `reading`: how long an answer may be and where its letter is)."""
+    recipe = seeded_recipe(out, name, s, **changes)
+    rates = out / f"pass-rate-{name.removeprefix('grpo-')}-s{s}" / "pass_rate.jsonl"
+    stage(
+        rates.parent.name, rates, lambda: medrecipes("pass-rate", recipe, "--samples", str(samples), "--seed", str(s))
+    )
+    final = out / f"{name}-s{s}" / "final"
+    trained(f"{name}-s{s}", final, "grpo", recipe)
+    setting = yaml.safe_load(Path(recipe).read_text())["dataset_mixture"]["sources"][0].get("pubmedqa_setting")
+    stage(
+        f"eval-{name}-s{s}",
+        eval_file(out, name, "generate", s),
+        lambda: evaluate(out, final, name, setting or SETTINGS["required"], "generate", s, *reading),
+    )
 
 
 def balance_of(recipe: dict) -> bool:
@@ -517,11 +549,15 @@ def gpu_stages(out: Path, stage, part: str, seeds: list[int]) -> None:
     <stage>-sS-merged for evaluation; the adapters stay in <stage>-sS/final."""
 
     def lora(name: str, script: str, start: Path, s: int) -> Path:
-        recipe = GPU_RECIPES.get(name) or RECIPES[name]
+        recipe = RECIPES[name]
         merged, folder = out / f"{name}-s{s}-merged", out / f"{name}-s{s}"
         # The seed is the seeded recipe's; the start and the folder are the GPU run's own.
         overrides = ["--model_name_or_path", str(start), "--output_dir", str(folder), *GPU_STAGES[name]]
         seeded = seeded_recipe(out, name, s, recipe)
+        if script == "grpo":  # the start model's pass rate on the recipe's questions, which its filter reads
+            rates = out / f"pass-rate-{name.removeprefix('grpo-')}-s{s}" / "pass_rate.jsonl"
+            stage(rates.parent.name, rates, lambda: medrecipes(
+                "pass-rate", seeded, "--model_name_or_path", str(start), "--seed", str(s)))  # fmt: skip
         stage(f"{name}-s{s}", merged, lambda: adapter_run(script, seeded, folder, merged, *overrides),
               (script, seeded, *overrides))  # fmt: skip
         return merged
@@ -534,10 +570,6 @@ def gpu_stages(out: Path, stage, part: str, seeds: list[int]) -> None:
             sft = lora("sft-free", "sft", GEMMA, s)
             stage(f"eval-sft-free-s{s}", eval_file(out, "sft-free", "generate", s),
                   lambda s=s, sft=sft: evaluate(out, sft, "sft-free", free, "generate", s))  # fmt: skip
-            # The SFT model's pass rate on the GRPO part, which the GRPO recipe's filter reads
-            rates = out / f"pass-rate-free-s{s}" / "pass_rate.jsonl"
-            stage(f"pass-rate-free-s{s}", rates, lambda s=s, sft=sft: medrecipes(
-                "pass-rate", seeded_recipe(out, "grpo-free", s), "--model_name_or_path", str(sft), "--seed", str(s)))  # fmt: skip
             grpo = lora("grpo-free", "grpo", sft, s)
             stage(f"eval-grpo-free-s{s}", eval_file(out, "grpo-free", "generate", s),
                   lambda s=s, grpo=grpo: evaluate(out, grpo, "grpo-free", free, "generate", s))  # fmt: skip
