@@ -276,6 +276,10 @@ def sandbox(tmp_path_factory, tiny_model):
     record = {"script": "recipes/cpt.py", "model": str(model), "command": "python recipes/cpt.py recipe.yaml",
               "recipe": resolved_recipe(recipe_, model_args, args), "finished": finished}  # fmt: skip
     (root / "run" / "run.json").write_text(json.dumps(record))
+    grpo = {"model_name_or_path": str(model), "output_dir": str(root / "grpo-run"), "use_cpu": True,
+            "dataset_mixture": {"sources": [{"path": str(root / "questions.jsonl"), "format": "usmle"}]},
+            "prompt_format": "chat", "rewards": [{"name": "usmle_accuracy"}], "max_completion_length": 4}  # fmt: skip
+    (root / "grpo.yaml").write_text(yaml.safe_dump(grpo))
     valid = {
         "recipe": str(root / "recipe.yaml"),
         "--out": str(root / "new-out.jsonl"),  # build-data's folder, pairs' file
@@ -378,7 +382,15 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
     "report": ["report", "{paths}", "--output", "{--output}"],
     "card": ["card", "{run}", "{evals}", "--output", "{--output}"],
     "serve": ["serve", "{model}", "--port", "8000"],
+    "pass-rate": ["pass-rate", "{recipe}", "--output", "{--output}", "--samples", "2"],
 }
+# The valid value of an argument where a command takes another than the others: pass-rate reads a
+# GRPO recipe and writes JSON lines.
+VALID_FOR = {"pass-rate": {"recipe": "grpo.yaml", "--output": "new-rates.jsonl"}}
+
+
+def valid_for(command: str, root: Path, valid: dict) -> dict:
+    return {**valid, **{name: str(root / value) for name, value in VALID_FOR.get(command, {}).items()}}
 
 
 def bad_path(root: Path, role: str, kind: str, argv: list[str], valid: dict) -> str:
@@ -423,6 +435,7 @@ def test_every_path_argument_refuses_a_bad_path_in_one_line_and_changes_nothing(
     from medrecipes import cli, serving
 
     root, valid = sandbox
+    valid = valid_for(command, root, valid)
     monkeypatch.setattr(serving, "run_server", lambda *args: (_ for _ in ()).throw(SystemExit(0)))  # no server
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
     position = INVOCATIONS[command].index("{" + argument + "}")
@@ -454,6 +467,7 @@ def test_each_invocation_runs_as_given(sandbox, command, capsys, monkeypatch):
     from medrecipes import cli, serving
 
     root, valid = sandbox
+    valid = valid_for(command, root, valid)
     monkeypatch.setattr(serving, "run_server", lambda *args: (_ for _ in ()).throw(SystemExit(0)))
     argv = [part.format(**valid) if part.startswith("{") else part for part in INVOCATIONS[command]]
     if command == "convert-gguf":

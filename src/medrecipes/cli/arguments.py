@@ -24,9 +24,8 @@ def method_of(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> s
 
     method = given or recipe_method(path)
     if method not in allowed:
-        raise UserError(
-            f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {', '.join(allowed[:-1])} or {allowed[-1]} recipe"
-        )
+        takes = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
+        raise UserError(f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {takes} recipe")
     return method
 
 
