@@ -550,3 +550,17 @@ def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_give
         assert line.startswith(f"real check: sft-s1 ({moved / 'final'}) was trained with other settings than {sft}")
         assert difference in line and "\n" not in line and "move its run folder aside" in line
     assert seconds == {}  # nothing ran
+
+
+def test_the_report_shows_the_sft_and_grpo_runs_trained_on_disjoint_questions(out):
+    """Each seed's SFT and GRPO runs, read from the recipes their records keep: the questions each
+    trained on (GRPO's before its pass-rate filter) and how many both did."""
+    source = {"path": str(ROOT / "data" / "usmle_sample" / "train.jsonl"), "format": "usmle"}
+    for stage, take in (("sft-free", "first"), ("grpo-free", "rest")):
+        (out / f"{stage}-s1").mkdir()
+        part = {"share": 0.6, "take": take, "seed": 42}
+        recipe = {"dataset_mixture": {"sources": [{**source, "part": part, "pass_rate": {"file": "x.jsonl"}}]}}
+        (out / f"{stage}-s1" / "run.json").write_text(json.dumps({"recipe": recipe}))
+    report = learning_report.summarise(out, {}, [1, 2], "cpu")
+    assert report["questions_per_stage"] == {"1": {"sft": 36, "grpo": 24, "shared": 0}}  # seed 2 has no runs
+    assert "| 1 | 36 | 24 | 0 |" in learning_report.markdown(report)

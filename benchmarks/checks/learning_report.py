@@ -361,9 +361,41 @@ def markdown(report: dict) -> str:
     lines += [f"| {name} | {differences(c)} |" for name, c in report["claims"].items()]
     lines += ["", "| target | met | measured |", "|---|---|---|"]
     lines += [f"| {t['target']} | {'met' if t['met'] else 'not met'} | {t['figure']} |" for t in report["targets"]]
+    if report.get("questions_per_stage"):
+        lines += ["", "| seed | SFT's training questions | GRPO's (its part, before the pass rate) | both |",
+                  "|---|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            f"| {s} | {n['sft']} | {n['grpo']} | {n['shared']} |" for s, n in report["questions_per_stage"].items()
+        ]
     lines += ["", "| stage | wall time |", "|---|---:|"]
     lines += [f"| {name} | {seconds / 60:.1f} min |" for name, seconds in report["seconds"].items()]
     return "\n".join(lines) + "\n"
+
+
+def disjoint_parts(out: Path, seeds: list[int]) -> dict:
+    """For each seed whose SFT and GRPO runs are there, the questions each trained on, read as their
+    recorded recipes give them (the part, before GRPO's pass-rate filter), and how many both share:
+    none where the recipes' parts do what they say."""
+    from medrecipes.config import SourceConfig
+    from medrecipes.data.sources import load_mcq_source
+    from medrecipes.data_config import PartConfig
+
+    found = {}
+    for s in seeds:
+        ids = {}
+        for stage in ("sft-free", "grpo-free"):
+            record = out / f"{stage}-s{s}" / "run.json"
+            if not record.exists():
+                break
+            source = dict(json.loads(record.read_text())["recipe"]["dataset_mixture"]["sources"][0])
+            part = source.pop("part", None)
+            fields = {k: v for k, v in source.items() if k in ("path", "format", "pubmedqa_setting", "data_files")}
+            rows = load_mcq_source(SourceConfig(**fields, part=PartConfig(**part) if part else None))
+            ids[stage] = set(rows["id"])
+        if len(ids) == 2:
+            found[str(s)] = {"sft": len(ids["sft-free"]), "grpo": len(ids["grpo-free"]),
+                             "shared": len(ids["sft-free"] & ids["grpo-free"])}  # fmt: skip
+    return found
 
 
 def summarise(out: Path, seconds: dict, seeds: list[int], device: str) -> dict:
@@ -379,6 +411,7 @@ def summarise(out: Path, seconds: dict, seeds: list[int], device: str) -> dict:
         "stages": stages,
         "claims": claims,
         "targets": targets(stages, claims, seconds, seeds),
+        "questions_per_stage": disjoint_parts(out, seeds),
         "seconds": {
             name: t for name, t in seconds.items() if "-free" in name or "-long" in name or "answer-only" in name
         },
