@@ -12,10 +12,18 @@ from medrecipes.training.callbacks import KeepBestCheckpoints, checkpoint_steps
 from medrecipes.training.resume import check_resumable, checkpoint_mismatch
 
 
+def _weights(folder: Path) -> None:
+    """A weights file a checkpoint's check reads as whole (safetensors with no tensors)."""
+    from safetensors.torch import save_file
+
+    save_file({}, str(folder / "model.safetensors"))
+
+
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
     for step in (2, 4):
         (tmp_path / f"checkpoint-{step}").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    _weights(tmp_path / "checkpoint-2")
     (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")  # a save that never finished
     assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert last_checkpoint(str(tmp_path / "absent")) is None
@@ -27,6 +35,7 @@ def test_resume_from_checkpoint_names_where_to_start(tmp_path):
         folder.mkdir(parents=True)
     for folder in (run / "checkpoint-2", other / "checkpoint-8"):
         (folder / "trainer_state.json").write_text("{}")
+        _weights(folder)
 
     def start(named):
         args = TrainingArguments(output_dir=str(run), resume_from_checkpoint=named, use_cpu=True, report_to="none")
@@ -201,6 +210,69 @@ def test_every_damaged_file_of_the_newest_checkpoint_is_set_aside_for_the_whole_
     (newest / "optimizer.pt").write_bytes(b"\0" * 64)
     with pytest.raises(UserError, match=r"^output_dir: no checkpoint in .* can be resumed \(checkpoint-4: optimizer"):
         last_checkpoint(str(run))
+
+
+def _wrong_kind(value):
+    """A JSON value of another kind than `value`'s: text for a number, a number for text or a list."""
+    return "3" if isinstance(value, int | float) and not isinstance(value, bool) else 3
+
+
+def test_a_trainer_state_field_of_the_wrong_kind_or_no_weights_sets_the_checkpoint_aside(tmp_path, caplog):
+    """Every field of the trainer state whose kind TrainerState declares (the cases come from its
+    annotations), given a value of another kind, and each weights file removed: the checkpoint is
+    set aside for the one before with a warning naming why, as a cut file is."""
+    import json
+    import typing
+
+    from transformers import TrainerState
+
+    from medrecipes.outputs.checkpoints import checkpoint_damage
+
+    run = tmp_path / "run"
+    earlier, newest = _whole_checkpoint(run, 2), _whole_checkpoint(run, 4)
+    state_file = newest / "trainer_state.json"
+    whole = json.loads(state_file.read_text())
+    simple = {int, float, bool, str, list}
+    checked = [
+        name
+        for name, hint in typing.get_type_hints(TrainerState).items()
+        if name in whole and whole[name] is not None and (typing.get_origin(hint) or hint) in simple
+    ]
+    assert {"global_step", "max_steps", "epoch", "log_history", "num_input_tokens_seen"} <= set(checked)
+    for name in checked:
+        state_file.write_text(json.dumps({**whole, name: _wrong_kind(whole[name])}))
+        found = checkpoint_damage(str(newest))
+        assert found and found.startswith(f"trainer_state.json: {name} is "), (name, found)
+        caplog.clear()
+        assert last_checkpoint(str(run)) == str(earlier), name
+        assert f"ignoring {newest}: trainer_state.json: {name} is " in caplog.text
+    state_file.write_text(json.dumps(whole))
+    (newest / "model.safetensors").unlink()
+    assert checkpoint_damage(str(newest)).startswith("holds no model weights")
+    assert last_checkpoint(str(run)) == str(earlier)
+
+
+def test_a_checkpoint_another_run_saved_is_set_aside_for_this_runs(tmp_path, caplog):
+    """A checkpoint carries the identity of the run that saved it: one copied into another run's
+    folder (an SFT run's into a CPT run's, or of another data set) is not resumed, however new."""
+    import json
+
+    from medrecipes.runs.record import RECORD, stamp_checkpoint
+
+    run = tmp_path / "run"
+    ours = {"script": "recipes/cpt.py", "model": "m", "data": "d1"}
+    earlier, newest = _whole_checkpoint(run, 2), _whole_checkpoint(run, 320)
+    (run / RECORD).write_text(json.dumps({**ours, "recipe": {}}))
+    stamp_checkpoint(str(earlier), str(run))
+    assert json.loads((earlier / RECORD).read_text()) == ours  # the identity alone
+    for theirs, named in (({"script": "recipes/sft.py"}, "script recipes/sft.py, here recipes/cpt.py"),
+                          ({"data": "d2"}, "dataset_mixture d2, here d1")):  # fmt: skip
+        (newest / RECORD).write_text(json.dumps({**ours, **theirs}))
+        caplog.clear()
+        assert last_checkpoint(str(run)) == str(earlier)
+        assert f"ignoring {newest}: another run saved it ({named})" in caplog.text
+    (newest / RECORD).unlink()  # saved before runs stamped their checkpoints: nothing tells it apart
+    assert last_checkpoint(str(run)) == str(newest)
 
 
 def test_a_named_checkpoint_of_another_run_is_refused_unless_the_recipe_says_so(tmp_path):

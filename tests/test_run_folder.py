@@ -157,9 +157,13 @@ def test_overwrite_output_dir_starts_over(finished_run, tiny_model, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     (out / "checkpoint-99").mkdir()  # a step this run will never reach: it must not be resumed
+    for earlier in ("eval_tasks/step-99.json", "card/README.md"):  # read as the new run's, if left
+        (out / earlier).parent.mkdir()
+        (out / earlier).write_text("{}")
     result = cpt_again(out, tiny_model, "--overwrite_output_dir", "true")
     assert result.returncode == 0, result.stderr[-2000:]
     assert not (out / "checkpoint-99").exists() and (out / "checkpoint-6").is_dir()
+    assert not (out / "eval_tasks").exists() and not (out / "card").exists()
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
 
 
@@ -284,3 +288,35 @@ def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):
     monkeypatch.setattr(writes.os, "rename", lambda *a: moves.append(a))  # the two-rename path
     writes.publish(str(new), str(old))
     assert moves == [] and (old / "weights").read_text() == "new" and not new.exists()
+
+
+def test_a_damaged_run_record_is_one_line(finished_run, tiny_model, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    for text in ('{"script": "recipes/cpt.py", ', "[]", "\xff"):
+        (out / "run.json").write_bytes(text.encode("latin-1"))
+        result = cpt_again(out, tiny_model)
+        assert result.returncode == 2 and len(errors(result)) == 1, result.stderr[-2000:]
+        assert errors(result)[0].startswith(f"error: {out / 'run.json'}: not a run record (")
+        assert "move it aside, or set overwrite_output_dir: true" in errors(result)[0]
+
+
+def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(finished_run, tiny_model, tmp_path):
+    """A checkpoint of another run (here a later step of one with other data) put into this run's
+    folder: the run resumes from its own newest and its final/ is its own."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    record = json.loads((out / "run.json").read_text())
+    del record["finished"]
+    (out / "run.json").write_text(json.dumps(record))
+    shutil.rmtree(out / "final")
+    foreign = out / "checkpoint-9"
+    shutil.copytree(out / "checkpoint-6", foreign)
+    stamp = json.loads((foreign / "run.json").read_text())
+    (foreign / "run.json").write_text(json.dumps({**stamp, "data": "0123456789abcdef"}))
+    tensors = weights(foreign)
+    save_file({name: tensor + 1 for name, tensor in tensors.items()}, str(foreign / "model.safetensors"))
+    result = cpt_again(out, tiny_model)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"ignoring {foreign}: another run saved it (dataset_mixture 0123456789abcdef, here " in result.stdout
+    assert same_weights(weights(out / "final"), weights(finished_run / "final"))

@@ -13,9 +13,7 @@ from medrecipes.hub.card import recorded_facts, training_summary, write_card
 from medrecipes.hub.checkpoints import CREDENTIAL_FILES, hub_repo_id
 from medrecipes.outputs.records import MARKER
 from medrecipes.outputs.writes import staged
-from medrecipes.runs.record import read_record
-
-CARD = "card"  # output_dir/card: the pushed model card, its plots and recipe.yaml
+from medrecipes.runs.record import CARD, read_record
 
 logger = logging.getLogger(__name__)
 

@@ -103,10 +103,51 @@ def _json_damage(path: str) -> str | None:
     return None
 
 
+# The files a checkpoint's weights are written as: a model's or an adapter's (safetensors, or
+# torch.save, sharded or not), DeepSpeed's model states, torch.distributed.checkpoint's shards (FSDP).
+WEIGHT_FILES = re.compile(
+    r"^((pytorch_)?model|adapter_model)([-_][-_\w]*)?\.(safetensors|bin)$|model_states\.pt$|\.distcp$"
+)
+
+# The JSON kinds of TrainerState's fields, read from its annotations: a state whose `global_step`
+# is text would be loaded and fail later, in the trainer's arithmetic.
+_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list"}
+
+
+def _fits(value, kind) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def state_damage(state: dict) -> str | None:
+    """The first field of a saved trainer state whose value is not of the kind TrainerState declares
+    ("global_step is '3', not a whole number"), or None."""
+    import types
+    import typing
+
+    from transformers import TrainerState
+
+    for name, hint in typing.get_type_hints(TrainerState).items():
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+        kinds = [k for k in typing.get_args(hint) if k is not type(None)] if optional else [hint]
+        kind = typing.get_origin(kinds[0]) or kinds[0] if len(kinds) == 1 else None
+        items = typing.get_args(kinds[0]) if kind is list else ()
+        if items and (typing.get_origin(items[0]) or items[0]) not in (dict, *_KINDS):
+            continue  # a list of objects the trainer writes in a form of its own (stateful_callbacks)
+        if kind not in _KINDS or name not in state or (optional and state[name] is None):
+            continue
+        if not _fits(state[name], kind):
+            return f"{name} is {json.dumps(state[name])[:40]}, not {_KINDS[kind]}"
+    return None
+
+
 def checkpoint_damage(checkpoint: str) -> str | None:
     """What in `checkpoint` the trainer would fail to read back as it resumes, in a few words
     ("model.safetensors is cut (1000 bytes where its header describes 2048)"), or None: the
-    trainer state and every other JSON file (configs, which the trainer compares on resuming; a
+    trainer state (readable, each field of its kind), weights of some kind, every other JSON file (configs, which the trainer compares on resuming; a
     sharded weights index, with its files present), every safetensors file by its header and
     length, every torch.save file (optimizer, scheduler, RNG states, scaler, arguments) as the zip
     archive torch writes."""
@@ -118,6 +159,10 @@ def checkpoint_damage(checkpoint: str) -> str | None:
         return f"{TRAINER_STATE} is not readable ({type(err).__name__})"
     if not isinstance(loaded, dict):  # TrainerState.load_from_json takes any object of its fields
         return f"{TRAINER_STATE} holds no trainer state"
+    if problem := state_damage(loaded):
+        return f"{TRAINER_STATE}: {problem}"
+    if not any(WEIGHT_FILES.search(n) for _, _, names in os.walk(checkpoint) for n in names):
+        return "holds no model weights (no model, adapter, DeepSpeed or FSDP weights file)"
     for folder, _, names in sorted(os.walk(checkpoint)):
         for name in sorted(names):
             path = os.path.join(folder, name)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from medrecipes.errors import UserError
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
-from medrecipes.runs.record import RECORD
+from medrecipes.runs.record import EVAL_TASKS, RECORD
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
 
@@ -78,7 +78,7 @@ def read_run(folder: str, name: str) -> Run:
     record_path = os.path.join(folder, RECORD)
     record = _read_json(record_path, "run record") if os.path.isfile(record_path) else {}
     reports = {}
-    for path in glob.glob(os.path.join(folder, "eval_tasks", "step-*.json")):
+    for path in glob.glob(os.path.join(folder, EVAL_TASKS, "step-*.json")):
         if m := STEP_REPORT.search(path):
             reports[int(m.group(1))] = _read_json(path, "evaluation report").get("tasks", {})
     return Run(name, folder, state.get("log_history", []), best_step, record, dict(sorted(reports.items())))

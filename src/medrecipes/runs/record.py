@@ -12,10 +12,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from medrecipes.errors import UserError
 from medrecipes.locations import SAMPLED, weights_fingerprint
 from medrecipes.outputs.writes import staged
 
 RECORD = "run.json"
+# What else a run writes into its output_dir beside its checkpoints and final/: the benchmark
+# reports of its evaluations during training, and the model card its push writes.
+EVAL_TASKS = "eval_tasks"
+CARD = "card"
 IDENTITY = ("script", "model", "data")
 # The words a difference in each is told by, and the fingerprint of a local starting model's weights,
 # compared where both records have it (a run recorded before it was kept has none).
@@ -56,8 +61,26 @@ def read_record(output_dir: str) -> dict | None:
     path = os.path.join(output_dir, RECORD)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        record = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if not isinstance(record, dict):
+        raise UserError(
+            f"{path}: not a run record ({record if isinstance(record, str) else 'no mapping'}); move it aside, "
+            "or set overwrite_output_dir: true to start the run in that folder over"
+        )
+    return record
+
+
+def stamp_checkpoint(checkpoint: str, output_dir: str) -> None:
+    """Write the identity of the run in `output_dir` (its script, model, data and starting weights)
+    into a checkpoint it saves, so that a checkpoint copied into another run's folder is known
+    there for another run's (`runs.resume.last_checkpoint`)."""
+    record = read_record(output_dir)
+    if record:
+        write_record(checkpoint, {key: record[key] for key in (*IDENTITY, WEIGHTS) if key in record})
 
 
 def write_record(output_dir: str, record: dict) -> None:

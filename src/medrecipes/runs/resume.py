@@ -20,16 +20,23 @@ def last_checkpoint(output_dir: str) -> str | None:
     """The newest whole checkpoint in `output_dir`, from which a run resumes automatically.
 
     Whole means renamed into place by `RecipeTrainerMixin`, holding the trainer state, which the
-    trainer writes last, and readable as the trainer will read it (`checkpoint_damage`). A folder
+    trainer writes last, and readable as the trainer will read it (`checkpoint_damage`); this run's
+    means saved by a run of the same script, model, data and starting weights (its stamp,
+    `record.stamp_checkpoint`: a checkpoint copied in from another run is set aside with a warning). A folder
     without the state (a save killed by an older version, or by a process that did not stage its
     checkpoints) or a damaged one (a disk that lost part of a file, a copy cut short) is skipped
     with a warning for the newest whole one before it; damaged folders and none whole is one line.
     """
     damaged = []
+    ours = read_record(output_dir)
     for step in reversed(checkpoint_steps(output_dir)):
         path = os.path.join(output_dir, f"checkpoint-{step}")
         if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
             logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+            continue
+        theirs = _stamp(path)
+        if ours and theirs and (differs := identity_differences(theirs, ours)):
+            logger.warning("ignoring %s: another run saved it (%s)", path, "; ".join(differs))
             continue
         problem = checkpoint_damage(path)
         if problem is None:
@@ -43,6 +50,16 @@ def last_checkpoint(output_dir: str) -> str | None:
             "aside to start over, or set overwrite_output_dir: true to delete them"
         )
     return None
+
+
+def _stamp(checkpoint: str) -> dict | None:
+    """The identity of the run that saved `checkpoint` (`record.stamp_checkpoint`); None for a
+    checkpoint saved before runs stamped theirs, or whose stamp cannot be read (the checkpoint's
+    other files say whether it is whole)."""
+    try:
+        return read_record(checkpoint)
+    except UserError:
+        return None
 
 
 def finish_interrupted_saves(output_dir: str) -> None:

@@ -6,7 +6,8 @@ recipe it runs with (which `medrecipes report` shows). A later run in the same f
 run if those agree (it resumes, or, when it finished, stops at once without writing anything)
 and another run if they do not: it is refused, since resuming would load another model's
 checkpoint and its final/ would replace the other run's. `overwrite_output_dir: true` starts
-over instead, removing the earlier run's checkpoints, final model and record first.
+over instead, removing the earlier run's checkpoints, final model, record, benchmark reports and
+model card first.
 """
 
 import logging
@@ -19,13 +20,23 @@ from medrecipes.errors import UserError, on_interrupt
 from medrecipes.outputs.checkpoints import CHECKPOINT, kept
 from medrecipes.outputs.claims import claim_output, lock_folder
 from medrecipes.outputs.records import STAGING, mark
-from medrecipes.runs.record import RECORD, identity_differences, read_record, run_identity, write_record
+from medrecipes.runs.record import (
+    CARD,
+    EVAL_TASKS,
+    RECORD,
+    identity_differences,
+    read_record,
+    run_identity,
+    write_record,
+)
 
 logger = logging.getLogger(__name__)
 
 # What a run leaves in its output_dir that a run starting over must not find: checkpoints (and
-# their staging), the final model, the trainer's state and metrics.
-RUN_STATE = ("final", STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json")
+# their staging), the final model, the trainer's state and metrics, the benchmark reports of its
+# evaluations and its model card (which would be read as the new run's).
+RUN_STATE = ("final", STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
+             EVAL_TASKS, CARD)  # fmt: skip
 
 
 def _differences(saved: dict, ours: dict) -> str:

@@ -15,6 +15,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
 from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
+from medrecipes.runs.record import stamp_checkpoint
 
 LIBRARY = "transformers"
 WRITTEN_AGAINST = ("5.17", "5.23")  # the oldest release setup.cfg allows, the one constraints.txt pins
@@ -89,6 +90,8 @@ class TrainerSeams:
                 write_into = getattr(self, "write_into_checkpoint", None)  # a mixin's part of the checkpoint
                 if write_into is not None:
                     write_into(staged)
+                if self.args.should_save:
+                    stamp_checkpoint(staged, run_dir)
         finally:
             self._staging_root = None
         self.accelerator.wait_for_everyone()  # every process has written its shards and RNG state
