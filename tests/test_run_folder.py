@@ -320,3 +320,29 @@ def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(finished_run, ti
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"ignoring {foreign}: another run saved it (dataset_mixture 0123456789abcdef, here " in result.stdout
     assert same_weights(weights(out / "final"), weights(finished_run / "final"))
+
+
+def test_a_data_file_replaced_between_a_kill_and_the_rerun_is_another_run(tmp_path):
+    """The run's identity fingerprints its data files' contents, not only the mixture as written:
+    80 documents replaced by 12 others under the same name is another run's data, refused in one
+    line, where resuming would train the rest of the run on other data."""
+    import yaml
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.training.run_folder import claim_run_folder
+
+    data = write_jsonl(tmp_path / "notes.jsonl", [{"text": f"note {i} on iron deficiency"} for i in range(80)])
+    recipe_file = tmp_path / "cpt.yaml"
+    recipe = yaml.safe_load(open(CPT))
+    recipe["dataset_mixture"] = {"sources": [{"path": data}]}
+    recipe_file.write_text(yaml.safe_dump({**recipe, "output_dir": str(tmp_path / "run")}))
+
+    def claim():
+        return claim_run_folder("cpt", *parse_recipe("cpt", [str(recipe_file)]))
+
+    assert not claim()
+    (tmp_path / "run" / "checkpoint-3").mkdir()  # something of it to lose
+    assert not claim()  # the same data: the same run, which resumes
+    write_jsonl(tmp_path / "notes.jsonl", [{"text": f"other text {i}"} for i in range(12)])
+    with pytest.raises(UserError, match=r"holds another run \(the data files changed since that run read them\)"):
+        claim()

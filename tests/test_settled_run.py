@@ -4,7 +4,9 @@ push read the method from run.json, never from the process that happens to run t
 
 import dataclasses
 import json
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -85,6 +87,7 @@ def test_the_resume_point_is_settled(tiny_model, tmp_path):
     checkpoint = out / "checkpoint-2"
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    shutil.copy(Path(tiny_model) / "model.safetensors", checkpoint)  # its weights
     again, _, _ = settled("cpt", tiny_model, out)
     assert again.resume_from == str(checkpoint)
     assert read_record(str(out))["settled"]["resume_from"] == str(checkpoint)

@@ -49,8 +49,6 @@ def weights_fingerprint(path: str, ends: int | None = None) -> str | None:
     `ends`, only each file's size and its first and last `ends` bytes: a fingerprint a run can take
     at every start of a sharded 27B model, where a model trained again differs in every tensor, so
     at the ends of every file."""
-    import hashlib
-
     folder = os.path.expanduser(path)
     if os.path.isfile(folder) and folder.endswith(WEIGHT_SUFFIXES):  # a .gguf file
         folder, names = os.path.dirname(folder), [os.path.basename(folder)]
@@ -60,10 +58,18 @@ def weights_fingerprint(path: str, ends: int | None = None) -> str | None:
         return None
     if not names:
         return None
+    return files_fingerprint([os.path.join(folder, name) for name in names], ends)
+
+
+def files_fingerprint(paths: list[str], ends: int | None = None) -> str:
+    """ "sha256:" and 16 hex digits of the files at `paths`, in order: each one's name and contents,
+    or with `ends` its size and its first and last `ends` bytes (see `weights_fingerprint`)."""
+    import hashlib
+
     digest = hashlib.sha256()
-    for name in names:
-        digest.update(name.encode() + b"\0")
-        with open(os.path.join(folder, name), "rb") as f:
+    for path in paths:
+        digest.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
             if ends is not None:
                 size = os.fstat(f.fileno()).st_size
                 digest.update(f"{size}\0".encode() + f.read(ends))

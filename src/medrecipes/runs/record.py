@@ -12,8 +12,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from medrecipes.data.sources import local_files
 from medrecipes.errors import UserError
-from medrecipes.locations import SAMPLED, weights_fingerprint
+from medrecipes.locations import SAMPLED, files_fingerprint, weights_fingerprint
 from medrecipes.outputs.writes import staged
 
 RECORD = "run.json"
@@ -26,6 +27,7 @@ IDENTITY = ("script", "model", "data")
 # compared where both records have it (a run recorded before it was kept has none).
 IDENTITY_WORDS = {"script": "script", "model": "model", "data": "dataset_mixture"}
 WEIGHTS = "weights"
+DATA_FILES = "data_files"  # a fingerprint of the training data files' contents (their sizes and ends)
 
 
 def run_identity(method: str, recipe, model_args) -> dict:
@@ -41,12 +43,25 @@ def run_identity(method: str, recipe, model_args) -> dict:
         "data": hashlib.sha256(data.encode()).hexdigest()[:16],
     }
     weights = None if recipe.init_from_scratch else weights_fingerprint(model, ends=SAMPLED)
-    return identity if weights is None else {**identity, WEIGHTS: weights}
+    if weights is not None:
+        identity[WEIGHTS] = weights
+    if files := data_files(recipe):
+        identity[DATA_FILES] = files_fingerprint(files, ends=SAMPLED)
+    return identity
+
+
+def data_files(recipe) -> list[str]:
+    """The local files a run's training data is read from, source by source: its sources' files and
+    the pass-rate files that filter them (a file replaced between a kill and the rerun is other data)."""
+    sources = recipe.mixture.sources if recipe.mixture else []
+    found = [f for source in sources for f in sorted(local_files(source)) if os.path.isfile(f)]
+    return found + [s.pass_rate.file for s in sources if s.pass_rate and os.path.isfile(s.pass_rate.file)]
 
 
 def identity_differences(saved: dict, ours: dict) -> list[str]:
     """How run record `saved` is another run than `ours`: "model a, here b" for each of script,
-    model and data that differ, and the starting model's weights where both keep theirs."""
+    model and data that differ, and the starting model's weights and the data files' contents where
+    both keep theirs (a record written before they were kept has neither)."""
     found = [
         f"{IDENTITY_WORDS[key]} {saved.get(key)}, here {ours.get(key)}"
         for key in IDENTITY
@@ -54,6 +69,8 @@ def identity_differences(saved: dict, ours: dict) -> list[str]:
     ]
     if not found and saved.get(WEIGHTS) and ours.get(WEIGHTS) and saved[WEIGHTS] != ours[WEIGHTS]:
         found.append(f"the weights of model {ours.get('model')} changed since that run started from them")
+    if not found and saved.get(DATA_FILES) and ours.get(DATA_FILES) and saved[DATA_FILES] != ours[DATA_FILES]:
+        found.append("the data files changed since that run read them")
     return found
 
 
@@ -80,7 +97,7 @@ def stamp_checkpoint(checkpoint: str, output_dir: str) -> None:
     there for another run's (`runs.resume.last_checkpoint`)."""
     record = read_record(output_dir)
     if record:
-        write_record(checkpoint, {key: record[key] for key in (*IDENTITY, WEIGHTS) if key in record})
+        write_record(checkpoint, {key: record[key] for key in (*IDENTITY, WEIGHTS, DATA_FILES) if key in record})
 
 
 def write_record(output_dir: str, record: dict) -> None:
