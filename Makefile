@@ -77,7 +77,7 @@ OUT ?= outputs/report.html
 report: $(STAMP)
 	$(MEDRECIPES) report $(RUNS) --output $(OUT) --overwrite
 
-# The README's picture of the demo's report (docs/images/demo-report.png): make demo, then this.
+# The picture of the demo's report in docs/usage.md (docs/images/demo-report.png): make demo, then this.
 screenshot: browser
 	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=$$(mktemp -d) \
 		--window-size=1150,1500 --virtual-time-budget=5000 --screenshot=docs/images/demo-report.png \
