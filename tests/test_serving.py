@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, error_lines, run
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
@@ -146,7 +146,7 @@ def bad_values(field: str) -> list:
         "top_p": [0, -1, 1.5, "all", True],
         "n": [2, 0, "1"],
         "stream": [True],
-        "seed": ["x", 1.5, [1]],
+        "seed": ["x", 1.5, [1], 2**64, -(2**63) - 1],
         "model": ["another/model", 7],
         "messages": [[], "hi", [{"role": "user"}], [{"role": "robot", "content": "hi"}], [{"role": "user", "content": 7}],
                      [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], [1], None],
@@ -166,7 +166,7 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
         status, answer = server.call("POST", "/v1/chat/completions", body)
         assert_refused(status, answer)
         assert word.split("_")[0] in answer["error"]["message"] or status == 404, (fields, answer)
-    for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b""):
+    for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"", b"[" * 100_000 + b"]" * 100_000):
         assert_refused(*server.call("POST", "/v1/chat/completions", raw=raw), expected=400)
     long_prompt = " ".join(["scurvy"] * 100_000)  # 100k tokens, under the body limit
     status, answer = server.chat(messages=[{"role": "user", "content": long_prompt}])
@@ -174,6 +174,16 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
     assert "positions" in answer["error"]["message"]
     status, reply = server.chat(max_tokens=32)
     assert status == 200 and reply["choices"][0]["message"]["content"].strip() == ANSWER
+
+
+@pytest.mark.slow
+def test_every_value_in_a_documented_range_is_answered(server):
+    """The ends of each documented range, written as a client may (2 and 2.0; the seeds torch takes)."""
+    for fields in ({"temperature": 2}, {"temperature": 2.0, "top_p": 1}, {"temperature": 0}, {"temperature": 1e-6},
+                   {"top_p": 1e-9, "temperature": 1}, {"seed": 2**64 - 1, "temperature": 1},
+                   {"seed": -(2**63), "temperature": 1}, {"max_tokens": 1}):  # fmt: skip
+        status, reply = server.chat(**fields)
+        assert status == 200, (fields, reply)
 
 
 @pytest.mark.slow
@@ -266,10 +276,24 @@ def test_with_an_api_key_only_requests_that_carry_it_are_answered(memorised_mode
             assert_refused(*keyed.call("POST", "/v1/chat/completions", body, headers=headers), expected=401)
             assert_refused(*keyed.call("GET", "/v1/models", headers=headers), expected=401)
         assert keyed.call("GET", "/health")[0] == 200  # a load balancer's check needs no key
-        status, reply = keyed.call("POST", "/v1/chat/completions", body, headers={"Authorization": "Bearer s3cret"})
-        assert status == 200 and reply["choices"][0]["message"]["content"]
+        for scheme in ("Bearer", "bearer", "BEARER"):  # HTTP reads the scheme's name in any case
+            headers = {"Authorization": f"{scheme} s3cret"}
+            status, reply = keyed.call("POST", "/v1/chat/completions", body, headers=headers)
+            assert status == 200 and reply["choices"][0]["message"]["content"]
     finally:
         keyed.stop()
+
+
+@pytest.mark.parametrize("how", ["--api-key", "environment"])
+def test_an_empty_api_key_is_refused_at_start(memorised_model, how):
+    """An empty key would start an open server while its user believes it keyed: one line, exit 2."""
+    args, env = (["--api-key", " "], {}) if how == "--api-key" else ([], {"MEDRECIPES_API_KEY": ""})
+    result = run(PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(free_port()), *args, env=env)
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [
+        "error: serve: the API key is empty (--api-key or MEDRECIPES_API_KEY), which would leave the server open; "
+        "give a key, or leave both unset for a server without one"
+    ]
 
 
 def test_an_address_other_machines_reach_is_told_apart_from_loopback():

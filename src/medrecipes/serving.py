@@ -140,9 +140,13 @@ class ServedModel:
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not ok(value):
                 raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
+        temperature, top_p = float(temperature), float(top_p)
+        _check_sampling(temperature, top_p)
         seed = payload.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise RequestError(400, f"seed must be a whole number, got {seed!r}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not SEEDS[0] <= seed <= SEEDS[1]
+        ):
+            raise RequestError(400, f"seed must be a whole number from {SEEDS[0]} to {SEEDS[1]}, got {seed!r}")
         try:
             ids = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_dict=True)["input_ids"]
         except Exception as err:  # the template's own refusal (e.g. roles out of order)
@@ -184,6 +188,30 @@ class ServedModel:
         }  # fmt: skip
 
 
+# The seeds torch.manual_seed takes: a signed 64-bit number, or an unsigned one.
+SEEDS = (-(2**63), 2**64 - 1)
+
+
+def _check_sampling(temperature: float, top_p: float) -> None:
+    """The sampling settings as the generation library itself validates them (GenerationConfig's
+    strict check), so that a value it would refuse mid-request is a 400 here."""
+    from transformers import GenerationConfig
+
+    sample = temperature > 0
+    config = GenerationConfig(do_sample=sample, temperature=temperature if sample else None,
+                              top_p=top_p if sample else None)  # fmt: skip
+    try:
+        config.validate(strict=True)
+    except ValueError as err:
+        raise RequestError(400, f"temperature {temperature:g}, top_p {top_p:g}: {str(err).splitlines()[0]}") from None
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an Authorization header of the Bearer scheme, whose name HTTP reads in any case."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: int = 2**20, max_waiting: int = 64):
     """The FastAPI app that answers for `served`: the three documented endpoints, every refusal a
     4xx with `{"error": {"message", "type"}}` (OpenAI's shape)."""
@@ -206,8 +234,8 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     @app.middleware("http")
     async def guard(request: Request, call_next):
         if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not given.startswith("Bearer ") or not _same(given.removeprefix("Bearer "), api_key):
+            given = bearer_token(request.headers.get("authorization", ""))
+            if given is None or not _same(given, api_key):
                 return refuse(
                     401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
                 )
@@ -237,6 +265,8 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
             payload = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError):
             return refuse(400, "the body is not valid JSON")
+        except RecursionError:  # arrays or objects nested past what the parser follows
+            return refuse(400, "the body nests its JSON too deeply")
         try:
             parsed = served.parse(payload)
         except RequestError as err:
@@ -295,7 +325,12 @@ def serve(
         raise UserError("serve: needs fastapi and uvicorn; pip install 'medrecipes[serve]'") from None
     _check_model(model)
     loopback = _check_address(host, port)
-    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    api_key = os.environ.get(API_KEY_ENV) if api_key is None else api_key
+    if api_key is not None and not api_key.strip():
+        raise UserError(
+            f"serve: the API key is empty (--api-key or {API_KEY_ENV}), which would leave the server open; "
+            f"give a key, or leave both unset for a server without one"
+        )
     if not loopback:
         print(
             f"warning: serve: {host} is reachable from other machines; "
