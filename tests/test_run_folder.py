@@ -346,3 +346,23 @@ def test_a_data_file_replaced_between_a_kill_and_the_rerun_is_another_run(tmp_pa
     write_jsonl(tmp_path / "notes.jsonl", [{"text": f"other text {i}"} for i in range(12)])
     with pytest.raises(UserError, match=r"holds another run \(the data files changed since that run read them\)"):
         claim()
+
+
+def test_resuming_with_a_setting_the_checkpoint_overrides_is_refused(finished_run, tiny_model, tmp_path):
+    """A stopped run started again with another learning rate or batch size: the restored
+    scheduler and data position would override them in silence. One line names them; settings
+    that only log or save, or a longer run, resume."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    record = json.loads((out / "run.json").read_text())
+    del record["finished"]
+    (out / "run.json").write_text(json.dumps(record))
+    shutil.rmtree(out / "final")  # stopped after its last checkpoint, before final/
+    for changed, named in ((["--learning_rate", "1e-4"], "learning_rate 0.003 there, 0.0001 here"),
+                           (["--per_device_train_batch_size", "2"], "per_device_train_batch_size ")):  # fmt: skip
+        result = cpt_again(out, tiny_model, *changed)
+        assert result.returncode == 2 and len(errors(result)) == 1, result.stderr[-2000:]
+        assert f"holds this run, saved with other settings than these ({named}" in errors(result)[0]
+        assert "set them back to resume, or set overwrite_output_dir: true" in errors(result)[0]
+    result = cpt_again(out, tiny_model, "--logging_steps", "1")
+    assert result.returncode == 0 and f"resuming from {out}/checkpoint-6" in result.stdout, result.stderr[-2000:]

@@ -111,14 +111,14 @@ WEIGHT_FILES = re.compile(
 
 # The JSON kinds of TrainerState's fields, read from its annotations: a state whose `global_step`
 # is text would be loaded and fail later, in the trainer's arithmetic.
-_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list"}
+_KINDS = {int: "a number", float: "a number", bool: "true or false", str: "text", list: "a list"}
 
 
 def _fits(value, kind) -> bool:
-    if kind is float:
+    """A number for a number field, whole or not (the trainer itself writes some int fields as
+    1.0: `logging_steps` given as a fraction of the run); the declared kind for the others."""
+    if kind in (int, float):
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
 
 

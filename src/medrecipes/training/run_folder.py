@@ -50,6 +50,15 @@ _NOT_TRAINING = ("output_dir", "logging_dir", "logging_steps", "report_to", "sav
                  "run_name")  # fmt: skip
 
 
+# Settings a checkpoint carries in its optimizer, scheduler and data position: a run that resumes
+# from one trains with the checkpoint's, whatever the recipe now says (the restored scheduler
+# sets the learning rate; the data position counts batches of the size it was saved with).
+RESTORED = ("learning_rate", "embedding_learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "min_lr",
+            "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "optim", "optim_args",
+            "per_device_train_batch_size", "gradient_accumulation_steps", "global_batch_tokens", "max_length",
+            "packing", "seed", "data_seed")  # fmt: skip
+
+
 def _changed_settings(saved: dict, ours: dict) -> str:
     """The resolved settings a finished run differs in from these, "learning_rate 0.0003 there,
     0.0001 here", those that only log or save left out."""
@@ -145,6 +154,17 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                     changed,
                 )
             return True
+        if saved is not None:  # this run, which resumes: a setting the checkpoint overrides is refused
+            changed = _changed_settings(
+                {k: v for k, v in (saved.get("recipe") or {}).items() if k in RESTORED},
+                resolved_recipe(recipe, model_args, training_args),
+            )
+            if changed:
+                raise UserError(
+                    f"{where}: {output_dir} holds this run, saved with other settings than these ({changed}); "
+                    "resuming keeps the checkpoint's optimizer, schedule and data position, so they would not "
+                    "apply: set them back to resume, or set overwrite_output_dir: true to start over with them"
+                )
         if saved is None and training_args.should_save:
             # The settings it ran with and how it was started, for `medrecipes report` and `medrecipes
             # card`; only `ours` tells runs apart.
