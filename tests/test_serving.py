@@ -16,7 +16,7 @@ from conftest import PYTHON, ROOT, error_lines, run
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from medrecipes import cli
-from medrecipes.serving import FIELDS, ServedModel, _check_address
+from medrecipes.serving import CHAT_FIELDS, ServedModel, _check_address, served_name
 
 QUESTION = "Which vitamin deficiency causes scurvy?"
 ANSWER = "Vitamin C deficiency causes scurvy."
@@ -123,17 +123,19 @@ def assert_refused(status: int, answer, expected: int | tuple = (400, 499)):
 
 @pytest.mark.slow
 def test_serve_answers_openai_chat_completions(server, memorised_model):
-    status, reply = server.chat(model=memorised_model, max_tokens=32)
+    name = served_name(memorised_model)  # the run's name, not its path on this machine
+    assert server.chat(max_tokens=4)[1]["model"] == name
+    status, reply = server.chat(model=memorised_model, max_tokens=32)  # the path is taken too
     assert status == 200, reply
-    assert reply["object"] == "chat.completion" and reply["model"] == memorised_model
+    assert reply["object"] == "chat.completion" and reply["model"] == name
     message = reply["choices"][0]["message"]
     assert message["role"] == "assistant" and message["content"].strip() == ANSWER
     assert reply["choices"][0]["finish_reason"] == "stop"
     assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
     assert server.call("GET", "/v1/models") == (200, {"object": "list", "data": [
-        {"id": memorised_model, "object": "model", "created": server.call("GET", "/v1/models")[1]["data"][0]["created"],
+        {"id": name, "object": "model", "created": server.call("GET", "/v1/models")[1]["data"][0]["created"],
          "owned_by": "medrecipes"}]})  # fmt: skip
-    assert server.call("GET", "/health") == (200, {"status": "ok", "model": memorised_model})
+    assert server.call("GET", "/health") == (200, {"status": "ok", "model": name})
 
 
 def bad_values(field: str) -> list:
@@ -145,7 +147,9 @@ def bad_values(field: str) -> list:
         "temperature": [-0.1, 2.5, 1e9, "hot", [0.5], True],
         "top_p": [0, -1, 1.5, "all", True],
         "n": [2, 0, "1"],
-        "stream": [True],
+        "stream": ["yes", 1],
+        "stream_options": [{"include_usage": "yes"}, {"other": True}, "usage"],
+        "stop": ["", ["a", "b", "c", "d", "e"], [""], [1], 7],
         "seed": ["x", 1.5, [1], 2**64, -(2**63) - 1],
         "model": ["another/model", 7],
         "messages": [[], "hi", [{"role": "user"}], [{"role": "robot", "content": "hi"}], [{"role": "user", "content": 7}],
@@ -159,7 +163,7 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
     """Every field the server takes, given each kind of wrong value; bodies that are not a JSON
     object; fields it does not take; a prompt longer than the model's positions. Then a normal
     request is answered."""
-    cases = [({f: v}, f) for f in FIELDS for v in bad_values(f)]
+    cases = [({f: v}, f) for f in CHAT_FIELDS for v in bad_values(f)]
     cases += [({"tools": []}, "unsupported field"), ({"logprobs": True}, "unsupported field")]
     for fields, word in cases:
         body = {"messages": [{"role": "user", "content": QUESTION}], **fields}
@@ -187,10 +191,108 @@ def test_every_value_in_a_documented_range_is_answered(server):
 
 
 @pytest.mark.slow
+def test_a_stop_string_ends_the_answer_before_it(server):
+    for stop, kept in (("deficiency", "Vitamin C "), (["scurvy", " C "], "Vitamin"), ("not in it", ANSWER)):
+        status, reply = server.chat(stop=stop, max_tokens=32)
+        assert status == 200 and reply["choices"][0]["message"]["content"].strip() == kept.strip(), (stop, reply)
+        assert reply["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.slow
+def test_the_openai_sdk_streams_what_it_is_answered_whole(server):
+    """OpenAI's own client, as a chat front end uses it: the streamed pieces make the unstreamed
+    answer, the stream ends with the finish reason and, asked, the usage; a stop string holds."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0)
+    name = client.models.list().data[0].id
+    messages = [{"role": "user", "content": QUESTION}]
+    whole = client.chat.completions.create(model=name, messages=messages, max_tokens=32)
+    assert whole.choices[0].message.content.strip() == ANSWER
+    for stop, expected in ((None, whole.choices[0].message.content), ("causes", "Vitamin C deficiency ")):
+        chunks = list(client.chat.completions.create(model=name, messages=messages, max_tokens=32, stream=True,
+                                                     stop=stop, stream_options={"include_usage": True}))  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == expected, (stop, text)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+        assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens and not chunks[-1].choices
+    assert chunks[0].choices[0].delta.role == "assistant"
+
+
+@pytest.mark.slow
+def test_lm_eval_scores_the_served_model_as_medrecipes_does(server, memorised_model, tmp_path):
+    """lm-eval's own `local-completions` model against the server (its loglik path: token ids,
+    echo, logprobs) on 12 MedQA-layout questions: the same predictions and log-likelihoods as
+    `medrecipes eval` in-process on the same questions."""
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+    from test_lm_eval_agreement import TASKS, medqa_layout
+
+    from medrecipes.evaluation.loglik import lm_eval_agreement
+    from medrecipes.evaluation.scoring import evaluate_task
+    from medrecipes.evaluation.tasks import load_task
+
+    rows = [json.loads(line) for line in open(ROOT / "data/usmle_sample/test.jsonl")][:12]
+    questions = tmp_path / "medqa.jsonl"
+    questions.write_text(medqa_layout(rows))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "medqa_served.yaml").write_text(
+        json.dumps(
+            {
+                "include": str(TASKS / "medqa_4options_local.yaml"),
+                "task": "medqa_served",
+                "dataset_kwargs": {"data_files": {"test": str(questions)}},
+            }
+        )  # fmt: skip
+    )
+    theirs = lm_eval.simple_evaluate(
+        model="local-completions",
+        model_args={
+            "model": served_name(memorised_model),
+            "base_url": f"http://127.0.0.1:{server.port}/v1/completions",
+            "tokenizer": memorised_model,
+            "tokenizer_backend": "huggingface",
+            "num_concurrent": 1,
+            "max_retries": 1,
+            "add_bos_token": True,  # BOS first, as lm-eval's hf model and medrecipes score
+        },
+        tasks=["medqa_served"],
+        task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False),
+        log_samples=True,
+    )
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(memorised_model),
+        AutoTokenizer.from_pretrained(memorised_model),
+    )
+    ours = evaluate_task(model, tokenizer, load_task("medqa_4opt", data=str(questions)), batch_size=1)
+    agreement = lm_eval_agreement(ours, theirs["samples"]["medqa_served"])
+    assert agreement["n"] == 12 and agreement["identical_predictions"] == 12, agreement
+    assert agreement["max_loglik_difference"] < 1e-3, agreement
+
+
+@pytest.mark.slow
+def test_a_completion_gives_each_tokens_logprob_and_the_likeliest_there(server, memorised_model):
+    tokenizer = AutoTokenizer.from_pretrained(memorised_model)
+    ids = tokenizer(QUESTION)["input_ids"]
+    status, reply = server.call("POST", "/v1/completions", {"prompt": [ids, QUESTION], "max_tokens": 0, "echo": True,
+                                                            "logprobs": 2})  # fmt: skip
+    assert status == 200, reply
+    for choice in reply["choices"]:
+        logprobs = choice["logprobs"]
+        assert len(logprobs["tokens"]) == len(ids) and logprobs["token_logprobs"][0] is None
+        for logprob, top in zip(logprobs["token_logprobs"][1:], logprobs["top_logprobs"][1:], strict=True):
+            assert logprob <= max(top.values()) + 1e-6 and 1 <= len(top) <= 2
+        assert choice["text"] == tokenizer.decode(ids)
+    assert reply["choices"][0]["logprobs"] == reply["choices"][1]["logprobs"]  # text is tokenized as ids are
+    for bad in ({"prompt": []}, {"prompt": [[-1]]}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 6},
+                {"prompt": "x", "stream": True}, {"prompt": "x", "messages": []}):  # fmt: skip
+        assert_refused(*server.call("POST", "/v1/completions", bad), expected=400)
+
+
+@pytest.mark.slow
 def test_only_the_documented_doors_are_open(server):
     """No route loads, unloads or resets a model, and no API docs: a 404 in the error shape;
     a method a route does not take, a 405."""
-    for path in ("/load_model", "/reset", "/v1/responses", "/v1/completions", "/docs", "/openapi.json", "/redoc",
+    for path in ("/load_model", "/reset", "/v1/responses", "/v1/embeddings", "/docs", "/openapi.json", "/redoc",
                  "/../etc/passwd", "/v1/models/x"):  # fmt: skip
         for method, body in (("GET", None), ("POST", {"model": "/tmp"})):
             assert_refused(*server.call(method, path, body), expected=(404, 405))
@@ -313,7 +415,7 @@ def test_a_lora_adapter_is_served_through_its_base(memorised_model, tmp_path, ca
     AutoTokenizer.from_pretrained(memorised_model).save_pretrained(tmp_path / "final")
     served = ServedModel(str(tmp_path / "final"))
     assert not hasattr(served.model, "peft_config")  # folded in
-    request = served.parse({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32})
+    request = served.parse_chat({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32})
     assert served.complete(request)["choices"][0]["message"]["content"].strip() == ANSWER  # B = 0: the base's answer
     cli.main(["generate", str(tmp_path / "final"), "--prompt", QUESTION, "--max-new-tokens", "32"])
     assert capsys.readouterr().out.strip() == ANSWER

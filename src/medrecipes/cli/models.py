@@ -42,7 +42,7 @@ def add_commands(commands) -> None:
     gen.add_argument("--max-new-tokens", type=COUNT, default=256)
     gen.set_defaults(func=cmd_generate)
 
-    serve = commands.add_parser("serve", help="an OpenAI-compatible chat endpoint for one model (docs/serving.md)")
+    serve = commands.add_parser("serve", help="an OpenAI-compatible server for one model (docs/serving.md)")
     serve.add_argument(
         "model", type=input_path, help="a model or LoRA adapter folder (e.g. output_dir/final) or Hub id"
     )
@@ -59,6 +59,10 @@ def add_commands(commands) -> None:
         type=Number(int, least=1, most=2**20),
         default=1024,
         help="the most max_tokens a request may ask",
+    )
+    serve.add_argument(
+        "--served-model-name",
+        help="the name clients ask for (default: the run's, output_dir's name for output_dir/final)",
     )
     serve.set_defaults(func=cmd_serve)
 
@@ -103,4 +107,6 @@ def cmd_generate(args) -> None:
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
 
-    serve(args.model, args.host, args.port, args.api_key, args.max_body_bytes, args.max_tokens)
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise UserError("serve: --served-model-name is empty; give the name clients ask for, or leave it out")
+    serve(args.model, args.host, args.port, args.api_key, args.max_body_bytes, args.max_tokens, args.served_model_name)

@@ -1,0 +1,121 @@
+"""Trying a trained model: one answer (`medrecipes generate`) or an OpenAI-compatible server
+(`medrecipes serve`), from a local folder such as output_dir/final (a LoRA adapter's folder too:
+its base loaded and the adapter folded in), or a Hub id.
+
+`generate` stands on transformers' text-generation pipeline, which applies the model's chat
+template and stops at its end-of-turn tokens. `serve` is a small FastAPI app pinned to the one
+model it was started with (docs/serving.md, `app`): chat completions, whole or streamed,
+completions of text or token ids with their log-probabilities (what lm-eval's harness asks of a
+served model), the model list and a health check, and nothing else; every request field checked
+before the model runs (`requests`), every refusal a 4xx and one JSON line; one answer generated at
+a time (`model`), requests waiting their turn, a bounded number of them.
+"""
+
+import ipaddress
+import os
+import socket
+import sys
+
+from medrecipes.errors import UserError
+from medrecipes.locations import looks_local
+from medrecipes.serving.app import create_app
+from medrecipes.serving.model import ServedModel, served_name
+from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
+
+__all__ = ["CHAT_FIELDS", "COMPLETION_FIELDS", "RequestError", "ServedModel", "create_app", "generate", "serve",
+           "served_name"]  # fmt: skip
+
+API_KEY_ENV = "MEDRECIPES_API_KEY"
+
+
+def _check_model(model: str) -> None:
+    from medrecipes.models.files import check_model_folder, check_tokenizer_files
+
+    if looks_local(model) and not os.path.isdir(model):
+        raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
+    check_model_folder(model)
+    if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's
+        check_tokenizer_files(model)
+
+
+def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:
+    """The model's greedy answer to `prompt`, as a chat turn when the model has a chat template."""
+    from transformers import pipeline
+
+    from medrecipes.models.loading import load_for_inference
+
+    _check_model(model)
+    loaded, tokenizer = load_for_inference(model)
+    pipe = pipeline("text-generation", model=loaded, tokenizer=tokenizer)
+    if pipe.tokenizer.chat_template is None:
+        output = pipe(prompt, max_new_tokens=max_new_tokens, do_sample=False, return_full_text=False)
+        return output[0]["generated_text"]
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    output = pipe(messages, max_new_tokens=max_new_tokens, do_sample=False)
+    return output[0]["generated_text"][-1]["content"]
+
+
+def _check_address(host: str, port: int) -> bool:
+    """Bind the address once, as the server will, so that an unknown host or a port in use is one
+    line here rather than the server's log; returns whether every address it names is loopback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise UserError(
+            f"serve: --host {host}: unknown host ({err.strerror}); use 127.0.0.1, 0.0.0.0 or a name this machine has"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise UserError(
+                f"serve: cannot listen on {host}:{port} ({err.strerror}); stop what uses that port or pass another --port"
+            ) from None
+    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def serve(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    max_body_bytes: int = 2**20,
+    max_tokens: int = 1024,
+    name: str | None = None,
+) -> None:
+    """Answer for `model` at host:port, under `name` (default: its run's), until stopped; needs the
+    `serve` extra."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UserError("serve: needs fastapi and uvicorn; pip install 'medrecipes[serve]'") from None
+    _check_model(model)
+    loopback = _check_address(host, port)
+    api_key = os.environ.get(API_KEY_ENV) if api_key is None else api_key
+    if api_key is not None and not api_key.strip():
+        raise UserError(
+            f"serve: the API key is empty (--api-key or {API_KEY_ENV}), which would leave the server open; "
+            f"give a key, or leave both unset for a server without one"
+        )
+    if not loopback:
+        print(
+            f"warning: serve: {host} is reachable from other machines; "
+            + ("requests must carry the API key" if api_key else f"anyone who reaches port {port} can use the model: "
+               f"set {API_KEY_ENV} (or --api-key) to require a key, and put TLS in front of it"),
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+    served = ServedModel(model, name=name, max_tokens=max_tokens)
+    app = create_app(served, api_key=api_key, max_body_bytes=max_body_bytes)
+    print(f"serving {model} at http://{host}:{port}/v1 (model name: {served.name})", flush=True)
+    run_server(app, host, port)
+
+
+def run_server(app, host: str, port: int) -> None:
+    """uvicorn until stopped: at most 256 connections at once (503 beyond), idle keep-alive closed after 5 s."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False, limit_concurrency=256,
+                timeout_keep_alive=5)  # fmt: skip

@@ -1,0 +1,124 @@
+"""The FastAPI app of `medrecipes serve`: its five documented doors and nothing else, every refusal
+a 4xx in OpenAI's error shape, a key checked where one is set, and a bounded queue in front of
+the one model."""
+
+import hmac
+import json
+import threading
+
+from medrecipes.serving.model import ServedModel
+from medrecipes.serving.requests import RequestError
+
+DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an Authorization header of the Bearer scheme, whose name HTTP reads in any case."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: int = 2**20, max_waiting: int = 64):
+    """The app that answers for `served`: the documented endpoints, every refusal a 4xx with
+    `{"error": {"message", "type"}}` (OpenAI's shape)."""
+    from fastapi import FastAPI, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # no door but the ones below
+    waiting = [0]
+
+    def refuse(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, err):  # 404 and 405 in the same shape as the others
+        return refuse(err.status_code, f"{request.method} {request.url.path}: {err.detail}; this server answers "
+                      f"{DOORS}", "not_found_error")  # fmt: skip
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key and request.url.path != "/health":
+            given = bearer_token(request.headers.get("authorization", ""))
+            if given is None or not _same(given, api_key):
+                return refuse(
+                    401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
+                )
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return refuse(415, f"the body must be JSON (Content-Type: application/json), not '{kind or 'none'}'")
+            length = request.headers.get("content-length", "")
+            if not length.isdigit():
+                return refuse(411, "send the body with its Content-Length (chunked bodies are not taken)")
+            if int(length) > max_body_bytes:
+                return refuse(413, f"the body is {int(length):,} bytes; this server takes at most {max_body_bytes:,}")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": served.name}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": served.created,
+                                            "owned_by": "medrecipes"}]}  # fmt: skip
+
+    async def answer(request: Request, parse, work):
+        """`work(parsed)` for a body `parse` takes, in the queue's turn; the refusals on the way."""
+        try:
+            payload = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            return refuse(400, "the body is not valid JSON")
+        except RecursionError:  # arrays or objects nested past what the parser follows
+            return refuse(400, "the body nests its JSON too deeply")
+        try:
+            parsed = parse(payload)
+        except RequestError as err:
+            return refuse(err.status, str(err), err.kind)
+        if waiting[0] >= max_waiting:
+            return refuse(503, f"{waiting[0]} requests are waiting for the model; try again shortly", "server_error")
+        return await work(parsed)
+
+    async def queued(function, *args):
+        waiting[0] += 1
+        try:
+            return await run_in_threadpool(function, *args)
+        finally:
+            waiting[0] -= 1
+
+    def events(parsed: dict):
+        """Server-sent events of a streamed answer, then [DONE]; once the stream is closed, at its end
+        or early, the generation is told to stop at its next token."""
+        cancelled = threading.Event()
+        waiting[0] += 1
+        try:
+            for event in served.stream(parsed, cancelled):
+                yield f"data: {json.dumps(event)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            cancelled.set()
+            waiting[0] -= 1
+
+    async def chat_work(parsed: dict):
+        if parsed["stream"]:
+            return StreamingResponse(events(parsed), media_type="text/event-stream")
+        return await queued(served.complete, parsed)
+
+    async def completion_work(parsed: dict):
+        return await queued(served.completion, parsed)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await answer(request, served.parse_chat, chat_work)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await answer(request, served.parse_completion, completion_work)
+
+    return app

@@ -1,0 +1,261 @@
+"""The one model a server answers with: loaded once, a request's checked fields turned into token
+ids, and its answers generated one request at a time: a chat answer whole or as a stream of
+pieces, a completion of text or token ids with the log-probabilities of its tokens (lm-eval's
+loglik scoring asks for those of the prompt itself: `echo`, `max_tokens: 0`)."""
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import medrecipes.serving.requests as fields
+from medrecipes.errors import UserError
+from medrecipes.serving.requests import RequestError
+
+
+def served_name(path: str) -> str:
+    """The name a model is served under by default: its run's (output_dir/final: the output_dir's
+    name), else its folder's or file's, not the path on this machine."""
+    path = os.path.normpath(path)
+    name = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "final" else os.path.basename(path)
+    return name.removesuffix(".gguf") or path
+
+
+class ServedModel:
+    """The one model a server answers with; a request is parsed by `parse_chat` or
+    `parse_completion`, and answered by `complete`, `stream` or `completion`."""
+
+    def __init__(self, path: str, name: str | None = None, max_tokens: int = 1024):
+        from medrecipes.models.loading import load_for_inference, positions
+
+        self.model, self.tokenizer = load_for_inference(path)
+        self.model.eval()
+        self.path, self.name = path, name or served_name(path)
+        self.created = int(time.time())
+        self.positions = positions(self.model) or self.tokenizer.model_max_length
+        self.max_tokens = min(max_tokens, self.positions - 1)
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        self.stop_ids = sorted(
+            {*eos, *([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])}
+        )
+        self.lock = threading.Lock()
+        if self.tokenizer.chat_template is None:
+            raise UserError(
+                f"serve: {path} has no chat template, so messages cannot become a prompt; train it with one "
+                "(chat_template_path) or add one to its tokenizer_config.json"
+            )
+
+    # ------------------------------------------------------------------ requests
+
+    def _common(self, payload: dict) -> dict:
+        if payload.get("model") not in (None, self.name, self.path):
+            raise RequestError(404, f"model '{payload['model']}' is not served here; this server serves '{self.name}'",
+                               "not_found_error")  # fmt: skip
+        temperature, top_p = fields.sampling(payload)
+        return {"temperature": temperature, "top_p": top_p, "seed": fields.seed_of(payload),
+                "stop": fields.stop_of(payload)}  # fmt: skip
+
+    def _fits(self, ids: list[int], limit: int) -> None:
+        if len(ids) + limit > self.positions:
+            raise RequestError(
+                400,
+                f"the prompt is {len(ids)} tokens and max_tokens {limit}: together over the model's "
+                f"{self.positions} positions; shorten the prompt or lower max_tokens",
+            )
+
+    def parse_chat(self, payload) -> dict:
+        """The generation a chat request asks for, or the RequestError that refuses it."""
+        payload = fields.check_fields(payload, fields.CHAT_FIELDS, "messages")
+        turns = fields.chat_turns(payload.get("messages"))
+        request = self._common(payload)
+        limit = payload.get("max_completion_tokens", payload.get("max_tokens"))
+        limit = fields.token_limit(min(256, self.max_tokens) if limit is None else limit, 1, self.max_tokens)
+        request["stream"], request["include_usage"] = fields.stream_of(payload)
+        try:
+            ids = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_dict=True)["input_ids"]
+        except Exception as err:  # the template's own refusal (e.g. roles out of order)
+            raise RequestError(400, f"messages: the chat template refuses them ({str(err).splitlines()[0]})") from None
+        self._fits(ids, limit)
+        return {**request, "ids": ids, "max_tokens": limit}
+
+    def parse_completion(self, payload) -> dict:
+        """The completions a /v1/completions request asks for: each prompt's ids (text is tokenized
+        as the model's tokenizer does by default), how many tokens to add (0 with `echo`: the
+        prompt's log-probabilities only), whether to give the prompt back and its log-probabilities."""
+        payload = fields.check_fields(payload, fields.COMPLETION_FIELDS, "prompt")
+        if payload.get("stream"):
+            raise RequestError(400, "stream: true is taken by /v1/chat/completions; ask /v1/completions without it")
+        request = self._common(payload)
+        echo = payload.get("echo", False)
+        if not isinstance(echo, bool):
+            raise RequestError(400, f"echo must be true or false, got {echo!r}")
+        limit = fields.token_limit(payload.get("max_tokens", 16), 0 if echo else 1, self.max_tokens)
+        prompts = [
+            p if isinstance(p, list) else self.tokenizer(p)["input_ids"]
+            for p in fields.prompts_of(payload.get("prompt"))
+        ]
+        vocabulary = len(self.tokenizer)
+        for ids in prompts:
+            if any(not 0 <= t < vocabulary for t in ids):
+                raise RequestError(400, f"prompt: token ids must be from 0 to {vocabulary - 1}")
+            self._fits(ids, limit)
+        return {**request, "prompts": prompts, "max_tokens": limit, "echo": echo,
+                "logprobs": fields.logprobs_of(payload)}  # fmt: skip
+
+    # ------------------------------------------------------------------ answers
+
+    def _generate(self, ids: list[int], request: dict, streamer=None, cancelled=None) -> list[int]:
+        """The tokens generated after `ids`, as `request` asks (greedy unless a temperature, up to
+        its stop strings or the model's stop tokens); stops early once `cancelled` is set."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.full((input_ids.shape[0],), cancelled is not None and cancelled.is_set())
+
+        if request["seed"] is not None:
+            torch.manual_seed(request["seed"])
+        sample = request["temperature"] > 0
+        tensor = torch.tensor([ids], device=self.model.device)
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=tensor, attention_mask=torch.ones_like(tensor), max_new_tokens=request["max_tokens"],
+                do_sample=sample, temperature=request["temperature"] if sample else None,
+                top_p=request["top_p"] if sample else None, top_k=None, eos_token_id=self.stop_ids or None,
+                pad_token_id=self.tokenizer.pad_token_id, stop_strings=request["stop"] or None,
+                tokenizer=self.tokenizer if request["stop"] else None, streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([Cancelled()]),
+            )  # fmt: skip
+        return out[0, tensor.shape[1] :].tolist()
+
+    def _text(self, out: list[int], request: dict) -> tuple[str, str]:
+        """(the answer's text, its finish_reason): cut at a stop token or the first stop string."""
+        stopped = bool(out) and out[-1] in self.stop_ids
+        text = self.tokenizer.decode(out[:-1] if stopped else out, skip_special_tokens=True)
+        cut = min((i for i in (text.find(s) for s in request["stop"]) if i >= 0), default=None)
+        if cut is not None:
+            return text[:cut], "stop"
+        return text, "stop" if stopped or len(out) < request["max_tokens"] else "length"
+
+    def _head(self, kind: str) -> dict:
+        prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
+        return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": self.name}
+
+    @staticmethod
+    def _usage(prompt: int, completion: int) -> dict:
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def complete(self, request: dict) -> dict:
+        """The chat.completion answer to a parsed chat request."""
+        with self.lock:
+            out = self._generate(request["ids"], request)
+        text, finish = self._text(out, request)
+        return {**self._head("chat.completion"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                "usage": self._usage(len(request["ids"]), len(out))}  # fmt: skip
+
+    def stream(self, request: dict, cancelled: threading.Event) -> Iterator[dict]:
+        """The chat.completion.chunk events of a streamed answer: the role, the text as it is
+        generated (never past a stop string: the last characters a stop string could begin are held
+        back until it cannot), the finish reason, then the usage where asked. Setting `cancelled` (a
+        client gone) stops the generation at its next token."""
+        from transformers import TextIteratorStreamer
+
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        result: dict = {}
+
+        def work():
+            with self.lock:
+                try:
+                    result["out"] = self._generate(request["ids"], request, streamer, cancelled)
+                except Exception as err:  # noqa: BLE001 - ended below, in the stream's own words
+                    result["error"] = err
+                    streamer.end()
+
+        thread = threading.Thread(target=work, daemon=True)
+        head = {**self._head("chat.completion.chunk")}
+
+        def chunk(delta: dict, finish=None) -> dict:
+            return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        thread.start()
+        yield chunk({"role": "assistant", "content": ""})
+        held, sent, hold = "", "", max((len(s) for s in request["stop"]), default=1) - 1
+        stopped_at = None
+        for piece in streamer:
+            held += piece
+            found = [i for i in (held.find(s) for s in request["stop"]) if i >= 0]
+            if found:
+                stopped_at = min(found)
+                cancelled.set()
+                break
+            ready, held = (held[: len(held) - hold], held[len(held) - hold :]) if hold else (held, "")
+            if ready:
+                sent += ready
+                yield chunk({"content": ready})
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        last = held[:stopped_at] if stopped_at is not None else held
+        if last:
+            sent += last
+            yield chunk({"content": last})
+        out = result.get("out", [])
+        finish = "stop" if stopped_at is not None else self._text(out, request)[1]
+        yield chunk({}, finish)
+        if request["include_usage"]:
+            yield {**head, "choices": [], "usage": self._usage(len(request["ids"]), len(out))}
+
+    def completion(self, request: dict) -> dict:
+        """The text_completion answer: each prompt's completion, with `echo` the prompt before it,
+        and with `logprobs` each token's log-probability and the `logprobs` likeliest at its place."""
+        choices, prompt_tokens, completion_tokens = [], 0, 0
+        with self.lock:
+            for index, ids in enumerate(request["prompts"]):
+                out = self._generate(ids, request) if request["max_tokens"] else []
+                text, finish = self._text(out, request) if out else ("", "length")
+                shown = ids + out if request["echo"] else out
+                choice = {"index": index, "text": (self.tokenizer.decode(ids) if request["echo"] else "") + text,
+                          "finish_reason": finish, "logprobs": None}  # fmt: skip
+                if request["logprobs"] is not None:
+                    choice["logprobs"] = self._logprobs(ids + out, len(ids + out) - len(shown), request["logprobs"])
+                choices.append(choice)
+                prompt_tokens, completion_tokens = prompt_tokens + len(ids), completion_tokens + len(out)
+        return {**self._head("text_completion"), "choices": choices,
+                "usage": self._usage(prompt_tokens, completion_tokens)}  # fmt: skip
+
+    def _logprobs(self, ids: list[int], start: int, top: int) -> dict:
+        """OpenAI's logprobs of `ids[start:]`: each token, its log-probability given those before it
+        (None for the first, which nothing predicts) and the `top` likeliest tokens there (at least
+        the likeliest one, which tells lm-eval whether the token was the greedy choice)."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(torch.tensor([ids], device=self.model.device)).logits[0].float()
+        scores = torch.log_softmax(logits, dim=-1)
+        tokens, token_logprobs, top_logprobs, offsets, offset = [], [], [], [], 0
+        for position in range(start, len(ids)):
+            piece = self.tokenizer.decode([ids[position]])
+            tokens.append(piece)
+            offsets.append(offset)
+            offset += len(piece)
+            if position == 0:
+                token_logprobs.append(None)
+                top_logprobs.append(None)
+                continue
+            row = scores[position - 1]
+            token_logprobs.append(row[ids[position]].item())
+            values, indices = row.topk(max(top, 1))
+            likeliest: dict[str, float] = {}
+            for value, index in zip(values.tolist(), indices.tolist(), strict=True):  # two ids may read alike
+                likeliest.setdefault(self.tokenizer.decode([index]), value)
+            top_logprobs.append(likeliest)
+        return {
+            "tokens": tokens,
+            "token_logprobs": token_logprobs,
+            "top_logprobs": top_logprobs,
+            "text_offset": offsets,
+        }

@@ -1,0 +1,141 @@
+"""What a request to `medrecipes serve` may ask, checked field by field before the model runs: every
+value the documented ranges admit and the generation library accepts, every other one a
+`RequestError` (a 4xx and one line). Knows no model: `model.ServedModel` turns the checked values
+into token ids."""
+
+# The request fields answered, per endpoint; others (tools, response_format, ...) are refused by name.
+CHAT_FIELDS = ("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
+               "stream_options", "seed", "stop", "user")  # fmt: skip
+COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "seed", "stop", "echo",
+                     "logprobs", "user")  # fmt: skip
+ROLES = ("system", "user", "assistant")
+SEEDS = (-(2**63), 2**64 - 1)  # the seeds torch.manual_seed takes: a signed 64-bit number, or an unsigned one
+MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API takes
+MAX_LOGPROBS = 5  # the most likely tokens a completion's logprobs may list at each position, as OpenAI's
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status and the one line it answers."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
+    """`payload` as a mapping of fields the endpoint takes, else the one line that says which are not."""
+    if not isinstance(payload, dict):
+        raise RequestError(400, f"the body must be a JSON object with '{what}'")
+    unknown = sorted(set(payload) - set(fields))
+    if unknown:
+        raise RequestError(400, f"unsupported field(s) {', '.join(unknown)}; this endpoint takes {', '.join(fields)}")
+    if payload.get("n", 1) != 1:
+        raise RequestError(400, f"n must be 1, got {payload.get('n')!r}")
+    return payload
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def sampling(payload: dict) -> tuple[float, float]:
+    """(temperature, top_p) in their documented ranges (0 to 2; above 0 to 1), then as the
+    generation library itself validates them (GenerationConfig's strict check), so that a value it
+    would refuse mid-request is a 400 here."""
+    from transformers import GenerationConfig
+
+    temperature, top_p = payload.get("temperature", 0.0), payload.get("top_p", 1.0)
+    for key, value, ok in (
+        ("temperature", temperature, lambda v: 0 <= v <= 2),
+        ("top_p", top_p, lambda v: 0 < v <= 1),
+    ):
+        if not _number(value) or not ok(value):
+            raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
+    temperature, top_p = float(temperature), float(top_p)
+    sample = temperature > 0
+    config = GenerationConfig(do_sample=sample, temperature=temperature if sample else None,
+                              top_p=top_p if sample else None)  # fmt: skip
+    try:
+        config.validate(strict=True)
+    except ValueError as err:
+        raise RequestError(400, f"temperature {temperature:g}, top_p {top_p:g}: {str(err).splitlines()[0]}") from None
+    return temperature, top_p
+
+
+def seed_of(payload: dict) -> int | None:
+    seed = payload.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not SEEDS[0] <= seed <= SEEDS[1]):
+        raise RequestError(400, f"seed must be a whole number from {SEEDS[0]} to {SEEDS[1]}, got {seed!r}")
+    return seed
+
+
+def stop_of(payload: dict) -> list[str]:
+    """The stop strings: one, or a list of up to MAX_STOPS, each non-empty."""
+    stop = payload.get("stop")
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(
+            400, f"stop must be a non-empty string or a list of up to {MAX_STOPS} of them, got {stop!r}"
+        )
+    return stops
+
+
+def token_limit(value, least: int, most: int, name: str = "max_tokens") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise RequestError(400, f"{name} must be a whole number from {least} to {most}, got {value!r}")
+    return value
+
+
+def stream_of(payload: dict) -> tuple[bool, bool]:
+    """(stream the answer as server-sent events, end the stream with the usage)."""
+    stream, options = payload.get("stream", False), payload.get("stream_options")
+    if not isinstance(stream, bool):
+        raise RequestError(400, f"stream must be true or false, got {stream!r}")
+    if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}
+                                or not isinstance(options.get("include_usage", False), bool)):  # fmt: skip
+        raise RequestError(
+            400, f"stream_options takes {{include_usage: true|false}} with stream: true, got {options!r}"
+        )
+    return stream, bool((options or {}).get("include_usage"))
+
+
+def chat_turns(messages) -> list[dict]:
+    """The {role, content} turns of `messages`, OpenAI's text content parts joined."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list of {role, content}")
+    turns = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RequestError(400, f"messages[{i}]: expected {{role: {'|'.join(ROLES)}, content: text}}")
+        content = message.get("content")
+        if isinstance(content, list):  # OpenAI's content parts: text ones only
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):  # fmt: skip
+                raise RequestError(400, f"messages[{i}].content: only text parts are supported")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise RequestError(400, f"messages[{i}].content must be text")
+        turns.append({"role": message["role"], "content": content})
+    return turns
+
+
+def prompts_of(prompt) -> list:
+    """A completion request's prompts: text, token ids, or a list of either (a batch, as lm-eval sends)."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+        prompts = [prompt]
+    else:
+        prompts = prompt
+    if not isinstance(prompts, list) or not prompts:
+        raise RequestError(400, "prompt must be text, a list of token ids, or a non-empty list of either")
+    for i, one in enumerate(prompts):
+        ids = isinstance(one, list) and one and all(isinstance(t, int) and not isinstance(t, bool) for t in one)
+        if not (isinstance(one, str) and one) and not ids:
+            raise RequestError(400, f"prompt[{i}] must be non-empty text or a non-empty list of token ids")
+    return prompts
+
+
+def logprobs_of(payload: dict) -> int | None:
+    value = payload.get("logprobs")
+    if value is None:
+        return None
+    return token_limit(value, 0, MAX_LOGPROBS, "logprobs")
