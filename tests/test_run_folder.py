@@ -301,6 +301,7 @@ def test_a_damaged_run_record_is_one_line(finished_run, tiny_model, tmp_path):
         assert "move it aside, or set overwrite_output_dir: true" in errors(result)[0]
 
 
+@pytest.mark.long
 def test_a_checkpoint_copied_in_from_another_run_is_not_resumed(finished_run, tiny_model, tmp_path):
     """A checkpoint of another run (here a later step of one with other data) put into this run's
     folder: the run resumes from its own newest and its final/ is its own."""
@@ -348,6 +349,7 @@ def test_a_data_file_replaced_between_a_kill_and_the_rerun_is_another_run(tmp_pa
         claim()
 
 
+@pytest.mark.long
 def test_resuming_with_a_setting_the_checkpoint_overrides_is_refused(finished_run, tiny_model, tmp_path):
     """A stopped run started again with another learning rate or batch size: the restored
     scheduler and data position would override them in silence. One line names them; settings

@@ -219,6 +219,7 @@ def test_the_openai_sdk_streams_what_it_is_answered_whole(server):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_lm_eval_scores_the_served_model_as_medrecipes_does(server, memorised_model, tmp_path):
     """lm-eval's own `local-completions` model against the server (its loglik path: token ids,
     echo, logprobs) on 12 MedQA-layout questions: the same predictions and log-likelihoods as
