@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 import datasets
 
 from medrecipes import usmle
-from medrecipes.data_config import PartConfig, SourceConfig
+from medrecipes.data.parts import PART_LABELS, chosen_rows
+from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
 from medrecipes.locations import BUILDERS, is_url, looks_local
-from medrecipes.pass_rates import kept_rows
 
 logger = logging.getLogger(__name__)
 
@@ -140,57 +140,7 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None, pas
             for f in ([files] if isinstance(files, str) else files)
         ]
     )
-    return chosen_rows(rows, source, label="answer", pass_rates=pass_rates)
-
-
-# The column a part of each format is stratified by: a question's gold answer, an unpaired
-# answer's label; pairs and documents have none.
-PART_LABELS = {"usmle": "answer", "unpaired": "label"}
-
-
-def chosen_rows(rows, source: SourceConfig, label: str | None = None, pass_rates: bool = True):
-    """The rows of `source` that its `part` and `pass_rate` keep (all of them without either)."""
-    if source.part is not None:
-        rows = take_part(rows, source.part, label, named(source))
-    if source.pass_rate is not None and pass_rates:
-        if "id" not in rows.column_names:
-            raise UserError(
-                f"{named(source)}: pass_rate keeps rows by their question's id and these rows have no 'id' column "
-                f"(columns: {', '.join(rows.column_names)}); `medrecipes pairs` writes one"
-            )
-        config = source.pass_rate
-        rows = rows.select(kept_rows(rows["id"], config.file, config.above, config.below, named(source)))
-    return rows
-
-
-def take_part(rows, part: PartConfig, label: str | None, where: str):
-    """The part of `rows` that `part` names: `datasets`' seeded `train_test_split` into `share`
-    and the rest, stratified by the column `label` (its classes in the same proportions in
-    both parts) where there is one. The rows keep their order in the file."""
-    keys = datasets.Dataset.from_dict({"row": list(range(len(rows)))})
-    if label is not None:
-        keys = keys.add_column("label", [str(value) for value in rows[label]]).class_encode_column("label")
-    try:
-        halves = keys.train_test_split(
-            train_size=part.share, seed=part.seed, stratify_by_column="label" if label else None
-        )
-    except ValueError as err:
-        raise UserError(
-            f"{where}: part share {part.share:g} of its {len(rows)} rows cannot be drawn "
-            f"({str(err).splitlines()[0]}); use a share that leaves rows of every {label or 'kind'} in both parts"
-        ) from None
-    chosen = sorted(halves["train" if part.take == "first" else "test"]["row"])
-    logger.info(
-        "%s: part %s of share %g (seed %d%s): %d of %d rows",
-        where,
-        part.take,
-        part.share,
-        part.seed,
-        f", stratified by {label}" if label else "",
-        len(chosen),
-        len(rows),
-    )
-    return rows.select(chosen)
+    return chosen_rows(rows, source, named(source), label="answer", pass_rates=pass_rates)
 
 
 def balanced_answers(rows, seed: int):
@@ -242,7 +192,7 @@ def load_source(
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
     if source.part is not None or source.pass_rate is not None:  # a map-style dataset (config.checks)
-        documents = chosen_rows(documents, source, PART_LABELS.get(source.format))
+        documents = chosen_rows(documents, source, named(source), PART_LABELS.get(source.format))
     if source.format in PREFERENCE_FIELDS:
         fields = PREFERENCE_FIELDS[source.format]
         _check_columns(documents, fields, source, f"a {source.format} source has {', '.join(fields)}")
