@@ -197,6 +197,7 @@ def cmd_pass_rate(args) -> None:
     filter is not applied: these are the rows it chooses among."""
     from transformers import set_seed
 
+    from medrecipes.config import parse_recipe
     from medrecipes.data.sources import load_mcq_source
     from medrecipes.evaluation.commands import load_for_evaluation
     from medrecipes.evaluation.generate import sample_answers
@@ -207,9 +208,9 @@ def cmd_pass_rate(args) -> None:
     from medrecipes.rewards import correctness_index, reward_functions
 
     method = method_of(args.recipe, args.method, ("grpo",))
-    from medrecipes.config import parse_recipe
-
     recipe, training, model_args = parse_recipe(method, [args.recipe, *args.overrides], measured=False)
+    if recipe.mixture is None:
+        raise UserError(f"{args.recipe}: no 'dataset_mixture'; pass-rate measures the questions it trains on")
     if training.prompt_format != "chat":
         raise UserError(f"{args.recipe}: pass-rate asks the questions as chat prompts; this recipe's are plain")
     functions, _ = reward_functions(training.rewards)
