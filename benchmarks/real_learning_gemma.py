@@ -416,6 +416,9 @@ def balance_set(on: bool) -> dict:
     return {"dataset_mixture_source": {"balance_answers": True if on else None}}
 
 
+NO_RUN = object()  # what Ablation.used gives where a seed's run is not there
+
+
 @dataclass(frozen=True)
 class Ablation:
     """Each seed's SFT of stage `stage` (sft-free, sft-long) trained again with one setting switched
@@ -440,10 +443,11 @@ class Ablation:
         """seeded_recipe's changes for seed `seed`'s switched run, in its own folder."""
         return {**self.changes(self.arms()[1]), "output_dir": str(out / f"{self.folder}-s{seed}")}
 
-    def used(self, out: Path, folder: str, seed: int) -> object | None:
-        """The setting a run trained with, from the recipe its run record keeps (None: no run)."""
+    def used(self, out: Path, folder: str, seed: int) -> object:
+        """The setting a run trained with, from the recipe its run record keeps (NO_RUN: no run; a
+        setting may itself be None, as the part of a run on every question is)."""
         record = read_record(str(out / f"{folder}-s{seed}"))
-        return None if record is None else self.setting(record["recipe"])
+        return NO_RUN if record is None else self.setting(record["recipe"])
 
 
 # Passes: validation kept the third of four passes in two seeds of three, so 3 is trained for a
@@ -484,7 +488,7 @@ def ablation(out: Path, seeds: list[int], name: str) -> dict:
     for folder in (switch.stage, switch.folder):
         for s in seeds:
             kept, used = selected(out, folder, s), switch.used(out, folder, s)
-            if kept and used is not None:
+            if kept and used is not NO_RUN:
                 dev = read(eval_file(out, folder, "generate", s))
                 found.setdefault(f"{switch.key} {used}".lower(), {})[str(s)] = {
                     **kept,

@@ -262,7 +262,7 @@ def targets(stages: dict, claims: dict, seconds: dict, seeds: list[int]) -> list
     for name in ("SFT on its part, then GRPO, beats SFT on all training questions",
                  "SFT on its part, then DPO, beats SFT on all training questions"):  # fmt: skip
         if name in claims:
-            add(f"{name.split(', beats')[0]}: mean at least SFT on all training questions'",
+            add(f"{name.split(', beats')[0]}: mean at least that of SFT on all training questions",
                 claims[name]["difference"] >= 0, differences(claims[name]))  # fmt: skip
     if dpo and "DPO beats SFT" in claims:
         claim = claims["DPO beats SFT"]
