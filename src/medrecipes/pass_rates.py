@@ -51,14 +51,14 @@ def read_pass_rates(path: str) -> tuple[dict[str, float], set]:
     return rates, fingerprints
 
 
-def check_measured_on(path: str, fingerprint: str | None, model: str, where: str) -> None:
+def check_measured_on(path: str, fingerprint: str | None, model: str) -> None:
     """The pass-rate file at `path` was measured on the weights whose fingerprint is `fingerprint`
     (those of `model`, the recipe's start), else one line saying whose it is and what to do."""
     _, measured = read_pass_rates(path)
     if fingerprint is None or measured == {fingerprint}:
         return
     raise UserError(
-        f"{where}: {path} was measured on other weights ({', '.join(sorted(map(str, measured)))}) than "
+        f"{path} was measured on other weights ({', '.join(sorted(map(str, measured)))}) than "
         f"{model} ({fingerprint}), the model this recipe starts from; measure it again with "
         f"`medrecipes pass-rate RECIPE --output {path}`"
     )

@@ -63,21 +63,20 @@ def check_pass_rates(recipe: RecipeArguments, model_args: ModelConfig, path: str
     weights this recipe starts from (their fingerprint, `locations.weights_fingerprint`): a filter by
     another model's pass rates keeps the questions that model found hard, not this one. A file an
     earlier stage has not written yet is looked for when the data loads, as the data files are."""
-    sources = recipe.mixture.sources if recipe.mixture else []
-    for i, source in enumerate([*sources, *recipe.eval_sources.values()]):
-        if source.pass_rate is None or not os.path.exists(source.pass_rate.file):
-            continue
-        where = (
-            f"{path}: dataset_mixture.sources[{i}].pass_rate"
-            if i < len(sources)
-            else f"{path}: eval_sets.{list(recipe.eval_sources)[i - len(sources)]}.pass_rate"
-        )
-        model = model_args.model_name_or_path
-        fingerprint = None if recipe.init_from_scratch else weights_fingerprint(model, ends=SAMPLED)
+    sources = [
+        (f"dataset_mixture.sources[{i}]", s) for i, s in enumerate(recipe.mixture.sources if recipe.mixture else [])
+    ]
+    sources += [(f"eval_sets.{name}", s) for name, s in recipe.eval_sources.items()]
+    measured = [(where, s.pass_rate.file) for where, s in sources if s.pass_rate and os.path.exists(s.pass_rate.file)]
+    if not measured:
+        return
+    model = model_args.model_name_or_path
+    fingerprint = None if recipe.init_from_scratch else weights_fingerprint(model, ends=SAMPLED)
+    for where, file in measured:
         try:
-            check_measured_on(source.pass_rate.file, fingerprint, model, where)
+            check_measured_on(file, fingerprint, model)
         except UserError as err:
-            raise UserError(str(err) if str(err).startswith(path) else f"{where}: {err}") from None
+            raise UserError(f"{path}: {where}.pass_rate: {err}") from None
 
 
 def resolve_data(recipe: RecipeArguments, path: str) -> None:
