@@ -22,11 +22,12 @@
 # started with under a minute of SESSION_SECONDS (default 540 here) left, each writing its results
 # into $OUT as it ends (a case's file after each of its runs, so a part cut short keeps them):
 #   1. LoRA SFT (c), LORA_CASE (sft_lora_4b): the plain loop, the plain trainer and ours, profiled
-#      operator by operator (the gap to the plain loop: profile_gap_to_plain_loop);
+#      operator by operator over two measured steps each (the gap to the plain loop:
+#      profile_gap_to_plain_loop);
 #   2. GRPO generation, 16 x 16 completions of 512 on the 0.4B preset: HF generate against the
 #      static cache with a compiled decoding step (`compile_generation`), GEN_PATHS;
 #   3. CPT (a), CPT_CASE (cpt_gemma3_4b): the three arms;
-#   4. grpo-usmle to its end.
+#   4. grpo-usmle to its end, one GRPO step (STEPS, default 1 here) and its evaluation.
 # Each part's time and exit status is printed as it ends ("levers: part ... s"), and a summary at
 # the end. A part cut by its limit reads "timed out" (exit 124), never as finished. Sized from the
 # H100 figures of 2026-11-27 (4B LoRA SFT 0.3-3.3 s a step, generate 3,929 tokens/s); at tiny size
@@ -192,7 +193,10 @@ learn() {
     return $status
 }
 
-device_kind() { python3 -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"; }
+# The device's name as the throughput cases name their files (NVIDIA H200: nvidia-h200), cpu without one.
+device_kind() {
+    python3 -c "import re, torch; print(re.sub(r'[^a-z0-9]+', '-', torch.cuda.get_device_name().lower()).strip('-') if torch.cuda.is_available() else 'cpu')"
+}
 
 # Cases of train_throughput.py, each in its own process, none started with under a minute of
 # SESSION_SECONDS left nor run past its end; extra options (--ablate, --profile ...) after "--".
@@ -261,7 +265,9 @@ case "${1:-all}" in
         part lora run_cases "${LORA_CASE:-sft_lora_4b}" -- --profile
         part generation bounded generation
         part cpt run_cases "${CPT_CASE:-cpt_gemma3_4b}"
-        export OUT LOG
+        # one GRPO step and its evaluation: a step of 16 x 16 completions of 512 with HF generate
+        # took 64 s on an H200 (2026-11-28), and five did not fit the part
+        export OUT LOG STEPS=${STEPS:-1}
         export -f grpo_usmle_check quiet
         part grpo-usmle bounded timeout "$CASE_TIMEOUT" bash -c grpo_usmle_check
         printf 'levers summary (%ss in all):\n' "$SECONDS" | tee -a "$LOG"

@@ -17,13 +17,19 @@ allocation, and for the compiled path its compilation, at the measured shape: a 
 shape is the batch and the prompt and completion lengths, and a new one compiles again). Each path's
 tokens/s is reported with its ratio to `generate`, measured in the same process. Before timing,
 each path answers the first prompts greedily, and the output says whether its tokens are
-`generate`'s (a path that is fast but answers otherwise is no replacement).
+`generate`'s (a path that is fast but answers otherwise is no replacement). Where they part, the
+record says where and why it may: at the first token that differs, the two tokens' logits after
+the same prefix in float32 (their margin) and the error of the model's own dtype on them (bf16
+against float32); a margin inside that error is a near-tie that the dtype's rounding decides,
+which kernels that add in another order may break either way (`within_dtype_error`), and one
+outside it is a real difference.
 Results: benchmarks/results/grpo_generation-<device>.json (or --out).
 """
 
 import argparse
 import functools
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -105,6 +111,35 @@ def run_path(
         return out[:, width:].tolist()
 
 
+def divergences(model, check: list, expected: list, found: list) -> list[dict]:
+    """Where each greedy answer first parts from `generate`'s, and whether the two tokens there are
+    a tie within the model's dtype: their logits after the shared prefix in float32 (the margin of
+    generate's token over the path's) against the model's own dtype's error on those two logits."""
+    import copy
+
+    reference, rows = None, []
+    for index, (prompt, mine, theirs) in enumerate(zip(check, expected, found, strict=True)):
+        if mine == theirs:
+            continue
+        shared = min(len(mine), len(theirs))
+        at = next((k for k in range(shared) if mine[k] != theirs[k]), shared)
+        row = {"prompt": index, "position": at}
+        if at < shared:
+            reference = reference or copy.deepcopy(model).float()
+            ids = torch.tensor([prompt + mine[:at]], device=next(model.parameters()).device)
+            with torch.no_grad():
+                low = model(input_ids=ids).logits[0, -1].float()
+                exact = reference(input_ids=ids).logits[0, -1].float()
+            a, b = mine[at], theirs[at]
+            error = ((low[a] - exact[a]).abs() + (low[b] - exact[b]).abs()).item()
+            row.update(generate_token=a, path_token=b, margin=(exact[a] - exact[b]).item(), dtype_error=error)
+            row["within_dtype_error"] = abs(row["margin"]) <= error
+        else:  # one answer is a prefix of the other: a length, not a token, differs
+            row["within_dtype_error"] = False
+        rows.append(row)
+    return rows
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -117,6 +152,9 @@ def measure(path: str, model, batch, new_tokens: int, options, check: list, expe
     try:
         greedy = run(check, min(new_tokens, 32), sample=False)
         record["greedy_same_as_generate"] = expected is None or greedy == expected
+        if not record["greedy_same_as_generate"]:
+            record["greedy_divergences"] = divergences(model, check, expected, greedy)
+            record["greedy_within_dtype_error"] = all(d["within_dtype_error"] for d in record["greedy_divergences"])
         warm = time.perf_counter()
         run(batch, new_tokens if path == "static_compiled" else min(new_tokens, 8), sample=True)
         synchronize(device)
@@ -158,7 +196,8 @@ def main(argv=None) -> dict:
     model = build_model(args.preset, args.device)
     batch = prompts(args.prompts, args.prompt_tokens, model.config.vocab_size, args.generations)
     check = batch[:: args.generations][:4]  # the first prompts, once each, answered greedily
-    out = args.out or RESULTS / f"grpo_generation-{'cpu' if args.device == 'cpu' else 'gpu'}.json"
+    device = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()) if args.device == "cuda" else "cpu"
+    out = args.out or RESULTS / f"grpo_generation-{device.strip('-')}.json"
     records, expected = [], None
     for path in paths:
         if args.device == "cuda":
@@ -173,6 +212,8 @@ def main(argv=None) -> dict:
         ratio = f", {record['ratio_to_generate']:.2f}x generate" if "ratio_to_generate" in record else ""
         speed = f"{record['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in record else record.get("error")
         same = record.get("greedy_same_as_generate")
+        if "greedy_divergences" in record:
+            same = f"{same} (where they part, a tie within the dtype's error: {record['greedy_within_dtype_error']})"
         print(f"{record['path']}: {speed}{ratio}; greedy tokens as generate's: {same}")
     return result
 

@@ -200,6 +200,37 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
     assert "case pretrain_0p4b not started" in result.stdout and "run it with: " in result.stdout
 
 
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_greedy_answers_that_part_say_where_and_whether_the_dtype_decides_it():
+    """A path whose greedy tokens part from generate's is told apart: a token swapped for a worse
+    one in a float32 model is a real difference (margin above an error of 0), an answer cut short
+    a difference of length, and in bf16 the same swap is measured against bf16's error."""
+    import torch
+
+    generation = load_script("grpo_generation")
+    model = generation.build_model("tiny", "cpu")
+    check = generation.prompts(2, 6, model.config.vocab_size, 1)
+    expected = generation.run_path("generate", model, check, 6, sample=False)
+    assert generation.divergences(model, check, expected, [list(a) for a in expected]) == []
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([check[1] + expected[1][:3]])).logits[0, -1]
+    runner_up = logits.topk(2).indices[1].item()
+    found = [expected[0][:4], expected[1][:3] + [runner_up] + expected[1][4:]]
+    short, swapped = generation.divergences(model, check, expected, found)
+    assert short == {"prompt": 0, "position": 4, "within_dtype_error": False}
+    assert swapped["prompt"] == 1 and swapped["position"] == 3 and swapped["path_token"] == runner_up
+    assert swapped["generate_token"] == expected[1][3] and swapped["margin"] > 0
+    assert swapped["dtype_error"] == 0 and swapped["within_dtype_error"] is False
+    half = generation.divergences(model.to(torch.bfloat16), check, expected, found)[1]
+    assert half["dtype_error"] > 0 and half["within_dtype_error"] == (half["margin"] <= half["dtype_error"])
+
+
 @pytest.mark.long  # four generation paths, one compiled
 def test_gpu_session_measures_the_grpo_generation_paths_side_by_side(tmp_path):
     tiny = "--preset tiny --prompts 2 --generations 2 --prompt-tokens 6 --completion 6 --device cpu --compile-backend aot_eager"
@@ -257,6 +288,9 @@ def test_gpu_session_levers_runs_every_part_at_tiny_size_and_times_each(tmp_path
         assert json.loads((tmp_path / found).read_text())["complete"] is True, found
     lora = json.loads((tmp_path / "sft_lora_tiny-cpu.json").read_text())
     assert lora["profile_gap_to_plain_loop"] and lora["ratio_to_plain_loop"] > 0
+    for arm in ("baseline", "plain_loop", "ours"):  # each profile's figures are per profiled step
+        steps = {row["operator"]: row["calls_per_step"] for row in lora[arm]["profile"]}
+        assert steps["ProfilerStep*"] == 1.0, arm
     paths = json.loads((tmp_path / "grpo_generation-cpu.json").read_text())["paths"]
     assert [p["path"] for p in paths] == ["generate", "static_compiled"]
     assert all(p["greedy_same_as_generate"] for p in paths)
@@ -322,9 +356,7 @@ def test_every_sized_case_sets_up_on_a_cpu(name, tmp_path):
     """What a long session would otherwise find first: each case's recipe, keys and architecture
     parse, its data is made and its model counted (on the meta device), every ablation's change
     parses, and the baseline's keys are the plain trainer's."""
-    spec = importlib.util.spec_from_file_location("train_throughput", ROOT / "benchmarks" / "train_throughput.py")
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = load_script("train_throughput")
     from transformers import TrainingArguments
     from trl import GRPOConfig, SFTConfig
 

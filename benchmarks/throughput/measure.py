@@ -165,10 +165,11 @@ class HostCounter:
             setattr(owner, name, original)
 
 
-def window_callback(trainer, warmup: int, window_steps: int, *counters):
+def window_callback(trainer, warmup: int, window_steps: int, *counters, profiler=None):
     """Marks each step's end; synchronises and reads the wall clock after the warm-up steps and
     then every `window_steps` steps and after the last, the only waits it adds; the `counters`
-    (host reads and callback calls, the operator census) count the steps after the warm-up."""
+    (host reads and callback calls, the operator census) count the steps after the warm-up, and
+    the `profiler` (`profiled`) is stepped at each step's end."""
     from transformers import TrainerCallback
 
     class Window(TrainerCallback):
@@ -179,22 +180,36 @@ def window_callback(trainer, warmup: int, window_steps: int, *counters):
                 counter.active = warmup <= step < state.max_steps
             if step >= warmup and ((step - warmup) % window_steps == 0 or step == state.max_steps):
                 trainer.window_marks.append((step, trainer.clock.wall()))
+            if profiler is not None:
+                profiler.step()
 
     return Window()
 
 
-def profiled(cuda: bool):
-    """torch.profiler over a whole run (it slows every operator: timings of a profiled run are
-    not compared with others)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+PROFILED_STEPS = 2  # the measured steps a profile records: enough for a per-step average
 
 
-def top_operators(profiler, steps: int, count: int = 80) -> list[dict]:
-    """The operators that took the most time of their own, per step of the run (warm-up
-    included): on a GPU the device's time, on a CPU the host's."""
+def profiled(cuda: bool, warmup: int, max_steps: int):
+    """torch.profiler over the first measured steps alone (at most PROFILED_STEPS, after the
+    warm-up): it slows every operator, so a profiled run's timings are not compared with others;
+    and a trace of every step of a 4B model took longer to read than the run itself (an H200,
+    2026-11-28: the profiled plain trainer's 10 steps took 32 s, their `key_averages` over 100 s).
+    The window callback steps it at each step's end."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    active = max(1, min(PROFILED_STEPS, max_steps - warmup))
+    # the last warm-up step is the profiler's own warm-up (traced and dropped), then `active` steps
+    plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
+    profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []), schedule=plan)
+    profiler.profiled_steps = active
+    return profiler
+
+
+def top_operators(profiler, count: int = 80) -> list[dict]:
+    """The operators that took the most time of their own, per profiled step: on a GPU the
+    device's time, on a CPU the host's."""
     events = profiler.key_averages()
+    steps = profiler.profiled_steps
     cuda = any(getattr(e, "self_device_time_total", 0) for e in events)
     own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     return [
@@ -241,11 +256,12 @@ def train_measured(
     counter = HostCounter()
     window_steps = window_steps or trainer.args.max_steps
     operators = OperatorCensus() if census else None
-    trainer.add_callback(window_callback(trainer, warmup, window_steps, counter, *([operators] if census else [])))
+    profiler = profiled(trainer.clock.cuda, warmup, trainer.args.max_steps) if profile else None
+    counters = [counter] + ([operators] if census else [])
+    trainer.add_callback(window_callback(trainer, warmup, window_steps, *counters, profiler=profiler))
     if trainer.clock.cuda:
         torch.cuda.reset_peak_memory_stats()
-    profiler = profiled(trainer.clock.cuda) if profile else contextlib.nullcontext()
-    with counter, profiler, operators or contextlib.nullcontext():
+    with counter, profiler or contextlib.nullcontext(), operators or contextlib.nullcontext():
         trainer.train()
     stopped_early(trainer)
     clock, steps = trainer.clock, trainer.measured_steps[warmup:]
@@ -290,7 +306,7 @@ def train_measured(
     }
     record["split_s"]["between_steps"] = record["step_s"] - sum(record["split_s"].values())
     if profile:
-        record["profile"] = top_operators(profiler, trainer.args.max_steps)
+        record["profile"] = top_operators(profiler)
     if census:
         record["census"] = operators.table(per_step)
     if any(s["generation"] for s in steps):
