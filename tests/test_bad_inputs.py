@@ -158,6 +158,9 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- values only the library would refuse, after loading (or never)
         Case("adam_beta1 above 1", script("sft", sft, "--adam_beta1", "1.5"), "adam_beta1 1.5 is refused by the adamw_torch"),
         Case("adam_epsilon negative", script("cpt", cpt, "--adam_epsilon", "-1e-8"), "Invalid epsilon value"),
+        Case("dataloader workers negative", script("sft", sft, "--dataloader_num_workers", "-1"), "dataloader_num_workers -1 is refused by torch's DataLoader"),
+        Case("persistent workers without workers", script("cpt", cpt, "--dataloader_persistent_workers", "true"), "dataloader_persistent_workers True is refused"),
+        Case("push to the Hub while offline", script("sft", sft, "--push_to_hub", "true", "--hub_model_id", "med/x"), "push_to_hub is true but the Hub is offline here"),
         Case("scheduler argument unknown", script("cpt", cpt, "--lr_scheduler_kwargs", "{\"warmup\": 3}"), "lr_scheduler_kwargs"),
         Case("batch of 1e20", script("sft", sft, "--per_device_train_batch_size", "100000000000000000000"), "beyond the largest whole number"),
         Case("DPO beta negative", script("dpo", dpo, "--beta", "-0.1"), "a negative beta prefers the rejected answers"),
@@ -200,6 +203,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("build-data: 0 GPUs", ["build-data", "recipes/tiny_pretrain.yaml", "--num-gpus", "0"], "--num-gpus: must be at least 1"),
         # --- medrecipes eval
         Case("eval: unknown task", ["eval", "--model", model, "--tasks", "medqa"], "did you mean"),
+        Case("eval: a device torch does not know", ["eval", "--model", model, "--tasks", "medqa_4opt", "--device", "tpu"], "device 'tpu' is not a device torch knows"),
+        Case("eval: a device with a word for its index", ["eval", "--model", model, "--tasks", "medqa_4opt", "--device", "cpu:x"], "device 'cpu:x' is not a device torch knows"),
         Case("eval: limit 0", ["eval", "--model", model, "--data", TEST_SET, "--limit", "0"], "limit must be at least 1"),
         Case("eval: no task", ["eval", "--model", model, "--tasks", "", "--data", TEST_SET], "tasks is empty; name at least one"),
         Case("eval: a task's data twice", ["eval", "--model", model, "--data", f"medqa_4opt={TEST_SET}", "medqa_4opt=data/usmle_sample/train.jsonl"], "task 'medqa_4opt' is given twice"),

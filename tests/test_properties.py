@@ -585,6 +585,96 @@ def test_the_recipe_takes_an_optimizer_setting_exactly_when_torch_does(tmp_path,
         assert line is not None and key in line, (key, value)
 
 
+@SETTINGS
+@given(
+    st.integers(-3, 3),
+    st.one_of(st.none(), st.integers(-2, 4)),
+    st.booleans(),
+    st.sampled_from(["sft", "cpt", "grpo", "dpo"]),
+)
+def test_the_recipe_takes_dataloader_settings_exactly_when_torch_does(tmp_path, workers, prefetch, persistent, method):
+    """torch's DataLoader's own checks, at parse: the recipe is refused, naming a loader key, iff
+    the DataLoader refuses the same settings (workers, prefetch factor, persistent workers)."""
+    from torch.utils.data import DataLoader
+
+    data = base_recipe(method, tmp_path)
+    settings = {"num_workers": workers, "prefetch_factor": prefetch, "persistent_workers": persistent}
+    data.update({f"dataloader_{key}": value for key, value in settings.items()})
+    try:
+        DataLoader([0], **settings)
+        accepted = True
+    except ValueError:
+        accepted = False
+    line = answer(method, data, tmp_path)
+    if accepted:
+        assert line is None or "dataloader_" not in line, line
+    else:
+        assert line is not None and "dataloader_" in line, (settings, line)
+
+
+def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
+    """What the libraries accept and then ignore: clipping at a norm of 0 or below (transformers
+    clips above 0), fp16 on a CPU (accelerate casts only on an accelerator), and a warm-up under
+    every schedule whose function takes none (read from transformers' own table)."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+
+    def notes(**keys):
+        data = {**base_recipe("sft", tmp_path), "use_cpu": True, **keys}
+        (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+        return parse_with("sft", tmp_path / "recipe.yaml")[0].notes
+
+    assert notes() == []
+    for norm, off in ((1.0, False), (0.5, False), (0.0, True), (-1.0, True)):
+        found = [n for n in notes(max_grad_norm=norm) if "max_grad_norm" in n]
+        assert bool(found) == off, (norm, found)
+    assert any(n.startswith("fp16 does nothing on a CPU run") for n in notes(fp16=True))
+    assert not any("bf16" in n.split(";")[0] for n in notes(bf16=True))
+    needs = {"reduce_lr_on_plateau": {"eval_strategy": "steps", "eval_steps": 1}}
+    for kind, function in TYPE_TO_SCHEDULER_FUNCTION.items():
+        name = kind.value
+        try:
+            found = notes(lr_scheduler_type=name, warmup_steps=2, **needs.get(name, {}))
+        except UserError:
+            continue  # a schedule this recipe cannot take at all (refused in its own line)
+        ignored = "num_warmup_steps" not in inspect.signature(function).parameters
+        assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
+
+
+def test_every_device_torch_names_is_taken_for_evaluation_only_where_it_is_there():
+    """Each device type torch's own parser lists (read from its refusal of a type it does not
+    know), bare and with the indices 0 and 7: taken where torch has that many of them, else one
+    line saying what this machine's torch has; never a traceback at the first tensor moved."""
+    import re
+
+    import torch
+
+    from medrecipes.config.eval_args import check_device
+
+    try:
+        torch.device("nosuchdevice")
+    except RuntimeError as err:
+        kinds = re.search(r"Expected one of (.+?) device type", str(err)).group(1).split(", ")
+    assert "cpu" in kinds and "cuda" in kinds
+    for kind in kinds:
+        backend = getattr(torch, kind, None)
+        count = backend.device_count() if kind != "cpu" and backend and backend.is_available() else 0
+        for name in (kind, f"{kind}:0", f"{kind}:7"):
+            index = int(name.split(":")[1]) if ":" in name else 0
+            try:
+                torch.device(name)
+            except RuntimeError:
+                continue  # a type torch takes with no index
+            try:
+                check_device(name, "eval: device")
+                taken = True
+            except UserError as err:
+                assert "\n" not in str(err) and name in str(err), str(err)
+                taken = False
+            assert taken == (kind == "cpu" or index < count), (name, count)
+
+
 @pytest.mark.parametrize("value", [0, -1, -0.5, 10**30, 2**64])
 def test_any_number_anywhere_in_a_nested_key_runs_or_is_refused_in_one_line(tmp_path, value):
     """Zero, negative and huge values at every number inside the shipped tiny recipes' lists and

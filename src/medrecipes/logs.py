@@ -8,7 +8,7 @@ import transformers
 
 
 def setup_logging(training_args=None, recipe=None) -> logging.Logger:
-    """Configure logging for this process and log the fields the recipe derived; without
+    """Configure logging for this process and log the fields the recipe derived and its notes; without
     training arguments (evaluation): the project's lines only, the libraries' warnings."""
     level = training_args.get_process_log_level() if training_args else logging.WARNING
     logging.basicConfig(
@@ -25,4 +25,6 @@ def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     logger = logging.getLogger("medrecipes")
     for key, value in getattr(recipe, "derived", {}).items():
         logger.info("derived from the recipe: %s = %s", key, value)
+    for note in getattr(recipe, "notes", []):
+        logger.warning("%s", note)
     return logger

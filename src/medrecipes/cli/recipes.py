@@ -67,6 +67,8 @@ def cmd_validate(args) -> None:
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")
+    for note in getattr(parsed[0], "notes", []):
+        print(f"# note: {note}")
     print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
 
 

@@ -337,46 +337,6 @@ def check_preference_sources(recipe: RecipeArguments, path: str, method: str) ->
         )
 
 
-def check_hub_model_id(args: TrainingArguments, path: str) -> None:
-    """The Hub's own rule for a repository id (`huggingface_hub.utils.validate_repo_id`), before
-    the training whose push it would refuse."""
-    if not getattr(args, "hub_model_id", None):
-        return
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(args.hub_model_id)
-    except HFValidationError as err:
-        raise UserError(f"{path}: hub_model_id: {str(err).splitlines()[0]}") from None
-
-
-def check_dpo_losses(args, path: str) -> None:
-    """Each DPO `loss_type` is one TRL's DPOTrainer computes: TRL 1.16 refuses an unknown one only
-    when it first computes the loss, after the model and the reference model loaded. The names are
-    read from the installed trainer's loss function, so a TRL that adds a loss is followed."""
-    import inspect
-    import re
-
-    from trl import DPOTrainer
-
-    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', inspect.getsource(DPOTrainer))))
-    given = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
-    for name in given:
-        if known and name not in known:
-            raise UserError(
-                f"{path}: loss_type '{name}' is not one of TRL's DPO losses{did_you_mean(name, known)}; "
-                f"use {', '.join(known)}"
-            )
-
-
-def check_loggers(args: TrainingArguments, path: str) -> None:
-    """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-    for name in args.report_to:
-        check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
-
-
 # ModelConfig's LoRA settings: they take effect only with use_peft.
 ADAPTER_SETTINGS = (
     "lora_r",
@@ -431,62 +391,3 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
             f"{path}: {ignored[0]} is set but use_peft is false, so the whole model would train; "
             f"set use_peft: true for LoRA, or drop {', '.join(ignored)}"
         )
-
-
-# The TrainingArguments the optimizer is built from (weight_decay through its parameter groups).
-OPTIMIZER_SETTINGS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "optim_args")
-
-
-def _optimizer_probe(args: TrainingArguments):
-    """The run's optimizer, built as the trainer builds it on a one-element parameter, with its
-    learning-rate scheduler; None where it cannot be built without the model or a GPU (GaLore,
-    some 8-bit optimizers): the trainer then checks it at its own time."""
-    import torch
-    from transformers import Trainer
-    from transformers.optimization import get_scheduler
-
-    try:
-        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
-    except Exception:  # an optimizer that needs the model, or a library that is not installed
-        return None
-    parameter = torch.nn.Parameter(torch.zeros(1))
-    optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)
-    steps = args.max_steps if args.max_steps > 0 else 100
-    get_scheduler(
-        args.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=args.get_warmup_steps(steps),
-        num_training_steps=steps,
-        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
-    )
-    return optimizer
-
-
-def check_optimizer(args: TrainingArguments, path: str) -> None:
-    """The optimizer and its schedule accept the recipe's settings: torch's and transformers' own
-    refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
-    any model or data is loaded rather than at the first step. The key is the one whose default
-    makes the optimizer build."""
-    import copy
-
-    try:
-        _optimizer_probe(args)
-        return
-    except (ValueError, TypeError) as err:
-        reason = " ".join(str(err).split()) or type(err).__name__
-    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
-    optim = getattr(args.optim, "value", args.optim)
-    for key in (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs"):
-        trial = copy.copy(args)
-        setattr(trial, key, getattr(defaults, key))
-        try:
-            _optimizer_probe(trial)
-        except (ValueError, TypeError):
-            continue
-        raise UserError(
-            f"{path}: {key} {getattr(args, key)!r} is refused by the {optim} optimizer or its schedule ({reason}); "
-            f"use a value it accepts (default {getattr(defaults, key)!r})"
-        )
-    raise UserError(
-        f"{path}: the {optim} optimizer refuses these settings ({reason}); check {', '.join(OPTIMIZER_SETTINGS)}"
-    )

@@ -122,6 +122,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             f"{where}: samples {args.samples} draws several answers to each question: use mode generate with "
             "temperature above 0 (e.g. --mode generate --temperature 1.0), or samples 1"
         )
+    if args.device:
+        check_device(args.device, f"{where}: device")
     if not 0 < args.top_p <= 1:
         raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
     if args.output and os.path.isdir(args.output):
@@ -132,3 +134,29 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     args.inputs = [path, args.model_name_or_path, *args.data_by_task.values(), *args.fewshot_by_task.values()]
     args.where = where
     return args
+
+
+def check_device(name: str, where: str) -> None:
+    """A device this torch can place a model on: its name as torch.device parses it, its kind
+    built into this torch and present, its index among those there (torch says only at the first
+    tensor moved, after the model has loaded)."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        reason = " ".join(str(err).split())
+        raise UserError(f"{where} '{name}' is not a device torch knows ({reason}); use cpu, cuda or cuda:N") from None
+    if device.type == "cpu":
+        return
+    backend = getattr(torch, device.type, None)
+    count = backend.device_count() if backend is not None and backend.is_available() else 0
+    if count == 0:
+        raise UserError(
+            f"{where} '{name}': this machine's torch ({torch.__version__}) has no {device.type} device; "
+            "use cpu, or run where one is"
+        )
+    if device.index is not None and device.index >= count:
+        raise UserError(
+            f"{where} '{name}': there are {count} {device.type} device(s), {device.type}:0 to :{count - 1}"
+        )

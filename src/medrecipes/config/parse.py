@@ -10,7 +10,7 @@ import yaml
 from transformers import TrainingArguments
 from trl import ModelConfig
 
-from medrecipes.config import checks
+from medrecipes.config import checks, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
 from medrecipes.config.schema import RecipeArguments
@@ -77,11 +77,13 @@ def parse_recipe(method: str, argv: list[str] | None = None, measured: bool = Tr
     checks.check_model_args(model_args, path)
     if measured:
         checks.check_pass_rates(recipe, model_args, path)
-    checks.check_loggers(args, path)
-    checks.check_hub_model_id(args, path)
+    library_checks.check_loggers(args, path)
+    library_checks.check_hub_model_id(args, path)
+    library_checks.check_hub_reachable(args, path)
     if isinstance(args, MedDPOConfig):
-        checks.check_dpo_losses(args, path)
-    checks.check_optimizer(args, path)
+        library_checks.check_dpo_losses(args, path)
+    library_checks.check_optimizer(args, path)
+    library_checks.check_dataloader(args, path)
     if isinstance(args, MedSFTConfig):
         checks.check_sft_sources(recipe, args, path)
     if isinstance(args, MedDPOConfig | MedKTOConfig):
@@ -94,6 +96,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, measured: bool = Tr
             "add eval_sets, or set eval_strategy: no"
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
+    recipe.notes = library_checks.notes(args)  # likewise, as warnings
     return tuple(outputs)
 
 

@@ -114,6 +114,7 @@ class RecipeArguments:
         self.mixture: MixtureConfig | None = None
         self.eval_sources: dict[str, SourceConfig] = {}
         self.derived: dict[str, Any] = {}
+        self.notes: list[str] = []  # settings the libraries take and then do nothing with (library_checks.notes)
         self.recipe_file: str | None = None  # the YAML it was read from; None for the command line
 
 

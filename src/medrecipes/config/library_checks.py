@@ -1,0 +1,220 @@
+"""The checks of a recipe's settings against the libraries that will use them, run by
+`parse.parse_recipe` before any model or data loads: each builds or asks the library's own
+object (the Hub's repository-id rule, the loggers transformers knows, TRL's DPO losses, the
+optimizer and its schedule, torch's DataLoader) rather than keeping a copy of its rules, so a
+library that changes them is followed. `notes` says, in one line each, the settings that the
+libraries accept and then do nothing with on this machine.
+"""
+
+import inspect
+
+from transformers import TrainingArguments
+
+from medrecipes.errors import UserError, check_choice, did_you_mean
+
+
+def check_hub_model_id(args: TrainingArguments, path: str) -> None:
+    """The Hub's own rule for a repository id (`huggingface_hub.utils.validate_repo_id`), before
+    the training whose push it would refuse."""
+    if not getattr(args, "hub_model_id", None):
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(args.hub_model_id)
+    except HFValidationError as err:
+        raise UserError(f"{path}: hub_model_id: {str(err).splitlines()[0]}") from None
+
+
+def check_dpo_losses(args, path: str) -> None:
+    """Each DPO `loss_type` is one TRL's DPOTrainer computes: TRL 1.16 refuses an unknown one only
+    when it first computes the loss, after the model and the reference model loaded. The names are
+    read from the installed trainer's loss function, so a TRL that adds a loss is followed."""
+    import inspect
+    import re
+
+    from trl import DPOTrainer
+
+    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', inspect.getsource(DPOTrainer))))
+    given = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
+    for name in given:
+        if known and name not in known:
+            raise UserError(
+                f"{path}: loss_type '{name}' is not one of TRL's DPO losses{did_you_mean(name, known)}; "
+                f"use {', '.join(known)}"
+            )
+
+
+def check_loggers(args: TrainingArguments, path: str) -> None:
+    """report_to names loggers transformers knows (the Trainer refuses others only once it is built)."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    for name in args.report_to:
+        check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
+
+
+# The TrainingArguments the optimizer is built from (weight_decay through its parameter groups).
+OPTIMIZER_SETTINGS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "optim_args")
+
+
+def _optimizer_probe(args: TrainingArguments):
+    """The run's optimizer, built as the trainer builds it on a one-element parameter, with its
+    learning-rate scheduler; None where it cannot be built without the model or a GPU (GaLore,
+    some 8-bit optimizers): the trainer then checks it at its own time."""
+    import torch
+    from transformers import Trainer
+    from transformers.optimization import get_scheduler
+
+    try:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    except Exception:  # an optimizer that needs the model, or a library that is not installed
+        return None
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)
+    steps = args.max_steps if args.max_steps > 0 else 100
+    get_scheduler(
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=args.get_warmup_steps(steps),
+        num_training_steps=steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    return optimizer
+
+
+def check_optimizer(args: TrainingArguments, path: str) -> None:
+    """The optimizer and its schedule accept the recipe's settings: torch's and transformers' own
+    refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
+    any model or data is loaded rather than at the first step. The key is the one whose default
+    makes the optimizer build."""
+    import copy
+
+    try:
+        _optimizer_probe(args)
+        return
+    except (ValueError, TypeError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
+    optim = getattr(args.optim, "value", args.optim)
+    for key in (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs"):
+        trial = copy.copy(args)
+        setattr(trial, key, getattr(defaults, key))
+        try:
+            _optimizer_probe(trial)
+        except (ValueError, TypeError):
+            continue
+        raise UserError(
+            f"{path}: {key} {getattr(args, key)!r} is refused by the {optim} optimizer or its schedule ({reason}); "
+            f"use a value it accepts (default {getattr(defaults, key)!r})"
+        )
+    raise UserError(
+        f"{path}: the {optim} optimizer refuses these settings ({reason}); check {', '.join(OPTIMIZER_SETTINGS)}"
+    )
+
+
+# The TrainingArguments each DataLoader of the run is built from (transformers' get_train_dataloader).
+DATALOADER_SETTINGS = (
+    "dataloader_num_workers",
+    "dataloader_prefetch_factor",
+    "dataloader_persistent_workers",
+    "dataloader_pin_memory",
+    "dataloader_drop_last",
+)
+
+
+def _dataloader_probe(args: TrainingArguments) -> None:
+    """A DataLoader over one row with the run's settings: torch checks them in its constructor,
+    and the trainer builds its loaders only after the model and the data have loaded."""
+    import warnings
+
+    from torch.utils.data import DataLoader
+
+    with warnings.catch_warnings():  # its advice on the worker count is for the machine that trains
+        warnings.simplefilter("ignore")
+        DataLoader(
+            [0],
+            num_workers=args.dataloader_num_workers,
+            prefetch_factor=args.dataloader_prefetch_factor,
+            persistent_workers=args.dataloader_persistent_workers,
+            pin_memory=args.dataloader_pin_memory,
+            drop_last=args.dataloader_drop_last,
+        )
+
+
+def check_dataloader(args: TrainingArguments, path: str) -> None:
+    """torch's own refusal of the loader settings ("num_workers option should be non-negative")
+    as one line naming the key: the one whose default makes the loader build."""
+    import copy
+
+    try:
+        _dataloader_probe(args)
+        return
+    except (ValueError, TypeError) as err:
+        reason = " ".join(str(err).split()).rstrip(".")
+    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
+    for key in DATALOADER_SETTINGS:
+        trial = copy.copy(args)
+        setattr(trial, key, getattr(defaults, key))
+        try:
+            _dataloader_probe(trial)
+        except (ValueError, TypeError):
+            continue
+        raise UserError(
+            f"{path}: {key} {getattr(args, key)!r} is refused by torch's DataLoader ({reason}); "
+            f"use a value it accepts (default {getattr(defaults, key)!r})"
+        )
+    raise UserError(
+        f"{path}: torch's DataLoader refuses these settings ({reason}); check {', '.join(DATALOADER_SETTINGS)}"
+    )
+
+
+# The settings that send something to the Hub during or at the end of a run.
+HUB_WRITES = ("push_to_hub", "push_checkpoint_revisions")
+
+
+def check_hub_reachable(args: TrainingArguments, path: str) -> None:
+    """A run that would push while huggingface_hub is offline (HF_HUB_OFFLINE) fails at its first
+    push, after it trained: refused before."""
+    from huggingface_hub import constants
+
+    asked = [key for key in HUB_WRITES if getattr(args, key, False)]
+    if asked and constants.HF_HUB_OFFLINE:
+        raise UserError(
+            f"{path}: {asked[0]} is true but the Hub is offline here (HF_HUB_OFFLINE=1), so the push would fail "
+            f"after training; set {asked[0]}: false and upload final/ later (hf upload), or unset HF_HUB_OFFLINE"
+        )
+
+
+def trains_on_cpu(args: TrainingArguments) -> bool:
+    import torch
+
+    return args.use_cpu or not torch.accelerator.is_available()
+
+
+def notes(args: TrainingArguments) -> list[str]:
+    """The settings the libraries take and then do nothing with, each as one line: transformers
+    clips gradients only at a norm above 0; accelerate runs fp16 only on an accelerator (on a CPU
+    it neither autocasts nor scales); a schedule whose function takes no warm-up ignores it."""
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+
+    found = []
+    if args.max_grad_norm is not None and args.max_grad_norm <= 0:
+        found.append(
+            f"max_grad_norm {args.max_grad_norm:g} turns gradient clipping off (transformers clips only above 0); "
+            "give a positive norm (1.0 is usual) to clip"
+        )
+    if args.fp16 and trains_on_cpu(args):
+        found.append("fp16 does nothing on a CPU run (accelerate runs fp16 only on an accelerator); bf16 is the CPU's")
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    function = TYPE_TO_SCHEDULER_FUNCTION.get(args.lr_scheduler_type)
+    takes_warmup = function is None or "num_warmup_steps" in inspect.signature(function).parameters
+    if args.warmup_steps and not takes_warmup:
+        with_warmup = f"{schedule}_with_warmup"
+        instead = (
+            with_warmup if any(t.value == with_warmup for t in TYPE_TO_SCHEDULER_FUNCTION) else "linear or cosine"
+        )
+        found.append(
+            f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
+            f"use {instead} to warm up, or drop warmup_steps"
+        )
+    return found
