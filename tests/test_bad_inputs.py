@@ -201,6 +201,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("launch-plan: 0 nodes", ["launch-plan", cpt, "--nodes", "0"], "--nodes: must be at least 1"),
         Case("launch-plan: 0 GPUs a node", ["launch-plan", cpt, "--nodes", "2", "--gpus-per-node", "0"], "--gpus-per-node: must be at least 1"),
         Case("build-data: 0 GPUs", ["build-data", "recipes/tiny_pretrain.yaml", "--num-gpus", "0"], "--num-gpus: must be at least 1"),
+        Case("build-data: an SFT recipe", ["build-data", sft], "a recipe for recipes/sft.py; this command takes a cpt recipe (the token blocks"),
         # --- medrecipes eval
         Case("eval: unknown task", ["eval", "--model", model, "--tasks", "medqa"], "did you mean"),
         Case("eval: a device torch does not know", ["eval", "--model", model, "--tasks", "medqa_4opt", "--device", "tpu"], "device 'tpu' is not a device torch knows"),

@@ -16,6 +16,7 @@ from medrecipes.data.packing import pack_documents
 from medrecipes.data.pretraining import pretraining_data
 from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
+from medrecipes.usmle import load_mcq
 
 BIG_ROWS, SMALL_ROWS = 10_000, 1_000
 
@@ -187,9 +188,22 @@ def test_missing_data_file(tmp_path):
 
 def test_missing_local_path(tmp_path):
     missing = str(tmp_path / "absent.jsonl")
-    with pytest.raises(UserError, match="no such file or directory") as info:
+    with pytest.raises(UserError, match="no such file or folder") as info:
         load_source(SourceConfig(path=missing))
     assert missing in str(info.value)
+
+
+def test_a_link_that_leads_nowhere_says_which_way(tmp_path):
+    """A link to a file that is gone names where it points; links that lead to each other say so
+    (both read as "no such file" before: os.path.exists is False for all three)."""
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "moved.jsonl")
+    (tmp_path / "a.jsonl").symlink_to(tmp_path / "b.jsonl")
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "a.jsonl")
+    with pytest.raises(UserError, match=r"a symbolic link to .*moved\.jsonl, which does not exist"):
+        load_source(SourceConfig(path=str(tmp_path / "dangling.jsonl")))
+    for loader in (lambda p: load_source(SourceConfig(path=p)), load_mcq):
+        with pytest.raises(UserError, match="a symbolic link that leads back to itself"):
+            loader(str(tmp_path / "a.jsonl"))
 
 
 def test_folder_without_data_files(tmp_path):

@@ -380,7 +380,7 @@ def test_pubmedqa_bad_decision(tmp_path):
 
 @pytest.mark.parametrize("source", ["./missing.jsonl", "nowhere.csv", "/no/such/dir", "a/b/c"])
 def test_missing_local_path(source):
-    with pytest.raises(UserError, match="no such file or directory"):
+    with pytest.raises(UserError, match="no such file or folder"):
         load_mcq(source)
 
 

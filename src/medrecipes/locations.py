@@ -23,6 +23,22 @@ def looks_local(path: str) -> bool:
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
+def absent(path: str) -> str:
+    """Why a path that does not exist is not there, in words for a message that then says what to
+    do: a symbolic link whose chain loops, a symbolic link to a path that is gone, or no such file
+    or folder (os.path.exists answers False for all three)."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symbolic link that leads back to itself"
+    if os.path.islink(path):
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    return "no such file or folder"
+
+
 # Chat templates shipped with the package (medrecipes/templates/<name>.jinja), package data so that
 # they are there pip-installed; a recipe names one by name (chat_template_path: gemma) or by path.
 SHIPPED_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")

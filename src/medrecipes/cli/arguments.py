@@ -18,14 +18,15 @@ SCRIPTS = {
 TRAINING = tuple(method for method in SCRIPTS if method != "eval")  # the training recipes' methods
 
 
-def method_of(path: str, given: str | None, allowed=("cpt", "sft", "grpo")) -> str:
-    """--method as given, or the script the recipe's keys are for (config.recipe_method)."""
+def method_of(path: str, given: str | None, allowed=("cpt", "sft", "grpo"), why: str = "") -> str:
+    """--method as given, or the script the recipe's keys are for (config.recipe_method); `why`:
+    what the user should know of a recipe for another script."""
     from medrecipes.config import recipe_method
 
     method = given or recipe_method(path)
     if method not in allowed:
         takes = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
-        raise UserError(f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {takes} recipe")
+        raise UserError(f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {takes} recipe{why}")
     return method
 
 

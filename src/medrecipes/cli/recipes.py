@@ -134,6 +134,12 @@ def cmd_build_data(args) -> None:
     from medrecipes.data.build import build_data
     from medrecipes.data.decontamination import format_report
 
+    method_of(
+        args.recipe,
+        None,
+        ("cpt",),
+        " (the token blocks of pretraining; the other methods build their data as they start)",
+    )
     recipe, training_args, model_args = parse_recipe_file(args.recipe, "cpt", args.overrides)
     manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
     out = args.out or recipe.built_data

@@ -19,7 +19,7 @@ from medrecipes import usmle
 from medrecipes.data.parts import PART_LABELS, chosen_rows
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
-from medrecipes.locations import BUILDERS, is_url, looks_local
+from medrecipes.locations import BUILDERS, absent, is_url, looks_local
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
         data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
     if not is_url(path) and (looks_local(path) or os.path.exists(path)):
         if not os.path.exists(path):
-            raise UserError(f"source '{path}': no such file or directory")
+            raise UserError(f"source '{path}': {absent(path)}; check the path")
         if os.path.isfile(path):
             ext = os.path.splitext(path)[1]
             if ext not in BUILDERS:

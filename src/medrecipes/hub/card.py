@@ -29,7 +29,7 @@ from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
-from medrecipes.locations import BUILDERS, looks_local
+from medrecipes.locations import BUILDERS, absent, looks_local
 from medrecipes.outputs.records import written_about
 from medrecipes.report import figures, read_run, trainer_state_path
 from medrecipes.rewards import signal_share
@@ -369,7 +369,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
 
     for path in (run_folder, *eval_files):
         if not os.path.exists(path):
-            raise UserError(f"{path}: no such file or folder; pass a run's output_dir and eval --output files")
+            raise UserError(f"{path}: {absent(path)}; pass a run's output_dir and eval --output files")
     if not os.path.isdir(run_folder) or trainer_state_path(run_folder) is None:
         raise UserError(
             f"{run_folder}: no trainer_state.json in it or in a checkpoint; pass a training run's output_dir"

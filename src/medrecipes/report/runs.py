@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medrecipes.errors import UserError
+from medrecipes.locations import absent
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
 from medrecipes.runs.record import EVAL_TASKS, RECORD
 
@@ -132,7 +133,7 @@ def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
                 f"{path}: holds no run (trainer_state.json or run.json) and no eval --output files; pass a run's output_dir"
             )
         else:
-            raise UserError(f"{path}: no such file or folder; pass a run's output_dir or an eval --output file")
+            raise UserError(f"{path}: {absent(path)}; pass a run's output_dir or an eval --output file")
     return runs, evaluations
 
 

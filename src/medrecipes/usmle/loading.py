@@ -13,7 +13,7 @@ from datasets import Dataset, Features, ReadInstruction, Value, concatenate_data
 from datasets.exceptions import DatasetGenerationError
 
 from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
-from medrecipes.locations import looks_local
+from medrecipes.locations import absent, looks_local
 from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.schema import (
     COLUMNS,
@@ -398,7 +398,7 @@ def load_mcq(
             raise UserError(f"{name}: unsupported file type '{path.suffix}'; use one of {', '.join(FILE_SUFFIXES)}")
         ds = _load_path(path, reading, split)
     elif looks_local(name):
-        raise UserError(f"{name}: no such file or directory; check the path")
+        raise UserError(f"{name}: {absent(name)}; check the path")
     else:
         ds = _load_hub(name, reading, split, config)
     return _filter_subjects(ds, subjects, name) if subjects else ds
