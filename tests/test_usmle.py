@@ -696,3 +696,55 @@ def test_a_question_has_two_to_ten_options_and_is_told_so(tmp_path, count, layou
     else:
         with pytest.raises(UserError, match=rf"q.jsonl line 1: {count} option\(s\); a question has 2 to 10 options"):
             load_mcq(path)
+
+
+def _medqa(question: str, options: list[str]) -> dict:
+    return {"question": question, "options": dict(zip("ABCDEFGHIJ", options, strict=False)), "answer_idx": "A"}
+
+
+def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(tmp_path, caplog):
+    """An empty option and a question asked again (same context, text and options) are said at
+    load, each kind counted, its first rows named by the line an editor shows; the same text
+    with other options, or under another context, is another question."""
+    rows = [
+        _medqa("Q1", ["a", "b", "c", "d"]),
+        _medqa("Q1", ["a", "b", "c", "e"]),  # other options: another question
+        _medqa("Q2", ["a", "", "c", "d"]),
+        _medqa("Q1", ["a", "b", "c", "d"]),  # line 4 repeats line 1
+        *[_medqa(f"Q{i}", ["a", "b", " ", "d"]) for i in range(3, 7)],  # blank after stripping
+        *[_medqa("Q1", ["a", "b", "c", "d"])] * 3,
+    ]
+    path = write_jsonl(tmp_path / "set.jsonl", rows)
+    with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
+        assert len(load_mcq(path)) == len(rows)  # said, not dropped
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    empty, repeats = said
+    assert empty.startswith(f"{path}: 5 question(s) with an empty option (line 3, line 5, line 6, ...)")
+    assert repeats.startswith(
+        f"{path}: 4 question(s) repeat an earlier one (line 4 repeats line 1, line 9 repeats line 1"
+    )
+    caplog.clear()
+    contexts = [{**PUBMEDQA_ROW, "CONTEXTS": [c]} for c in ("One abstract.", "Another abstract.", "One abstract.")]
+    with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
+        load_mcq(write_jsonl(tmp_path / "contexts.jsonl", contexts))
+    assert [r.getMessage().split(": ", 1)[1][:51] for r in caplog.records] == [
+        "1 question(s) repeat an earlier one (line 3 repeats"
+    ]
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+def test_a_benchmark_file_with_another_option_count_is_refused_by_its_name(tmp_path, count):
+    """A file given as a benchmark whose questions all have one option count: a row with another
+    count is counted and named, and a name of the file's own scores it as it is."""
+    from medrecipes.evaluation.tasks import TASKS, load_task
+
+    options = ["a", "b", "c", "d", "e"]
+    rows = [_medqa(f"Q{i}", options[:4]) for i in range(3)] + [_medqa("odd", options[:count])]
+    path = write_jsonl(tmp_path / "bench.jsonl", rows)
+    for name in ("medqa_4opt", "medmcqa", "mmlu_medical"):
+        if TASKS[name].subjects:
+            continue  # MMLU keeps its subjects only
+        with pytest.raises(UserError, match=rf"1 of the 4 questions in .* have other than the 4 options of {name}"):
+            load_task(name, data=path)
+    assert len(load_task("my_set", data=path).rows) == 4

@@ -14,6 +14,7 @@ from medrecipes.evaluation.generate import (
     score_votes,
 )
 from medrecipes.evaluation.loglik import continuation_logliks, max_context_length, score_loglik
+from medrecipes.usmle import question_key
 
 logger = logging.getLogger(__name__)
 
@@ -89,25 +90,17 @@ def evaluate_task(
 
 
 def _duplicates(rows) -> dict:
-    """Questions asked more than once (the same context, question and options): each copy is
-    scored and counted, so a figure that holds them weighs those questions more; {} when none."""
+    """Questions asked more than once (`question_key`): each copy is scored and counted, so a
+    figure that holds them weighs those questions more; {} when none (loading said which rows)."""
     first: dict[tuple, str] = {}
     copies = []
     for row in rows:
-        key = (row.get("context") or "", row["question"], tuple(row["options"]))
+        key = question_key(row.get("context"), row["question"], row["options"])
         if key in first:
             copies.append([first[key], row["id"]])
         else:
             first[key] = row["id"]
-    if not copies:
-        return {}
-    logger.warning(
-        "%d questions repeat an earlier one (first: %s is %s again); each copy is scored",
-        len(copies),
-        copies[0][1],
-        copies[0][0],
-    )
-    return {"duplicates": {"copies": len(copies), "pairs": copies[:20]}}
+    return {"duplicates": {"copies": len(copies), "pairs": copies[:20]}} if copies else {}
 
 
 def _too_long(tokenizer, prompts: list[str], room: int, how: str) -> dict:

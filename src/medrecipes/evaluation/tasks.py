@@ -62,6 +62,7 @@ class Task:
     score_option_text: bool = False  # PubMedQA scores " yes"/" no"/" maybe", not letters
     subjects: tuple[str, ...] = ()  # keep these subjects only; few-shot examples match the subject
     description: Callable[[str], str] | None = None
+    options: int | None = None  # every question's option count, where the benchmark fixes it
 
     def choices(self, row: Row) -> list[str]:
         """The strings whose log-likelihood is scored after the prompt (lm-eval's doc_to_choice)."""
@@ -80,6 +81,7 @@ TASKS = {
         Task(
             "medqa_4opt",
             "medqa_4options",
+            options=4,
             local="medqa/medqa_us_4opt_test.jsonl",
             hub="GBaker/MedQA-USMLE-4-options-hf",
             fewshot_split="train",
@@ -87,11 +89,13 @@ TASKS = {
         Task(
             "medqa_5opt",
             "medqa_4options with a fifth option E",
+            options=5,
             local="medqa/medqa_us_5opt_test.jsonl",
         ),
         Task(
             "medmcqa",
             "medmcqa",
+            options=4,
             prompt=_medmcqa_prompt,
             local="medmcqa/dev.json",
             hub="openlifescienceai/medmcqa",
@@ -101,6 +105,7 @@ TASKS = {
         Task(
             "pubmedqa",
             "pubmedqa",
+            options=3,
             prompt=_pubmedqa_prompt,
             local="pubmedqa/ori_pqal.json",
             hub="qiaojin/PubMedQA",
@@ -118,6 +123,7 @@ TASKS = {
             fewshot_split="dev",
             subjects=MMLU_MEDICAL,
             description=_mmlu_description,
+            options=4,
         ),
     ]
 }
@@ -230,6 +236,14 @@ def _task_data(task: Task, rows: list[Row], source: str, limit: int | None) -> T
     rows = _first_per_subject(rows, limit, bool(task.subjects))
     if not rows:
         raise UserError(f"{task.name}: {source} holds no questions; check the file")
+    other = [r for r in rows if task.options and len(r["options"]) != task.options]
+    if other:
+        named = ", ".join(f"'{r['id']}' ({len(r['options'])})" for r in other[:3])
+        raise UserError(
+            f"{task.name}: {len(other)} of the {len(rows)} questions in {source} have other than the {task.options} "
+            f"options of {task.name} ({named}{', ...' if len(other) > 3 else ''}); fix them, or give the file a name "
+            f"of its own (--data NAME={source}) to score it as it is"
+        )
     missing = next((r for r in rows if not r["answer"]), None)
     if missing is not None:
         raise UserError(

@@ -26,7 +26,7 @@ from medrecipes.usmle.prompts import (
     pretraining_text,
     sft_target,
 )
-from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, letters_of, option_map
+from medrecipes.usmle.schema import COLUMNS, LETTERS, Row, letters_for, letters_of, option_map, question_key
 
 __all__ = [
     "COLUMNS",
@@ -44,5 +44,6 @@ __all__ = [
     "options_block",
     "preference_pair",
     "pretraining_text",
+    "question_key",
     "sft_target",
 ]

@@ -3,6 +3,7 @@ the normalised rows: `load_mcq`."""
 
 import csv
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -30,7 +31,10 @@ from medrecipes.usmle.schema import (
     _options,
     _row,
     _text,
+    question_key,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def _require(row: Row, keys: Iterable[str], fmt: str, where: Where) -> None:
@@ -284,13 +288,46 @@ def _normalise(
         out["id"] = out["id"] or f"{id_prefix}-{index}"
         return out
 
-    return raw.map(
+    rows = raw.map(
         normalise_row,
         with_indices=True,
         remove_columns=raw.column_names,
         features=FEATURES,
         desc=f"normalising {id_prefix}",
     )
+    for line in doubtful_rows(rows, lambda index: str(Where(source, index + 1, header)).removeprefix(f"{source} ")):
+        logger.warning("%s: %s", source, line)
+    return rows
+
+
+def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) -> list[str]:
+    """What a set of questions holds that it cannot mean, each kind counted and its first rows
+    named (`where(index)`): a question with an empty option (no model can choose it), and a
+    question that repeats an earlier one (`question_key`: it counts twice in training and in a
+    score). Said, not refused: a large set may hold a few, and the user decides."""
+    empty, repeats, seen = [], [], {}
+    columns = zip(rows["context"], rows["question"], rows["options"], strict=True)
+    for index, (context, question, options) in enumerate(columns):
+        if any(not option for option in options):
+            empty.append(index)
+        first = seen.setdefault(question_key(context, question, options), index)
+        if first != index:
+            repeats.append((index, first))
+    more = ", ..."
+    found = []
+    if empty:
+        lines = ", ".join(where(i) for i in empty[:named]) + (more if len(empty) > named else "")
+        found.append(
+            f"{len(empty)} question(s) with an empty option ({lines}): no model can choose an empty answer; "
+            "write the option or drop the row"
+        )
+    if repeats:
+        pairs = ", ".join(f"{where(i)} repeats {where(first)}" for i, first in repeats[:named])
+        found.append(
+            f"{len(repeats)} question(s) repeat an earlier one ({pairs}{more if len(repeats) > named else ''}): "
+            "each counts twice in training and in a score; drop the repeats"
+        )
+    return found
 
 
 def _files_in(directory: Path, split: str | None) -> list[Path]:

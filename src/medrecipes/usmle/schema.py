@@ -39,6 +39,12 @@ class Where(NamedTuple):
         return row_in_files([self.source], self.row - 1, self.header)
 
 
+def question_key(context: str | None, question: str, options) -> tuple:
+    """What makes two rows the same question: its context (PubMedQA's abstract), its text and its
+    options, in order."""
+    return (context or "", question, tuple(options))
+
+
 def letters_of(options) -> str:
     """The letters of a question's options: "ABCD" for 4, and A-D where they are not known (a
     GRPO row without its options)."""
