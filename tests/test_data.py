@@ -550,3 +550,19 @@ def test_balance_answers_is_a_key_of_training_multiple_choice_sources_only(tmp_p
     )
     with pytest.raises(UserError, match=rf"{where}.*balance_answers.*{problem}; set it on format: usmle sources"):
         parse_recipe("sft", [str(recipe_file)])
+
+
+def test_preference_rows_given_twice_are_counted_and_named(tmp_path, caplog):
+    """A pair (or an unpaired answer) that repeats an earlier one, whatever its id, is said once
+    with the lines an editor shows; the rows stay (the user decides)."""
+    lines = (Path(__file__).resolve().parents[1] / "data/usmle_sample/pairs_train.jsonl").read_text().splitlines()
+    repeated = [{**json.loads(line), "id": f"copy-{i}"} for i, line in enumerate(lines[:2])]
+    path = write_jsonl(tmp_path / "pairs.jsonl", [json.loads(line) for line in lines] + repeated)
+    with caplog.at_level("WARNING", logger="medrecipes.data.sources"):
+        rows = load_source(SourceConfig(path=str(path), format="preference"))
+    assert len(rows) == len(lines) + 2
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"source '{path}': 2 row(s) repeat an earlier one (line {len(lines) + 1} repeats line 1, "
+        f"line {len(lines) + 2} repeats line 2): each copy trains again; drop the repeats"
+    ]

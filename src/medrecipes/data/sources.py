@@ -251,7 +251,9 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             )
         if source.format in PREFERENCE_FIELDS:
             answers = [c for c in ANSWER_COLUMNS if c in fields]
-            check_answers(documents.select_columns(answers).to_list(), range(len(documents)), source)
+            rows = documents.select_columns(answers).to_list()
+            check_answers(rows, range(len(documents)), source)
+            say_repeats(rows, source)
         fields = {}
     if not fields and tag is None:
         return documents
@@ -305,6 +307,29 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
             problem = f"label {json.dumps(row['label'])} is not true or false (true: a desirable answer)"
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
+
+
+def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
+    """Preference rows given twice (the same question and answers) are counted and the first
+    named by line: each copy trains again, as if it weighed twice. Said, not refused."""
+    first, repeats = {}, []
+    for index, row in enumerate(rows):
+        seen = first.setdefault(json.dumps(row, sort_keys=True), index)
+        if seen != index:
+            repeats.append((index, seen))
+    if repeats:
+
+        def line(index: int) -> str:  # "line 4" (or "row 4"): the source is named once, first
+            return " ".join(row_of(source, index).split(" ")[-2:])
+
+        pairs = ", ".join(f"{line(i)} repeats {line(seen)}" for i, seen in repeats[:shown])
+        logger.warning(
+            "%s: %d row(s) repeat an earlier one (%s%s): each copy trains again; drop the repeats",
+            named(source),
+            len(repeats),
+            pairs,
+            ", ..." if len(repeats) > shown else "",
+        )
 
 
 def _answer_text(answer) -> str:
