@@ -96,7 +96,8 @@ def test_two_runs_and_evaluations_in_one_page(tmp_path):
     write_evaluation(evals / "sft-loglik.json", 0.4)
     output = tmp_path / "out" / "report.html"
     images = write_report([str(baseline), str(candidate), str(evals)], str(output))
-    assert sorted(images) == ["accuracy", "evaluations", "grpo", "loss", "subjects", "throughput"]
+    assert sorted(images) == ["accuracy", "comparison", "grpo", "loss", "subjects", "throughput"]
+    assert list(images)[0] == "comparison"  # what a reader came for, first
     files = pngs(tmp_path / "out" / "report_files")
     assert sorted(files) == sorted(images) and all(
         png.startswith(b"\x89PNG") and len(png) > 5000 for png in files.values()
@@ -170,7 +171,7 @@ def test_the_command(tmp_path):
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
-    assert f"report written to {out}: 4 plots" in result.stdout and out.is_file()
+    assert f"report written to {out}: 5 plots" in result.stdout and out.is_file()
     bad = subprocess.run(
         [PYTHON, "-m", "medrecipes.cli", "report", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT
     )
@@ -292,3 +293,69 @@ def test_the_page_names_the_scored_weights_and_the_adapter_a_merge_came_from():
     merged = {"model": "m", "model_fingerprint": "sha256:a", "merged_adapter_fingerprint": "sha256:b"}
     assert _scored_model(merged) == "m (sha256:a, merged from adapter sha256:b)"
     assert _scored_model({"model": "m"}) == "m"
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+@pytest.mark.parametrize("count", [1, 5, 30])
+def test_the_report_reads_the_same_at_one_five_and_thirty_runs(tmp_path, count):
+    """Runs named by stage and seed (sft-s1, grpo-s2, ...) with evaluations of each and the base
+    model's: the comparison has a row per stage whose points are its seeds, the base model as a
+    line; every figure keeps a readable shape (no strip, however many runs); no legend lies on a
+    plot; tables longer than a screen fold."""
+    from medrecipes.report.figures import comparison_figure, figures
+
+    stages = ["sft", "grpo", "dpo", "kto", "cpt", "sft-long"]
+    names = [f"{stages[i % len(stages)]}-s{i // len(stages) + 1}" for i in range(count)]
+    paths = [
+        str(write_run(tmp_path / name, grpo=name.startswith("grpo"), shift=i / 100)) for i, name in enumerate(names)
+    ]
+    evals = tmp_path / "eval"
+    for i, name in enumerate(names):
+        write_evaluation(evals / f"{name}-loglik.json", 0.3 + i / 200)
+    write_evaluation(evals / "base-loglik.json", 0.25)
+    runs, evaluations = read_inputs([*paths, str(evals)])
+    comparison = comparison_figure(runs, evaluations)
+    medqa = next(ax for ax in comparison.axes if ax.get_title().startswith("medqa_4opt"))
+    rows = [t.get_text() for t in medqa.get_yticklabels()]
+    seeds = -(-count // len(stages))
+    assert len(rows) == min(count, len(stages)), rows  # one row a stage, whatever its seeds
+    assert (f"eval/sft-loglik ({seeds})" if seeds > 1 else "eval/sft-loglik") in rows
+    assert "eval/base-loglik: 25.0%" in [line.get_label() for line in medqa.lines]
+    drawn = figures(runs, evaluations)
+    assert list(drawn)[0] == "comparison"
+    for name, (_, png) in drawn.items():
+        width, height = png_size(png)
+        assert height >= 250 and height >= 0.12 * width, (name, width, height)
+    fig = comparison_figure(runs, evaluations)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            assert not legend.get_window_extent().overlaps(ax.get_window_extent()), ax.get_title()
+    output = tmp_path / "report.html"
+    write_report([*paths, str(evals)], str(output))
+    page = output.read_text()
+    assert ("<details><summary>" in page.split("<h2>Runs</h2>")[1].split("<h2>")[0]) == (count > 12)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make browser installs it)")
+def test_thirty_runs_load_in_a_browser_and_leave_a_screenshot(tmp_path):
+    """The page of 30 runs in headless Chromium: every figure loads, and a screenshot of its top
+    (the comparison) is kept beside it, to be looked at."""
+    paths = [str(write_run(tmp_path / f"stage{i % 6}-s{i // 6 + 1}", shift=i / 100)) for i in range(30)]
+    output = tmp_path / "report.html"
+    images = write_report(paths, str(output))
+    dom = render(output, tmp_path)
+    assert sorted(re.findall(r'<figure id="([a-z]+)"[^>]*data-loaded="(\w+)"', dom)) == sorted(
+        (name, "yes") for name in images
+    )
+    shot = tmp_path / "top.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'shot'}",
+         "--window-size=1280,1600", f"--screenshot={shot}", output.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert png_size(shot.read_bytes()) == (1280, 1600)

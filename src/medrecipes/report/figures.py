@@ -1,7 +1,13 @@
 """The plots of `medrecipes report`, drawn with matplotlib (its Agg backend: files, no display),
-one colour per run; each is drawn only where some run has what it shows."""
+one colour per run; each is drawn only where some run has what it shows. The first, the
+comparison, is what a reader comes for: each evaluation's accuracy with its interval, the runs
+of one stage on one row (their seeds as its points), the baselines as lines. Legends sit
+outside the axes, so that no number of runs covers a plot."""
 
+import fnmatch
 import io
+import re
+from collections import Counter
 
 from medrecipes.evaluation.calibration import headline
 from medrecipes.report.runs import (
@@ -38,12 +44,128 @@ def _colours(count: int) -> list:
     return [cycle[i % len(cycle)] for i in range(count)]
 
 
+def _by_stage(runs: list[Run]) -> list[tuple[Run, str, str]]:
+    """Each run with its stage's colour and its label, the runs of one stage (names that differ
+    only by a seed) sharing both: "sft (3 seeds)"; the label is "_" after a stage's first run,
+    which matplotlib leaves out of a legend, so a legend has an entry a stage."""
+    stages = Counter(stage_of(r.name) for r in runs)
+    colours = dict(zip(stages, _colours(len(stages)), strict=True))
+    found, seen = [], set()
+    for run in runs:
+        stage = stage_of(run.name)
+        label = run.name if stages[stage] == 1 else f"{stage} ({stages[stage]} seeds)"
+        found.append((run, colours[stage], "_" if stage in seen else label))
+        seen.add(stage)
+    return found
+
+
+def _label(label: str, what: str) -> str:
+    return label if label == "_" else f"{label}: {what}"
+
+
 def _error_bars(accuracy: list[float], intervals: list) -> tuple[list[float], list[float]]:
     """matplotlib's error bars (the distance below and above each value) of 95% intervals; a
     bound that rounding put a hair past its value (1.0 against 0.9999999) counts as 0."""
     low = [max(0.0, a - ci[0]) if ci else 0.0 for a, ci in zip(accuracy, intervals, strict=True)]
     high = [max(0.0, ci[1] - a) if ci else 0.0 for a, ci in zip(accuracy, intervals, strict=True)]
     return low, high
+
+
+def _legend(ax) -> None:
+    """The legend beside the axes, not on them, in as many columns as keep it about as tall as
+    the plot (24 entries a column)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, ncol=1 + (len(handles) - 1) // 24,
+                  borderaxespad=0.0, frameon=False)  # fmt: skip
+
+
+# A seed in a run's or an evaluation's name ("sft-free-s2", "grpo_seed3-pubmedqa"): a token of its own.
+SEED = re.compile(r"(?:^|(?<=[-_]))(?:s|seed)\d+(?=$|[-_])")
+
+
+def stage_of(name: str) -> str:
+    """The name without its seed: the row the comparison puts that run or evaluation on."""
+    return re.sub(r"([-_])[-_]+", r"\1", SEED.sub("", name)).strip("-_") or name
+
+
+# Names drawn as baselines (a line across each panel), not as rows: the starting model's evaluation.
+BASELINES = ("base", "base-*", "base_*", "*/base-*", "*/base_*", "*-base", "*-base-*")
+
+
+def comparison_points(runs: list[Run], evaluations: list[Evaluation]) -> list[tuple[str, str, dict]]:
+    """(name, task, report) of every evaluation file and of each run's last evaluation."""
+    found = [(e.name, task, report) for e in evaluations for task, report in e.tasks.items()]
+    for run in runs:
+        if run.reports:
+            found += [(run.name, task, report) for task, report in run.reports[max(run.reports)].items()]
+    return [(name, task, report) for name, task, report in found if report.get("accuracy") is not None]
+
+
+def majority_share(reports: list[dict]) -> tuple[str, float] | None:
+    """The most common gold answer of a task's questions and its share: the accuracy of always
+    giving it, read from an evaluation that kept its predictions."""
+    for report in reports:
+        golds = [p.get("answer") for p in report.get("predictions") or [] if p.get("answer")]
+        if golds:
+            answer, count = Counter(golds).most_common(1)[0]
+            return answer, count / len(golds)
+    return None
+
+
+def comparison_figure(runs: list[Run], evaluations: list[Evaluation], baselines=BASELINES):
+    """Per task, a row per stage (runs and evaluations whose names differ only by a seed), each
+    seed a point with its 95% interval and the stage's mean a diamond; the base model's
+    evaluations and always giving the most common answer are lines across the panel. Its
+    height grows with the rows, so 50 runs stay as readable as 1."""
+    plt = _pyplot()
+    points = comparison_points(runs, evaluations)
+    if not points:
+        return None
+    tasks = list(dict.fromkeys(task for _, task, _ in points))
+    is_base = [any(fnmatch.fnmatch(name, pattern) for pattern in baselines) for name, _, _ in points]
+    rows = {task: list(dict.fromkeys(stage_of(n) for (n, t, _), b in zip(points, is_base, strict=True)
+                                     if t == task and not b)) for task in tasks}  # fmt: skip
+    heights = [0.9 + 0.32 * max(1, len(rows[task])) for task in tasks]
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, sum(heights) + 0.6), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})  # fmt: skip
+    for ax, task in zip(axes[:, 0], tasks, strict=True):
+        stages = rows[task]
+        for (name, where, report), base in zip(points, is_base, strict=True):
+            if where != task or base:
+                continue
+            y = stages.index(stage_of(name))
+            low, high = _error_bars([report["accuracy"]], [report.get("ci95")])
+            ax.errorbar([report["accuracy"]], [y], xerr=[low, high], fmt="o", ms=4, capsize=2, color="C0", alpha=0.8,
+                        label="one run or seed: accuracy, 95% interval")  # fmt: skip
+        for y, stage in enumerate(stages):
+            seeds = [r["accuracy"] for (n, t, r), b in zip(points, is_base, strict=True)
+                     if t == task and not b and stage_of(n) == stage]  # fmt: skip
+            if len(seeds) > 1:
+                ax.plot([sum(seeds) / len(seeds)], [y], "D", ms=7, color="black", label="mean of its seeds")
+        lines = [(n, r) for (n, t, r), b in zip(points, is_base, strict=True) if t == task and b]
+        for k, (name, report) in enumerate(lines):
+            ax.axvline(report["accuracy"], ls="--", color=f"C{k + 1}", label=f"{name}: {report['accuracy']:.1%}")
+        majority = majority_share([r for _, t, r in points if t == task])
+        if majority:
+            ax.axvline(majority[1], ls=":", color="grey", label=f"always {majority[0]}: {majority[1]:.1%}")
+        ax.set_yticks(range(len(stages)), [f"{s} ({c})" if (c := _count(points, is_base, task, s)) > 1 else s
+                                           for s in stages])  # fmt: skip
+        ax.set_ylim(len(stages) - 0.5, -0.5)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("accuracy")
+        ax.set_title(f"{task}: accuracy by run (95% intervals)", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per point
+        ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+                  borderaxespad=0.0, frameon=False)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def _count(points, is_base, task: str, stage: str) -> int:
+    return sum(1 for (n, t, _), b in zip(points, is_base, strict=True) if t == task and not b and stage_of(n) == stage)
 
 
 def loss_figure(runs: list[Run]):
@@ -54,19 +176,21 @@ def loss_figure(runs: list[Run]):
     token_axes = [tokens_at(r) for r in runs]
     by_tokens = all(at is not None for r, at in zip(runs, token_axes, strict=True) if training_logs(r))
     styles = ["--", ":", "-."]
-    for run, colour, at in zip(runs, _colours(len(runs)), token_axes, strict=True):
+    for (run, colour, label), at in zip(_by_stage(runs), token_axes, strict=True):
         x = at if by_tokens and at is not None else (lambda step: step)
         train = [(x(e["step"]), e["loss"]) for e in training_logs(run)]
         if train:
-            ax.plot(*zip(*train, strict=True), color=colour, label=f"{run.name}: train")
+            ax.plot(*zip(*train, strict=True), color=colour, label=_label(label, "train"))
         for i, (name, points) in enumerate(eval_loss_series(run).items()):
             xs, ys = zip(*[(x(s), v) for s, v in points], strict=True)
-            ax.plot(xs, ys, styles[i % len(styles)], marker="o", ms=3, color=colour, label=f"{run.name}: eval {name}")
+            ax.plot(
+                xs, ys, styles[i % len(styles)], marker="o", ms=3, color=colour, label=_label(label, f"eval {name}")
+            )
     ax.set_xlabel("tokens seen" if by_tokens else "step")
     ax.set_ylabel("loss")
     ax.set_title("Training and evaluation loss")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax)
     return fig
 
 
@@ -76,7 +200,7 @@ def accuracy_figure(runs: list[Run]):
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     markers = "osD^v<>"
-    for run, colour in zip(runs, _colours(len(runs)), strict=True):
+    for run, colour, label in _by_stage(runs):
         for i, (name, points) in enumerate(accuracy_series(run).items()):
             steps = [p[0] for p in points]
             ax.plot(
@@ -84,7 +208,7 @@ def accuracy_figure(runs: list[Run]):
                 [p[1] for p in points],
                 marker=markers[i % len(markers)],
                 color=colour,
-                label=f"{run.name}: {name}",
+                label=_label(label, name),
             )
             banded = [p for p in points if p[2] is not None]
             if banded:
@@ -100,7 +224,7 @@ def accuracy_figure(runs: list[Run]):
     ax.set_ylim(0, 1)
     ax.set_title("Multiple-choice accuracy (bands: 95% interval)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax)
     return fig
 
 
@@ -170,19 +294,31 @@ def subjects_figure(runs: list[Run]):
         ax.set_xlim(0, 1)
         ax.set_title(f"{task}: accuracy by subject (bars: 95% interval)")
         ax.grid(axis="x", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        _legend(ax)
     fig.tight_layout()
     return fig
 
 
 def _title_steps(*panels) -> None:
-    """Each (axes, title) panel: its title, steps along x, a grid, a legend where it has lines."""
+    """Each (axes, title) panel of a row: its title, steps along x, a grid; then the row's one
+    legend beside its last panel."""
     for ax, title in panels:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    _row_legend([ax for ax, _ in panels])
+
+
+def _row_legend(axes) -> None:
+    """One legend for panels side by side, beside the last (a legend beside each would lie on
+    its neighbour): every label once."""
+    unique = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            unique.setdefault(label, handle)
+    if unique:
+        axes[-1].legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+                        ncol=1 + (len(unique) - 1) // 24, borderaxespad=0.0, frameon=False)  # fmt: skip
 
 
 def grpo_figure(runs: list[Run]):
@@ -192,21 +328,17 @@ def grpo_figure(runs: list[Run]):
         return None
     fig, (rewards, flat, kl, length) = plt.subplots(1, 4, figsize=(17, 4))
     styles = ["-", "--", ":", "-."]
-    for run, colour in zip(runs, _colours(len(runs)), strict=True):
-        if run not in grpo:
-            continue
+    for run, colour, label in _by_stage(grpo):
         for i, name in enumerate(reward_names(run)):
             points = step_series(run, f"rewards/{name}/mean")
-            rewards.plot(
-                *zip(*points, strict=True), styles[i % len(styles)], color=colour, label=f"{run.name}: {name}"
-            )
+            rewards.plot(*zip(*points, strict=True), styles[i % len(styles)], color=colour, label=_label(label, name))
         # The groups whose answers the correctness reward scored alike, so their advantages are zero
         # and they teach nothing (NO_SIGNAL; TRL's frac_reward_zero_std for runs that lack it).
         flat_key = NO_SIGNAL if step_series(run, NO_SIGNAL) else "frac_reward_zero_std"
         for ax, key in ((flat, flat_key), (kl, "kl"), (length, "completions/mean_length")):
             points = step_series(run, key)
             if points:
-                ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
+                ax.plot(*zip(*points, strict=True), color=colour, label=label)
     _title_steps(
         (rewards, "mean reward per function"),
         (flat, "groups whose answers all scored alike (no signal)"),
@@ -263,40 +395,12 @@ def throughput_figure(runs: list[Run]):
     if not shown:
         return None
     fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown), 3.6), squeeze=False)
-    for ax, (key, title) in zip(axes[0], shown, strict=True):
-        for run, colour in zip(runs, _colours(len(runs)), strict=True):
+    for ax, (key, _) in zip(axes[0], shown, strict=True):
+        for run, colour, label in _by_stage(runs):
             points = step_series(run, key)
             if points:
-                ax.plot(*zip(*points, strict=True), color=colour, label=run.name)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def evaluations_figure(evaluations: list[Evaluation]):
-    import numpy as np
-
-    plt = _pyplot()
-    if not evaluations:
-        return None
-    tasks = list(dict.fromkeys(t for e in evaluations for t in e.tasks))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks) * max(1, len(evaluations) / 3)), 4.2))
-    width = 0.8 / len(evaluations)
-    x = np.arange(len(tasks))
-    for i, (evaluation, colour) in enumerate(zip(evaluations, _colours(len(evaluations)), strict=True)):
-        reports = [evaluation.tasks.get(t) for t in tasks]
-        acc = [r["accuracy"] if r else np.nan for r in reports]
-        err = _error_bars(acc, [r["ci95"] if r else None for r in reports])
-        ax.bar(x + i * width, acc, width, yerr=err, color=colour, label=evaluation.name, capsize=3)
-    ax.set_xticks(x + width * (len(evaluations) - 1) / 2, tasks)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_title("Evaluations (bars: 95% interval)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+                ax.plot(*zip(*points, strict=True), color=colour, label=label)
+    _title_steps(*((ax, title) for ax, (_, title) in zip(axes[0], shown, strict=True)))
     fig.tight_layout()
     return fig
 
@@ -334,10 +438,10 @@ def calibration_figure(runs: list[Run], evaluations: list[Evaluation]):
                 continue
             filled = [b for b in found["bins"] if b["n"]]
             ece = f"ECE {found['ece']:.3f}"
+            area = f"area {found['aurc_accuracy']:.3f}"
             reliability.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], "o-",
-                             color=colours[label], label=f"{label}: {ece}")  # fmt: skip
-            coverage.plot(*zip(*found["coverage_curve"], strict=True), color=colours[label],
-                          label=f"{label}: area {found['aurc_accuracy']:.3f}")  # fmt: skip
+                             color=colours[label], label=f"{label}: {ece}, {area}")  # fmt: skip
+            coverage.plot(*zip(*found["coverage_curve"], strict=True), color=colours[label])
         reliability.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy")
         reliability.set_title(f"{task}: reliability (15 bins)")
         coverage.set(xlim=(0, 1), ylim=(0, 1), xlabel="share of questions answered (most confident first)",
@@ -345,7 +449,7 @@ def calibration_figure(runs: list[Run], evaluations: list[Evaluation]):
         coverage.set_title(f"{task}: accuracy against coverage")
         for ax in (reliability, coverage):
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+        _row_legend([reliability, coverage])
     fig.tight_layout()
     return fig
 
@@ -361,15 +465,19 @@ FIGURES = (
 
 
 def figures(runs: list[Run], evaluations: list[Evaluation]) -> dict[str, tuple[str, bytes]]:
-    """{name: (title, PNG)} of every plot that the runs and evaluations have data for."""
+    """{name: (title, PNG)} of every plot that the runs and evaluations have data for, the
+    comparison first."""
     found = {}
+    fig = comparison_figure(runs, evaluations)
+    if fig is not None:
+        found["comparison"] = (
+            "Accuracy by run: seeds as points, the base model and the most common answer as lines",
+            _png(fig),
+        )
     for name, title, draw in FIGURES:
         fig = draw(runs) if runs else None
         if fig is not None:
             found[name] = (title, _png(fig))
-    fig = evaluations_figure(evaluations)
-    if fig is not None:
-        found["evaluations"] = ("Evaluations", _png(fig))
     fig = calibration_figure(runs, evaluations)
     if fig is not None:
         found["calibration"] = ("Calibration: reliability and selective accuracy", _png(fig))

@@ -15,11 +15,17 @@ from medrecipes.report.figures import figures
 from medrecipes.report.runs import Evaluation, Run, read_inputs, run_state, training_logs
 from medrecipes.runs.record import SettledRun
 
+# Rows a table shows open; a longer one is folded under a line that says how many it holds.
+OPEN_ROWS = 12
 
-def _table(header: list[str], rows: list[list]) -> str:
+
+def _table(header: list[str], rows: list[list], fold: bool = True) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if not fold or len(rows) <= OPEN_ROWS:
+        return table
+    return f"<details><summary>{len(rows)} rows</summary>{table}</details>"
 
 
 def _number(value) -> str:
@@ -206,7 +212,7 @@ def render_html(
         ]
         header, rows = settings_rows(runs)
         summary = f"{len(rows)} keys (those that differ between runs first)"
-        settings = f"<details><summary>{summary}</summary>{_table(header, rows)}</details>"
+        settings = f"<details><summary>{summary}</summary>{_table(header, rows, fold=False)}</details>"
         parts += ["<h2>Recipe settings</h2>", settings if rows else missing.format("resolved recipe")]
     body = "\n".join(parts)
     return (
@@ -242,7 +248,8 @@ def write_report(paths: list[str], output: str, title: str | None = None, overwr
         claim_output(target, "report", "report: --output", paths, overwrite)
     runs, evaluations = read_inputs(paths)
     plots = figures(runs, evaluations)
-    title = title or f"medrecipes report: {', '.join(r.name for r in runs) or 'evaluations'}"
+    named = ", ".join(r.name for r in runs) if len(runs) <= 5 else f"{len(runs)} runs"
+    title = title or f"medrecipes report: {named or 'evaluations'}"
     page = render_html(runs, evaluations, plots, title)
     with staged(images, folder=True, kind="report") as folder:
         for name, (_, png) in plots.items():
