@@ -271,6 +271,68 @@ def test_lm_eval_scores_the_served_model_as_medrecipes_does(server, memorised_mo
 
 
 @pytest.mark.slow
+@pytest.mark.long
+def test_lm_eval_chat_completions_gets_the_answers_medrecipes_generates(server, memorised_model, tmp_path):
+    """lm-eval's own `local-chat-completions` model against the server (its generate path: chat
+    messages, `stop` from its `until`, greedy) on 12 questions asked as `medrecipes eval --mode
+    generate` asks them: the same replies, word for word, so the same letters."""
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+
+    from medrecipes.evaluation.generate import generate_answers
+    from medrecipes.usmle import chat_messages, extract_answer, letters_for, load_mcq
+
+    rows = load_mcq(str(ROOT / "data/usmle_sample/test.jsonl")).to_list()[:12]
+    questions = tmp_path / "asked.jsonl"
+    questions.write_text("".join(json.dumps({"user": chat_messages(r)[-1]["content"], "answer": r["answer"]}) + "\n"
+                                 for r in rows))  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    task = {
+        "task": "medqa_chat_served",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(questions)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{user}}",
+        "doc_to_target": "{{answer}}",
+        # a stop string no reply holds: the replies end where `medrecipes eval` ends them (the model's
+        # end of turn, or the token limit), which lm-eval's chat model sends as `stop` all the same
+        "generation_kwargs": {
+            "until": ["<never in a reply>"],
+            "max_gen_toks": 24,
+            "do_sample": False,
+            "temperature": 0,
+        },
+        "metric_list": [{"metric": "exact_match"}],
+    }
+    (tmp_path / "tasks" / "medqa_chat_served.yaml").write_text(json.dumps(task))
+    theirs = lm_eval.simple_evaluate(
+        model="local-chat-completions",
+        model_args={
+            "model": served_name(memorised_model),
+            "base_url": f"http://127.0.0.1:{server.port}/v1/chat/completions",
+            "num_concurrent": 1,
+            "max_retries": 1,
+        },
+        tasks=["medqa_chat_served"],
+        task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False),
+        apply_chat_template=True,
+        log_samples=True,
+    )
+    replies = [
+        sample["resps"][0][0] for sample in sorted(theirs["samples"]["medqa_chat_served"], key=lambda s: s["doc_id"])
+    ]
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(memorised_model),
+        AutoTokenizer.from_pretrained(memorised_model),
+    )
+    ours, _ = generate_answers(model, tokenizer, rows, max_new_tokens=24, batch_size=1)
+    assert all(reply.strip() for reply in ours) and replies == ours
+    letters = [extract_answer(text, letters_for(row)) for text, row in zip(replies, rows, strict=True)]
+    assert letters == [extract_answer(text, letters_for(row)) for text, row in zip(ours, rows, strict=True)]
+
+
+@pytest.mark.slow
 def test_a_completion_gives_each_tokens_logprob_and_the_likeliest_there(server, memorised_model):
     tokenizer = AutoTokenizer.from_pretrained(memorised_model)
     ids = tokenizer(QUESTION)["input_ids"]
