@@ -5,6 +5,7 @@ loopback (docs/serving.md)."""
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -330,6 +331,32 @@ def test_lm_eval_chat_completions_gets_the_answers_medrecipes_generates(server, 
     assert all(reply.strip() for reply in ours) and replies == ours
     letters = [extract_answer(text, letters_for(row)) for text, row in zip(replies, rows, strict=True)]
     assert letters == [extract_answer(text, letters_for(row)) for text, row in zip(ours, rows, strict=True)]
+
+
+@pytest.mark.slow
+def test_a_client_that_closes_its_stream_stops_the_generation(tiny_model):
+    """A streamed answer whose client goes away after the first words: the server stops
+    generating at its next token (says so, with the count), and answers the next request."""
+    running = Server(tiny_model)
+    try:
+        room = 400  # a random model rarely stops on its own; a few seconds of tokens on a CPU
+        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
+        body = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": room, "stream": True}
+        connection.request(
+            "POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        assert response.status == 200
+        while not re.search(rb'"content": "[^"]', response.readline()):
+            pass  # until the first words
+        connection.close()
+        status, reply = running.chat(max_tokens=2)
+        assert status == 200 and reply["usage"]["completion_tokens"] <= 2
+    finally:
+        running.stop()
+    said = running.process.stdout.read()
+    stopped = re.search(r"a client closed its stream: its answer stopped after (\d+) of at most (\d+) tokens", said)
+    assert stopped and int(stopped.group(1)) < room == int(stopped.group(2)), said[-2000:]
 
 
 @pytest.mark.slow

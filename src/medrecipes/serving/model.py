@@ -4,6 +4,7 @@ pieces, a completion of text or token ids with the log-probabilities of its toke
 loglik scoring asks for those of the prompt itself: `echo`, `max_tokens: 0`)."""
 
 import os
+import sys
 import threading
 import time
 import uuid
@@ -174,6 +175,10 @@ class ServedModel:
                 except Exception as err:  # noqa: BLE001 - ended below, in the stream's own words
                     result["error"] = err
                     streamer.end()
+                    return
+            if cancelled.is_set() and "stop_string" not in result:  # the client went away: said in the log
+                print(f"a client closed its stream: its answer stopped after {len(result['out'])} of at most "
+                      f"{request['max_tokens']} tokens", file=sys.stderr, flush=True)  # fmt: skip
 
         thread = threading.Thread(target=work, daemon=True)
         head = {**self._head("chat.completion.chunk")}
@@ -190,6 +195,7 @@ class ServedModel:
             found = [i for i in (held.find(s) for s in request["stop"]) if i >= 0]
             if found:
                 stopped_at = min(found)
+                result["stop_string"] = True
                 cancelled.set()
                 break
             ready, held = (held[: len(held) - hold], held[len(held) - hold :]) if hold else (held, "")
