@@ -585,7 +585,7 @@ def test_the_recipe_takes_an_optimizer_setting_exactly_when_torch_does(tmp_path,
         assert line is not None and key in line, (key, value)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=40)
 @given(
     st.integers(-3, 3),
     st.one_of(st.none(), st.integers(-2, 4)),
