@@ -247,13 +247,20 @@ def test_a_dpo_run_gets_its_rewards_margins_and_reward_accuracy_plotted(tmp_path
 def test_the_runs_table_says_whether_each_run_finished_or_stopped(tmp_path):
     """A run whose record says it finished and whose final/ is there, and one killed after its
     third step's checkpoint: the report tells them apart, and names the checkpoint a rerun resumes."""
+    import torch
+    from safetensors.torch import save_file
+
     from medrecipes.report.page import RUN_COLUMNS, run_rows
     from medrecipes.report.runs import Run
 
     finished, stopped = tmp_path / "finished", tmp_path / "stopped"
     (finished / "final").mkdir(parents=True)
-    (stopped / "checkpoint-3").mkdir(parents=True)
-    (stopped / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    for step in (3, 4):  # checkpoint-4's weights are cut: the rule that resumes sets it aside
+        (stopped / f"checkpoint-{step}").mkdir(parents=True)
+        (stopped / f"checkpoint-{step}" / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+        save_file({"w": torch.zeros(8)}, stopped / f"checkpoint-{step}" / "model.safetensors")
+    weights = stopped / "checkpoint-4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
     runs = [
         Run("finished", str(finished), [{"step": 8, "loss": 1.0}], record={"finished": {"global_step": 8}}),
         Run("stopped", str(stopped), [{"step": 3, "loss": 2.0}], record={}),
@@ -261,8 +268,8 @@ def test_the_runs_table_says_whether_each_run_finished_or_stopped(tmp_path):
     ]
     state = {row[0]: row[RUN_COLUMNS.index("state")] for row in run_rows(runs)}
     assert state["finished"] == "finished at step 8"
-    assert state["stopped"].startswith("stopped") and "checkpoint-3 is its newest" in state["stopped"]
-    assert state["never saved"].startswith("stopped before its first checkpoint")
+    assert state["stopped"] == "stopped (or still training): the same command resumes from checkpoint-3"
+    assert state["never saved"].startswith("stopped before a checkpoint it can resume from")
 
 
 def test_a_run_that_has_started_but_not_logged_is_a_run_not_a_folder_of_evaluations(tmp_path):
@@ -279,7 +286,7 @@ def test_a_run_that_has_started_but_not_logged_is_a_run_not_a_folder_of_evaluati
     assert [run.name for run in runs] == ["started", "logged"] and evaluations == []
     assert runs[0].log_history == [] and runs[0].record["command"] == "recipes/grpo.py recipe.yaml"
     state = {row[0]: row[RUN_COLUMNS.index("state")] for row in run_rows(runs)}
-    assert state["started"] == "stopped before its first checkpoint (or still training)"
+    assert state["started"] == "stopped before a checkpoint it can resume from (or still training)"
     write_report([str(started), str(tmp_path / "logged")], str(tmp_path / "report.html"))
     assert "started" in (tmp_path / "report.html").read_text(encoding="utf-8")
     with pytest.raises(UserError, match="holds no run"):

@@ -1,5 +1,5 @@
-"""A run's checkpoint folders as the trainer names them, the newest one that is whole, and what in
-one the trainer could not read back."""
+"""A run's checkpoint folders as the trainer names them, the newest that holds its state, and what
+in one the trainer could not read back."""
 
 import json
 import os
@@ -26,26 +26,16 @@ def checkpoint_steps(output_dir: str) -> list[int]:
 TRAINER_STATE = "trainer_state.json"  # the trainer writes it last into a checkpoint
 
 
-def newest_complete_checkpoint(output_dir: str, warn=None) -> str | None:
+def newest_complete_checkpoint(output_dir: str) -> str | None:
     """The newest checkpoint folder in `output_dir` that holds the trainer state, which the
-    trainer writes last: the one a run resumes from, whose state a report reads, and the one a
-    failed or interrupted run says it keeps. `warn`, a logger, logs each newer folder skipped (a
-    save killed by an older version, or by a process that did not stage its checkpoints)."""
+    trainer writes last: the newest log history a run wrote, which a report reads. Where a run
+    resumes from, and what it keeps, is `runs.resume.resume_point`'s (it also sets aside a
+    damaged checkpoint, or one another run saved)."""
     for step in reversed(checkpoint_steps(output_dir)):
         path = os.path.join(output_dir, f"checkpoint-{step}")
         if os.path.isfile(os.path.join(path, TRAINER_STATE)):
             return path
-        if warn is not None:
-            warn.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
     return None
-
-
-def kept(output_dir: str) -> str:
-    """What a run that stops (a failed save, an interrupt) keeps, in the line it prints."""
-    checkpoint = newest_complete_checkpoint(output_dir)
-    if checkpoint is None:
-        return f"no checkpoint of this run was saved yet in {output_dir}; the same command starts it again"
-    return f"{checkpoint} is kept whole, and the same command resumes from it"
 
 
 # A pickled state (optimizer, scheduler, RNG, scaler, arguments) up to this size is read whole to

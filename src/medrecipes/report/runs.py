@@ -12,6 +12,7 @@ from medrecipes.errors import UserError
 from medrecipes.locations import absent
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
 from medrecipes.runs.record import EVAL_TASKS, RECORD
+from medrecipes.runs.resume import resume_point
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
 
@@ -92,10 +93,10 @@ def run_state(run: Run) -> str:
     done = run.record.get("finished")
     if done and os.path.isdir(os.path.join(run.path, "final")):
         return f"finished at step {done.get('global_step', '?')}"
-    checkpoint = newest_complete_checkpoint(run.path)
+    checkpoint, _ = resume_point(run.path)
     if checkpoint is None:
-        return "stopped before its first checkpoint (or still training)"
-    return f"stopped (or still training): {os.path.basename(checkpoint)} is its newest, the same command resumes"
+        return "stopped before a checkpoint it can resume from (or still training)"
+    return f"stopped (or still training): the same command resumes from {os.path.basename(checkpoint)}"
 
 
 def read_evaluation(path: str, name: str) -> Evaluation:

@@ -16,40 +16,64 @@ from medrecipes.runs.record import identity_differences, read_record
 logger = logging.getLogger(__name__)
 
 
-def last_checkpoint(output_dir: str) -> str | None:
-    """The newest whole checkpoint in `output_dir`, from which a run resumes automatically.
+def resume_point(output_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the checkpoint a run in `output_dir` resumes from, each newer one set aside with why): the
+    one rule that the resume, the line an interrupted run prints, and the report's state all ask.
 
-    Whole means renamed into place by `RecipeTrainerMixin`, holding the trainer state, which the
-    trainer writes last, and readable as the trainer will read it (`checkpoint_damage`); this run's
-    means saved by a run of the same script, model, data and starting weights (its stamp,
-    `record.stamp_checkpoint`: a checkpoint copied in from another run is set aside with a warning). A folder
-    without the state (a save killed by an older version, or by a process that did not stage its
-    checkpoints) or a damaged one (a disk that lost part of a file, a copy cut short) is skipped
-    with a warning for the newest whole one before it; damaged folders and none whole is one line.
-    """
-    damaged = []
-    ours = read_record(output_dir)
+    The newest checkpoint that is whole: renamed into place by `RecipeTrainerMixin`, holding the
+    trainer state, which the trainer writes last, and readable as the trainer will read it
+    (`checkpoint_damage`); and this run's: saved by a run of the same script, model, data and
+    starting weights (its stamp, `record.stamp_checkpoint`). Set aside: a folder without the state
+    (a save killed by an older version, or by a process that did not stage its checkpoints), one
+    another run saved, and a damaged one (a disk that lost part of a file, a copy cut short)."""
+    skipped = []
+    ours = read_record(output_dir) if os.path.isdir(output_dir) else None
     for step in reversed(checkpoint_steps(output_dir)):
         path = os.path.join(output_dir, f"checkpoint-{step}")
         if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
-            logger.warning("ignoring %s: it has no %s, so its save did not finish", path, TRAINER_STATE)
+            skipped.append((path, f"it has no {TRAINER_STATE}, so its save did not finish"))
             continue
         theirs = _stamp(path)
         if ours and theirs and (differs := identity_differences(theirs, ours)):
-            logger.warning("ignoring %s: another run saved it (%s)", path, "; ".join(differs))
+            skipped.append((path, f"another run saved it ({'; '.join(differs)})"))
             continue
         problem = checkpoint_damage(path)
         if problem is None:
-            logger.info("resuming from %s", path)
-            return path
-        logger.warning("ignoring %s: %s; resuming from an earlier checkpoint", path, problem)
-        damaged.append(f"checkpoint-{step}: {problem}")
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    """The checkpoint a run resumes from automatically (`resume_point`), each one set aside said
+    in a warning; damaged folders and none whole is one line."""
+    path, skipped = resume_point(output_dir)
+    for folder, why in skipped:
+        logger.warning("ignoring %s: %s", folder, why)
+    if path is not None:
+        logger.info("resuming from %s", path)
+        return path
+    damaged = [f"{os.path.basename(folder)}: {why}" for folder, why in skipped if _is_damage(why)]
     if damaged:
         raise UserError(
             f"output_dir: no checkpoint in {output_dir} can be resumed ({'; '.join(damaged)}); move them "
             "aside to start over, or set overwrite_output_dir: true to delete them"
         )
     return None
+
+
+def _is_damage(why: str) -> bool:
+    """A reason of `checkpoint_damage`'s, not a save that never finished or another run's folder."""
+    return not why.startswith(("it has no ", "another run saved it"))
+
+
+def kept(output_dir: str) -> str:
+    """What a run that stops (a failed save, an interrupt) keeps, in the line it prints: the
+    checkpoint the same command would resume from (`resume_point`)."""
+    checkpoint, _ = resume_point(output_dir)
+    if checkpoint is None:
+        return f"no checkpoint of this run was saved yet in {output_dir}; the same command starts it again"
+    return f"{checkpoint} is kept whole, and the same command resumes from it"
 
 
 def _stamp(checkpoint: str) -> dict | None:

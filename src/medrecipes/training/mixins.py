@@ -18,7 +18,7 @@ from transformers import Trainer
 from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, restore_position
 from medrecipes.errors import UserError
 from medrecipes.models.loading import check_positions
-from medrecipes.outputs.checkpoints import newest_complete_checkpoint
+from medrecipes.runs.resume import resume_point
 from medrecipes.training.callbacks import NonFiniteGuard
 from medrecipes.training.monitoring import ThroughputMonitor
 from medrecipes.training.transformers_seams import TrainerSeams
@@ -275,7 +275,7 @@ class StreamTrainerMixin:
                 )
             self.args.ignore_data_skip = True
             if resume_from_checkpoint is True:
-                resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
+                resume_from_checkpoint, _ = resume_point(self.args.output_dir)
             if resume_from_checkpoint:
                 self._stream_base = restore_position(stream, resume_from_checkpoint, self.args)
         return super().train(resume_from_checkpoint, *args, **kwargs)

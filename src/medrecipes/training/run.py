@@ -13,11 +13,12 @@ from typing import NoReturn
 
 from medrecipes.allocator import keep_freed_memory
 from medrecipes.errors import UserError, first_to_report
-from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
+from medrecipes.outputs.checkpoints import TRAINER_STATE
 from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.plan.hardware import hardware
 from medrecipes.runs.record import record_finished
+from medrecipes.runs.resume import kept
 from medrecipes.training.callbacks import StopsRun
 from medrecipes.training.resume import check_resumable
 

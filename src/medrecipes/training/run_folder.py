@@ -17,7 +17,7 @@ import shutil
 from medrecipes.config.parse import recorded_command, resolved_recipe
 from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
-from medrecipes.outputs.checkpoints import CHECKPOINT, kept
+from medrecipes.outputs.checkpoints import CHECKPOINT
 from medrecipes.outputs.claims import claim_output, lock_folder
 from medrecipes.outputs.records import STAGING, mark
 from medrecipes.runs.record import (
@@ -29,6 +29,7 @@ from medrecipes.runs.record import (
     run_identity,
     write_record,
 )
+from medrecipes.runs.resume import kept
 
 logger = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from medrecipes.outputs.checkpoints import TRAINER_STATE, kept
+from medrecipes.outputs.checkpoints import TRAINER_STATE
 from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.runs.record import stamp_checkpoint
+from medrecipes.runs.resume import kept
 
 LIBRARY = "transformers"
 WRITTEN_AGAINST = ("5.17", "5.23")  # the oldest release setup.cfg allows, the one constraints.txt pins
