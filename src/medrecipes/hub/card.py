@@ -33,7 +33,7 @@ from medrecipes.locations import BUILDERS, absent, looks_local
 from medrecipes.outputs.records import written_about
 from medrecipes.report import figures, read_run, trainer_state_path
 from medrecipes.rewards import signal_share
-from medrecipes.runs.record import SettledRun
+from medrecipes.runs.record import FINAL, SettledRun
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     method, script, command, hardware = recorded_facts(record)
     reports = evaluation_reports(eval_files)
     for path in eval_files:
-        _check_scored_model(path, os.path.join(run_folder, "final"))
+        _check_scored_model(path, os.path.join(run_folder, FINAL))
     claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
     with staged(output, folder=True, kind="card") as folder:
         recipe_file = Path(folder, "recipe.yaml")

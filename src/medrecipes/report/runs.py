@@ -11,7 +11,7 @@ from pathlib import Path
 from medrecipes.errors import UserError
 from medrecipes.locations import absent
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
-from medrecipes.runs.record import EVAL_TASKS, RECORD
+from medrecipes.runs.record import EVAL_TASKS, RECORD, finished_entry
 from medrecipes.runs.resume import resume_point
 
 STEP_REPORT = re.compile(r"step-(\d+)\.json$")
@@ -90,8 +90,8 @@ def run_state(run: Run) -> str:
     """How the run ended, from its record and folder: finished (its final model written), or
     stopped before that (killed, preempted, failed) with the checkpoint the same command resumes
     from; a run still training reads as stopped at its newest checkpoint too."""
-    done = run.record.get("finished")
-    if done and os.path.isdir(os.path.join(run.path, "final")):
+    done = finished_entry(run.path, run.record)
+    if done is not None:
         return f"finished at step {done.get('global_step', '?')}"
     checkpoint, _ = resume_point(run.path)
     if checkpoint is None:

@@ -22,6 +22,7 @@ RECORD = "run.json"
 # reports of its evaluations during training, and the model card its push writes.
 EVAL_TASKS = "eval_tasks"
 CARD = "card"
+FINAL = "final"  # the finished model, written last
 IDENTITY = ("script", "model", "data")
 # The words a difference in each is told by, and the fingerprint of a local starting model's weights,
 # compared where both records have it (a run recorded before it was kept has none).
@@ -149,6 +150,13 @@ def update_record(training_args, **entries) -> None:
         return
     record = read_record(training_args.output_dir) or {}
     write_record(training_args.output_dir, {**record, **entries})
+
+
+def finished_entry(output_dir: str, record: dict) -> dict | None:
+    """What the record says of the run's end (`record_finished`: its step, its target, the
+    hardware) where the run finished: the record says so and final/ is there; else None."""
+    done = record.get("finished")
+    return done if done and os.path.isdir(os.path.join(output_dir, FINAL)) else None
 
 
 def record_finished(training_args, state, hardware: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import medrecipes.serving.requests as fields
 from medrecipes.errors import UserError
+from medrecipes.runs.record import FINAL
 from medrecipes.serving.requests import RequestError
 
 
@@ -19,7 +20,7 @@ def served_name(path: str) -> str:
     """The name a model is served under by default: its run's (output_dir/final: the output_dir's
     name), else its folder's or file's, not the path on this machine."""
     path = os.path.normpath(path)
-    name = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "final" else os.path.basename(path)
+    name = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == FINAL else os.path.basename(path)
     return name.removesuffix(".gguf") or path
 
 

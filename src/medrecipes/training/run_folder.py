@@ -23,7 +23,9 @@ from medrecipes.outputs.records import STAGING, mark
 from medrecipes.runs.record import (
     CARD,
     EVAL_TASKS,
+    FINAL,
     RECORD,
+    finished_entry,
     identity_differences,
     read_record,
     run_identity,
@@ -36,7 +38,7 @@ logger = logging.getLogger(__name__)
 # What a run leaves in its output_dir that a run starting over must not find: checkpoints (and
 # their staging), the final model, the trainer's state and metrics, the benchmark reports of its
 # evaluations and its model card (which would be read as the new run's).
-RUN_STATE = ("final", STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
+RUN_STATE = (FINAL, STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
              EVAL_TASKS, CARD)  # fmt: skip
 
 
@@ -98,13 +100,13 @@ def _start_over(output_dir: str) -> None:
 
 def _has_results(output_dir: str) -> bool:
     """A checkpoint or a final model in the folder."""
-    return any(name == "final" or CHECKPOINT.match(name) for name in os.listdir(output_dir))
+    return any(name == FINAL or CHECKPOINT.match(name) for name in os.listdir(output_dir))
 
 
 def finished(record: dict, training_args) -> bool:
     """Whether the run in the record trained as far as these arguments ask (final/ written)."""
-    done = record.get("finished")
-    if not done or not os.path.isdir(os.path.join(training_args.output_dir, "final")):
+    done = finished_entry(training_args.output_dir, record)
+    if done is None:
         return False
     if training_args.max_steps > 0:
         return done["global_step"] >= training_args.max_steps
