@@ -125,3 +125,34 @@ def test_kubernetes_job_runs_one_node_per_pod_with_gpus_and_a_shared_volume():
     assert container["env"][-1]["valueFrom"]["secretKeyRef"]  # the Hub token from a secret, not the file
     subprocess.run(["bash", "-n", ROOT / "recipes" / "launch" / "node.sh"], check=True)
     subprocess.run(["bash", "-n", ROOT / "recipes" / "launch" / "slurm.sbatch"], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.long  # two launches of two processes
+def test_a_launch_that_accelerate_sets_up_otherwise_is_said(tiny_model, tmp_path):
+    """Two processes that accelerate sets up each alone (a CPU launch without use_cpu) would train
+    the run twice into one folder: one line, exit 2, nothing written. An FSDP config on CPU
+    processes trains as plain data parallel: said in one line, and the run goes on."""
+    from conftest import LAUNCH, error_lines
+
+    args = ["recipes/tiny_cpt.yaml", "--model_name_or_path", tiny_model, "--max_steps", "1", *NO_EVAL,
+            "--save_strategy", "no"]  # fmt: skip
+    alone = subprocess.run(
+        [*LAUNCH, "--config_file", "accelerate_configs/ddp.yaml", "--mixed_precision", "no", "--num_processes", "2",
+         "recipes/cpt.py", *args, "--use_cpu", "false", "--output_dir", str(tmp_path / "alone")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert alone.returncode != 0
+    assert error_lines(alone.stderr) == [
+        "error: launch: 2 processes were started but accelerate set each up alone (NO on cpu), so each would train "
+        "this whole run into the same output_dir; set use_cpu: true in the recipe for CPU processes, or launch one process"
+    ], alone.stderr[-3000:]
+    assert not (tmp_path / "alone").exists()
+    fsdp = subprocess.run(
+        [*LAUNCH, "--config_file", "accelerate_configs/fsdp.yaml", "--mixed_precision", "no", "--num_processes", "2",
+         "recipes/cpt.py", *args, "--output_dir", str(tmp_path / "fsdp")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    said = [line for line in (fsdp.stdout + fsdp.stderr).splitlines() if "the accelerate config asks for FSDP" in line]
+    assert len(said) == 1 and "set up MULTI_CPU on cpu" in said[0], said  # once a launch

@@ -32,6 +32,7 @@ from medrecipes.runs.record import (
     write_record,
 )
 from medrecipes.runs.resume import kept
+from medrecipes.training.launch import check_launch
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,9 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
     anything medrecipes did not write, or anything the run reads), create and lock it for this
     launch, mark it and record the run there if it is new. Returns whether the run already
     finished there: the script then stops without training a step or writing anything. The main
-    process looks first, so the others find the folder as it leaves it."""
+    process looks first, so the others find the folder as it leaves it. A launch whose processes
+    accelerate set up otherwise than it asked is said first (`launch.check_launch`)."""
+    check_launch(training_args)
     output_dir = training_args.output_dir
     ours = run_identity(method, recipe, model_args)
     where = f"{recipe.recipe_file or 'command line'}: output_dir"
