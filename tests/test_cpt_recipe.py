@@ -124,7 +124,7 @@ def test_the_report_of_a_real_run(tiny_run, tmp_path):
     assert run.record["script"] == "recipes/cpt.py" and run.record["recipe"]["max_steps"] == 12
     assert sorted(run.reports) == [0, 4, 8, 12] and run.best_step in (4, 8, 12)
     images = write_report([str(tiny_run)], str(tmp_path / "report.html"))
-    assert sorted(images) == ["accuracy", "calibration", "loss", "subjects", "throughput"]
+    assert sorted(images) == ["accuracy", "calibration", "comparison", "loss", "subjects", "throughput"]
     page = (tmp_path / "report.html").read_text()
     assert "data/usmle_sample/train.jsonl" in page and "recipes/cpt.py" in page
 
