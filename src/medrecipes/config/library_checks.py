@@ -82,34 +82,38 @@ def _optimizer_probe(args: TrainingArguments):
     return optimizer
 
 
-def check_optimizer(args: TrainingArguments, path: str) -> None:
-    """The optimizer and its schedule accept the recipe's settings: torch's and transformers' own
-    refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
-    any model or data is loaded rather than at the first step. The key is the one whose default
-    makes the optimizer build."""
+def _refused_key(args: TrainingArguments, probe, keys: tuple[str, ...], path: str, refuser: str) -> None:
+    """Run `probe` on the run's settings; where the library refuses them, one line with its reason
+    naming the key whose default makes the probe pass (or every key, where no one alone does)."""
     import copy
 
     try:
-        _optimizer_probe(args)
+        probe(args)
         return
     except (ValueError, TypeError) as err:
-        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = " ".join(str(err).split()).rstrip(".") or type(err).__name__
     defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
-    optim = getattr(args.optim, "value", args.optim)
-    for key in (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs"):
+    for key in keys:
         trial = copy.copy(args)
         setattr(trial, key, getattr(defaults, key))
         try:
-            _optimizer_probe(trial)
+            probe(trial)
         except (ValueError, TypeError):
             continue
         raise UserError(
-            f"{path}: {key} {getattr(args, key)!r} is refused by the {optim} optimizer or its schedule ({reason}); "
+            f"{path}: {key} {getattr(args, key)!r} is refused by {refuser} ({reason}); "
             f"use a value it accepts (default {getattr(defaults, key)!r})"
         )
-    raise UserError(
-        f"{path}: the {optim} optimizer refuses these settings ({reason}); check {', '.join(OPTIMIZER_SETTINGS)}"
-    )
+    raise UserError(f"{path}: {refuser} refuses these settings ({reason}); check {', '.join(keys)}")
+
+
+def check_optimizer(args: TrainingArguments, path: str) -> None:
+    """The optimizer and its schedule accept the recipe's settings: torch's and transformers' own
+    refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
+    any model or data is loaded rather than at the first step."""
+    optim = getattr(args.optim, "value", args.optim)
+    keys = (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs")
+    _refused_key(args, _optimizer_probe, keys, path, f"the {optim} optimizer or its schedule")
 
 
 # The TrainingArguments each DataLoader of the run is built from (transformers' get_train_dataloader).
@@ -143,29 +147,8 @@ def _dataloader_probe(args: TrainingArguments) -> None:
 
 def check_dataloader(args: TrainingArguments, path: str) -> None:
     """torch's own refusal of the loader settings ("num_workers option should be non-negative")
-    as one line naming the key: the one whose default makes the loader build."""
-    import copy
-
-    try:
-        _dataloader_probe(args)
-        return
-    except (ValueError, TypeError) as err:
-        reason = " ".join(str(err).split()).rstrip(".")
-    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
-    for key in DATALOADER_SETTINGS:
-        trial = copy.copy(args)
-        setattr(trial, key, getattr(defaults, key))
-        try:
-            _dataloader_probe(trial)
-        except (ValueError, TypeError):
-            continue
-        raise UserError(
-            f"{path}: {key} {getattr(args, key)!r} is refused by torch's DataLoader ({reason}); "
-            f"use a value it accepts (default {getattr(defaults, key)!r})"
-        )
-    raise UserError(
-        f"{path}: torch's DataLoader refuses these settings ({reason}); check {', '.join(DATALOADER_SETTINGS)}"
-    )
+    as one line naming the key."""
+    _refused_key(args, _dataloader_probe, DATALOADER_SETTINGS, path, "torch's DataLoader")
 
 
 # The settings that send something to the Hub during or at the end of a run.
