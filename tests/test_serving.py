@@ -334,6 +334,7 @@ def test_lm_eval_chat_completions_gets_the_answers_medrecipes_generates(server, 
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a server of its own
 def test_a_client_that_closes_its_stream_stops_the_generation(tiny_model):
     """A streamed answer whose client goes away after the first words: the server stops
     generating at its next token (says so, with the count), and answers the next request."""
