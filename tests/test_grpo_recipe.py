@@ -75,6 +75,7 @@ NO_EVAL = ("--eval_strategy", "no", "--eval_on_start", "false")
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a GRPO run with a reference model and evaluations
 def test_kl_to_the_reference_and_periodic_evaluation(learn_check, tmp_path):
     folder = tmp_path / "run"
     two_steps(learn_check, folder, "--eval_steps", "2", "--eval_on_start", "false")

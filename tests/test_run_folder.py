@@ -290,6 +290,7 @@ def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):
     assert moves == [] and (old / "weights").read_text() == "new" and not new.exists()
 
 
+@pytest.mark.long  # three damaged records, each run against a finished run
 def test_a_damaged_run_record_is_one_line(finished_run, tiny_model, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
