@@ -122,50 +122,41 @@ def comparison_figure(runs: list[Run], evaluations: list[Evaluation], baselines=
     points = comparison_points(runs, evaluations)
     if not points:
         return None
-    tasks = list(dict.fromkeys(task for _, task, _ in points))
-    is_base = [any(fnmatch.fnmatch(name, pattern) for pattern in baselines) for name, _, _ in points]
-    rows = {task: list(dict.fromkeys(stage_of(n) for (n, t, _), b in zip(points, is_base, strict=True)
-                                     if t == task and not b)) for task in tasks}  # fmt: skip
-    heights = [0.9 + 0.32 * max(1, len(rows[task])) for task in tasks]
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, sum(heights) + 0.6), squeeze=False,
+    # Per task: each stage's reports (its seeds), in the order first seen, and the baselines' lines.
+    rows: dict[str, dict[str, list[dict]]] = {}
+    lines: dict[str, list[tuple[str, dict]]] = {}
+    for name, task, report in points:
+        rows.setdefault(task, {})
+        if any(fnmatch.fnmatch(name, pattern) for pattern in baselines):
+            lines.setdefault(task, []).append((name, report))
+        else:
+            rows[task].setdefault(stage_of(name), []).append(report)
+    heights = [0.9 + 0.32 * max(1, len(stages)) for stages in rows.values()]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, sum(heights) + 0.6), squeeze=False,
                              gridspec_kw={"height_ratios": heights})  # fmt: skip
-    for ax, task in zip(axes[:, 0], tasks, strict=True):
-        stages = rows[task]
-        for (name, where, report), base in zip(points, is_base, strict=True):
-            if where != task or base:
-                continue
-            y = stages.index(stage_of(name))
-            low, high = _error_bars([report["accuracy"]], [report.get("ci95")])
-            ax.errorbar([report["accuracy"]], [y], xerr=[low, high], fmt="o", ms=4, capsize=2, color="C0", alpha=0.8,
-                        label="one run or seed: accuracy, 95% interval")  # fmt: skip
-        for y, stage in enumerate(stages):
-            seeds = [r["accuracy"] for (n, t, r), b in zip(points, is_base, strict=True)
-                     if t == task and not b and stage_of(n) == stage]  # fmt: skip
+    for ax, (task, stages) in zip(axes[:, 0], rows.items(), strict=True):
+        for y, seeds in enumerate(stages.values()):
+            for report in seeds:
+                low, high = _error_bars([report["accuracy"]], [report.get("ci95")])
+                ax.errorbar([report["accuracy"]], [y], xerr=[low, high], fmt="o", ms=4, capsize=2, color="C0",
+                            alpha=0.8, label="one run or seed: accuracy, 95% interval")  # fmt: skip
             if len(seeds) > 1:
-                ax.plot([sum(seeds) / len(seeds)], [y], "D", ms=7, color="black", label="mean of its seeds")
-        lines = [(n, r) for (n, t, r), b in zip(points, is_base, strict=True) if t == task and b]
-        for k, (name, report) in enumerate(lines):
+                mean = sum(r["accuracy"] for r in seeds) / len(seeds)
+                ax.plot([mean], [y], "D", ms=7, color="black", label="mean of its seeds")
+        for k, (name, report) in enumerate(lines.get(task, [])):
             ax.axvline(report["accuracy"], ls="--", color=f"C{k + 1}", label=f"{name}: {report['accuracy']:.1%}")
         majority = majority_share([r for _, t, r in points if t == task])
         if majority:
             ax.axvline(majority[1], ls=":", color="grey", label=f"always {majority[0]}: {majority[1]:.1%}")
-        ax.set_yticks(range(len(stages)), [f"{s} ({c})" if (c := _count(points, is_base, task, s)) > 1 else s
-                                           for s in stages])  # fmt: skip
+        ax.set_yticks(range(len(stages)), [f"{s} ({len(r)})" if len(r) > 1 else s for s, r in stages.items()])
         ax.set_ylim(len(stages) - 0.5, -0.5)
         ax.set_xlim(0, 1)
         ax.set_xlabel("accuracy")
         ax.set_title(f"{task}: accuracy by run (95% intervals)", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per point
-        ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
-                  borderaxespad=0.0, frameon=False)  # fmt: skip
+        _row_legend([ax])  # one entry per kind, not per point
     fig.tight_layout()
     return fig
-
-
-def _count(points, is_base, task: str, stage: str) -> int:
-    return sum(1 for (n, t, _), b in zip(points, is_base, strict=True) if t == task and not b and stage_of(n) == stage)
 
 
 def loss_figure(runs: list[Run]):
