@@ -16,8 +16,9 @@ from medrecipes.runs.record import identity_differences, read_record
 logger = logging.getLogger(__name__)
 
 
-def resume_point(output_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """(the checkpoint a run in `output_dir` resumes from, each newer one set aside with why): the
+def resume_point(output_dir: str) -> tuple[str | None, list[tuple[str, str, bool]]]:
+    """(the checkpoint a run in `output_dir` resumes from, each newer one set aside with why and
+    whether it is damaged rather than unfinished or another run's): the
     one rule that the resume, the line an interrupted run prints, and the report's state all ask.
 
     The newest checkpoint that is whole: renamed into place by `RecipeTrainerMixin`, holding the
@@ -31,16 +32,16 @@ def resume_point(output_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
     for step in reversed(checkpoint_steps(output_dir)):
         path = os.path.join(output_dir, f"checkpoint-{step}")
         if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
-            skipped.append((path, f"it has no {TRAINER_STATE}, so its save did not finish"))
+            skipped.append((path, f"it has no {TRAINER_STATE}, so its save did not finish", False))
             continue
         theirs = _stamp(path)
         if ours and theirs and (differs := identity_differences(theirs, ours)):
-            skipped.append((path, f"another run saved it ({'; '.join(differs)})"))
+            skipped.append((path, f"another run saved it ({'; '.join(differs)})", False))
             continue
         problem = checkpoint_damage(path)
         if problem is None:
             return path, skipped
-        skipped.append((path, problem))
+        skipped.append((path, problem, True))
     return None, skipped
 
 
@@ -48,23 +49,18 @@ def last_checkpoint(output_dir: str) -> str | None:
     """The checkpoint a run resumes from automatically (`resume_point`), each one set aside said
     in a warning; damaged folders and none whole is one line."""
     path, skipped = resume_point(output_dir)
-    for folder, why in skipped:
+    for folder, why, _ in skipped:
         logger.warning("ignoring %s: %s", folder, why)
     if path is not None:
         logger.info("resuming from %s", path)
         return path
-    damaged = [f"{os.path.basename(folder)}: {why}" for folder, why in skipped if _is_damage(why)]
+    damaged = [f"{os.path.basename(folder)}: {why}" for folder, why, damage in skipped if damage]
     if damaged:
         raise UserError(
             f"output_dir: no checkpoint in {output_dir} can be resumed ({'; '.join(damaged)}); move them "
             "aside to start over, or set overwrite_output_dir: true to delete them"
         )
     return None
-
-
-def _is_damage(why: str) -> bool:
-    """A reason of `checkpoint_damage`'s, not a save that never finished or another run's folder."""
-    return not why.startswith(("it has no ", "another run saved it"))
 
 
 def kept(output_dir: str) -> str:
