@@ -156,8 +156,12 @@ def test_model_card_has_the_sections_of_a_medical_release(pushed_run):
         assert main[path].startswith(b"\x89PNG") and len(main[path]) > 5000, path
 
 
-def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path):
+def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
     from medrecipes.config import parse_recipe, resolved_recipe
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # rerun where the Hub is reachable: it pushes too
 
     _, _, hub, _ = pushed_run
     text = hub.repos["med/tiny-cpt"]["main"]["recipe.yaml"].decode()

@@ -208,7 +208,7 @@ def cmd_pass_rate(args) -> None:
     from medrecipes.rewards import correctness_index, reward_functions
 
     method = method_of(args.recipe, args.method, ("grpo",))
-    recipe, training, model_args = parse_recipe(method, [args.recipe, *args.overrides], measured=False)
+    recipe, training, model_args = parse_recipe(method, [args.recipe, *args.overrides], to_train=False)
     if recipe.mixture is None:
         raise UserError(f"{args.recipe}: no 'dataset_mixture'; pass-rate measures the questions it trains on")
     if training.prompt_format != "chat":

@@ -45,10 +45,12 @@ def recipe_method(path: str) -> str:
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
-def parse_recipe(method: str, argv: list[str] | None = None, measured: bool = True):
+def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = True):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order.
-    `measured`: its sources' pass_rate files are there and of its model (`medrecipes pass-rate`,
-    which writes them, reads the recipe before they are)."""
+    `to_train`: the recipe is about to train, so its sources' pass_rate files must be there and of
+    its model, and a push must be able to reach the Hub. Off for the commands that read a recipe
+    without training it: `medrecipes pass-rate` (which writes those files) and `medrecipes card`
+    (which reads a finished run's recipe, wherever it was trained)."""
     parser = RecipeParser(METHODS[method])
     try:
         outputs, path = parser.parse_recipe(argv)
@@ -75,11 +77,11 @@ def parse_recipe(method: str, argv: list[str] | None = None, measured: bool = Tr
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
     checks.check_model_args(model_args, path)
-    if measured:
+    if to_train:
         checks.check_pass_rates(recipe, model_args, path)
+        library_checks.check_hub_reachable(args, path)
     library_checks.check_loggers(args, path)
     library_checks.check_hub_model_id(args, path)
-    library_checks.check_hub_reachable(args, path)
     if isinstance(args, MedDPOConfig):
         library_checks.check_dpo_losses(args, path)
     library_checks.check_optimizer(args, path)

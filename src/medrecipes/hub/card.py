@@ -388,7 +388,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
         recipe_file = Path(folder, "recipe.yaml")
         recipe_file.write_text(yaml.safe_dump(record["recipe"], sort_keys=False))
         try:
-            recipe, args, model_args = parse_recipe(method, [str(recipe_file)])
+            recipe, args, model_args = parse_recipe(method, [str(recipe_file)], to_train=False)
         except (UserError, KeyError) as err:
             raise UserError(
                 f"{where}: the run's recipe does not parse here ({err}); run this where the run ran"
