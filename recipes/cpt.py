@@ -32,17 +32,19 @@ from medrecipes.training.trainers import CausalLMTrainer
 from transformers import set_seed
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+METHOD = "cpt"  # its entry in medrecipes.config.methods: the keys, data and settings of its runs
+
 
 def main(recipe, training_args, model_args):
     logger = setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if claim_run_folder("cpt", recipe, training_args, model_args):  # True: this run finished there already
+    if claim_run_folder(METHOD, recipe, training_args, model_args):  # True: this run finished there already
         return
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
-    run = settle_run("cpt", recipe, training_args, model_args, tokenizer)  # decided once, in run.json
+    run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)  # decided once, in run.json
     with training_args.main_process_first(desc="tokenising and packing"):
         train_dataset, eval_datasets = pretraining_data(
             recipe, tokenizer, training_args.max_length, training_args.dataset_num_proc
@@ -76,4 +78,4 @@ def main(recipe, training_args, model_args):
 
 
 if __name__ == "__main__":
-    exit_on_user_error(lambda: main(*parse_recipe("cpt")))()
+    exit_on_user_error(lambda: main(*parse_recipe(METHOD)))()

@@ -31,17 +31,19 @@ from medrecipes.training.trainers import MedDPOTrainer
 from transformers import set_seed
 from trl import get_peft_config
 
+METHOD = "dpo"  # its entry in medrecipes.config.methods: the keys, data and settings of its runs
+
 
 def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if claim_run_folder("dpo", recipe, training_args, model_args):  # True: this run finished there already
+    if claim_run_folder(METHOD, recipe, training_args, model_args):  # True: this run finished there already
         return
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
-    run = settle_run("dpo", recipe, training_args, model_args, tokenizer)  # decided once, in run.json
+    run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)  # decided once, in run.json
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets = preference_data(recipe)
 
@@ -68,4 +70,4 @@ def main(recipe, training_args, model_args):
 
 
 if __name__ == "__main__":
-    exit_on_user_error(lambda: main(*parse_recipe("dpo")))()
+    exit_on_user_error(lambda: main(*parse_recipe(METHOD)))()

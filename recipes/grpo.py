@@ -35,6 +35,8 @@ from medrecipes.training.trainers import MedGRPOTrainer
 from transformers import set_seed
 from trl import get_peft_config
 
+METHOD = "grpo"  # its entry in medrecipes.config.methods: the keys, data and settings of its runs
+
 
 def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
@@ -45,7 +47,7 @@ def main(recipe, training_args, model_args):
             "use_vllm: vLLM is not installed; pip install 'trl[vllm]' (a GPU machine), "
             "or set use_vllm: false to generate with transformers"
         )
-    if claim_run_folder("grpo", recipe, training_args, model_args):  # True: this run finished there already
+    if claim_run_folder(METHOD, recipe, training_args, model_args):  # True: this run finished there already
         return
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
@@ -53,7 +55,7 @@ def main(recipe, training_args, model_args):
     # What the run is, decided once and recorded in run.json: its chat template (chat prompts need
     # one), the room a prompt may take beside the completion, the reward functions with their
     # weights, the checkpoint it resumes from.
-    run = settle_run("grpo", recipe, training_args, model_args, tokenizer)
+    run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)
     chat = training_args.prompt_format == "chat"
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = grpo_data(recipe, training_args.prompt_format)
@@ -94,4 +96,4 @@ def main(recipe, training_args, model_args):
 
 
 if __name__ == "__main__":
-    exit_on_user_error(lambda: main(*parse_recipe("grpo")))()
+    exit_on_user_error(lambda: main(*parse_recipe(METHOD)))()

@@ -32,12 +32,14 @@ from medrecipes.training.trainers import MedSFTTrainer
 from transformers import set_seed
 from trl import get_peft_config
 
+METHOD = "sft"  # its entry in medrecipes.config.methods: the keys, data and settings of its runs
+
 
 def main(recipe, training_args, model_args):
     setup_logging(training_args, recipe)
     set_seed(training_args.seed)
 
-    if claim_run_folder("sft", recipe, training_args, model_args):  # True: this run finished there already
+    if claim_run_folder(METHOD, recipe, training_args, model_args):  # True: this run finished there already
         return
     check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
 
@@ -45,7 +47,7 @@ def main(recipe, training_args, model_args):
     # What the run is, decided once and recorded in run.json: the template it trains with (checked to
     # mark what assistant_only_loss trains) and its end of turn, where answers are trained to end;
     # activation checkpointing; the checkpoint it resumes from.
-    run = settle_run("sft", recipe, training_args, model_args, tokenizer)
+    run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)
     with training_args.main_process_first(desc="loading data"):
         train_dataset, eval_datasets, mcq_sets = sft_data(recipe)
 
@@ -75,4 +77,4 @@ def main(recipe, training_args, model_args):
 
 
 if __name__ == "__main__":
-    exit_on_user_error(lambda: main(*parse_recipe("sft")))()
+    exit_on_user_error(lambda: main(*parse_recipe(METHOD)))()

@@ -9,7 +9,7 @@ import yaml
 from conftest import AVX512_BF16_CPU, PYTHON, ROOT, run
 
 from medrecipes import cli
-from medrecipes.cli.arguments import SCRIPTS
+from medrecipes.cli.arguments import script_of
 from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
 from medrecipes.config.checks import TASK_METRIC_SUFFIXES
 from medrecipes.errors import UserError
@@ -537,7 +537,7 @@ def test_validate_takes_sft_grpo_and_evaluation_recipes_without_method(capsys):
     for name, method in (("tiny_sft.yaml", "sft"), ("tiny_grpo.yaml", "grpo"), ("tiny_eval.yaml", "eval")):
         cli.main(["validate", str(ROOT / "recipes" / name)])
         out = capsys.readouterr().out
-        assert out.rstrip().endswith(f"valid {method} recipe ({SCRIPTS[method]})"), out
+        assert out.rstrip().endswith(f"valid {method} recipe ({script_of(method)})"), out
     cli.main(["validate", str(ROOT / "recipes/tiny_eval.yaml"), "--limit", "3"])
     assert yaml.safe_load(capsys.readouterr().out)["limit"] == 3
 
@@ -569,7 +569,7 @@ def test_every_shipped_recipe_is_documented_and_parses_for_its_script(tmp_path):
     assert sorted(scripts) == shipped  # recipes/README.md lists every recipe, and no other
     for name, script in scripts.items():
         path = str(ROOT / "recipes" / name)
-        assert SCRIPTS[recipe_method(path)] == f"recipes/{script}", name  # what validate and plan infer
+        assert script_of(recipe_method(path)) == f"recipes/{script}", name  # what validate and plan infer
         if script == "evaluate.py":
             assert parse_eval_args([path]).model_name_or_path
             continue

@@ -3,7 +3,7 @@ command's parser rather than listed: whatever value or path a user gives, the an
 going ahead or one `error:` line (exit 2), never a traceback, and no file changes that the
 command did not create.
 
-The keys come from the dataclasses of each recipe script (`config.parse.METHODS`) and of
+The keys come from the dataclasses of each recipe script (`config.methods.METHODS`) and of
 `medrecipes eval`; the values a key must refuse follow from its declared type: a non-finite
 number anywhere, true/false or a fraction for a whole number, a list or mapping for a single
 value, text for a number.
@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from medrecipes.config import parse_eval_args, parse_recipe
 from medrecipes.config.eval_args import EvalArguments
-from medrecipes.config.parse import METHODS
+from medrecipes.config.methods import METHODS
+from medrecipes.config.parse import script_classes
 from medrecipes.errors import UserError
 
 RECIPES = {
@@ -65,7 +66,7 @@ def fields_of(classes) -> list[tuple[str, type]]:
     return out
 
 
-FIELDS = {method: fields_of(classes) for method, classes in METHODS.items()}
+FIELDS = {method: fields_of(script_classes(method)) for method in METHODS}
 FIELDS["eval"] = fields_of([EvalArguments])
 
 
@@ -535,8 +536,8 @@ def test_a_non_finite_number_anywhere_in_a_nested_key_is_refused_where_it_is(tmp
 
 
 def _bounded_keys():
-    for method, classes in METHODS.items():
-        for cls in classes:
+    for method in METHODS:
+        for cls in script_classes(method):
             for key, bound in getattr(cls, "BOUNDS", {}).items():
                 yield method, key, bound
 

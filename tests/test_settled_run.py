@@ -13,10 +13,11 @@ import yaml
 from conftest import ROOT
 
 from medrecipes.config import parse_recipe
+from medrecipes.config.methods import METHODS
 from medrecipes.models.loading import positions, recipe_tokenizer
 from medrecipes.models.templates import turn_end
 from medrecipes.runs.record import SettledRun, read_record
-from medrecipes.runs.settle import METHODS, settle_run
+from medrecipes.runs.settle import settle_run
 from medrecipes.training.run_folder import claim_run_folder
 
 RECIPES = {method: str(ROOT / "recipes" / f"tiny_{method}.yaml") for method in METHODS}
@@ -31,7 +32,7 @@ def settled(method: str, tiny_model: str, out, *overrides: str):
     return settle_run(method, recipe, args, model_args, tokenizer), args, tokenizer
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", list(METHODS))
 def test_run_json_records_the_settled_run_whole(method, tiny_model, tmp_path):
     run, args, tokenizer = settled(method, tiny_model, tmp_path / "run")
     record = read_record(str(tmp_path / "run"))

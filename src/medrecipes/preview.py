@@ -16,6 +16,7 @@ mask shows here, not after an hour of training.
 
 from dataclasses import dataclass, field
 
+from medrecipes.config import method_named
 from medrecipes.models.loading import recipe_tokenizer
 from medrecipes.runs.settle import chat_turns
 
@@ -104,23 +105,25 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     tokenizer = recipe_tokenizer(recipe, model_args)
     # The template the run will use (set on the tokenizer, as the run sets it) and its end of turn.
     _, end_of_turn = chat_turns(method, args, tokenizer)
-    if method == "cpt":
+    trains = method_named(method)  # its examples are built as the data of a method of its kind
+    name = method.upper()
+    if trains.chat == "none":
         from medrecipes.data.pretraining import pretraining_data
 
         train, _ = pretraining_data(recipe, tokenizer, args.max_length)
         examples = [Example(list(b["input_ids"]), [True] * len(b["input_ids"])) for b in _first(train, count)]
-        title = f"CPT: the first {len(examples)} packed blocks of max_length {args.max_length}, every token trained"
-    elif method == "sft":
+        title = f"{name}: the first {len(examples)} packed blocks of max_length {args.max_length}, every token trained"
+    elif trains.chat == "trains":
         from medrecipes.data.sft import sft_data
 
         train, _, _ = sft_data(recipe)
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"
-        title = f"SFT: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
-    elif method in ("dpo", "kto"):
+        title = f"{name}: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
+    elif trains.preference:
         from medrecipes.data.preference import preference_data
 
-        train, _ = preference_data(recipe, unpair=method == "kto")
+        train, _ = preference_data(recipe, unpair=trains.preference == "answers")
         examples = []
         for row in _first(train, count):
             if "chosen" in row:
@@ -129,9 +132,13 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
             else:
                 label = "desirable" if row["label"] else "undesirable"
                 examples.append(answer_example(tokenizer, row["prompt"], row["completion"], label))
-        what = "each pair's chosen, then rejected answer" if method == "dpo" else "each answer with its label"
-        title = f"{method.upper()}: the first rows, {what}; scored: the answer, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
-    else:
+        what = (
+            "each pair's chosen, then rejected answer"
+            if trains.preference == "pairs"
+            else "each answer with its label"
+        )
+        title = f"{name}: the first rows, {what}; scored: the answer, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
+    else:  # a method that generates its answers (GRPO)
         from medrecipes.data.grpo import grpo_data
 
         train, _, _ = grpo_data(recipe, args.prompt_format)
@@ -145,7 +152,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
             )
             ids = tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
             examples.append(Example(ids, [False] * len(ids), [f"gold answer {row['answer']}"]))
-        title = f"GRPO: the first {len(examples)} prompts; the model trains on its own sampled answers to them"
+        title = f"{name}: the first {len(examples)} prompts; the model trains on its own sampled answers to them"
     return title, tokenizer, end_of_turn, examples
 
 

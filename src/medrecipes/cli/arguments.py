@@ -7,26 +7,27 @@ import sys
 
 from medrecipes.errors import UserError
 
-SCRIPTS = {
-    "cpt": "recipes/cpt.py",
-    "sft": "recipes/sft.py",
-    "grpo": "recipes/grpo.py",
-    "dpo": "recipes/dpo.py",
-    "kto": "recipes/kto.py",
-    "eval": "recipes/evaluate.py",
-}
-TRAINING = tuple(method for method in SCRIPTS if method != "eval")  # the training recipes' methods
+
+def script_of(method: str) -> str:
+    """The recipe script of a method (`config.methods`), or of "eval"."""
+    from medrecipes.config import method_named
+
+    return "recipes/evaluate.py" if method == "eval" else method_named(method).script
 
 
-def method_of(path: str, given: str | None, allowed=("cpt", "sft", "grpo"), why: str = "") -> str:
-    """--method as given, or the script the recipe's keys are for (config.recipe_method); `why`:
-    what the user should know of a recipe for another script."""
-    from medrecipes.config import recipe_method
+def method_of(path: str, given: str | None, allowed: tuple[str, ...] | None = None, why: str = "") -> str:
+    """--method as given, or the method the recipe's keys are for (config.recipe_method), one of
+    `allowed` (default: every training method); `why`: what the user should know of a recipe for
+    another script."""
+    from medrecipes.config import METHODS, recipe_method
 
+    allowed = tuple(METHODS) if allowed is None else allowed
     method = given or recipe_method(path)
+    if given and given not in (*METHODS, "eval"):
+        raise UserError(f"--method: unknown method '{given}'; one of {', '.join(allowed)}")
     if method not in allowed:
         takes = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
-        raise UserError(f"{path}: a recipe for {SCRIPTS[method]}; this command takes a {takes} recipe{why}")
+        raise UserError(f"{path}: a recipe for {script_of(method)}; this command takes a {takes} recipe{why}")
     return method
 
 
@@ -103,10 +104,6 @@ def recipe_command(commands, name: str, help: str):
     """A command that reads a recipe: its path, --method, and --key value overrides of its keys."""
     sub = commands.add_parser(name, help=help)
     sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
-    sub.add_argument(
-        "--method",
-        choices=TRAINING,
-        help="the recipe script it is for (default: from its keys)",
-    )
+    sub.add_argument("--method", help="the training method it is for, e.g. sft (default: from its keys)")
     sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
     return sub

@@ -4,14 +4,13 @@ import json
 
 from medrecipes.cli.arguments import (
     COUNT,
-    SCRIPTS,
-    TRAINING,
     Number,
     input_path,
     method_of,
     output_path,
     parse_recipe_file,
     recipe_command,
+    script_of,
 )
 
 
@@ -55,9 +54,9 @@ def add_commands(commands) -> None:
 
 
 def cmd_validate(args) -> None:
-    from medrecipes.config import parse_eval_args, resolved_yaml
+    from medrecipes.config import METHODS, parse_eval_args, resolved_yaml
 
-    method = method_of(args.recipe, args.method, (*TRAINING, "eval"))
+    method = method_of(args.recipe, args.method, (*METHODS, "eval"))
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
@@ -69,7 +68,7 @@ def cmd_validate(args) -> None:
         print(f"# derived: {key} = {value}")
     for note in getattr(parsed[0], "notes", []):
         print(f"# note: {note}")
-    print(f"# {args.recipe}: valid {method} recipe ({SCRIPTS[method]})")
+    print(f"# {args.recipe}: valid {method} recipe ({script_of(method)})")
 
 
 def _check_local_inputs(recipe, model_args) -> None:
@@ -92,7 +91,7 @@ def _check_local_inputs(recipe, model_args) -> None:
 def cmd_plan(args) -> None:
     from medrecipes.plan.summary import format_plan, plan
 
-    method = method_of(args.recipe, args.method, TRAINING)
+    method = method_of(args.recipe, args.method)
     recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
     result = plan(
         recipe,
@@ -112,7 +111,7 @@ def cmd_preview(args) -> None:
     from medrecipes.preview import preview
 
     setup_logging()
-    method = method_of(args.recipe, args.method, TRAINING)
+    method = method_of(args.recipe, args.method)
     print(preview(method, *parse_recipe_file(args.recipe, method, args.overrides), count=args.examples))
 
 
@@ -122,7 +121,7 @@ def cmd_launch_plan(args) -> None:
     from medrecipes.plan.launch import launch_plan
 
     recipe, training_args, model_args = parse_recipe_file(
-        args.recipe, method_of(args.recipe, args.method, TRAINING), args.overrides
+        args.recipe, method_of(args.recipe, args.method), args.overrides
     )
     values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
     values["MODEL"] = model_args.model_name_or_path or ""

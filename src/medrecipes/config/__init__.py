@@ -7,12 +7,14 @@ dataclasses, every key checked and the derived settings computed once, for the a
 - `reading`: the YAML file and the command line into those dataclasses (`RecipeParser`), one
   line for each unknown key, wrong type or value outside a `Literal` field's choices.
 - `checks`: what each key needs of the others, and the derived settings (token budgets).
-- `parse`: `parse_recipe` for cpt, sft, grpo, dpo and kto, and the resolved recipe it gives back.
+- `methods`: the training methods (cpt, sft, grpo, dpo, kto), each declared once (`Method`).
+- `parse`: `parse_recipe` for any of them, and the resolved recipe it gives back.
 - `eval_args`: the arguments of `medrecipes eval` and recipes/evaluate.py.
 """
 
 from medrecipes.config.checks import resolve_token_budget
 from medrecipes.config.eval_args import EvalArguments, parse_eval_args
+from medrecipes.config.methods import METHODS, Method, method_named, method_of_args, register_method
 from medrecipes.config.parse import parse_recipe, recipe_method, recorded_command, resolved_recipe, resolved_yaml
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import (
@@ -28,6 +30,8 @@ from medrecipes.data_config import MixtureConfig, SourceConfig
 __all__ = [
     "CPTConfig",
     "EvalArguments",
+    "METHODS",
+    "Method",
     "MedDPOConfig",
     "MedGRPOConfig",
     "MedKTOConfig",
@@ -35,10 +39,13 @@ __all__ = [
     "MixtureConfig",
     "RecipeArguments",
     "SourceConfig",
+    "method_named",
+    "method_of_args",
     "parse_eval_args",
     "parse_recipe",
     "prompts_per_step_accumulation",
     "recipe_method",
+    "register_method",
     "resolve_token_budget",
     "recorded_command",
     "resolved_recipe",

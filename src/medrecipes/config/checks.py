@@ -200,7 +200,7 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
     _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
 
 
-def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:
     recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
         return
@@ -229,12 +229,13 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
 TASK_METRIC_SUFFIXES = tuple(sorted(TASK_METRICS, key=len, reverse=True))
 
 
-def answers_eval_sets(args: TrainingArguments, method: str) -> bool:
-    """SFT and chat-prompt GRPO answer their multiple-choice eval sets at every evaluation."""
-    return method == "sft" or getattr(args, "prompt_format", None) == "chat"
+def answers_eval_sets(args: TrainingArguments, method) -> bool:
+    """A method that trains in chat (SFT) and chat-prompt GRPO answer their multiple-choice eval
+    sets at every evaluation. `method`: its `config.methods.Method`."""
+    return method.chat == "trains" or getattr(args, "prompt_format", None) == "chat"
 
 
-def scored_names(recipe: RecipeArguments, args: TrainingArguments, method: str) -> list[str]:
+def scored_names(recipe: RecipeArguments, args: TrainingArguments, method) -> list[str]:
     """The names whose accuracy an evaluation logs: the recipe's eval_tasks and, where the run
     answers them, its multiple-choice eval sets."""
     answered = answers_eval_sets(args, method)
@@ -242,7 +243,7 @@ def scored_names(recipe: RecipeArguments, args: TrainingArguments, method: str) 
     return [*recipe.eval_tasks, *sets]
 
 
-def check_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str, method: str) -> None:
+def check_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:
     """A metric_for_best_model that names a task or eval set this recipe does not evaluate would be
     looked for only at the first evaluation, after a whole interval of training, and fail there
     (Trainer raises KeyError); here it fails before training. Metrics of other shapes (a
@@ -311,24 +312,9 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             )
 
 
-# The data each preference method trains on: DPO on pairs, KTO on pairs (split into one desirable
-# and one undesirable answer) or on unpaired answers.
-PREFERENCE_FORMATS = {"dpo": ("preference",), "kto": ("preference", "unpaired")}
-
-
-def check_preference_sources(recipe: RecipeArguments, path: str, method: str) -> None:
-    """DPO trains on pairs (prompt, chosen, rejected; `medrecipes pairs` builds them from
-    multiple-choice questions); KTO on pairs or unpaired answers (prompt, completion, label),
-    one layout for every source, since a mixture's rows share their columns."""
-    sources = named_sources(recipe)
-    allowed = PREFERENCE_FORMATS[method]
-    for where, source in sources.items():
-        if source.format not in allowed:
-            layouts = " or ".join(f"format: {f}" for f in allowed)
-            raise UserError(
-                f"{path}: {where}: format {source.format} is not what {method.upper()} trains on; give {layouts} rows "
-                "(medrecipes pairs --mcq FILE --out PAIRS.jsonl builds them from questions)"
-            )
+def check_one_layout(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+    """DPO's and KTO's sources share one layout (pairs, or unpaired answers: `medrecipes pairs
+    --layout` writes either), since a mixture's rows share their columns."""
     training = {s.format for s in (recipe.mixture.sources if recipe.mixture else [])}
     if len(training) > 1:
         raise UserError(

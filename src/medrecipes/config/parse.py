@@ -1,4 +1,4 @@
-"""`parse_recipe`: a recipe for one method (cpt, sft, grpo) read, checked and derived, and the
+"""`parse_recipe`: a recipe for one method (`config.methods`) read, checked and derived, and the
 resolved recipe it gives back (`medrecipes validate`, the run record, the model card)."""
 
 import dataclasses
@@ -12,36 +12,30 @@ from trl import ModelConfig
 
 from medrecipes.config import checks, library_checks
 from medrecipes.config.eval_args import EvalArguments
+from medrecipes.config.methods import METHODS, check_formats, method_named
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
 from medrecipes.config.schema import RecipeArguments
-from medrecipes.config.trainer_configs import CPTConfig, MedDPOConfig, MedGRPOConfig, MedKTOConfig, MedSFTConfig
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import check_writable
 
-# The dataclasses of each recipe script, in the order the script's main() receives them.
-METHODS = {
-    "cpt": (RecipeArguments, CPTConfig, ModelConfig),
-    "sft": (RecipeArguments, MedSFTConfig, ModelConfig),
-    "grpo": (RecipeArguments, MedGRPOConfig, ModelConfig),
-    "dpo": (RecipeArguments, MedDPOConfig, ModelConfig),
-    "kto": (RecipeArguments, MedKTOConfig, ModelConfig),
-}
+
+def script_classes(method: str) -> tuple:
+    """The dataclasses of a method's recipe script, in the order its main() receives them."""
+    return (RecipeArguments, method_named(method).config, ModelConfig)
 
 
 def recipe_method(path: str) -> str:
-    """The script a recipe YAML is for, from its keys: "cpt", "sft", "grpo" (the first whose
-    dataclasses take every key, so a recipe with only shared keys is a CPT recipe) or "eval"
-    (recipes/evaluate.py). A file that fits none gets the method nearest to it, whose parse
-    then names the key that does not fit."""
+    """The method a recipe YAML is for (config.methods), or "eval" (recipes/evaluate.py): of those
+    that train on its sources' formats, the first whose dataclasses take every key, so a recipe
+    with only shared keys is a CPT recipe, and pairs with KTO's own keys a KTO one. A file that
+    fits none gets the method nearest to it, whose parse then names the key that does not fit."""
     data = read_recipe_yaml(path)
-    keys = {method: set(field_names(classes)) for method, classes in {**METHODS, "eval": (EvalArguments,)}.items()}
     mixture = data.get("dataset_mixture")
     sources = mixture.get("sources") if isinstance(mixture, dict) else None
-    formats = {s.get("format") for s in sources if isinstance(s, dict)} if isinstance(sources, list) else set()
-    if formats & {"preference", "unpaired"}:
-        # DPO's and KTO's keys (beta, loss_type) are GRPO's too: their data tells them apart. Pairs
-        # train either (KTO splits them): unpaired rows or KTO's own keys make it KTO.
-        return "kto" if "unpaired" in formats or set(data) & (keys["kto"] - keys["dpo"]) else "dpo"
+    formats = {s.get("format", "text") for s in sources if isinstance(s, dict)} if isinstance(sources, list) else set()
+    fitting = [m.name for m in METHODS.values() if formats <= set(m.formats)] or list(METHODS)
+    keys = {method: set(field_names(script_classes(method))) for method in fitting}
+    keys["eval"] = set(field_names((EvalArguments,)))
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
@@ -51,7 +45,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     its model, and a push must be able to reach the Hub. Off for the commands that read a recipe
     without training it: `medrecipes pass-rate` (which writes those files) and `medrecipes card`
     (which reads a finished run's recipe, wherever it was trained)."""
-    parser = RecipeParser(METHODS[method])
+    trains = method_named(method)
+    parser = RecipeParser(script_classes(method))
     try:
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
@@ -60,7 +55,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
     if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
-        raise UserError(f"no recipe: run `python recipes/{method}.py RECIPE.yaml [--key value ...]` (see recipes/)")
+        raise UserError(f"no recipe: run `python {trains.script} RECIPE.yaml [--key value ...]` (see recipes/)")
     recipe.recipe_file = path
     path = path or "command line"
     check_writable(args.output_dir, f"{path}: output_dir", folder=True)
@@ -69,8 +64,9 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.resolve_data(recipe, path)
     if recipe.init_from_scratch and not (recipe.architecture and recipe.tokenizer_name_or_path):
         raise UserError(f"{path}: init_from_scratch needs 'architecture' and 'tokenizer_name_or_path'")
-    if isinstance(args, MedGRPOConfig):
-        checks.resolve_grpo(recipe, args, path)
+    check_formats(recipe, trains, path)
+    for check in trains.checks:
+        check(recipe, args, path)
     derived = checks.resolve_token_budget(recipe, args, path)
     if getattr(args, "prompts_per_step", None) is not None:
         derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
@@ -82,16 +78,10 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         library_checks.check_hub_reachable(args, path)
     library_checks.check_loggers(args, path)
     library_checks.check_hub_model_id(args, path)
-    if isinstance(args, MedDPOConfig):
-        library_checks.check_dpo_losses(args, path)
     library_checks.check_optimizer(args, path)
     library_checks.check_dataloader(args, path)
-    if isinstance(args, MedSFTConfig):
-        checks.check_sft_sources(recipe, args, path)
-    if isinstance(args, MedDPOConfig | MedKTOConfig):
-        checks.check_preference_sources(recipe, path, method)
-    checks.check_eval_tasks(recipe, args, path, method)
-    checks.check_best_metric(recipe, args, path, method)
+    checks.check_eval_tasks(recipe, args, path, trains)
+    checks.check_best_metric(recipe, args, path, trains)
     if not recipe.eval_sources and args.eval_strategy != "no":
         raise UserError(
             f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 
-from medrecipes.config import parse_recipe, resolved_yaml
+from medrecipes.config import method_named, parse_recipe, resolved_yaml
 from medrecipes.data.manifest import decontamination_summary
 from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
@@ -232,7 +232,7 @@ def model_card(
         hardware=hardware_line,
         precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
         command=command,
-        script=script or f"recipes/{method}.py",
+        script=script or method_named(method).script,
         recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
         versions=_framework_versions(),
     )
@@ -352,7 +352,7 @@ def recorded_facts(record: dict) -> tuple[str, str, str, str]:
     """(method, script, command, hardware) of the run a run.json records, as its card states them:
     what was not recorded is said so."""
     method = run_method(record)
-    script = record.get("script") or f"recipes/{method}.py"
+    script = record.get("script") or method_named(method).script
     command = record.get("command") or f"python {script} (its command line was not recorded)"
     hardware = (record.get("finished") or {}).get("hardware") or "hardware not recorded"
     return method, script, command, hardware

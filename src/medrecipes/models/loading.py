@@ -255,7 +255,7 @@ def check_adapter_targets(model_args, recipe=None) -> None:
     targets = model_args.lora_target_modules
     if not model_args.use_peft or not targets or targets == "all-linear" or targets == ["all-linear"]:
         return
-    if recipe is not None and recipe.init_from_scratch and recipe.architecture:
+    if recipe is not None and recipe.init_from_scratch:  # with its architecture (config.parse_recipe)
         config = scratch_config(recipe.architecture)
     else:
         path = os.path.expanduser(model_args.model_name_or_path or "")

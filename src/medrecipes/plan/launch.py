@@ -3,11 +3,7 @@ recipe (`medrecipes launch-plan`)."""
 
 import math
 
-from medrecipes.config import (
-    MedGRPOConfig,
-    prompts_per_step_accumulation,
-    resolve_token_budget,
-)
+from medrecipes.config import method_of_args, prompts_per_step_accumulation, resolve_token_budget
 from medrecipes.errors import UserError
 
 
@@ -19,7 +15,7 @@ def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
     resolve_token_budget(recipe, training_args, path, world_size=world_size)
     if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
         training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, world_size)
-    if isinstance(training_args, MedGRPOConfig):
+    if method_of_args(training_args).generates:
         training_args.steps_per_generation_on(world_size)
 
 

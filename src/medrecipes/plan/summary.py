@@ -4,11 +4,7 @@ steps, accumulation), the memory per device of each strategy and which fit, and 
 import math
 from dataclasses import asdict
 
-from medrecipes.config import (
-    MedDPOConfig,
-    MedGRPOConfig,
-    MedKTOConfig,
-)
+from medrecipes.config import method_of_args
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.plan.hardware import GIB, GPUS
 from medrecipes.plan.launch import for_world_size
@@ -37,7 +33,8 @@ def plan(
     devices; for GRPO, prompts of `prompt_tokens` tokens."""
     if gpu not in GPUS:
         raise UserError(f"plan: unknown --gpu '{gpu}'{did_you_mean(gpu, GPUS)}; one of {', '.join(GPUS)}")
-    grpo = isinstance(training_args, MedGRPOConfig)
+    trains = method_of_args(training_args)
+    grpo = trains.generates
     if prompt_tokens is not None and (not grpo or prompt_tokens < 0):
         raise UserError(
             f"plan: --prompt-tokens {prompt_tokens}: "
@@ -64,7 +61,6 @@ def plan(
     fused = fused_loss_on(training_args)
     grpo_generation = generation_batch(training_args, num_gpus, seq)
     memory = run_memory(shape, method, training_args, model_args, num_gpus, seq, checkpointing)
-    preference = isinstance(training_args, MedDPOConfig | MedKTOConfig)
     reference = reference_held(method, training_args)
     return {
         "recipe": path,
@@ -72,7 +68,7 @@ def plan(
         "gpu": gpu,
         "sequence_length": seq,
         "grpo": grpo,
-        "preference": "pairs" if isinstance(training_args, MedDPOConfig) else "answers" if preference else None,
+        "preference": trains.preference,
         "prompt_tokens": prompt_tokens,
         "reference_model": reference,
         "generation_sequences": grpo_generation[0] if grpo_generation else None,
@@ -111,16 +107,16 @@ def shape_and_method(recipe, training_args, model_args, path: str):
 def reference_held(method, training_args) -> bool:
     """Whether a frozen copy of the model is held: by GRPO with a KL term, and by DPO and KTO unless
     their reference log-probabilities are computed once before training; with LoRA it is the base."""
-    grpo = isinstance(training_args, MedGRPOConfig)
-    preference = isinstance(training_args, MedDPOConfig | MedKTOConfig)
+    trains = method_of_args(training_args)
     return method.name == "full" and (
-        (grpo and training_args.beta > 0) or (preference and not training_args.precompute_ref_log_probs)
+        (trains.generates and training_args.beta > 0)
+        or (trains.preference is not None and not training_args.precompute_ref_log_probs)
     )
 
 
 def generation_batch(training_args, num_gpus: int, seq: int) -> tuple[int, int] | None:
     """GRPO with transformers' generation: (sequences generated at once per device, tokens each)."""
-    if isinstance(training_args, MedGRPOConfig) and not training_args.use_vllm:
+    if method_of_args(training_args).generates and not training_args.use_vllm:
         return training_args.per_device_train_batch_size * training_args.steps_per_generation_on(num_gpus), seq
     return None
 
@@ -130,7 +126,7 @@ def run_memory(shape, method, training_args, model_args, num_gpus: int, seq: int
     # DPO runs a pair's chosen and rejected answers through the model together: two sequences
     # with activations for each in the batch (KTO's mismatched answers for its KL estimate run
     # without gradients).
-    trained_batch = training_args.per_device_train_batch_size * (2 if isinstance(training_args, MedDPOConfig) else 1)
+    trained_batch = training_args.per_device_train_batch_size * method_of_args(training_args).sequences_per_example
     reference_bytes = (4 if model_args.dtype == "float32" else 2) * shape.num_parameters
     return memory_per_device(
         shape,
@@ -150,7 +146,9 @@ def planned_checkpointing(shape, method, training_args, model_args, world, seq, 
     (`checkpointing_by_plan`): (on, GiB a device without it), on when the run would not fit
     `capacity_gib` without it; None where the recipe chose, or for GRPO, whose prompt lengths are
     the data's, which the plan does not know before loading."""
-    if not getattr(training_args, "checkpointing_by_plan", False) or isinstance(training_args, MedGRPOConfig):
+    if not (
+        getattr(training_args, "checkpointing_by_plan", False) and method_of_args(training_args).plans_checkpointing
+    ):
         return None
     without = run_memory(shape, method, training_args, model_args, world, seq, False)[strategy]["total"]
     return needs_checkpointing(without, capacity_gib), without
@@ -168,7 +166,9 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
 
     import torch
 
-    if not getattr(training_args, "checkpointing_by_plan", False) or isinstance(training_args, MedGRPOConfig):
+    if not (
+        getattr(training_args, "checkpointing_by_plan", False) and method_of_args(training_args).plans_checkpointing
+    ):
         return  # as planned_checkpointing, before the device and the model's shape are read
     if capacity_gib is None:
         if training_args.use_cpu or not torch.cuda.is_available():

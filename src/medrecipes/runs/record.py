@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from medrecipes.config.methods import method_named
 from medrecipes.data.sources import local_files
 from medrecipes.errors import UserError
 from medrecipes.locations import SAMPLED, files_fingerprint, weights_fingerprint
@@ -39,7 +40,7 @@ def run_identity(method: str, recipe, model_args) -> dict:
         model = f"random weights ({recipe.architecture})"
     data = json.dumps(recipe.dataset_mixture, sort_keys=True, default=str)
     identity = {
-        "script": f"recipes/{method}.py",
+        "script": method_named(method).script,
         "model": model,
         "data": hashlib.sha256(data.encode()).hexdigest()[:16],
     }
@@ -125,7 +126,7 @@ class SettledRun:
 
     @property
     def script(self) -> str:
-        return f"recipes/{self.method}.py"
+        return method_named(self.method).script
 
     def record(self) -> dict:
         """The run as run.json keeps it (plain JSON data)."""

@@ -12,6 +12,7 @@ the push read it; nothing works one of its facts out again.
 - the run folder and the checkpoint it resumes from (`runs.resume`).
 """
 
+from medrecipes.config.methods import method_named
 from medrecipes.errors import UserError
 from medrecipes.models.loading import positions
 from medrecipes.models.templates import sft_template, turn_end
@@ -21,17 +22,16 @@ from medrecipes.rewards import reward_functions
 from medrecipes.runs.record import SettledRun, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
-METHODS = ("cpt", "sft", "grpo", "dpo", "kto")
-
 
 def chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str | None]:
     """(template, end of turn) of a run: for SFT the template it trains with (`sft_template`, set on
     the tokenizer) and its end of turn, unless the recipe names `eos_token`; for the others the
-    tokenizer's own; CPT trains on plain text, in no template. `medrecipes preview` shows the
-    examples through the same."""
-    if method == "cpt":
+    tokenizer's own; CPT trains on plain text, in no template (`Method.chat`). `medrecipes preview`
+    shows the examples through the same."""
+    chat = method_named(method).chat
+    if chat == "none":
         return None, None
-    if method == "sft":
+    if chat == "trains":
         template = sft_template(training_args, tokenizer)
         return template, training_args.eos_token or turn_end(template)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
@@ -43,13 +43,12 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
     (`eos_token`, activation checkpointing) and recorded in run.json. GRPO's reward entries and
     their weights (`reward_weights`) were checked when the recipe was parsed; their functions are
     built here."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}")
+    trains = method_named(method)
     template, end_of_turn = chat_turns(method, training_args, tokenizer)
-    if method == "sft":
+    if trains.chat == "trains":
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()
-    if method == "grpo":
+    if trains.generates:
         if training_args.prompt_format == "chat" and template is None:
             raise UserError(
                 f"model_name_or_path: the tokenizer of '{model_args.model_name_or_path}' has no chat template; "
@@ -64,7 +63,7 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         )
     by_plan = getattr(training_args, "checkpointing_by_plan", False)
     settle_checkpointing(recipe, training_args, model_args)  # SFT, DPO, KTO where the recipe left it to the plan
-    by = "recipe" if not by_plan else "plan" if method in ("sft", "dpo", "kto") else "default"
+    by = "recipe" if not by_plan else "plan" if trains.plans_checkpointing else "default"
     run = SettledRun(
         method=method,
         output_dir=training_args.output_dir,
