@@ -182,7 +182,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT chat template missing", script("sft", sft, "--chat_template_path", "recipes/templates/nope.jinja"), "nope.jinja"),
         # --- medrecipes validate / plan / launch-plan
         Case("validate: file missing", ["validate", f"{files}/nope.yaml"], "no such recipe file"),
-        Case("validate: unknown method", ["validate", cpt, "--method", "ppo"], "invalid choice: 'ppo'"),
+        Case("validate: unknown method", ["validate", cpt, "--method", "ppo"], "unknown method 'ppo'; one of cpt, sft, grpo, dpo, kto"),
         Case("validate: an SFT recipe as GRPO", ["validate", sft, "--method", "grpo"], "unknown key"),
         Case("build-data: a data line not JSON", ["build-data", _recipe(files, src(f"{{path: {f['notjson.jsonl']}}}"), ("outputs/demo/tiny-model", model)), "--out", f"{files}/built"], "notjson.jsonl line 2: not JSON"),
         Case("decontaminate: a streamed line not JSON", ["decontaminate", "--train", _recipe(files, cpt, ("sources:\n", f"streaming: true\n  sources:\n    - {{path: {f['notjson.jsonl']}}}\n")), "--eval", TEST_SET], "line 2: not JSON"),

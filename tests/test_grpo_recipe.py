@@ -327,10 +327,11 @@ def test_prompts_that_leave_the_completion_no_room_are_left_out_and_counted(tmp_
 
 
 def test_grpo_needs_multiple_choice_sources(tmp_path):
+    """GRPO scores answers against gold letters: a source of another format is refused as the recipe
+    is read (its entry in config.methods), before anything loads."""
     source = {"path": "json", "data_files": "data/medical_text/train.jsonl"}
-    recipe, _, _ = parse_recipe("grpo", [write_recipe(tmp_path, dataset_mixture={"sources": [source]})])
-    with pytest.raises(UserError, match="every source needs format: usmle"):
-        grpo_data(recipe, "chat")
+    with pytest.raises(UserError, match="format text is not what GRPO trains on; give format: usmle rows"):
+        parse_recipe("grpo", [write_recipe(tmp_path, dataset_mixture={"sources": [source]})])
 
 
 def test_embeddings_get_their_own_learning_rate(tiny_model, tmp_path):

@@ -25,17 +25,10 @@ def mcq_prompt(recipe, prompt_format: str):
 
 
 def grpo_data(recipe, prompt_format: str):
-    """(train prompts, {eval set: prompts}, {eval set: MCQ rows for accuracy})."""
+    """(train prompts, {eval set: prompts}, {eval set: MCQ rows for accuracy}); every source is a
+    multiple-choice one (`format: usmle`, checked when the recipe was parsed: config.methods)."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
-    sources = {f"dataset_mixture source '{s.path}'": s for s in recipe.mixture.sources}
-    sources.update({f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()})
-    for where, source in sources.items():
-        if source.format != "usmle":
-            raise UserError(
-                f"recipe: {where} has format '{source.format}'; GRPO scores answers against gold letters, "
-                "so every source needs format: usmle"
-            )
     render = mcq_prompt(recipe, prompt_format)
     # As for SFT, only training is restricted to `subjects`; evaluation covers every subject.
     train = build_mixture(recipe.mixture, render, recipe.subjects)
