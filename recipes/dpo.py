@@ -65,7 +65,7 @@ def main(recipe, training_args, model_args):
     metrics = evaluate_and_record(trainer) if eval_datasets else {}
 
     if training_args.push_to_hub:
-        push_run(trainer, recipe, model_args, final_dir, metrics)
+        push_run(trainer, final_dir, metrics)
     end_run(trainer)
 
 

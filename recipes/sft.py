@@ -72,7 +72,7 @@ def main(recipe, training_args, model_args):
         metrics = evaluate_and_record(trainer)  # with accuracy by subject for multiple-choice sets
 
     if training_args.push_to_hub:
-        push_run(trainer, recipe, model_args, final_dir, metrics)
+        push_run(trainer, final_dir, metrics)
     end_run(trainer)
 
 

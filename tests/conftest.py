@@ -150,3 +150,21 @@ def _no_progress_bar_left_from_an_earlier_test():
     if getattr(bars, "_instances", None):
         bars._instances.clear()
     yield
+
+
+def card_record(method: str, parsed, hardware: str = "1 x CPU, 1 node, one process", command: str = "") -> dict:
+    """The run.json record of a finished run of a parsed recipe ((recipe, training args, model
+    args)), as far as `hub.card.model_card` reads it."""
+    from medrecipes.config import method_named, resolved_recipe
+    from medrecipes.runs.described import card_facts
+
+    recipe, args, model_args = parsed
+    script = method_named(method).script
+    return {
+        "script": script,
+        "command": command or f"python {script}",
+        "recipe": resolved_recipe(recipe, model_args, args),
+        "settled": {"method": method},
+        "card": card_facts(recipe, model_args, args),
+        "finished": {"hardware": hardware},
+    }

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, card_record
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from torchmetrics.functional.classification import binary_calibration_error
 
@@ -277,10 +277,9 @@ def test_the_card_has_a_calibration_table_and_says_what_it_means_for_use():
         "mode": "loglik",
         "calibration": {"acc": found},
     }
-    recipe, args, model_args = parse_recipe("cpt", ["recipes/tiny_cpt.yaml"])
+    record = card_record("cpt", parse_recipe("cpt", ["recipes/tiny_cpt.yaml"]))
     summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:01:00", "final_train_loss": 2.0}
-    text = str(model_card("med/x", "cpt", recipe, model_args, args, summary, {}, "1 x CPU, 1 node, one process",
-                          "python recipes/cpt.py", mcq_reports={"medqa_4opt": report}))  # fmt: skip
+    text = str(model_card("med/x", record, summary, {}, mcq_reports={"medqa_4opt": report}))
     assert "| task | confidence from | ECE | Brier | NLL | AUROC | acc @50% | acc @80% | acc @90% |" in text
     assert f"| medqa_4opt | option probabilities | {cal.with_interval(found, 'ece', '.3f')} |" in text
     kept = found["selective_accuracy@0.8"]

@@ -93,16 +93,15 @@ def test_a_new_method_is_one_registration_and_one_script(toy_script, tiny_model,
     from medrecipes.plan.summary import plan
     from medrecipes.report.page import write_report
 
-    out = tmp_path / "run"
+    out, data = tmp_path / "run", tmp_path / "notes.jsonl"
+    data.write_bytes((ROOT / "data/medical_text/train.jsonl").read_bytes())
     recipe_file = tmp_path / "frozen.yaml"
     recipe_file.write_text(
         yaml.safe_dump(
             {
                 "model_name_or_path": tiny_model,
                 "dtype": "float32",
-                "dataset_mixture": {
-                    "sources": [{"path": "json", "data_files": str(ROOT / "data/medical_text/train.jsonl")}]
-                },
+                "dataset_mixture": {"sources": [{"path": "json", "data_files": str(data)}]},
                 "eval_sets": {"text": {"path": "json", "data_files": str(ROOT / "data/medical_text/eval.jsonl")}},
                 "max_length": 64,
                 "frozen_embeddings": True,
@@ -137,9 +136,15 @@ def test_a_new_method_is_one_registration_and_one_script(toy_script, tiny_model,
     record = json.loads((out / "run.json").read_text())
     assert record["settled"]["method"] == "frozen-embeddings" and record["script"] == toy_script.__file__
 
+    # The card and the report read run.json alone: made where the method is not registered and the
+    # data is gone, the card names both as the run recorded them.
+    data.unlink()
+    METHODS.pop("frozen-embeddings")
     card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
     card = (tmp_path / "card" / "README.md").read_text()
-    assert "frozen-embeddings" in card and "frozen_embeddings: true" in card
+    revision = record["card"]["sources"][0]["revision"]
+    assert revision.startswith("sha256:") and f"| {revision} |" in card, card
+    assert "frozen-embeddings" in card and "frozen_embeddings: true" in card and toy_script.__file__ in card
 
     plots = write_report([str(out)], str(tmp_path / "report.html"))
     page = (tmp_path / "report.html").read_text()
@@ -184,3 +189,19 @@ def test_a_source_in_a_format_the_method_does_not_train_on_is_refused_at_parse(m
         with pytest.raises(UserError) as err:
             parse_recipe(method, [str(recipe)])
         assert f"format {wrong} is not what {method.upper()} trains on" in str(err.value), str(err.value)
+
+
+def test_a_card_of_a_run_that_recorded_no_card_facts_is_one_line(tmp_path):
+    """A run.json written by an earlier medrecipes holds no card facts: `medrecipes card` says so in
+    one line and writes nothing, rather than working them out from today's recipe and data."""
+    from medrecipes.hub.card import card_of_run
+
+    out = tmp_path / "run"
+    (out / "final").mkdir(parents=True)
+    (out / "trainer_state.json").write_text(json.dumps({"log_history": [], "global_step": 1}))
+    record = {"script": "recipes/cpt.py", "command": "python recipes/cpt.py", "recipe": {"max_length": 64}}
+    record["finished"] = {"global_step": 1, "hardware": "1 x CPU"}
+    (out / "run.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="recorded no card facts .*train it again with this version"):
+        card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
+    assert not (tmp_path / "card").exists()

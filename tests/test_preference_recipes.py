@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import LAUNCH, PYTHON, ROOT, log_history, run, run_recipe
+from conftest import LAUNCH, PYTHON, ROOT, card_record, log_history, run, run_recipe
 
 from medrecipes import cli, usmle
 from medrecipes.config import parse_recipe, recipe_method
@@ -269,21 +269,11 @@ def test_the_card_names_the_preference_data_and_how_it_was_made(tmp_path, capsys
     copied.write_text(made.read_text())  # the same rows, but not a file `pairs` wrote
     cards = {}
     for path in (made, copied):
-        recipe, args, model_args = parse_recipe(
+        parsed = parse_recipe(
             "dpo", [TINY, "--dataset_mixture", f"{{sources: [{{path: {path}, format: preference}}]}}"]
         )
         summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:01:00", "final_train_loss": 0.6}
-        card = model_card(
-            "med/x",
-            "dpo",
-            recipe,
-            model_args,
-            args,
-            summary,
-            {},
-            "1 x CPU, 1 node, one process",
-            "python recipes/dpo.py",
-        )
+        card = model_card("med/x", card_record("dpo", parsed), summary, {})
         cards[path] = str(card)
     assert f"| `{made}` |" in cards[made] and "| preference |" in cards[made]
     assert (

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT, log_history, run
+from conftest import PYTHON, ROOT, card_record, log_history, run
 from hub_standin import HubStandIn
 from huggingface_hub import ModelCard
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -238,22 +238,15 @@ def test_decontamination_result_goes_into_the_card():
     from medrecipes.config import parse_recipe
     from medrecipes.hub.card import model_card
 
-    recipe, args, model_args = parse_recipe("cpt", ["recipes/tiny_cpt.yaml"])
-    summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:30:00", "final_train_loss": 2.0}
-    text = str(
-        model_card(
-            "med/x",
-            "cpt",
-            recipe,
-            model_args,
-            args,
-            summary,
-            {"eval_medical_text_loss": 2.5},
-            "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3",
-            "python recipes/cpt.py recipes/tiny_cpt.yaml",
-            decontamination="- medqa_us_4opt_test: 3 of 1273 items found in the training data",
-        )
+    record = card_record(
+        "cpt",
+        parse_recipe("cpt", ["recipes/tiny_cpt.yaml"]),
+        "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3",
+        "python recipes/cpt.py recipes/tiny_cpt.yaml",
     )
+    record["card"]["decontamination"] = "- medqa_us_4opt_test: 3 of 1273 items found in the training data"
+    summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:30:00", "final_train_loss": 2.0}
+    text = str(model_card("med/x", record, summary, {"eval_medical_text_loss": 2.5}))
     assert "- medqa_us_4opt_test: 3 of 1273 items found in the training data" in text
     assert "| training time | 0:30:00 |" in text and "8 x NVIDIA H100 80GB HBM3, 1 node, DeepSpeed ZeRO-3" in text
     assert "| medical_text_loss | 2.5 |" in text

@@ -16,7 +16,7 @@ from medrecipes.config import parse_recipe
 from medrecipes.config.methods import METHODS
 from medrecipes.models.loading import positions, recipe_tokenizer
 from medrecipes.models.templates import turn_end
-from medrecipes.runs.record import SettledRun, read_record
+from medrecipes.runs.record import SettledRun, read_record, record_finished
 from medrecipes.runs.settle import settle_run
 from medrecipes.training.run_folder import claim_run_folder
 
@@ -111,7 +111,6 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
     settle_run("grpo", recipe, args, model_args, recipe_tokenizer(recipe, model_args))
     record = read_record(str(out))
     assert run_method(record) == "grpo"
-    assert run_method({"script": "recipes/dpo.py"}) == "dpo"  # a record written before runs were settled
     final = out / "final"
     final.mkdir()
     (final / "config.json").write_text("{}")
@@ -131,7 +130,8 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
         monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-        push_run(Trainer(args), recipe, model_args, str(final), {})
+        record_finished(args, Trainer.state, "1 x CPU, 1 node, one process")  # as train_and_save does
+        push_run(Trainer(args), str(final), {})
     pushed = hub.repos["med/tiny-grpo"]["main"]
     card = pushed["README.md"].decode()
     assert "grpo" in card.split("---")[1] and "recipes/grpo.py" in card and "notebook_cell" not in card

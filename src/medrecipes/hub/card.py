@@ -14,7 +14,6 @@ The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 """
 
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -24,67 +23,17 @@ from pathlib import Path
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 
-from medrecipes.config import method_named, parse_recipe, resolved_yaml
-from medrecipes.data.manifest import decontamination_summary
-from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
-from medrecipes.locations import BUILDERS, absent, looks_local
-from medrecipes.outputs.records import written_about
+from medrecipes.locations import absent, looks_local
 from medrecipes.report import figures, read_run, trainer_state_path
 from medrecipes.rewards import signal_share
-from medrecipes.runs.record import FINAL, SettledRun
+from medrecipes.runs.record import FINAL
 
 logger = logging.getLogger(__name__)
 
 CARD_TEMPLATE = Path(__file__).parent.parent / "model_card.md"
 FRAMEWORKS = ("medrecipes", "transformers", "trl", "torch", "accelerate", "datasets", "peft")
-
-
-def _hash_files(paths: list[str]) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(os.path.relpath(path).encode())
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def is_hub_dataset(source) -> bool:
-    return source.path not in BUILDERS.values() and not looks_local(source.path) and not os.path.exists(source.path)
-
-
-def source_rows(sources) -> list[dict]:
-    """One row per data source: where it comes from, which revision, its share of the mixture."""
-    total = sum(s.weight for s in sources)
-    rows = []
-    for source in sources:
-        made = []  # how `medrecipes pairs` made a local file of preference data, as it recorded
-        if source.revision:
-            revision = source.revision
-        elif is_hub_dataset(source):
-            revision = "not pinned (the Hub's latest at training time)"
-        else:
-            files = local_files(source)
-            count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
-            revision = f"sha256:{_hash_files(files)[:16]} ({count})" if files else "files not found"
-            made = [about for about in map(written_about, files) if about]
-        data_files = source.data_files if isinstance(source.data_files, list | type(None)) else [source.data_files]
-        rows.append(
-            {
-                "path": source.path,
-                "name": source.name or "",
-                "split": source.split,
-                "files": ", ".join(data_files or []),
-                "revision": revision,
-                "weight": f"{source.weight / total:.1%}",
-                "format": source.format,
-                "how": "; ".join(made)
-                or ("not recorded (not written by `medrecipes pairs`)" if source.format in PREFERENCE_FIELDS else ""),
-            }
-        )
-    return rows
 
 
 def _framework_versions() -> str:
@@ -174,31 +123,25 @@ def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
 
 def model_card(
     repo_id: str,
-    method: str,
-    recipe,
-    model_args,
-    training_args,
+    record: dict,
     summary: dict,
     eval_metrics: dict,
-    hardware_line: str,
-    command: str,
-    decontamination: str | None = None,
     mcq_reports: dict[str, dict] | None = None,
     images: dict[str, str] | None = None,
-    script: str | None = None,
 ) -> ModelCard:
-    """The model card of a run, from what the run knows about itself; `mcq_reports`, the
-    multiple-choice reports of its last evaluation; `images`, {path in the repository: caption}
-    of its plots; `script`, the recipe script that ran (run.json's; by default the method's)."""
-    base = model_args.model_name_or_path
-    scratch = recipe.init_from_scratch
-    sources = recipe.mixture.sources if recipe.mixture else []
+    """The model card of a run, from its run.json `record` (`runs.described.card_facts`, the resolved
+    recipe, the settled run, what it finished on) and what it measured: `summary`
+    (`training_summary`), `eval_metrics` (its last evaluation's scalars), `mcq_reports` (the
+    multiple-choice reports of that evaluation and of `medrecipes eval` outputs) and `images`
+    ({path in the repository: caption} of its plots)."""
+    method, script, command, hardware = recorded_facts(record)
+    facts = record["card"]
     mcq_reports = mcq_reports or {}
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
-        base_model=None if scratch or not base or looks_local(base) or os.path.exists(base) else base,
-        datasets=[s.path for s in sources if is_hub_dataset(s)] or None,
-        library_name="peft" if model_args.use_peft else "transformers",
+        base_model=facts["hub_base_model"],
+        datasets=facts["hub_datasets"] or None,
+        library_name="peft" if facts["adapters"] else "transformers",
         pipeline_tag="text-generation",
         tags=["medrecipes", method, "medical"],
         eval_results=mcq_results(mcq_reports) or None,
@@ -208,9 +151,9 @@ def model_card(
         template_path=str(CARD_TEMPLATE),
         model_name=repo_id.split("/")[-1],
         method=method,
-        base_model=f"the `{recipe.architecture}` architecture, from scratch" if scratch else f"`{base}`",
-        sources=source_rows(sources),
-        decontamination=decontamination,
+        base_model=facts["base_model"],
+        sources=facts["sources"],
+        decontamination=facts["decontamination"],
         evaluation=evaluation_rows(eval_metrics),
         mcq=[
             (
@@ -224,74 +167,64 @@ def model_card(
             for name, r in mcq_reports.items()
         ],  # fmt: skip
         calibration=calibration_rows(mcq_reports),
-        trained_splits=sorted(
-            {f"{s.path} {s.split}" + (f" ({s.data_files})" if s.data_files else "") for s in sources}
-        ),
+        trained_splits=facts["trained_splits"],
         images=images or {},
         summary=summary,
-        hardware=hardware_line,
-        precision="bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+        hardware=hardware,
+        precision=facts["precision"],
         command=command,
-        script=script or method_named(method).script,
-        recipe_yaml=resolved_yaml(recipe, model_args, training_args).rstrip(),
+        script=script,
+        recipe_yaml=recipe_yaml(record).rstrip(),
         versions=_framework_versions(),
     )
 
 
-def _secrets(training_args) -> list[str]:
-    return [s for s in {training_args.hub_token, get_token(), os.environ.get("HF_TOKEN")} if s]
+def recipe_yaml(record: dict) -> str:
+    """The run's resolved recipe as it recorded it (`config.resolved_yaml`'s text)."""
+    return yaml.safe_dump(record["recipe"], sort_keys=False)
+
+
+def described_run(run_folder: str, name: str):
+    """The run in `run_folder` (`report.read_run`), whose run.json holds what its card needs; one
+    line otherwise."""
+    run = read_run(run_folder, name)
+    if not run.record.get("finished") or not isinstance(run.record.get("recipe"), dict):
+        raise UserError(
+            f"{run_folder}/run.json: no finished run recorded there; pass the output_dir of a run that wrote final/"
+        )
+    if not isinstance(run.record.get("card"), dict) or not isinstance(run.record.get("settled"), dict):
+        raise UserError(
+            f"{run_folder}/run.json: the run recorded no card facts (an earlier medrecipes trained it); "
+            "train it again with this version to make its card"
+        )
+    return run
 
 
 def write_card(
     folder: str,
-    run_folder: str,
+    run,
     repo_id: str,
-    method: str,
-    recipe,
-    model_args,
-    training_args,
     summary: dict,
     eval_metrics: dict,
-    hardware_line: str,
-    command: str,
-    script: str,
     reports: dict[str, dict] | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> None:
-    """Write the model card of the run in `run_folder` into `folder` (README.md, its plots under
-    images/ and the resolved recipe as recipe.yaml). The multiple-choice table holds the run's
-    last evaluation and `reports` ({name: report} of `medrecipes eval` outputs, after training)."""
-    try:  # the run's plots, as in its report, and the multiple-choice reports of its last evaluation
-        run = read_run(run_folder, repo_id.split("/")[-1])
-    except UserError:
-        run = None
+    """Write the model card of `run` (`described_run`) into `folder` (README.md, its plots under
+    images/ and the resolved recipe as recipe.yaml), from its run.json and what it logged. The
+    multiple-choice table holds the run's last evaluation and `reports` ({name: report} of
+    `medrecipes eval` outputs, after training); `secrets` (the token in use) never reach it."""
     images = {}
-    if run is not None:
-        os.makedirs(os.path.join(folder, "images"), exist_ok=True)
-        for name, (caption, png) in figures([run], []).items():
-            Path(folder, "images", f"{name}.png").write_bytes(png)
-            images[f"images/{name}.png"] = caption
-    last = run.reports[max(run.reports)] if run is not None and run.reports else {}
-    card = model_card(
-        repo_id,
-        method,
-        recipe,
-        model_args,
-        training_args,
-        summary,
-        eval_metrics,
-        hardware_line,
-        command,
-        decontamination_summary(recipe.built_data) if recipe.built_data else None,
-        {**last, **(reports or {})},
-        images,
-        script,
-    )
-    text = str(card)
-    for secret in _secrets(training_args):
+    os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+    for name, (caption, png) in figures([run], []).items():  # the run's plots, as in its report
+        Path(folder, "images", f"{name}.png").write_bytes(png)
+        images[f"images/{name}.png"] = caption
+    last = run.reports[max(run.reports)] if run.reports else {}  # its last evaluation's MCQ reports
+    text = str(model_card(repo_id, run.record, summary, eval_metrics, {**last, **(reports or {})}, images))
+    for secret in {*secrets, get_token(), os.environ.get("HF_TOKEN")} - {None, ""}:
         if secret in text:  # e.g. a token pasted into a recipe value
             text = text.replace(secret, "<redacted>")
     Path(folder, "README.md").write_text(text)
-    Path(folder, "recipe.yaml").write_text(resolved_yaml(recipe, model_args, training_args))
+    Path(folder, "recipe.yaml").write_text(recipe_yaml(run.record))
 
 
 def evaluation_reports(paths: list[str]) -> dict[str, dict]:
@@ -342,26 +275,20 @@ def _check_scored_model(eval_file: str, final: str) -> None:
 
 
 def run_method(record: dict) -> str:
-    """The method of the run a run.json records: its settled run's (`runs.settle`), or, in a record
-    written before runs were settled, its script's name."""
-    settled = SettledRun.from_record(record)
-    return settled.method if settled is not None else Path(str(record.get("script", ""))).stem
+    """The method of the run a run.json records, as `runs.settle` settled it."""
+    return record["settled"]["method"]
 
 
 def recorded_facts(record: dict) -> tuple[str, str, str, str]:
-    """(method, script, command, hardware) of the run a run.json records, as its card states them:
-    what was not recorded is said so."""
-    method = run_method(record)
-    script = record.get("script") or method_named(method).script
-    command = record.get("command") or f"python {script} (its command line was not recorded)"
-    hardware = (record.get("finished") or {}).get("hardware") or "hardware not recorded"
-    return method, script, command, hardware
+    """(method, script, command, hardware) of the finished run a run.json records, as its card
+    states them."""
+    return run_method(record), record["script"], record["command"], record["finished"]["hardware"]
 
 
 def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: str | None, overwrite: bool) -> None:
     """Write the model card of the finished run in `run_folder` into the folder `output`, as a push
-    would (`write_card`), with the evaluations of `eval_files` (`medrecipes eval` outputs made
-    after training) in its table. The recipe is the run's record of it (run.json), parsed again."""
+    would (`write_card`, from run.json), with the evaluations of `eval_files` (`medrecipes eval`
+    outputs made after training) in its table."""
     from transformers import TrainerState
 
     from medrecipes.outputs.claims import claim_output
@@ -374,27 +301,14 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
         raise UserError(
             f"{run_folder}: no trainer_state.json in it or in a checkpoint; pass a training run's output_dir"
         )
-    where = f"{run_folder}/run.json"
-    run = read_run(run_folder, Path(run_folder).name)
-    record = run.record
-    if not record.get("finished") or not isinstance(record.get("recipe"), dict):
-        raise UserError(f"{where}: no finished run recorded there; pass the output_dir of a run that wrote final/")
-    method, script, command, hardware = recorded_facts(record)
+    repo_id = repo_id or Path(run_folder).absolute().name
+    run = described_run(run_folder, repo_id.split("/")[-1])
     reports = evaluation_reports(eval_files)
     for path in eval_files:
         _check_scored_model(path, os.path.join(run_folder, FINAL))
     claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
+    state = TrainerState.load_from_json(trainer_state_path(run_folder))
+    eval_file = Path(run_folder, "eval_results.json")
+    metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
     with staged(output, folder=True, kind="card") as folder:
-        recipe_file = Path(folder, "recipe.yaml")
-        recipe_file.write_text(yaml.safe_dump(record["recipe"], sort_keys=False))
-        try:
-            recipe, args, model_args = parse_recipe(method, [str(recipe_file)], to_train=False)
-        except (UserError, KeyError) as err:
-            raise UserError(
-                f"{where}: the run's recipe does not parse here ({err}); run this where the run ran"
-            ) from None
-        state = TrainerState.load_from_json(trainer_state_path(run_folder))
-        eval_file = Path(run_folder, "eval_results.json")
-        metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
-        write_card(folder, run_folder, repo_id or Path(run_folder).absolute().name, method, recipe, model_args,
-                   args, training_summary(state), metrics, hardware, command, script, reports)  # fmt: skip
+        write_card(folder, run, repo_id, training_summary(state), metrics, reports)

@@ -19,6 +19,7 @@ from medrecipes.models.templates import sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
+from medrecipes.runs.described import card_facts
 from medrecipes.runs.record import SettledRun, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
@@ -76,5 +77,5 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         rewards=rewards,
         reward_funcs=tuple(functions),
     )
-    update_record(training_args, settled=run.record())
+    update_record(training_args, settled=run.record(), card=card_facts(recipe, model_args, training_args))
     return run
