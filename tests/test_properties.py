@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, card_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -268,14 +268,14 @@ def sandbox(tmp_path_factory, tiny_model):
     with staged(str(root / "earlier-report.html"), folder=False, kind="report") as path:
         Path(path).write_text("<html></html>")
     # The record of a finished run of the recipe, as a run leaves it, whose card `medrecipes card` writes.
-    from medrecipes.config import parse_recipe, resolved_recipe
+    from medrecipes.config import parse_recipe
 
     recipe_, args, model_args = parse_recipe("cpt", [str(root / "recipe.yaml")])
     shutil.copytree(model, root / "run" / "final")  # the run's model: result.json evaluated the same weights
     (root / "run" / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"loss": 2.0, "step": 1}]}')
     finished = {"global_step": 1, "max_steps": 1, "num_train_epochs": 1, "hardware": "1 x CPU, 1 node, one process"}
-    record = {"script": "recipes/cpt.py", "model": str(model), "command": "python recipes/cpt.py recipe.yaml",
-              "recipe": resolved_recipe(recipe_, model_args, args), "finished": finished}  # fmt: skip
+    record = card_record("cpt", (recipe_, args, model_args), command="python recipes/cpt.py recipe.yaml")
+    record.update(model=str(model), finished=finished)
     (root / "run" / "run.json").write_text(json.dumps(record))
     grpo = {"model_name_or_path": str(model), "output_dir": str(root / "grpo-run"), "use_cpu": True,
             "dataset_mixture": {"sources": [{"path": str(root / "questions.jsonl"), "format": "usmle"}]},
