@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,184 +16,19 @@ from datasets.exceptions import DatasetGenerationError
 from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
 from medrecipes.locations import absent, looks_local
 from medrecipes.names import PUBMEDQA_SETTINGS
+from medrecipes.usmle.formats import CONVERTERS, FORMATS, detect_format, medmcqa_one_based
 from medrecipes.usmle.schema import (
     COLUMNS,
     FEATURES,
     FILE_SUFFIXES,
-    LETTERS,
     MMLU_COLUMNS,
     MMLU_SPLITS,
-    PUBMEDQA_OPTIONS,
     Row,
     Where,
-    _gold,
-    _index_gold,
-    _options,
-    _row,
-    _text,
     question_key,
 )
 
 logger = logging.getLogger(__name__)
-
-
-def _require(row: Row, keys: Iterable[str], fmt: str, where: Where) -> None:
-    missing = [k for k in keys if row.get(k) is None]
-    if missing:
-        raise UserError(
-            f"{where}: missing {', '.join(repr(k) for k in missing)} for format '{fmt}'; "
-            f"fix the row or pass the right format= (one of {', '.join(FORMATS)})"
-        )
-
-
-# ---------------------------------------------------------------------------
-# Formats: each converter turns one raw row into a normalised row.
-
-
-def _from_medqa(row: Row, where: Where, **_: Any) -> Row:
-    _require(row, ["question", "options", "answer_idx"], "medqa", where)
-    options = _options(row["options"], where)
-    subject = row.get("meta_info") or row.get("subject")
-    return _row(
-        row["question"],
-        options,
-        _gold(row["answer_idx"], options, where),
-        id=row.get("realidx", row.get("id")),
-        subject=subject,
-    )
-
-
-def _from_medqa_hf(row: Row, where: Where, **_: Any) -> Row:
-    endings = sorted(k for k in row if re.fullmatch(r"ending\d", k) and row[k] is not None)
-    _require(row, ["sent1", "ending0", "ending1", "label"], "medqa_hf", where)
-    options = [_text(row[k]) for k in endings]
-    return _row(row["sent1"], options, _index_gold(row["label"], options, where), id=row.get("id"))
-
-
-def _from_medmcqa(row: Row, where: Where, one_based: bool = False, **_: Any) -> Row:
-    _require(row, ["question", "opa", "opb", "opc", "opd", "cop"], "medmcqa", where)
-    options = [_text(row[k]) for k in ("opa", "opb", "opc", "opd")]
-    answer = _index_gold(row["cop"], options, where, base=1 if one_based else 0)
-    return _row(
-        row["question"],
-        options,
-        answer,
-        id=row.get("id"),
-        subject=row.get("subject_name"),
-        explanation=row.get("exp"),
-    )
-
-
-def _from_mmlu(row: Row, where: Where, subject: str = "", **_: Any) -> Row:
-    if row.get("choices") is not None:  # the Hub's cais/mmlu layout
-        _require(row, ["question", "answer"], "mmlu", where)
-        options = _options(row["choices"], where)
-        return _row(
-            row["question"],
-            options,
-            _index_gold(row["answer"], options, where),
-            subject=row.get("subject") or subject,
-        )
-    _require(row, MMLU_COLUMNS, "mmlu", where)
-    options = [_text(row[k]) for k in "ABCD"]
-    return _row(row["question"], options, _gold(row["answer"], options, where), subject=subject)
-
-
-def _pubmedqa_context(row: Row, setting: str, where: Where) -> str:
-    """The text the question is asked about in `setting`: the abstract's sections, one a line (as
-    lm-evaluation-harness's pubmedqa prompt joins them), its conclusion, or both, each named."""
-    contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
-    abstract = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
-    if setting == "reasoning_required":
-        return abstract
-    conclusion = _text(row.get("LONG_ANSWER", row.get("long_answer")))
-    if not conclusion:
-        raise UserError(
-            f"{where}: has no LONG_ANSWER (the abstract's conclusion), which pubmedqa_setting {setting} "
-            "gives the model; fill it in, or use pubmedqa_setting reasoning_required"
-        )
-    if setting == "reasoning_free":
-        return f"Conclusion: {conclusion}"
-    return f"Abstract: {abstract}\nConclusion: {conclusion}"
-
-
-def _from_pubmedqa(row: Row, where: Where, pubmedqa_setting: str = "reasoning_required", **_: Any) -> Row:
-    # PQA-L files use upper-case keys; the Hub's pqa_labeled uses lower case and nests contexts.
-    question = row.get("QUESTION", row.get("question"))
-    _require({"QUESTION": question, **row}, ["QUESTION", "final_decision"], "pubmedqa", where)
-    decision = _text(row["final_decision"]).lower()
-    if decision not in PUBMEDQA_OPTIONS:
-        raise UserError(f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; fix the row")
-    answer = LETTERS[PUBMEDQA_OPTIONS.index(decision)]
-    return _row(
-        question,
-        list(PUBMEDQA_OPTIONS),
-        answer,
-        id=row.get("id", row.get("pubid")),
-        explanation=row.get("LONG_ANSWER", row.get("long_answer")),
-        context=_pubmedqa_context(row, pubmedqa_setting, where),
-    )
-
-
-def _from_seed(row: Row, where: Where, **_: Any) -> Row:
-    _require(row, ["question", "options"], "seed", where)
-    options = _options(row["options"], where)
-    return _row(
-        row["question"],
-        options,
-        _gold(row.get("answer"), options, where),
-        id=row.get("id"),
-        subject=row.get("subject"),
-        explanation=row.get("explanation"),
-        context=row.get("context"),
-    )
-
-
-class _Format(NamedTuple):
-    keys: tuple[str, ...]  # the keys that identify the format in "auto" mode
-    convert: Callable[..., Row]
-
-
-# Order matters in "auto": medqa rows also carry seed's keys (question, options, answer).
-_FORMATS: dict[str, _Format] = {
-    "medqa": _Format(("question", "options", "answer_idx"), _from_medqa),
-    "medqa_hf": _Format(("sent1", "ending0", "label"), _from_medqa_hf),
-    "medmcqa": _Format(("question", "opa", "cop"), _from_medmcqa),
-    "mmlu": _Format(("question", "A", "B", "answer"), _from_mmlu),
-    "pubmedqa": _Format(("QUESTION", "final_decision"), _from_pubmedqa),
-    "seed": _Format(("question", "options", "answer"), _from_seed),
-}
-FORMATS = tuple(_FORMATS)
-# Hub layouts that share a format's converter but not its identifying keys.
-_ALIASES = [
-    (("question", "choices", "answer"), "mmlu"),
-    (("question", "final_decision"), "pubmedqa"),
-]
-
-
-def _detect_format(row: Row, where: Where) -> str:
-    present = {k for k, v in row.items() if v is not None}
-    for name, fmt in _FORMATS.items():
-        if present.issuperset(fmt.keys):
-            return name
-    for keys, name in _ALIASES:
-        if present.issuperset(keys):
-            return name
-    accepted = "; ".join(f"{name} ({', '.join(f.keys)})" for name, f in _FORMATS.items())
-    raise UserError(
-        f"{where}: keys {sorted(present)} fit no MCQ format; accepted formats: {accepted}; "
-        "convert the file or pass format="
-    )
-
-
-def _medmcqa_one_based(raw: Dataset) -> bool:
-    """MedMCQA's Hub release numbers `cop` 0-3, the original JSON 1-4, per whole dataset.
-
-    The dataset is 1-based when any row has cop 4 or no row has cop 0; -1 and missing
-    values (unanswered test rows) take no part in the decision.
-    """
-    cops = {int(c) for c in list(raw["cop"]) if c is not None and int(c) >= 0}
-    return 4 in cops or 0 not in cops
 
 
 # ---------------------------------------------------------------------------
@@ -215,7 +50,7 @@ def _read_json(path: Path) -> Dataset:
 def _csv_has_header(path: Path) -> bool:
     with path.open(encoding="utf-8", newline="") as handle:
         first = next(csv.reader(handle), [])
-    known = {k for fmt in _FORMATS.values() for k in fmt.keys} - set("ABCD")
+    known = {k for fmt in CONVERTERS.values() for k in fmt.keys} - set("ABCD")
     return bool(known & {cell.strip() for cell in first})
 
 
@@ -262,7 +97,7 @@ def _normalise(
         return Dataset.from_dict({c: [] for c in COLUMNS}, features=FEATURES)
     fmt, answered = reading.fmt, reading.answered
     if fmt == "auto":
-        fmt = _detect_format(raw[0], Where(source, 1, header))
+        fmt = detect_format(raw[0], Where(source, 1, header))
     extra: dict[str, Any] = {"subject": subject}
     if reading.pubmedqa_setting is not None:
         if fmt != "pubmedqa":
@@ -272,8 +107,8 @@ def _normalise(
             )
         extra["pubmedqa_setting"] = reading.pubmedqa_setting
     if fmt == "medmcqa" and "cop" in raw.column_names:
-        extra["one_based"] = _medmcqa_one_based(raw)
-    convert = _FORMATS[fmt].convert
+        extra["one_based"] = medmcqa_one_based(raw)
+    convert = CONVERTERS[fmt].convert
 
     def normalise_row(row: Row, index: int) -> Row:
         where = Where(source, index + 1, header)

@@ -1,0 +1,178 @@
+"""The layouts of multiple-choice rows that `load_mcq` reads (MedQA, its Hub layout, MedMCQA, MMLU,
+PubMedQA, seed files), each a converter of one raw row into a normalised row, and the layout of a
+file told from its first row's keys."""
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from datasets import Dataset
+
+from medrecipes.errors import UserError
+from medrecipes.usmle.schema import (
+    LETTERS,
+    MMLU_COLUMNS,
+    PUBMEDQA_OPTIONS,
+    Row,
+    Where,
+    _gold,
+    _index_gold,
+    _options,
+    _row,
+    _text,
+)
+
+
+def _require(row: Row, keys: Iterable[str], fmt: str, where: Where) -> None:
+    missing = [k for k in keys if row.get(k) is None]
+    if missing:
+        raise UserError(
+            f"{where}: missing {', '.join(repr(k) for k in missing)} for format '{fmt}'; "
+            f"fix the row or pass the right format= (one of {', '.join(FORMATS)})"
+        )
+
+
+def _from_medqa(row: Row, where: Where, **_: Any) -> Row:
+    _require(row, ["question", "options", "answer_idx"], "medqa", where)
+    options = _options(row["options"], where)
+    subject = row.get("meta_info") or row.get("subject")
+    return _row(
+        row["question"],
+        options,
+        _gold(row["answer_idx"], options, where),
+        id=row.get("realidx", row.get("id")),
+        subject=subject,
+    )
+
+
+def _from_medqa_hf(row: Row, where: Where, **_: Any) -> Row:
+    endings = sorted(k for k in row if re.fullmatch(r"ending\d", k) and row[k] is not None)
+    _require(row, ["sent1", "ending0", "ending1", "label"], "medqa_hf", where)
+    options = [_text(row[k]) for k in endings]
+    return _row(row["sent1"], options, _index_gold(row["label"], options, where), id=row.get("id"))
+
+
+def _from_medmcqa(row: Row, where: Where, one_based: bool = False, **_: Any) -> Row:
+    _require(row, ["question", "opa", "opb", "opc", "opd", "cop"], "medmcqa", where)
+    options = [_text(row[k]) for k in ("opa", "opb", "opc", "opd")]
+    answer = _index_gold(row["cop"], options, where, base=1 if one_based else 0)
+    return _row(
+        row["question"],
+        options,
+        answer,
+        id=row.get("id"),
+        subject=row.get("subject_name"),
+        explanation=row.get("exp"),
+    )
+
+
+def _from_mmlu(row: Row, where: Where, subject: str = "", **_: Any) -> Row:
+    if row.get("choices") is not None:  # the Hub's cais/mmlu layout
+        _require(row, ["question", "answer"], "mmlu", where)
+        options = _options(row["choices"], where)
+        return _row(
+            row["question"],
+            options,
+            _index_gold(row["answer"], options, where),
+            subject=row.get("subject") or subject,
+        )
+    _require(row, MMLU_COLUMNS, "mmlu", where)
+    options = [_text(row[k]) for k in "ABCD"]
+    return _row(row["question"], options, _gold(row["answer"], options, where), subject=subject)
+
+
+def _pubmedqa_context(row: Row, setting: str, where: Where) -> str:
+    """The text the question is asked about in `setting`: the abstract's sections, one a line (as
+    lm-evaluation-harness's pubmedqa prompt joins them), its conclusion, or both, each named."""
+    contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
+    abstract = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
+    if setting == "reasoning_required":
+        return abstract
+    conclusion = _text(row.get("LONG_ANSWER", row.get("long_answer")))
+    if not conclusion:
+        raise UserError(
+            f"{where}: has no LONG_ANSWER (the abstract's conclusion), which pubmedqa_setting {setting} "
+            "gives the model; fill it in, or use pubmedqa_setting reasoning_required"
+        )
+    if setting == "reasoning_free":
+        return f"Conclusion: {conclusion}"
+    return f"Abstract: {abstract}\nConclusion: {conclusion}"
+
+
+def _from_pubmedqa(row: Row, where: Where, pubmedqa_setting: str = "reasoning_required", **_: Any) -> Row:
+    # PQA-L files use upper-case keys; the Hub's pqa_labeled uses lower case and nests contexts.
+    question = row.get("QUESTION", row.get("question"))
+    _require({"QUESTION": question, **row}, ["QUESTION", "final_decision"], "pubmedqa", where)
+    decision = _text(row["final_decision"]).lower()
+    if decision not in PUBMEDQA_OPTIONS:
+        raise UserError(f"{where}: final_decision {row['final_decision']!r} is not yes, no or maybe; fix the row")
+    answer = LETTERS[PUBMEDQA_OPTIONS.index(decision)]
+    return _row(
+        question,
+        list(PUBMEDQA_OPTIONS),
+        answer,
+        id=row.get("id", row.get("pubid")),
+        explanation=row.get("LONG_ANSWER", row.get("long_answer")),
+        context=_pubmedqa_context(row, pubmedqa_setting, where),
+    )
+
+
+def _from_seed(row: Row, where: Where, **_: Any) -> Row:
+    _require(row, ["question", "options"], "seed", where)
+    options = _options(row["options"], where)
+    return _row(
+        row["question"],
+        options,
+        _gold(row.get("answer"), options, where),
+        id=row.get("id"),
+        subject=row.get("subject"),
+        explanation=row.get("explanation"),
+        context=row.get("context"),
+    )
+
+
+class Format(NamedTuple):
+    keys: tuple[str, ...]  # the keys that identify the format in "auto" mode
+    convert: Callable[..., Row]
+
+
+# Order matters in "auto": medqa rows also carry seed's keys (question, options, answer).
+CONVERTERS: dict[str, Format] = {
+    "medqa": Format(("question", "options", "answer_idx"), _from_medqa),
+    "medqa_hf": Format(("sent1", "ending0", "label"), _from_medqa_hf),
+    "medmcqa": Format(("question", "opa", "cop"), _from_medmcqa),
+    "mmlu": Format(("question", "A", "B", "answer"), _from_mmlu),
+    "pubmedqa": Format(("QUESTION", "final_decision"), _from_pubmedqa),
+    "seed": Format(("question", "options", "answer"), _from_seed),
+}
+FORMATS = tuple(CONVERTERS)
+# Hub layouts that share a format's converter but not its identifying keys.
+_ALIASES = [
+    (("question", "choices", "answer"), "mmlu"),
+    (("question", "final_decision"), "pubmedqa"),
+]
+
+
+def detect_format(row: Row, where: Where) -> str:
+    present = {k for k, v in row.items() if v is not None}
+    for name, fmt in CONVERTERS.items():
+        if present.issuperset(fmt.keys):
+            return name
+    for keys, name in _ALIASES:
+        if present.issuperset(keys):
+            return name
+    accepted = "; ".join(f"{name} ({', '.join(f.keys)})" for name, f in CONVERTERS.items())
+    raise UserError(
+        f"{where}: keys {sorted(present)} fit no MCQ format; accepted formats: {accepted}; "
+        "convert the file or pass format="
+    )
+
+
+def medmcqa_one_based(raw: Dataset) -> bool:
+    """MedMCQA's Hub release numbers `cop` 0-3, the original JSON 1-4, per whole dataset.
+
+    The dataset is 1-based when any row has cop 4 or no row has cop 0; -1 and missing
+    values (unanswered test rows) take no part in the decision.
+    """
+    cops = {int(c) for c in list(raw["cop"]) if c is not None and int(c) >= 0}
+    return 4 in cops or 0 not in cops
