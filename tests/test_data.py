@@ -483,7 +483,7 @@ def test_an_sft_recipe_reads_pubmedqa_in_its_setting_and_writes_the_conclusion_f
     ],
 )
 def test_an_empty_answer_in_preference_data_is_one_line(row, problem):
-    from medrecipes.data.sources import check_answers
+    from medrecipes.data.rows import check_answers
 
     with pytest.raises(UserError, match=f"{problem}: there is no answer to prefer or avoid"):
         check_answers([row], [0], SourceConfig(path="pairs.jsonl", format="preference"))

@@ -86,7 +86,7 @@ def cmd_decontaminate(args) -> None:
     import os
 
     from medrecipes.data import decontamination as dc
-    from medrecipes.data.sources import local_files
+    from medrecipes.data.rows import local_files
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
 

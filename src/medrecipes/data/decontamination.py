@@ -21,7 +21,8 @@ from itertools import chain
 import numpy as np
 import xxhash
 
-from medrecipes.data.sources import files_of, load_documents, load_mcq_source, load_source
+from medrecipes.data.rows import files_of
+from medrecipes.data.sources import load_documents, load_mcq_source, load_source
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, bad_lines_named
 

@@ -14,7 +14,8 @@ from itertools import islice
 import datasets
 
 from medrecipes.data.packing import token_ids
-from medrecipes.data.sources import files_of, load_source
+from medrecipes.data.rows import files_of
+from medrecipes.data.sources import load_source
 from medrecipes.data_config import MixtureConfig
 from medrecipes.errors import UserError, bad_lines_named
 

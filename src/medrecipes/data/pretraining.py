@@ -8,7 +8,8 @@ A streaming mixture is a `TokenStream`, whose position is saved with each checkp
 from medrecipes.data.manifest import load_built_data
 from medrecipes.data.mixture import build_mixture, source_names
 from medrecipes.data.packing import pack_documents
-from medrecipes.data.sources import files_of, load_source
+from medrecipes.data.rows import files_of
+from medrecipes.data.sources import load_source
 from medrecipes.data.stream import TokenStream
 from medrecipes.errors import UserError
 

@@ -11,23 +11,27 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import datasets
 
 from medrecipes import usmle
 from medrecipes.data.parts import PART_LABELS, chosen_rows
+from medrecipes.data.rows import (
+    ANSWER_COLUMNS,
+    check_answers,
+    check_turns,
+    files_of,
+    local_files,
+    named,
+    row_of,
+    say_repeats,
+)
 from medrecipes.data_config import SourceConfig
-from medrecipes.errors import UserError, check_text_file, row_in_files, unreadable
+from medrecipes.errors import UserError, check_text_file, unreadable
 from medrecipes.locations import BUILDERS, absent, is_url, looks_local
 
 logger = logging.getLogger(__name__)
-
-
-def named(source: SourceConfig) -> str:
-    """How an error names a source: its path, and its data files when a builder reads them."""
-    files = [source.data_files] if isinstance(source.data_files, str) else source.data_files
-    return f"source '{source.path}'" + (f" ({', '.join(files)})" if files else "")
 
 
 def url_files(url: str, storage_options: dict | None) -> list[str]:
@@ -276,119 +280,6 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
     return {} if tag is None else {"source": [tag] * len(indices)}
 
 
-ANSWER_COLUMNS = ("prompt", "chosen", "rejected", "completion", "label")  # a preference row's question and answers
-
-
-def _is_text(kind) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceConfig) -> None:
-    """Each preference row says something of an answer: a pair's chosen and rejected differ (a
-    pair that does not teaches nothing and TRL's loss is flat on it), a conversational answer is
-    the assistant's turn, and an unpaired answer's label is true (desirable) or false (TRL's
-    collator would take 1, 0 or "yes" for a tensor of something else)."""
-    for row, index in zip(rows, indices, strict=False):
-        problem = None
-        prompt = row.get("prompt")
-        turns = prompt if isinstance(prompt, list) else [{"content": prompt}]
-        if "prompt" in row and not any(isinstance(t, dict) and str(t.get("content") or "").strip() for t in turns):
-            problem = "prompt is empty: its answers answer no question"
-        if "chosen" in row and row["chosen"] == row["rejected"]:
-            problem = "chosen and rejected are the same answer"
-        for key in ("chosen", "rejected", "completion"):
-            if isinstance(row.get(key), list) and _roles(row[key])[-1:] != ["assistant"]:
-                problem = f"the last turn of {key} is not the assistant's"
-            elif key in row and not _answer_text(row[key]).strip():
-                problem = f"{key} is empty: there is no answer to prefer or avoid"
-        if "label" in row and not isinstance(row["label"], bool):
-            problem = f"label {json.dumps(row['label'])} is not true or false (true: a desirable answer)"
-        if problem:
-            raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
-
-
-def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
-    """Preference rows given twice (the same question and answers) are counted and the first
-    named by line: each copy trains again, as if it weighed twice. Said, not refused."""
-    first, repeats = {}, []
-    for index, row in enumerate(rows):
-        seen = first.setdefault(json.dumps(row, sort_keys=True), index)
-        if seen != index:
-            repeats.append((index, seen))
-    if repeats:
-
-        def line(index: int) -> str:  # "line 4" (or "row 4"): the source is named once, first
-            return " ".join(row_of(source, index).split(" ")[-2:])
-
-        pairs = ", ".join(f"{line(i)} repeats {line(seen)}" for i, seen in repeats[:shown])
-        logger.warning(
-            "%s: %d row(s) repeat an earlier one (%s%s): each copy trains again; drop the repeats",
-            named(source),
-            len(repeats),
-            pairs,
-            ", ..." if len(repeats) > shown else "",
-        )
-
-
-def _answer_text(answer) -> str:
-    """An answer's text: the answer itself, or the content of its last (the assistant's) turn."""
-    if isinstance(answer, list):
-        answer = answer[-1].get("content") if answer and isinstance(answer[-1], dict) else None
-    return answer if isinstance(answer, str) else ""
-
-
-ROLES = ("system", "user", "assistant")  # the roles every chat template we train with knows
-
-
-def check_turns(conversations: Iterable, indices: Iterable[int], source: SourceConfig) -> None:
-    """Each conversation is a list of {role, content} turns that a chat template renders and SFT
-    can train on: roles among ROLES, a system turn only first, the user speaking first, the
-    assistant last (its answer is what is trained). A row that breaks this is one line naming
-    it; templates would otherwise raise mid-run (Gemma's) or render a turn the model never sees
-    in use (ChatML)."""
-    for messages, index in zip(conversations, indices, strict=False):
-        problem = _turn_problem(messages)
-        if problem:
-            raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
-
-
-def _roles(turns: list) -> list:
-    """The role of each turn (None for a turn that is not a mapping)."""
-    return [turn.get("role") if isinstance(turn, dict) else None for turn in turns]
-
-
-def _turn_problem(messages) -> str | None:
-    if not isinstance(messages, list) or not messages:
-        return "'messages' is not a list of turns"
-    roles = _roles(messages)
-    for number, role in enumerate(roles, 1):
-        if role not in ROLES:
-            return f"turn {number} has role {role!r}; use {', '.join(ROLES)}"
-        if role == "system" and number > 1:
-            return f"turn {number} is a system turn; only the first turn may be"
-    spoken = roles[1:] if roles[0] == "system" else roles
-    if not spoken or spoken[0] != "user":
-        return "the first turn after any system turn is not the user's"
-    if roles[-1] != "assistant":
-        return "the last turn is not the assistant's, so there is no answer to train on"
-    if not _answer_text(messages).strip():
-        return "the assistant's answer is empty, so there is nothing to train on"
-    return None
-
-
-def row_of(source: SourceConfig, index: int) -> str:
-    """A record of a source, counted from 0, as messages name it: its file and line where the
-    records are lines, else the source and the record's number from 1."""
-    return row_in_files(files_of([source]), index, name=named(source))
-
-
-def files_of(sources: Iterable[SourceConfig]) -> list[str]:
-    """The local files of these sources, source by source, each one's in the order `datasets` reads them."""
-    return [file for source in sources for file in sorted(local_files(source))]
-
-
 def recipe_inputs(recipe, args, model_args, recipe_path: str | None) -> list[str]:
     """Every path the recipe's data and model come from (for `outputs.claims.claim_output`, which skips
     those not on this machine): the recipe file, the model and tokenizer, the chat template,
@@ -405,16 +296,7 @@ def recipe_inputs(recipe, args, model_args, recipe_path: str | None) -> list[str
     return [path for path in paths if path]
 
 
-def local_files(source: SourceConfig) -> list[str]:
-    """The files on this machine that a source reads (its data_files, or its path; patterns and
-    folders expanded)."""
-    patterns = source.data_files if source.data_files is not None else [source.path]
-    patterns = [patterns] if isinstance(patterns, str) else patterns
-    files = []
-    for pattern in patterns:
-        for match in glob.glob(pattern, recursive=True):
-            if os.path.isdir(match):
-                files += [os.path.join(d, n) for d, _, names in os.walk(match) for n in names]
-            else:
-                files.append(match)
-    return files
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)

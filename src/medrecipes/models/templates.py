@@ -8,6 +8,8 @@ from pathlib import Path
 from medrecipes.errors import UserError
 from medrecipes.locations import shipped_template, shipped_templates
 
+ROLES = ("system", "user", "assistant")  # the roles every chat template we train with knows
+
 logger = logging.getLogger(__name__)
 
 

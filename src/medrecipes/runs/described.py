@@ -8,7 +8,8 @@ import hashlib
 import os
 
 from medrecipes.data.manifest import decontamination_summary
-from medrecipes.data.sources import PREFERENCE_FIELDS, local_files
+from medrecipes.data.rows import local_files
+from medrecipes.data.sources import PREFERENCE_FIELDS
 from medrecipes.locations import BUILDERS, looks_local
 from medrecipes.outputs.records import written_about
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from medrecipes.config.methods import method_named
-from medrecipes.data.sources import local_files
+from medrecipes.data.rows import local_files
 from medrecipes.errors import UserError
 from medrecipes.locations import SAMPLED, files_fingerprint, weights_fingerprint
 from medrecipes.outputs.writes import staged

@@ -3,12 +3,13 @@ value the documented ranges admit and the generation library accepts, every othe
 `RequestError` (a 4xx and one line). Knows no model: `model.ServedModel` turns the checked values
 into token ids."""
 
+from medrecipes.models.templates import ROLES
+
 # The request fields answered, per endpoint; others (tools, response_format, ...) are refused by name.
 CHAT_FIELDS = ("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
                "stream_options", "seed", "stop", "user")  # fmt: skip
 COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "seed", "stop", "echo",
                      "logprobs", "user")  # fmt: skip
-ROLES = ("system", "user", "assistant")
 SEEDS = (-(2**63), 2**64 - 1)  # the seeds torch.manual_seed takes: a signed 64-bit number, or an unsigned one
 MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API takes
 MAX_LOGPROBS = 5  # the most likely tokens a completion's logprobs may list at each position, as OpenAI's
