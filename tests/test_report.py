@@ -312,7 +312,7 @@ def test_the_report_reads_the_same_at_one_five_and_thirty_runs(tmp_path, count):
     model's: the comparison has a row per stage whose points are its seeds, the base model as a
     line; every figure keeps a readable shape (no strip, however many runs); no legend lies on a
     plot; tables longer than a screen fold."""
-    from medrecipes.report.figures import comparison_figure
+    from medrecipes.report.comparison import comparison_figure
 
     stages = ["sft", "grpo", "dpo", "kto", "cpt", "sft-long"]
     names = [f"{stages[i % len(stages)]}-s{i // len(stages) + 1}" for i in range(count)]
