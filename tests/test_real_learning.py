@@ -14,7 +14,8 @@ from conftest import ROOT, SHARED_DATA
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_learning_gemma as check  # noqa: E402
-from checks import learning_report  # noqa: E402
+from checks import ablations as ablation_arms  # noqa: E402
+from checks import learning_markdown, learning_recipes, learning_report  # noqa: E402
 
 GOLD = "AAAAABBBC" * 4  # 36 dev questions: 20 yes, 12 no, 4 maybe
 
@@ -26,7 +27,7 @@ def eval_output(answers: str, predicted: str, setting: str) -> dict:
     rows = [
         {"id": f"q{i}", "subject": "", "answer": a, "options": ["yes", "no", "maybe"]} for i, a in enumerate(answers)
     ]
-    report = score(rows, [f"{p}. {check.LABELS.get(p, '')}" for p in predicted])
+    report = score(rows, [f"{p}. {learning_recipes.LABELS.get(p, '')}" for p in predicted])
     return {"tasks": {"pubmedqa": {**report, "pubmedqa_setting": setting}}}
 
 
@@ -90,7 +91,7 @@ def test_the_report_gives_every_seed_the_mean_the_worst_and_the_spread(out):
     base = met["base (loglik): predicted labels not all one class, in every seed"]  # said "no" to all, once
     assert not base["met"] and base["figure"] == "one class in its one run"
     assert report["seconds"] == {"sft-free-s1": 60.0, "sft-free-s2": 70.0}
-    text = learning_report.markdown(report)
+    text = learning_markdown.markdown(report)
     assert "| reasoning_free | SFT | s1: 55.6% (" in text and "<br>s2: 77.8% (" in text
     assert "| 66.7% | 55.6% | 22.2% |" in text and "not in every seed" in text
 
@@ -111,15 +112,15 @@ def test_the_report_names_the_checkpoint_each_run_kept(out):
     first, second = report["stages"]["SFT"]["seeds"]
     assert first["selected_checkpoint"] == {"step": 76, "validation": 0.62, "of_steps": 152}
     assert "selected_checkpoint" not in second
-    assert "s1: 55.6% (" in learning_report.markdown(report) and "[step 76]" in learning_report.markdown(report)
+    assert "s1: 55.6% (" in learning_markdown.markdown(report) and "[step 76]" in learning_markdown.markdown(report)
 
 
 def test_the_paired_interval_is_zero_for_the_same_answers_and_refuses_other_questions(out):
-    sft = check.read(learning_report.eval_file(out, "sft-free", "generate", 1))
-    assert check.paired(sft, sft) == {"difference": 0.0, "ci95": [0.0, 0.0]}
+    sft = learning_report.read(learning_report.eval_file(out, "sft-free", "generate", 1))
+    assert learning_report.paired(sft, sft) == {"difference": 0.0, "ci95": [0.0, 0.0]}
     fewer = {**sft, "predictions": sft["predictions"][:-1]}
     with pytest.raises(SystemExit, match="different questions"):
-        check.paired(sft, fewer)
+        learning_report.paired(sft, fewer)
 
 
 def test_the_gpu_runs_reasoning_required_grpo_is_judged_against_its_sft(out):
@@ -197,7 +198,7 @@ def test_the_validation_questions_are_training_questions_in_their_label_proporti
 
 def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     sft = yaml.safe_load(open(check.seeded_recipe(tmp_path, "sft-free", 2)))
-    shipped = yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())
+    shipped = yaml.safe_load((ROOT / learning_recipes.RECIPES["sft-free"]).read_text())
     assert sft["seed"] == 2 and sft["output_dir"] == str(tmp_path / "sft-free-s2")
     assert sft["dataset_mixture"]["sources"][0]["path"] == str(tmp_path / "data" / "pubmedqa_fit.json")
     assert sft["eval_sets"]["validation"]["path"] == str(tmp_path / "data" / "pubmedqa_val.json")
@@ -213,10 +214,12 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
     )
     balanced = bool(shipped["dataset_mixture"]["sources"][0].get("balance_answers"))
     shipped_file = check.seeded_recipe(tmp_path, "sft-free", 1)
-    flip_file = check.seeded_recipe(tmp_path, "sft-free", 1, **check.ABLATIONS["balance"].switched(tmp_path, 1))
+    flip_file = check.seeded_recipe(
+        tmp_path, "sft-free", 1, **ablation_arms.ABLATIONS["balance"].switched(tmp_path, 1)
+    )
     assert flip_file != shipped_file  # one file per run
     kept = yaml.safe_load(open(shipped_file))["dataset_mixture"]["sources"][0]
-    assert bool(kept.get("balance_answers")) == balanced and check.ABLATIONS["balance"].arms() == (
+    assert bool(kept.get("balance_answers")) == balanced and ablation_arms.ABLATIONS["balance"].arms() == (
         balanced,
         not balanced,
     )
@@ -232,7 +235,7 @@ def test_each_seed_runs_the_recipe_with_its_own_folders_and_seed(tmp_path):
         k: v for k, v in yaml.safe_load(open(shipped_file)).items() if k not in ("dataset_mixture", "output_dir")
     }  # nothing else switched
     passes = yaml.safe_load(
-        open(check.seeded_recipe(tmp_path, "sft-free", 1, **check.ABLATIONS["passes"].switched(tmp_path, 1)))
+        open(check.seeded_recipe(tmp_path, "sft-free", 1, **ablation_arms.ABLATIONS["passes"].switched(tmp_path, 1)))
     )
     assert passes["num_train_epochs"] == {3: 4, 4: 3}[shipped["num_train_epochs"]]
     assert passes["output_dir"] == str(tmp_path / "sft-free-passes-s1")
@@ -318,14 +321,14 @@ def test_the_dpo_runs_are_compared_on_validation_with_dev_beside(out):
     write_eval(out, "dpo-free-validation", "generate", 2, GOLD[:-9] + "A" * 9)  # 32 of 36
     write_eval(out, "dpo-free", "generate", 2, GOLD[:-18] + "A" * 18)  # dev: 28 of 36
     write_eval(out, "dpo-free", "generate", 3, GOLD)  # dev without validation: not compared
-    found = check.pair_sources(out, [1, 2, 3])
+    found = ablation_arms.pair_sources(out, [1, 2, 3])
     assert found == {
         "DPO on gold pairs (recipe)": {
             "1": {"validation": 1.0},
             "2": {"validation": pytest.approx(32 / 36), "dev": pytest.approx(28 / 36)},
         },
     }
-    text = check.ablation_markdown(found, "DPO")
+    text = ablation_arms.ablation_markdown(found, "DPO")
     assert "| DPO | seed 1 | seed 2 | mean of the seeds run |" in text
     assert "| DPO on gold pairs (recipe) | 100.0% | 88.9%; dev 77.8% | 94.4% |" in text
 
@@ -335,8 +338,8 @@ def test_every_gpu_stage_runs_a_recipe_that_exists_with_keys_it_takes():
     model and output folder as the stage sets them), before any GPU time is spent."""
     from medrecipes.config import parse_recipe
 
-    for name, overrides in check.GPU_STAGES.items():
-        recipe = check.RECIPES[name]
+    for name, overrides in learning_recipes.GPU_STAGES.items():
+        recipe = learning_recipes.RECIPES[name]
         method = "grpo" if name.startswith("grpo") else "sft"
         # On this CPU: --use_cpu true, and no --bf16 (checked against the device it runs on).
         keys = dict(zip(overrides[::2], overrides[1::2], strict=True)) | {"--use_cpu": "true"}
@@ -380,7 +383,7 @@ def test_each_finished_run_gets_its_card_with_its_dev_evaluation(out, tmp_path, 
 
 def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed(out):
     shipped = bool(
-        yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0].get(
+        yaml.safe_load((ROOT / learning_recipes.RECIPES["sft-free"]).read_text())["dataset_mixture"]["sources"][0].get(
             "balance_answers"
         )
     )
@@ -394,7 +397,7 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
         (out / run / "trainer_state.json").write_text(json.dumps(state))
         source = {"path": "fit.json", "format": "usmle", **({"balance_answers": True} if balanced else {})}
         (out / run / "run.json").write_text(json.dumps({"recipe": {"dataset_mixture": {"sources": [source]}}}))
-    found = check.ablation(out, [1, 2], "balance")
+    found = ablation_arms.ablation(out, [1, 2], "balance")
     ours, other = f"balance_answers {shipped}".lower(), f"balance_answers {not shipped}".lower()
     assert list(found) == [ours, other]  # the recipe's setting first
     assert found[ours] == {  # the recipe's runs, evaluated on dev (the fixture's 20 and 28 of 36)
@@ -402,26 +405,26 @@ def test_the_balance_ablation_compares_the_kept_validation_accuracy_seed_by_seed
         "2": {"step": 114, "validation": 0.64, "of_steps": 252, "dev": pytest.approx(28 / 36)},
     }
     assert found[other] == {"1": {"step": 189, "validation": 0.7, "of_steps": 252}}  # not on dev yet
-    text = check.ablation_markdown(found)
+    text = ablation_arms.ablation_markdown(found)
     assert f"| {ours} | 72.0% (step 152); dev 55.6% | 64.0% (step 114); dev 77.8% | 68.0% |" in text
     assert f"| {other} | 70.0% (step 189) | not run | 70.0% |" in text
     write_eval(out, "sft-free-flip", "generate", 1, GOLD[:-9] + "A" * 9)  # 32 of 36 right
-    found = check.ablation(out, [1, 2], "balance")
+    found = ablation_arms.ablation(out, [1, 2], "balance")
     assert found[other]["1"]["dev"] == pytest.approx(32 / 36)
-    assert f"| {other} | 70.0% (step 189); dev 88.9% | not run | 70.0% |" in check.ablation_markdown(found)
+    assert f"| {other} | 70.0% (step 189); dev 88.9% | not run | 70.0% |" in ablation_arms.ablation_markdown(found)
     # A run is put by the setting its record names, not by its folder: a folder trained before the
     # recipe switched its setting is read right.
     (out / "sft-free-s2" / "run.json").write_text(
         json.dumps({"recipe": {"dataset_mixture": {"sources": [{"balance_answers": not shipped}]}}})
     )
-    found = check.ablation(out, [1, 2], "balance")
+    found = ablation_arms.ablation(out, [1, 2], "balance")
     assert set(found[ours]) == {"1"} and found[other]["2"]["validation"] == 0.64
 
 
 def test_the_passes_ablation_puts_each_run_by_the_passes_its_record_names(out):
     """Each ablation reads only the recipe's runs and its own folder's; the report gives every
     ablation with a run there, each in its own table."""
-    shipped = yaml.safe_load((ROOT / check.RECIPES["sft-free"]).read_text())["num_train_epochs"]
+    shipped = yaml.safe_load((ROOT / learning_recipes.RECIPES["sft-free"]).read_text())["num_train_epochs"]
     other = 7 - shipped
     for run, passes, step, accuracy in (
         ("sft-free-s1", shipped, 152, 0.72),
@@ -434,17 +437,17 @@ def test_the_passes_ablation_puts_each_run_by_the_passes_its_record_names(out):
         (out / run / "trainer_state.json").write_text(json.dumps(state))
         recipe = {"num_train_epochs": passes, "dataset_mixture": {"sources": [{"path": "fit.json"}]}}
         (out / run / "run.json").write_text(json.dumps({"recipe": recipe}))
-    found = check.ablation(out, [1, 2], "passes")
+    found = ablation_arms.ablation(out, [1, 2], "passes")
     assert list(found) == [f"num_train_epochs {shipped}", f"num_train_epochs {other}"]
     assert found[f"num_train_epochs {shipped}"] == {
         "1": {"step": 152, "validation": 0.72, "of_steps": 152, "dev": pytest.approx(20 / 36)}
     }
     assert {s: run["validation"] for s, run in found[f"num_train_epochs {other}"].items()} == {"1": 0.76, "2": 0.7}
-    text = check.ablation_markdown(found)
+    text = ablation_arms.ablation_markdown(found)
     assert f"| num_train_epochs {shipped} | 72.0% (step 152); dev 55.6% | not run | 72.0% |" in text
     assert f"| num_train_epochs {other} | 76.0% (step 114) | 70.0% (step 114) | 73.0% |" in text
-    assert list(check.ablations(out, [1, 2])) == ["balance", "passes"]
-    assert list(check.ablations(out, [2])) == ["passes"]  # seed 2 has no switched balance run
+    assert list(ablation_arms.ablations(out, [1, 2])) == ["balance", "passes"]
+    assert list(ablation_arms.ablations(out, [2])) == ["passes"]  # seed 2 has no switched balance run
 
 
 def test_the_long_answer_balance_ablation_switches_balance_for_one_pass_and_answers_at_length(tmp_path, monkeypatch):
@@ -479,8 +482,8 @@ def test_the_long_answer_balance_ablation_switches_balance_for_one_pass_and_answ
         "sft-long-s1", "eval-sft-long-s1", "sft-long-flip-s1", "eval-sft-long-flip-s1", "eval-sft-answer-only",
     ]  # fmt: skip
     shipped, flip = (yaml.safe_load(open(listed[name][2][1])) for name in ("sft-long-s1", "sft-long-flip-s1"))
-    assert check.balance_of(flip) != check.balance_of(shipped) and flip["num_train_epochs"] == (
-        1 if check.balance_of(flip) else 2
+    assert ablation_arms.balance_of(flip) != ablation_arms.balance_of(shipped) and flip["num_train_epochs"] == (
+        1 if ablation_arms.balance_of(flip) else 2
     )
     assert flip["output_dir"] == str(tmp_path / "sft-long-flip-s1")
     switched = ("dataset_mixture", "num_train_epochs", "output_dir")
@@ -494,17 +497,17 @@ def test_the_long_answer_balance_ablation_switches_balance_for_one_pass_and_answ
     assert command[command.index("--output") + 1] == str(done) and "--chain_of_thought" in command
     # Its arms are read from the long-answer runs' records, beside the recipe's runs
     for run, balanced, accuracy in (
-        ("sft-long-s1", check.balance_of(shipped), 0.52),
-        ("sft-long-flip-s1", check.balance_of(flip), 0.6),
+        ("sft-long-s1", ablation_arms.balance_of(shipped), 0.52),
+        ("sft-long-flip-s1", ablation_arms.balance_of(flip), 0.6),
     ):
         (tmp_path / run / "trainer_state.json").parent.mkdir(exist_ok=True)
         state = {"best_global_step": 38, "best_metric": accuracy, "global_step": 76, "log_history": []}
         (tmp_path / run / "trainer_state.json").write_text(json.dumps(state))
         source = {"path": "fit.json", **({"balance_answers": True} if balanced else {})}
         (tmp_path / run / "run.json").write_text(json.dumps({"recipe": {"dataset_mixture": {"sources": [source]}}}))
-    found = check.ablation(tmp_path, [1], "long-balance")
+    found = ablation_arms.ablation(tmp_path, [1], "long-balance")
     assert [arm["1"]["validation"] for arm in found.values()] == [0.52, 0.6]  # the recipe's setting first
-    assert "long-answer SFT" in check.WHAT[check.ABLATIONS["long-balance"].stage]
+    assert "long-answer SFT" in ablation_arms.WHAT[ablation_arms.ABLATIONS["long-balance"].stage]
 
 
 def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_gives_now(tmp_path, capsys):
@@ -563,4 +566,4 @@ def test_the_report_shows_the_sft_and_grpo_runs_trained_on_disjoint_questions(ou
         (out / f"{stage}-s1" / "run.json").write_text(json.dumps({"recipe": recipe}))
     report = learning_report.summarise(out, {}, [1, 2], "cpu")
     assert report["questions_per_stage"] == {"1": {"sft": 36, "grpo": 24, "shared": 0}}  # seed 2 has no runs
-    assert "| 1 | 36 | 24 | 0 |" in learning_report.markdown(report)
+    assert "| 1 | 36 | 24 | 0 |" in learning_markdown.markdown(report)
