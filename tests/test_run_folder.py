@@ -260,7 +260,8 @@ def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):
 
 def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
     from medrecipes.config import parse_recipe
-    from medrecipes.training.run_folder import RECORD, claim_run_folder
+    from medrecipes.runs.record import RECORD
+    from medrecipes.training.run_folder import claim_run_folder
 
     out = tmp_path / "run"
     out.mkdir()

@@ -440,10 +440,7 @@ PLAIN_WRITES = {
     ("training/transformers_seams.py", "_save_checkpoint"): "checkpoints: their own staging folder renamed into place",
     ("training/mixins.py", "write_into_checkpoint"): "the stream's position, into a checkpoint's staging folder",
     ("training/run.py", "save_final"): "final/: the staging of checkpoints, renamed into place",
-    (
-        "training/run_folder.py",
-        "_start_over",
-    ): "overwrite_output_dir: deletes the earlier run's state in its claimed folder",
+    ("runs/folder.py", "start_over"): "overwrite_output_dir: deletes the earlier run's state in its claimed folder",
     (
         "training/run_folder.py",
         "claim_run_folder",

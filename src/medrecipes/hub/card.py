@@ -26,9 +26,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import absent, looks_local
-from medrecipes.report import figures, read_run, trainer_state_path
+from medrecipes.report import figures, read_run
 from medrecipes.rewards import signal_share
-from medrecipes.runs.record import FINAL
+from medrecipes.runs.folder import RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,8 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     for path in (run_folder, *eval_files):
         if not os.path.exists(path):
             raise UserError(f"{path}: {absent(path)}; pass a run's output_dir and eval --output files")
-    if not os.path.isdir(run_folder) or trainer_state_path(run_folder) is None:
+    folder = RunFolder(run_folder)
+    if not os.path.isdir(run_folder) or folder.trainer_state() is None:
         raise UserError(
             f"{run_folder}: no trainer_state.json in it or in a checkpoint; pass a training run's output_dir"
         )
@@ -305,9 +306,9 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     run = described_run(run_folder, repo_id.split("/")[-1])
     reports = evaluation_reports(eval_files)
     for path in eval_files:
-        _check_scored_model(path, os.path.join(run_folder, FINAL))
+        _check_scored_model(path, folder.final)
     claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
-    state = TrainerState.load_from_json(trainer_state_path(run_folder))
+    state = TrainerState.load_from_json(folder.trainer_state())
     eval_file = Path(run_folder, "eval_results.json")
     metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
     with staged(output, folder=True, kind="card") as folder:

@@ -14,7 +14,7 @@ from medrecipes.hub.card import described_run, run_method, training_summary, wri
 from medrecipes.hub.checkpoints import CREDENTIAL_FILES, hub_repo_id
 from medrecipes.outputs.records import MARKER
 from medrecipes.outputs.writes import staged
-from medrecipes.runs.record import CARD
+from medrecipes.runs.folder import RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def push_run(trainer, final_dir: str, eval_metrics: dict) -> str | None:
     args = trainer.args
     repo_id = getattr(trainer, "hub_model_id", None) or hub_repo_id(args)
     run = described_run(args.output_dir, repo_id.split("/")[-1])
-    card = os.path.join(args.output_dir, CARD)
+    card = RunFolder(args.output_dir).card
     with staged(card, folder=True, kind="card") as folder:
         write_card(folder, run, repo_id, training_summary(trainer.state), eval_metrics, secrets=(args.hub_token,))
     api = HfApi(token=args.hub_token)

@@ -24,7 +24,7 @@ display).
 
 from medrecipes.report.figures import figures, subject_points
 from medrecipes.report.page import images_folder, write_report
-from medrecipes.report.runs import read_inputs, read_run, trainer_state_path
+from medrecipes.report.runs import read_inputs, read_run
 
 __all__ = [
     "figures",
@@ -32,6 +32,5 @@ __all__ = [
     "read_inputs",
     "read_run",
     "subject_points",
-    "trainer_state_path",
     "write_report",
 ]

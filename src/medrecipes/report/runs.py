@@ -4,17 +4,13 @@
 import glob
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from medrecipes.errors import UserError
 from medrecipes.locations import absent
-from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_step, newest_complete_checkpoint
-from medrecipes.runs.record import EVAL_TASKS, RECORD, finished_entry
-from medrecipes.runs.resume import resume_point
-
-STEP_REPORT = re.compile(r"step-(\d+)\.json$")
+from medrecipes.outputs.checkpoints import checkpoint_step
+from medrecipes.runs.folder import RunFolder
 
 
 @dataclass
@@ -49,25 +45,18 @@ def _read_json(path: str, what: str):
         ) from None
 
 
-def trainer_state_path(folder: str) -> str | None:
-    """The run's trainer_state.json: the one written at the end, or the newest checkpoint's."""
-    root = os.path.join(folder, TRAINER_STATE)
-    if os.path.isfile(root):
-        return root
-    checkpoint = newest_complete_checkpoint(folder)
-    return os.path.join(checkpoint, TRAINER_STATE) if checkpoint else None
-
-
 def is_run(folder: str) -> bool:
     """A run's output_dir: it has logged or saved (trainer_state.json), or it has started (run.json,
     written before the first step)."""
-    return trainer_state_path(folder) is not None or os.path.isfile(os.path.join(folder, RECORD))
+    run = RunFolder(folder)
+    return run.trainer_state() is not None or os.path.isfile(run.record_file)
 
 
 def read_run(folder: str, name: str) -> Run:
     """A run's folder; one that has started but not yet saved has its record and no steps."""
-    state_path = trainer_state_path(folder)
-    if state_path is None and not os.path.isfile(os.path.join(folder, RECORD)):
+    run = RunFolder(folder)
+    state_path = run.trainer_state()
+    if state_path is None and not os.path.isfile(run.record_file):
         raise UserError(
             f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
             "logged or saved, or an eval --output file"
@@ -77,23 +66,22 @@ def read_run(folder: str, name: str) -> Run:
         raise UserError(f"{state_path}: not a trainer state (no log_history list); pass a run's output_dir")
     best = state.get("best_model_checkpoint")
     best_step = checkpoint_step(best) if best else None
-    record_path = os.path.join(folder, RECORD)
-    record = _read_json(record_path, "run record") if os.path.isfile(record_path) else {}
-    reports = {}
-    for path in glob.glob(os.path.join(folder, EVAL_TASKS, "step-*.json")):
-        if m := STEP_REPORT.search(path):
-            reports[int(m.group(1))] = _read_json(path, "evaluation report").get("tasks", {})
-    return Run(name, folder, state.get("log_history", []), best_step, record, dict(sorted(reports.items())))
+    record = _read_json(run.record_file, "run record") if os.path.isfile(run.record_file) else {}
+    reports = {
+        step: _read_json(path, "evaluation report").get("tasks", {}) for step, path in run.eval_reports().items()
+    }
+    return Run(name, folder, state.get("log_history", []), best_step, record, reports)
 
 
 def run_state(run: Run) -> str:
     """How the run ended, from its record and folder: finished (its final model written), or
     stopped before that (killed, preempted, failed) with the checkpoint the same command resumes
     from; a run still training reads as stopped at its newest checkpoint too."""
-    done = finished_entry(run.path, run.record)
+    folder = RunFolder(run.path)
+    done = folder.finished(run.record)
     if done is not None:
         return f"finished at step {done.get('global_step', '?')}"
-    checkpoint, _ = resume_point(run.path)
+    checkpoint, _ = folder.resume_point()
     if checkpoint is None:
         return "stopped before a checkpoint it can resume from (or still training)"
     return f"stopped (or still training): the same command resumes from {os.path.basename(checkpoint)}"

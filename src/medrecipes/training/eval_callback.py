@@ -17,7 +17,6 @@ output_dir/eval_tasks/step-<N>.json.
 
 import json
 import logging
-import os
 
 from transformers import TrainerCallback
 
@@ -25,7 +24,7 @@ from medrecipes.evaluation.scoring import evaluate_task
 from medrecipes.evaluation.tables import format_report, task_metrics
 from medrecipes.evaluation.tasks import TASKS, eval_set_task, load_task
 from medrecipes.outputs.writes import staged
-from medrecipes.runs.record import EVAL_TASKS
+from medrecipes.runs.folder import RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class TaskEvaluationCallback(TrainerCallback):
                 logger.info("step %d: %s", state.global_step, format_report(name, report))
             # Written whole or not at all (renamed into place): `medrecipes report` reads these, and a
             # file cut by a kill would stop it.
-            report = os.path.join(args.output_dir, EVAL_TASKS, f"step-{state.global_step}.json")
+            report = RunFolder(args.output_dir).eval_report(state.global_step)
             with staged(report, folder=False) as path, open(path, "w", encoding="utf-8") as f:
                 json.dump({"step": state.global_step, "tasks": self.reports}, f, indent=1)
 

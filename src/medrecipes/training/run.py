@@ -14,10 +14,10 @@ from typing import NoReturn
 from medrecipes.allocator import keep_freed_memory
 from medrecipes.errors import UserError, first_to_report
 from medrecipes.outputs.checkpoints import TRAINER_STATE
-from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import full_disk_is_one_line, publish
 from medrecipes.plan.hardware import hardware
-from medrecipes.runs.record import FINAL, record_finished
+from medrecipes.runs.folder import RunFolder
+from medrecipes.runs.record import record_finished
 from medrecipes.runs.resume import kept
 from medrecipes.training.callbacks import StopsRun
 from medrecipes.training.resume import check_resumable
@@ -91,8 +91,9 @@ def save_final(trainer) -> str:
     staging folder, then renamed into place once every process has written its part, so a kill
     leaves the previous final/ or the new one, whole. Returns the folder."""
     args = trainer.args
-    final_dir = os.path.join(args.output_dir, FINAL)
-    staged = os.path.join(args.output_dir, STAGING, FINAL)
+    folder = RunFolder(args.output_dir)
+    final_dir = folder.final
+    staged = os.path.join(folder.staging, os.path.basename(final_dir))
     if args.should_save:
         shutil.rmtree(staged, ignore_errors=True)
         os.makedirs(staged)

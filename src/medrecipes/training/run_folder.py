@@ -12,35 +12,18 @@ model card first.
 
 import logging
 import os
-import shutil
 
 from medrecipes.config.parse import recorded_command, resolved_recipe
 from medrecipes.data.sources import recipe_inputs
 from medrecipes.errors import UserError, on_interrupt
-from medrecipes.outputs.checkpoints import CHECKPOINT
 from medrecipes.outputs.claims import claim_output, lock_folder
-from medrecipes.outputs.records import STAGING, mark
-from medrecipes.runs.record import (
-    CARD,
-    EVAL_TASKS,
-    FINAL,
-    RECORD,
-    finished_entry,
-    identity_differences,
-    read_record,
-    run_identity,
-    write_record,
-)
+from medrecipes.outputs.records import mark
+from medrecipes.runs.folder import RunFolder
+from medrecipes.runs.record import identity_differences, run_identity, write_record
 from medrecipes.runs.resume import kept
 from medrecipes.training.launch import check_launch
 
 logger = logging.getLogger(__name__)
-
-# What a run leaves in its output_dir that a run starting over must not find: checkpoints (and
-# their staging), the final model, the trainer's state and metrics, the benchmark reports of its
-# evaluations and its model card (which would be read as the new run's).
-RUN_STATE = (FINAL, STAGING, "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
-             EVAL_TASKS, CARD)  # fmt: skip
 
 
 def _differences(saved: dict, ours: dict) -> str:
@@ -77,7 +60,7 @@ def recorded_differences(method: str, recipe, training_args, model_args) -> str:
     its script, model or data, then the settings that change what it trained; "" where they agree
     or no run is recorded there. A pipeline that skips a stage whose run finished asks this first,
     so that a recipe changed since is not passed over in silence."""
-    saved = read_record(training_args.output_dir)
+    saved = RunFolder(training_args.output_dir).record()
     if saved is None:
         return ""
     ours = resolved_recipe(recipe, model_args, training_args)
@@ -88,25 +71,9 @@ def recorded_differences(method: str, recipe, training_args, model_args) -> str:
     return "; ".join(part for part in found if part)
 
 
-def _start_over(output_dir: str) -> None:
-    removed = [n for n in os.listdir(output_dir) if n in RUN_STATE or n == RECORD or CHECKPOINT.match(n)]
-    for name in removed:
-        path = os.path.join(output_dir, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    if removed:
-        logger.info(
-            "overwrite_output_dir: removed the earlier run from %s (%s)", output_dir, ", ".join(sorted(removed))
-        )
-
-
-def _has_results(output_dir: str) -> bool:
-    """A checkpoint or a final model in the folder."""
-    return any(name == FINAL or CHECKPOINT.match(name) for name in os.listdir(output_dir))
-
-
 def finished(record: dict, training_args) -> bool:
     """Whether the run in the record trained as far as these arguments ask (final/ written)."""
-    done = finished_entry(training_args.output_dir, record)
+    done = RunFolder(training_args.output_dir).finished(record)
     if done is None:
         return False
     if training_args.max_steps > 0:
@@ -133,11 +100,15 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
         lock_folder(output_dir, where)
         mark(output_dir, "run")
         on_interrupt(lambda: kept(output_dir))
+    folder = RunFolder(output_dir)
     with training_args.main_process_first(local=False, desc="checking output_dir"):
         if recipe.overwrite_output_dir and training_args.should_save and os.path.isdir(output_dir):
-            _start_over(output_dir)
-        saved = read_record(output_dir)
-        if saved is not None and not _has_results(output_dir):
+            if removed := folder.start_over():
+                logger.info(
+                    "overwrite_output_dir: removed the earlier run from %s (%s)", output_dir, ", ".join(removed)
+                )
+        saved = folder.record()
+        if saved is not None and not folder.has_results():
             saved = None  # a run that stopped before its first save: nothing of it to protect
         differences = _differences(saved, ours) if saved is not None else ""
         if differences:
