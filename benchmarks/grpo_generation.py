@@ -30,15 +30,12 @@ import argparse
 import functools
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from medrecipes.models.scratch import PRESETS, preset_config  # noqa: E402
+from medrecipes.models.scratch import PRESETS, preset_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PATHS = ("generate", "continuous_batching", "static_cache", "static_compiled")

@@ -27,7 +27,7 @@ gives now, else the check stops in one line naming the difference):
   grpo-resume  the GRPO recipe for 4 steps straight, and again killed with SIGKILL after its
              checkpoint-2 and started again: same losses, rewards and weights?
   push       the SFT recipe for 2 steps with push_to_hub, against the local stand-in for the
-             Hub (tests/hub_standin.py): the files pushed, the model card's data table
+             Hub (benchmarks/checks/hub_standin.py): the files pushed, the model card's data table
   serve      `medrecipes serve` on the final model, asked the same question over HTTP
              (/v1/chat/completions), then stopped
   eval-cot   the base model asked to reason first (--chain_of_thought) on the first 80

@@ -117,10 +117,9 @@ HUB_REPO = "medrecipes/gemma3-270m-pubmedqa-grpo"
 
 def grpo_pushed(out: Path) -> None:
     """The GRPO recipe with push_to_hub, against the project's local stand-in for the Hub's HTTP
-    API (tests/hub_standin.py; nothing reaches the network), so that the final model carries the
+    API (benchmarks/checks/hub_standin.py; nothing reaches the network), so that the final model carries the
     model card a user's push would (grpo/card/README.md, with the run's plots)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from hub_standin import HubStandIn
+    from checks.hub_standin import HubStandIn
 
     push = ["--push_to_hub", "true", "--hub_model_id", HUB_REPO, "--hub_token", "hf_local_stand_in"]
     command = [sys.executable, "recipes/grpo.py", RECIPES["grpo"], *push]

@@ -75,16 +75,12 @@ import argparse
 import json
 import os
 import signal
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the throughput package, beside this script
-
-from throughput.arms import Bench  # noqa: E402
-from throughput.cases import RESULTS, ROOT, load_case  # noqa: E402
-from throughput.measure import TimedOut, raise_timed_out  # noqa: E402
-from throughput.results import REFERENCE_GPU, memory_plan, run_one, write_result  # noqa: E402
+from throughput.arms import Bench
+from throughput.cases import RESULTS, ROOT, load_case
+from throughput.measure import TimedOut, raise_timed_out
+from throughput.results import REFERENCE_GPU, memory_plan, run_one, write_result
 
 
 def bench_case(name: str, options) -> dict:

@@ -1,14 +1,9 @@
 """The answer-extraction study (benchmarks/answer_extraction.py): its labels and baselines read
 replies as documented, and the script scores a set of replies end to end."""
 
-import importlib.util
 import json
 
-from conftest import ROOT
-
-spec = importlib.util.spec_from_file_location("answer_extraction", ROOT / "benchmarks" / "answer_extraction.py")
-study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(study)
+import answer_extraction as study
 
 OPTIONS = {"A": "Goblet cells", "B": "Type II pneumocytes", "C": "Clara cells", "D": "Alveolar macrophages"}
 LABELS = [

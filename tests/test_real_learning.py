@@ -5,17 +5,14 @@ outputs seed by seed, each stage's mean, worst seed and spread, a paired bootstr
 names."""
 
 import json
-import sys
 from collections import Counter
 
 import pytest
+import real_learning_gemma as check
 import yaml
+from checks import ablations as ablation_arms
+from checks import learning_markdown, learning_recipes, learning_report
 from conftest import ROOT, SHARED_DATA
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import real_learning_gemma as check  # noqa: E402
-from checks import ablations as ablation_arms  # noqa: E402
-from checks import learning_markdown, learning_recipes, learning_report  # noqa: E402
 
 GOLD = "AAAAABBBC" * 4  # 36 dev questions: 20 yes, 12 no, 4 maybe
 

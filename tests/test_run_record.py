@@ -8,8 +8,8 @@ import re
 
 import pytest
 import yaml
+from checks.hub_standin import HubStandIn
 from conftest import PYTHON, ROOT, card_record, log_history, run
-from hub_standin import HubStandIn
 from huggingface_hub import ModelCard
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -97,7 +97,7 @@ def test_the_resume_point_is_settled(tiny_model, tmp_path):
 def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monkeypatch):
     """`push_run` names the method of the run it pushes from run.json: run under another script's
     name (a wrapper, a notebook), the card and the commit still say GRPO."""
-    from hub_standin import HubStandIn
+    from checks.hub_standin import HubStandIn
     from transformers import TrainerState
 
     from medrecipes.hub.card import run_method

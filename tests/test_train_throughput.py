@@ -201,10 +201,8 @@ def test_gpu_session_stops_without_a_gpu_and_checks_its_grpo_data(tmp_path):
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A benchmark script's module, imported as it runs: from benchmarks/ (pytest's pythonpath)."""
+    return importlib.import_module(name)
 
 
 def test_greedy_answers_that_part_say_where_and_whether_the_dtype_decides_it():

@@ -126,10 +126,9 @@ def grpo_resume(out: Path, report: Path, recipe: str) -> None:
 
 def push(out: Path, report: Path, recipe: str, repo: str) -> None:
     """The SFT recipe for 2 steps with push_to_hub, against the project's local stand-in for the
-    Hub's HTTP API (tests/hub_standin.py; nothing here reaches the network): what was pushed,
+    Hub's HTTP API (benchmarks/checks/hub_standin.py; nothing here reaches the network): what was pushed,
     and the model card's record of the data."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from hub_standin import HubStandIn
+    from checks.hub_standin import HubStandIn
 
     folder = out / "push-run"
     args = ["--output_dir", str(folder), "--max_steps", "2", "--save_strategy", "no", "--logging_steps", "1"]
