@@ -42,9 +42,8 @@ def recipe_method(path: str) -> str:
 def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = True):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order.
     `to_train`: the recipe is about to train, so its sources' pass_rate files must be there and of
-    its model, and a push must be able to reach the Hub. Off for the commands that read a recipe
-    without training it: `medrecipes pass-rate` (which writes those files) and `medrecipes card`
-    (which reads a finished run's recipe, wherever it was trained)."""
+    its model, and a push must be able to reach the Hub. Off for `medrecipes pass-rate`, which
+    reads a recipe to measure its questions (it writes those files) and trains nothing."""
     trains = method_named(method)
     parser = RecipeParser(script_classes(method))
     try:
