@@ -29,7 +29,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from checks.stages import DATA, MEDQA, medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
+from checks.stages import DATA, MEDQA, evaluated, medrecipes, read_jsonl, run, stage_runner, write_jsonl, write_results
 from real_check import gguf_path
 from real_check_gemma import DEFAULT_OUT, GEMMA
 from real_preference_gemma import main as dpo_check
@@ -75,10 +75,8 @@ def evaluate_all(out: Path, questions: int) -> None:
     results = out / "calibration" / "eval"
     for name, model in models(out).items():
         for task in TASKS:
-            path = results / f"{name.replace(' ', '-')}-{task}.json"
-            if not path.exists():
-                medrecipes("eval", "--model", str(model), "--tasks", task, *arguments[task], "--mode", "loglik",
-                           "--batch_size", "4", "--output", str(path))  # fmt: skip
+            evaluated(results / f"{name.replace(' ', '-')}-{task}.json", model, "--tasks", task, *arguments[task],
+                      "--mode", "loglik", "--batch_size", "4")  # fmt: skip
 
 
 def calibrate(out: Path) -> None:
@@ -94,11 +92,9 @@ def calibrate(out: Path) -> None:
 def abstain(out: Path) -> None:
     run(sys.executable, "recipes/grpo.py", ABSTAIN_RECIPE)
     for name, model in (("sft", out / "sft-merged"), ("grpo-abstain", out / "grpo-abstain" / "final")):
-        path = out / "calibration" / "eval" / f"abstain-{name}-pubmedqa-generate.json"
-        if not path.exists():
-            medrecipes("eval", "--model", str(model), "--tasks", "pubmedqa", "--data",
-                       f"pubmedqa={out / 'data' / 'pubmedqa_dev.json'}", "--mode", "generate",
-                       "--system_prompt", SYSTEM_PROMPT, "--batch_size", "8", "--output", str(path))  # fmt: skip
+        evaluated(out / "calibration" / "eval" / f"abstain-{name}-pubmedqa-generate.json", model, "--tasks",
+                  "pubmedqa", "--data", f"pubmedqa={out / 'data' / 'pubmedqa_dev.json'}", "--mode", "generate",
+                  "--system_prompt", SYSTEM_PROMPT, "--batch_size", "8")  # fmt: skip
 
 
 def task_report(path: Path) -> dict:

@@ -55,6 +55,7 @@ from checks.stages import (
     DATA,
     MEDQA,
     ROOT,
+    evaluated,
     medrecipes,
     prepare,
     read_jsonl,
@@ -131,15 +132,21 @@ def decontaminate(out: Path, report: Path) -> None:
 
 
 def evaluate(out: Path, model: Path, stage: str, *extra: str, modes: tuple[str, ...] = MODES) -> float:
-    seconds = 0.0
-    for mode in modes:
-        result = out / "eval" / f"{stage}-{mode}.json"
-        if not result.exists():
-            seconds += medrecipes(
-                "eval", "--model", str(model), "--data", str(out / "data" / "medqa_held_out.jsonl"),
-                "--mode", mode, "--output", str(result), "--batch_size", "8", *extra,
-            )  # fmt: skip
-    return seconds
+    questions = str(out / "data" / "medqa_held_out.jsonl")
+    return sum(
+        evaluated(
+            out / "eval" / f"{stage}-{mode}.json",
+            model,
+            "--data",
+            questions,
+            "--mode",
+            mode,
+            "--batch_size",
+            "8",
+            *extra,
+        )  # fmt: skip
+        for mode in modes
+    )
 
 
 def summary(path: Path, questions: dict) -> dict:

@@ -41,6 +41,7 @@ from checks.stages import (
     MEDQA,
     RESULTS,
     ROOT,
+    evaluated,
     medrecipes,
     prepare,
     read_jsonl,
@@ -98,12 +99,8 @@ def evaluate(out: Path, model: Path, stage: str) -> None:
     if stage in CHAT_STAGES:
         runs.append(("pubmedqa", "generate", data / "pubmedqa_dev.json"))
     for task, mode, questions in runs:
-        result = results / f"{stage}-{task}-{mode}.json"
-        if not result.exists():
-            medrecipes(
-                "eval", "--model", str(model), "--tasks", task, "--data", f"{task}={questions}",
-                "--mode", mode, "--output", str(result), "--batch_size", "4",
-            )  # fmt: skip
+        evaluated(results / f"{stage}-{task}-{mode}.json", model, "--tasks", task, "--data", f"{task}={questions}",
+                  "--mode", mode, "--batch_size", "4")  # fmt: skip
     (out / "perplexity").mkdir(exist_ok=True)
     if not (out / "perplexity" / f"{stage}.json").exists():
         medrecipes(

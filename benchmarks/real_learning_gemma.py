@@ -74,7 +74,7 @@ from checks.learning_recipes import (
     VALIDATION,
 )
 from checks.learning_report import eval_file, summarise
-from checks.stages import RESULTS, medrecipes, prepare, run, stage_runner, write_results
+from checks.stages import RESULTS, evaluated, medrecipes, prepare, run, stage_runner, write_results
 from real_check_gemma import DEFAULT_OUT, GEMMA, PUBMEDQA, stage_data
 from real_check_gemma import RECIPES as CHECK_RECIPES
 
@@ -130,14 +130,9 @@ def evaluate(
 ) -> Path:
     """`medrecipes eval` of `model` on the dev questions (or `questions="val"`, the validation ones) in
     `setting`: out/eval/<stage>[-sS]-pubmedqa-<mode>.json."""
-    result = eval_file(out, stage, mode, seed)
-    if not result.exists():
-        result.parent.mkdir(exist_ok=True)
-        data = out / "data" / f"pubmedqa_{questions}.json"
-        medrecipes(
-            "eval", "--model", str(model), "--tasks", "pubmedqa", "--data", f"pubmedqa={data}",
-            "--pubmedqa_setting", setting, "--mode", mode, "--output", str(result), "--batch_size", "4", *extra,
-        )  # fmt: skip
+    result, data = eval_file(out, stage, mode, seed), out / "data" / f"pubmedqa_{questions}.json"
+    evaluated(result, model, "--tasks", "pubmedqa", "--data", f"pubmedqa={data}", "--pubmedqa_setting", setting,
+              "--mode", mode, "--batch_size", "4", *extra)  # fmt: skip
     return result
 
 

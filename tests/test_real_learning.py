@@ -12,6 +12,7 @@ import real_learning_gemma as check
 import yaml
 from checks import ablations as ablation_arms
 from checks import learning_markdown, learning_recipes, learning_report
+from checks import stages as stage_commands
 from conftest import ROOT, SHARED_DATA
 
 GOLD = "AAAAABBBC" * 4  # 36 dev questions: 20 yes, 12 no, 4 maybe
@@ -254,6 +255,7 @@ def test_each_seed_runs_the_pipeline_a_user_would_and_sft_on_every_question_besi
         listed[name] = (done, work, recipe)
 
     monkeypatch.setattr(check, "medrecipes", lambda *words: commands.append(words))
+    monkeypatch.setattr(stage_commands, "medrecipes", lambda *words: commands.append(words))  # its evaluations
     args = argparse.Namespace(part="free", ablation=[], stop_after=None, samples=8, rationale=False)
     check.cpu_stages(tmp_path, stage, args, [2])
     assert list(listed) == [
@@ -464,6 +466,7 @@ def test_the_long_answer_balance_ablation_switches_balance_for_one_pass_and_answ
         return [name for name in listed if name.startswith(("sft-", "eval-sft-"))]
 
     monkeypatch.setattr(check, "medrecipes", lambda *words: commands.append(words))
+    monkeypatch.setattr(stage_commands, "medrecipes", lambda *words: commands.append(words))  # its evaluations
     assert stages([]) == ["sft-long-s1", "eval-sft-long-s1", "eval-sft-answer-only"]
     # GRPO with room to reason from the seed's long-answer SFT: its pass rate on the other part first
     assert [n for n in listed if "long" in n and "sft" not in n] == [

@@ -85,6 +85,16 @@ def medrecipes(*args: str) -> float:
     return run(sys.executable, "-m", "medrecipes.cli", *args)
 
 
+def evaluated(result: Path, model: Path, *args: str) -> float:
+    """`medrecipes eval --model MODEL --output RESULT ARGS` (the tasks, data, mode, ...) unless an
+    earlier stage wrote RESULT: the seconds it took, 0 where it was there. Every check's
+    evaluations go through here."""
+    if result.exists():
+        return 0.0
+    result.parent.mkdir(parents=True, exist_ok=True)
+    return medrecipes("eval", "--model", str(model), "--output", str(result), *args)
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
