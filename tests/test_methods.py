@@ -205,3 +205,46 @@ def test_a_card_of_a_run_that_recorded_no_card_facts_is_one_line(tmp_path):
     with pytest.raises(UserError, match="recorded no card facts .*train it again with this version"):
         card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
     assert not (tmp_path / "card").exists()
+
+
+def _damaged_records():
+    """Each fact the card reads from run.json, left out and given a value of another kind."""
+    from medrecipes.runs.described import CARD_FACTS
+
+    for key in CARD_FACTS:
+        yield f"card.{key} missing", ("card", key), None
+        yield f"card.{key} of another kind", ("card", key), {"a": 1}
+    yield "card.sources holding text", ("card", "sources"), ["not a row"]
+    for path in (("script",), ("command",), ("settled", "method"), ("finished", "hardware")):
+        yield f"{'.'.join(path)} missing", path, None
+        yield f"{'.'.join(path)} a number", path, 3
+
+
+@pytest.mark.parametrize(
+    "path, value", [case[1:] for case in _damaged_records()], ids=[c[0] for c in _damaged_records()]
+)
+def test_a_card_fact_damaged_in_run_json_is_one_line(tmp_path, path, value):
+    """A run.json edited or cut by hand: whatever fact the card reads is missing or of another kind,
+    `medrecipes card` says which in one line and writes nothing."""
+    from conftest import card_record
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.hub.card import card_of_run
+
+    out = tmp_path / "run"
+    (out / "final").mkdir(parents=True)
+    (out / "trainer_state.json").write_text(json.dumps({"log_history": [], "global_step": 1}))
+    record = card_record("cpt", parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml")]))
+    record["finished"]["global_step"] = 1
+    *parents, key = path
+    holder = record
+    for name in parents:
+        holder = holder[name]
+    if value is None:
+        del holder[key]
+    else:
+        holder[key] = value
+    (out / "run.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"run\.json: (card facts without '|card fact '|'[\w.]+' is not text)"):
+        card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
+    assert not (tmp_path / "card").exists()

@@ -28,6 +28,7 @@ from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import absent, looks_local
 from medrecipes.report import figures, read_run
 from medrecipes.rewards import signal_share
+from medrecipes.runs.described import facts_problem
 from medrecipes.runs.folder import RunFolder
 
 logger = logging.getLogger(__name__)
@@ -192,10 +193,30 @@ def described_run(run_folder: str, name: str):
         raise UserError(
             f"{run_folder}/run.json: no finished run recorded there; pass the output_dir of a run that wrote final/"
         )
-    if not isinstance(run.record.get("card"), dict) or not isinstance(run.record.get("settled"), dict):
+    record = run.record
+    if "card" not in record or "settled" not in record:
         raise UserError(
             f"{run_folder}/run.json: the run recorded no card facts (an earlier medrecipes trained it); "
             "train it again with this version to make its card"
+        )
+    settled, finished = record.get("settled"), record.get("finished")
+    problem = facts_problem(record["card"]) or next(
+        (
+            f"'{key}' is not text"
+            for key, value in (
+                ("script", record.get("script")),
+                ("command", record.get("command")),
+                ("settled.method", settled.get("method") if isinstance(settled, dict) else None),
+                ("finished.hardware", finished.get("hardware") if isinstance(finished, dict) else None),
+            )
+            if not isinstance(value, str)
+        ),
+        None,
+    )
+    if problem:
+        raise UserError(
+            f"{run_folder}/run.json: {problem}, so the card cannot say it; the run wrote it whole: restore it "
+            "from a copy, or train the run again"
         )
     return run
 

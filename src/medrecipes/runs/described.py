@@ -61,6 +61,33 @@ def source_rows(sources) -> list[dict]:
     return rows
 
 
+# Each fact `card_facts` records, with the kinds of value it may hold: what the card reads back.
+CARD_FACTS = {
+    "base_model": str,
+    "hub_base_model": (str, type(None)),
+    "hub_datasets": list,
+    "adapters": bool,
+    "precision": str,
+    "sources": list,
+    "trained_splits": list,
+    "decontamination": (str, type(None)),
+}
+
+
+def facts_problem(facts) -> str | None:
+    """What is wrong with recorded card facts (a run.json edited or cut by hand), or None."""
+    if not isinstance(facts, dict):
+        return "no card facts"
+    for key, kinds in CARD_FACTS.items():
+        if key not in facts:
+            return f"card facts without '{key}'"
+        if not isinstance(facts[key], kinds):
+            return f"card fact '{key}' is {type(facts[key]).__name__}"
+    if not all(isinstance(row, dict) for row in facts["sources"]):
+        return "card fact 'sources' holds a row that is not a mapping"
+    return None
+
+
 def card_facts(recipe, model_args, training_args) -> dict:
     """The run as its card describes it (plain JSON data, run.json's `card`)."""
     base = model_args.model_name_or_path
