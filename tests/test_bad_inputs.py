@@ -176,6 +176,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO completion length 0", script("grpo", grpo, "--max_completion_length", "0"), "at least 1"),
         Case("GRPO prompts_per_step 0", script("grpo", grpo, "--prompts_per_step", "0"), "prompts_per_step"),
         Case("GRPO reward_weights flat", script("grpo", grpo, "--reward_weights", "1.0"), "reward_weights"),
+        Case("GRPO eval set of documents", script("grpo", grpo, "--eval_sets", "{notes: {path: data/medical_text/eval.jsonl}}"), "format text is not what GRPO trains on"),
+        Case("CPT eval set of conversations", script("cpt", cpt, "--eval_sets", "{talk: {path: data/medical_text/eval.jsonl, format: chat}}"), "format chat is not what CPT trains on"),
         # --- SFT
         Case("SFT training row without an answer", ["decontaminate", "--train", _recipe(files, sft, ("- {path: data/usmle_sample/train.jsonl, format: usmle}", f"- {{path: {f['noanswer.jsonl']}, format: usmle}}")), "--eval", TEST_SET], "noanswer.jsonl line 3: has no gold answer"),
         Case("SFT text source with assistant loss", script("sft", _recipe(files, sft, ("format: usmle", "format: text"))), "assistant_only_loss"),
