@@ -176,6 +176,10 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO completion length 0", script("grpo", grpo, "--max_completion_length", "0"), "at least 1"),
         Case("GRPO prompts_per_step 0", script("grpo", grpo, "--prompts_per_step", "0"), "prompts_per_step"),
         Case("GRPO reward_weights flat", script("grpo", grpo, "--reward_weights", "1.0"), "reward_weights"),
+        Case("GRPO top_k negative", script("grpo", grpo, "--top_k", "-3"), "top_k -3 is refused by transformers' generation"),
+        Case("GRPO min_p above 1", script("grpo", grpo, "--min_p", "2.0"), "min_p 2.0 is refused by transformers' generation"),
+        Case("GRPO repetition_penalty 0", script("grpo", grpo, "--repetition_penalty", "0"), "repetition_penalty 0.0 is refused"),
+        Case("seed negative", script("sft", sft, "--seed", "-1"), "seed -1 is refused by the generators set_seed seeds"),
         Case("GRPO eval set of documents", script("grpo", grpo, "--eval_sets", "{notes: {path: data/medical_text/eval.jsonl}}"), "format text is not what GRPO trains on"),
         Case("CPT eval set of conversations", script("cpt", cpt, "--eval_sets", "{talk: {path: data/medical_text/eval.jsonl, format: chat}}"), "format chat is not what CPT trains on"),
         # --- SFT
@@ -292,7 +296,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: output is a folder", ["report", f["existing.json"], "--output", str(files)], "is a folder"),
         Case("card: run missing", ["card", f"{files}/no-run", "--output", f"{files}/c1"], "no such file or folder"),
         Case("card: folder with no run", ["card", f["emptydir"], "--output", f"{files}/c2"], "no trainer_state.json"),
-        Case("card: run that never finished", ["card", f["staterun"], "--output", f"{files}/c3"], "no finished run recorded there"),
+        Case("card: run that never finished", ["card", f["staterun"], "--output", f"{files}/c3"], "no finished run there"),
         Case("card: eval file missing", ["card", f["staterun"], f"{files}/no.json", "--output", f"{files}/c4"], "no such file or folder"),
         Case("card: no --output", ["card", f["staterun"]], "--output"),
         # --- values the schema's types and relations refuse, in the YAML and on the command line

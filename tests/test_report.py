@@ -364,3 +364,49 @@ def test_thirty_runs_load_in_a_browser_and_leave_a_screenshot(tmp_path):
         capture_output=True, timeout=120, check=True,
     )  # fmt: skip
     assert png_size(shot.read_bytes()) == (1280, 1600)
+
+
+DAMAGES = {  # file, what is done to it: each field the report reads, missing, or of another kind
+    "log entry not a mapping": ("trainer_state.json", lambda s: s["log_history"].__setitem__(0, 3)),
+    "log entry without its step": ("trainer_state.json", lambda s: s["log_history"][0].pop("step")),
+    "log step as text": ("trainer_state.json", lambda s: s["log_history"][0].__setitem__("step", "one")),
+    "logged loss as text": ("trainer_state.json", lambda s: s["log_history"][0].__setitem__("loss", "high")),
+    "global_step as text": ("trainer_state.json", lambda s: s.__setitem__("global_step", "many")),
+    "best checkpoint a number": ("trainer_state.json", lambda s: s.__setitem__("best_model_checkpoint", 4)),
+    "tasks a list": ("eval_tasks/step-1.json", lambda r: r.__setitem__("tasks", [])),
+    "report not a mapping": ("eval_tasks/step-1.json", lambda r: r["tasks"].__setitem__("usmle", 0.5)),
+    "accuracy as text": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", "high")),
+    "accuracy above 1": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", 1.5)),
+    "accuracy NaN": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", float("nan"))),
+    "interval of one bound": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("ci95", [0.4])),
+    "count negative": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("n", -2)),
+    "run record a list": ("run.json", lambda r: r.clear()),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGES))
+def test_a_run_folder_file_damaged_by_hand_is_one_line(tmp_path, case):
+    """A run folder whose files parse but hold what the run never writes there (edited or mixed up
+    by hand): the report names the file and what is wrong in one line and writes nothing."""
+    from medrecipes.errors import UserError
+    from medrecipes.report.page import write_report
+
+    run = tmp_path / "run"
+    (run / "eval_tasks").mkdir(parents=True)
+    files = {
+        "trainer_state.json": {"global_step": 1, "best_model_checkpoint": None,
+                               "log_history": [{"loss": 2.0, "learning_rate": 1e-3, "step": 1}]},
+        "eval_tasks/step-1.json": {"step": 1, "tasks": {"usmle": {"accuracy": 0.5, "n": 10, "ci95": [0.2, 0.8]}}},
+        "run.json": {"script": "recipes/cpt.py"},
+    }  # fmt: skip
+    for name, content in files.items():
+        (run / name).write_text(json.dumps(content))
+    write_report([str(run)], str(tmp_path / "whole.html"))  # as the run left them: read
+    name, damage = DAMAGES[case]
+    content = files[name]
+    damage(content)
+    (run / name).write_text(json.dumps([] if case == "run record a list" else content))
+    with pytest.raises(UserError) as err:
+        write_report([str(run)], str(tmp_path / "report.html"))
+    assert str(run / name) in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "report.html").exists()

@@ -22,8 +22,8 @@ def method_of(path: str, given: str | None, allowed: tuple[str, ...] | None = No
     from medrecipes.config import METHODS, recipe_method
 
     allowed = tuple(METHODS) if allowed is None else allowed
-    method = given or recipe_method(path)
-    if given and given not in (*METHODS, "eval"):
+    method = given if given is not None else recipe_method(path)
+    if given is not None and given not in (*METHODS, "eval"):
         raise UserError(f"--method: unknown method '{given}'; one of {', '.join(allowed)}")
     if method not in allowed:
         takes = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]

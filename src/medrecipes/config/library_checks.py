@@ -151,6 +151,45 @@ def check_dataloader(args: TrainingArguments, path: str) -> None:
     _refused_key(args, _dataloader_probe, DATALOADER_SETTINGS, path, "torch's DataLoader")
 
 
+def _seed_probe(args: TrainingArguments) -> None:
+    """The generators transformers' `set_seed` seeds with the run's seed, each a fresh one (the
+    process's own are not touched): numpy's takes 0 to 2**32 - 1 only, refused when the run starts."""
+    import numpy as np
+    import torch
+
+    np.random.RandomState(args.seed)
+    torch.Generator().manual_seed(args.seed)
+
+
+def check_seed(args: TrainingArguments, path: str) -> None:
+    """The seed as the random number generators that `set_seed` seeds take it, as one line."""
+    _refused_key(args, _seed_probe, ("seed",), path, "the generators set_seed seeds (numpy, torch)")
+
+
+def check_sampling(args, path: str) -> None:
+    """GRPO's sampling settings as transformers' generation takes them: it builds a logits processor
+    for each setting that changes sampling, whose constructor refuses a value out of its range, at
+    the first generation, after the model loaded. Here each is built as generation would build it."""
+    from transformers.generation import logits_process as lp
+
+    processors = (  # (key, the processor generation builds for it, whether it builds one for this value)
+        ("top_k", lp.TopKLogitsWarper, lambda v: v is not None and v != 0),
+        ("top_p", lp.TopPLogitsWarper, lambda v: v is not None and v < 1.0),
+        ("min_p", lp.MinPLogitsWarper, lambda v: v is not None),
+        ("repetition_penalty", lp.RepetitionPenaltyLogitsProcessor, lambda v: v is not None and v != 1.0),
+    )
+    for key, processor, built in processors:
+        value = getattr(args, key, None)
+        if built(value):
+            try:
+                processor(value)
+            except ValueError as err:
+                raise UserError(
+                    f"{path}: {key} {value} is refused by transformers' generation ({' '.join(str(err).split())}); "
+                    f"set {key} within that range, or leave it out"
+                ) from None
+
+
 # The settings that send something to the Hub during or at the end of a run.
 HUB_WRITES = ("push_to_hub", "push_checkpoint_revisions")
 

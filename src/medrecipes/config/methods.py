@@ -90,6 +90,10 @@ def _dpo_losses(recipe, args, path: str) -> None:
     library_checks.check_dpo_losses(args, path)
 
 
+def _sampling(recipe, args, path: str) -> None:
+    library_checks.check_sampling(args, path)
+
+
 register_method(Method("cpt", CPTConfig, formats=("text", "usmle"), chat="none"))
 register_method(
     Method(
@@ -102,7 +106,14 @@ register_method(
     )
 )
 register_method(
-    Method("grpo", MedGRPOConfig, formats=("usmle",), chat="prompts", generates=True, checks=(checks.resolve_grpo,))
+    Method(
+        "grpo",
+        MedGRPOConfig,
+        formats=("usmle",),
+        chat="prompts",
+        generates=True,
+        checks=(checks.resolve_grpo, _sampling),
+    )
 )
 register_method(
     Method(

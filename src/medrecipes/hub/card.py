@@ -26,7 +26,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import absent, looks_local
-from medrecipes.report import figures, read_run
+from medrecipes.report import figures, read_run, task_problem
 from medrecipes.rewards import signal_share
 from medrecipes.runs.described import facts_problem
 from medrecipes.runs.folder import RunFolder
@@ -189,9 +189,10 @@ def described_run(run_folder: str, name: str):
     """The run in `run_folder` (`report.read_run`), whose run.json holds what its card needs; one
     line otherwise."""
     run = read_run(run_folder, name)
-    if not run.record.get("finished") or not isinstance(run.record.get("recipe"), dict):
+    if RunFolder(run_folder).finished(run.record) is None or not isinstance(run.record.get("recipe"), dict):
         raise UserError(
-            f"{run_folder}/run.json: no finished run recorded there; pass the output_dir of a run that wrote final/"
+            f"{run_folder}: no finished run there (run.json says none, or final/ is missing); pass the output_dir "
+            "of a run that wrote final/"
         )
     record = run.record
     if "card" not in record or "settled" not in record:
@@ -265,6 +266,8 @@ def evaluation_reports(paths: list[str]) -> dict[str, dict]:
                 raise UserError(
                     f"{path}: task {task} has no accuracy, n and ci95; pass a `medrecipes eval --output` file"
                 )
+            if problem := task_problem(report):
+                raise UserError(f"{path}: task {task}: {problem}; pass a `medrecipes eval --output` file")
             if name in reports:
                 raise UserError(f"{path}: {name} is in an earlier eval file too; give each task once")
             reports[name] = report

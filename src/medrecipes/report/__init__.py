@@ -24,13 +24,14 @@ display).
 
 from medrecipes.report.figures import figures, subject_points
 from medrecipes.report.page import images_folder, write_report
-from medrecipes.report.runs import read_inputs, read_run
+from medrecipes.report.runs import read_inputs, read_run, task_problem
 
 __all__ = [
     "figures",
     "images_folder",
     "read_inputs",
     "read_run",
+    "task_problem",
     "subject_points",
     "write_report",
 ]

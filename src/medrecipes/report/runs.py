@@ -62,15 +62,72 @@ def read_run(folder: str, name: str) -> Run:
             "logged or saved, or an eval --output file"
         )
     state = _read_json(state_path, "trainer state") if state_path else {}
-    if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
-        raise UserError(f"{state_path}: not a trainer state (no log_history list); pass a run's output_dir")
+    if problem := state_problem(state):
+        raise UserError(
+            f"{state_path}: not a trainer state as the trainer writes it ({problem}); pass a run's output_dir, "
+            "or put back the file from the run's newest checkpoint"
+        )
     best = state.get("best_model_checkpoint")
     best_step = checkpoint_step(best) if best else None
-    record = _read_json(run.record_file, "run record") if os.path.isfile(run.record_file) else {}
+    record = run.record() or {}  # a damaged run.json is one line (runs.record.read_record)
     reports = {
-        step: _read_json(path, "evaluation report").get("tasks", {}) for step, path in run.eval_reports().items()
+        step: _tasks(_read_json(path, "evaluation report"), path, STEP_REPORT_FIX)
+        for step, path in run.eval_reports().items()
     }
     return Run(name, folder, state.get("log_history", []), best_step, record, reports)
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def state_problem(state) -> str | None:
+    """What in a trainer_state.json the report and the card cannot read (a file edited or cut by
+    hand): the fields they read, of the kinds the trainer writes; None where it is whole."""
+    if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
+        return "no log_history list"
+    for key in ("global_step", "num_input_tokens_seen"):
+        if key in state and not isinstance(state[key], int):
+            return f"{key} {state[key]!r} is not a whole number"
+    if not isinstance(state.get("best_model_checkpoint"), str | type(None)):
+        return "best_model_checkpoint is not a path"
+    for number, entry in enumerate(state.get("log_history", []), 1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+            return f"log_history entry {number} is not a logged step with its step number"
+        if bad := next((k for k, v in entry.items() if not (_number(v) or v is None)), None):
+            return f"log_history entry {number}: {bad} {entry[bad]!r} is not a number"
+    return None
+
+
+def task_problem(report) -> str | None:
+    """What in one task's report (`medrecipes eval`'s, or an evaluation's during training) the report
+    and the card cannot read; None where it is whole."""
+    if not isinstance(report, dict):
+        return "its report is not a mapping"
+    accuracy, ci, n = report.get("accuracy"), report.get("ci95"), report.get("n")
+    if accuracy is not None and not (_number(accuracy) and 0 <= accuracy <= 1):
+        return f"accuracy {accuracy!r} is not a number from 0 to 1"
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci))):
+        return f"ci95 {ci!r} is not two numbers"
+    if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+        return f"n {n!r} is not a count"
+    return None
+
+
+def _tasks(data, path: str, fix: str = "pass a file written by medrecipes eval --output") -> dict:
+    """The tasks of an evaluation file, each report checked (`task_problem`); `fix`: what to do."""
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+        raise UserError(f"{path}: no 'tasks' in it (a mapping of task to report); {fix}")
+    for task, report in data["tasks"].items():
+        if problem := task_problem(report):
+            raise UserError(f"{path}: task {task}: {problem}; {fix}")
+    return data["tasks"]
+
+
+# What to do with a damaged report of an evaluation during training: the run wrote it.
+STEP_REPORT_FIX = (
+    "move it out of the run folder (the run wrote it at that evaluation; the rest of the run reads without it)"
+)
 
 
 def run_state(run: Run) -> str:
@@ -89,9 +146,9 @@ def run_state(run: Run) -> str:
 
 def read_evaluation(path: str, name: str) -> Evaluation:
     data = _read_json(path, "evaluation")
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
-        raise UserError(f"{path}: no 'tasks' in it; pass a file written by medrecipes eval --output")
-    return Evaluation(name, path, data["tasks"], data.get("settings", {}))
+    tasks = _tasks(data, path)
+    settings = data.get("settings", {})
+    return Evaluation(name, path, tasks, settings if isinstance(settings, dict) else {})
 
 
 def _names(paths: list[str]) -> list[str]:
