@@ -179,6 +179,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO top_k negative", script("grpo", grpo, "--top_k", "-3"), "top_k -3 is refused by transformers' generation"),
         Case("GRPO min_p above 1", script("grpo", grpo, "--min_p", "2.0"), "min_p 2.0 is refused by transformers' generation"),
         Case("GRPO repetition_penalty 0", script("grpo", grpo, "--repetition_penalty", "0"), "repetition_penalty 0.0 is refused"),
+        Case("GRPO num_iterations 0", script("grpo", grpo, "--num_iterations", "0"), "num_iterations must be at least 1"),
         Case("seed negative", script("sft", sft, "--seed", "-1"), "seed -1 is refused by the generators set_seed seeds"),
         Case("GRPO eval set of documents", script("grpo", grpo, "--eval_sets", "{notes: {path: data/medical_text/eval.jsonl}}"), "format text is not what GRPO trains on"),
         Case("CPT eval set of conversations", script("cpt", cpt, "--eval_sets", "{talk: {path: data/medical_text/eval.jsonl, format: chat}}"), "format chat is not what CPT trains on"),

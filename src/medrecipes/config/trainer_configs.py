@@ -195,6 +195,7 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "beta": Bound(0, True, "a negative beta rewards moving away from the reference model (0: no reference)"),
         "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
         "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
+        "num_iterations": Bound(1, True, "each batch of answers is trained on this many times; 0 is no training"),
     }
 
     rewards: list[dict[str, Any]] | None = field(
