@@ -350,6 +350,11 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         )
     if model_args.use_peft and model_args.lora_r < 1:
         raise UserError(f"{path}: lora_r must be at least 1, got {model_args.lora_r}")
+    if model_args.use_peft and model_args.lora_task_type != "CAUSAL_LM":  # PEFT's name for a causal LM's adapter
+        raise UserError(
+            f"{path}: lora_task_type '{model_args.lora_task_type}': every recipe trains a causal language model; "
+            "use CAUSAL_LM (the default)"
+        )
     # PEFT's LoraConfig takes both as they come; torch's Dropout refuses a probability above 1 only
     # when the model loads, and an alpha of 0 scales the adapter to nothing: B gets no gradient.
     if model_args.use_peft and not 0 <= model_args.lora_dropout < 1:

@@ -43,6 +43,23 @@ def check_dpo_losses(args, path: str) -> None:
                 f"{path}: loss_type '{name}' is not one of TRL's DPO losses{did_you_mean(name, known)}; "
                 f"use {', '.join(known)}"
             )
+    # Its f-divergence likewise: an unknown one is refused at the first loss (`f_divergence_type`).
+    source = inspect.getsource(DPOTrainer)
+    divergences = sorted({args_default("f_divergence_type"), *re.findall(r'f_divergence_type == "([a-z_]+)"', source)})
+    if args.f_divergence_type not in divergences:
+        raise UserError(
+            f"{path}: f_divergence_type '{args.f_divergence_type}' is not one TRL's DPO computes"
+            f"{did_you_mean(args.f_divergence_type, divergences)}; use {', '.join(divergences)}"
+        )
+
+
+def args_default(key: str):
+    """The default of a DPOConfig field, as TRL declares it."""
+    import dataclasses
+
+    from trl import DPOConfig
+
+    return next(f.default for f in dataclasses.fields(DPOConfig) if f.name == key)
 
 
 def check_loggers(args: TrainingArguments, path: str) -> None:
@@ -188,6 +205,21 @@ def check_sampling(args, path: str) -> None:
                     f"{path}: {key} {value} is refused by transformers' generation ({' '.join(str(err).split())}); "
                     f"set {key} within that range, or leave it out"
                 ) from None
+
+
+def check_compile_mode(args: TrainingArguments, path: str) -> None:
+    """torch_compile_mode is one of torch's (inductor's) modes: torch refuses another only when the
+    model is first compiled, in the first step."""
+    mode = getattr(args, "torch_compile_mode", None)
+    if mode is None or not getattr(args, "torch_compile", False):
+        return
+    import torch._inductor
+
+    modes = list(torch._inductor.list_mode_options())
+    if mode not in modes:
+        raise UserError(
+            f"{path}: torch_compile_mode '{mode}' is not one of torch's{did_you_mean(mode, modes)}; use {', '.join(modes)}"
+        )
 
 
 # The settings that send something to the Hub during or at the end of a run.

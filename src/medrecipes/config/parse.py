@@ -80,6 +80,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_optimizer(args, path)
     library_checks.check_dataloader(args, path)
     library_checks.check_seed(args, path)
+    library_checks.check_compile_mode(args, path)
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_best_metric(recipe, args, path, trains)
     if not recipe.eval_sources and args.eval_strategy != "no":

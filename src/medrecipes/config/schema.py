@@ -124,9 +124,12 @@ AT_LEAST_ONE = (
     "per_device_train_batch_size",
     "per_device_eval_batch_size",
     "gradient_accumulation_steps",
+    "eval_accumulation_steps",  # the evaluation loop divides its step by it
+    "ref_model_sync_steps",  # DPO's reference sync, every this many steps
     "max_length",
     "max_completion_length",
 )
+ABOVE_ZERO = ("neftune_noise_alpha",)  # NEFTune's noise scale: the range it draws from is -alpha to alpha
 
 
 NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
@@ -176,6 +179,10 @@ def check_ranges(args) -> None:
             value = getattr(args, key, None)
             if value is not None and value < low:
                 raise ValueError(f"{key} must be {words}, got {value}")
+    for key in ABOVE_ZERO:
+        value = getattr(args, key, None)
+        if value is not None and not value > 0:
+            raise ValueError(f"{key} must be above 0, got {value}")
     for key, bound in getattr(args, "BOUNDS", {}).items():
         value = getattr(args, key, None)
         if value is not None and not bound.admits(value):
