@@ -37,6 +37,16 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and this source is "
             f"format {source.format}; set format: usmle for PubMedQA rows, or leave pubmedqa_setting out"
         )
+    if source.text_field != "text" and source.format != "text":
+        raise UserError(
+            f"{where}: text_field names the column of a format text source, and this source is format "
+            f"{source.format}, whose columns are its format's; leave text_field out"
+        )
+    if not training and source.weight != 1.0:
+        raise UserError(
+            f"{where}: weight is a training source's share of the mixture, and an eval set is scored whole; "
+            "leave weight out"
+        )
     if source.balance_answers and (source.format != "usmle" or not training):
         what = f"this source is format {source.format}" if training else "an eval set is scored as it is"
         raise UserError(

@@ -138,21 +138,25 @@ NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
 @dataclass(frozen=True)
 class Bound:
     """The values a method's numeric key may take where its library accepts more: `low` (allowed
-    itself when `low_ok`), an optional `high` (never allowed itself), and what a value outside
-    does to the method."""
+    itself when `low_ok`), an optional `high` (allowed itself when `high_ok`), and what a value
+    outside does to the method."""
 
     low: float
     low_ok: bool
     why: str
     high: float | None = None
+    high_ok: bool = False  # `high` allowed itself
 
     def admits(self, value: float) -> bool:
         above = value >= self.low if self.low_ok else value > self.low
-        return above and (self.high is None or value < self.high)
+        below = self.high is None or (value <= self.high if self.high_ok else value < self.high)
+        return above and below
 
     def words(self) -> str:
         low = f"{'at least' if self.low_ok else 'above'} {self.low:g}"
-        return low if self.high is None else f"{low} and below {self.high:g}"
+        if self.high is None:
+            return low
+        return f"{low} and {'at most' if self.high_ok else 'below'} {self.high:g}"
 
 
 POSITIVE_BETA = Bound(0, False, "a negative beta prefers the rejected answers, and 0 learns no preference")

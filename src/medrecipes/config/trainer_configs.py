@@ -154,6 +154,10 @@ class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
         "label_smoothing": Bound(
             0, True, "the share of pairs taken as mislabelled: from 0.5 on, the rejected answers win", 0.5
         ),
+        "ref_model_mixup_alpha": Bound(
+            0, True, "TR-DPO's share of the policy mixed into the reference at each sync", 1, high_ok=True
+        ),
+        "ld_alpha": Bound(0, True, "LD-DPO's weight of the tokens past the shared length", 1, high_ok=True),
     }
 
 
