@@ -46,12 +46,10 @@ class Bench:
         self.peak_tflops = GPUS[self.gpu][1] if self.gpu else None
 
     def model_shape(self, model_args):
-        """plan.shape.model_shape of the architecture, counted on the meta device."""
-        import torch
-        from transformers import AutoModelForCausalLM
+        """plan.shape.model_shape of the architecture, counted on the meta device (plan.shape.meta_model)."""
+        from medrecipes.plan.shape import meta_model
 
-        with torch.device("meta"):
-            meta = AutoModelForCausalLM.from_config(self.model_config(model_args))
+        meta = meta_model(self.model_config(model_args))
         return model_shape(meta.config, meta)
 
     def uses_liger(self, changes: dict) -> bool:
