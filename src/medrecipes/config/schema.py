@@ -132,7 +132,7 @@ AT_LEAST_ONE = (
 ABOVE_ZERO = ("neftune_noise_alpha",)  # NEFTune's noise scale: the range it draws from is -alpha to alpha
 
 
-NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay")
+NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay", "eval_delay")
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,14 @@ ANSWER_WEIGHT = Bound(0, False, "0 leaves that kind of answer out of the loss, a
 POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
 
 
+# Keys every trainer config has, bounded where the trainer takes any value.
+COMMON_BOUNDS = {
+    "label_smoothing_factor": Bound(
+        0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1
+    ),
+}
+
+
 def check_ranges(args) -> None:
     """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
     schedulers = [s.value for s in SchedulerType]
@@ -187,7 +195,7 @@ def check_ranges(args) -> None:
         value = getattr(args, key, None)
         if value is not None and not value > 0:
             raise ValueError(f"{key} must be above 0, got {value}")
-    for key, bound in getattr(args, "BOUNDS", {}).items():
+    for key, bound in {**COMMON_BOUNDS, **getattr(args, "BOUNDS", {})}.items():
         value = getattr(args, key, None)
         if value is not None and not bound.admits(value):
             raise ValueError(f"{key} must be {bound.words()}, got {value:g}: {bound.why}")
