@@ -33,9 +33,10 @@ def check_dpo_losses(args, path: str) -> None:
     import inspect
     import re
 
-    from trl import DPOTrainer
+    from trl import DPOConfig, DPOTrainer
 
-    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', inspect.getsource(DPOTrainer))))
+    source = inspect.getsource(DPOTrainer)
+    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', source)))
     given = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
     for name in given:
         if known and name not in known:
@@ -44,22 +45,13 @@ def check_dpo_losses(args, path: str) -> None:
                 f"use {', '.join(known)}"
             )
     # Its f-divergence likewise: an unknown one is refused at the first loss (`f_divergence_type`).
-    source = inspect.getsource(DPOTrainer)
-    divergences = sorted({args_default("f_divergence_type"), *re.findall(r'f_divergence_type == "([a-z_]+)"', source)})
+    default = DPOConfig.__dataclass_fields__["f_divergence_type"].default  # the one its trainer takes unnamed
+    divergences = sorted({default, *re.findall(r'f_divergence_type == "([a-z_]+)"', source)})
     if args.f_divergence_type not in divergences:
         raise UserError(
             f"{path}: f_divergence_type '{args.f_divergence_type}' is not one TRL's DPO computes"
             f"{did_you_mean(args.f_divergence_type, divergences)}; use {', '.join(divergences)}"
         )
-
-
-def args_default(key: str):
-    """The default of a DPOConfig field, as TRL declares it."""
-    import dataclasses
-
-    from trl import DPOConfig
-
-    return next(f.default for f in dataclasses.fields(DPOConfig) if f.name == key)
 
 
 def check_loggers(args: TrainingArguments, path: str) -> None:

@@ -129,7 +129,6 @@ AT_LEAST_ONE = (
     "max_length",
     "max_completion_length",
 )
-ABOVE_ZERO = ("neftune_noise_alpha",)  # NEFTune's noise scale: the range it draws from is -alpha to alpha
 
 
 NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay", "eval_delay")
@@ -172,6 +171,7 @@ POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
 
 # Keys every trainer config has, bounded where the trainer takes any value.
 COMMON_BOUNDS = {
+    "neftune_noise_alpha": Bound(0, False, "NEFTune draws its noise from -alpha to alpha"),
     "label_smoothing_factor": Bound(
         0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1
     ),
@@ -191,10 +191,6 @@ def check_ranges(args) -> None:
             value = getattr(args, key, None)
             if value is not None and value < low:
                 raise ValueError(f"{key} must be {words}, got {value}")
-    for key in ABOVE_ZERO:
-        value = getattr(args, key, None)
-        if value is not None and not value > 0:
-            raise ValueError(f"{key} must be above 0, got {value}")
     for key, bound in {**COMMON_BOUNDS, **getattr(args, "BOUNDS", {})}.items():
         value = getattr(args, key, None)
         if value is not None and not bound.admits(value):

@@ -201,18 +201,14 @@ def described_run(run_folder: str, name: str):
             "train it again with this version to make its card"
         )
     settled, finished = record.get("settled"), record.get("finished")
+    stated = {  # what the card states as text
+        "script": record.get("script"),
+        "command": record.get("command"),
+        "settled.method": settled.get("method") if isinstance(settled, dict) else None,
+        "finished.hardware": finished.get("hardware") if isinstance(finished, dict) else None,
+    }
     problem = facts_problem(record["card"]) or next(
-        (
-            f"'{key}' is not text"
-            for key, value in (
-                ("script", record.get("script")),
-                ("command", record.get("command")),
-                ("settled.method", settled.get("method") if isinstance(settled, dict) else None),
-                ("finished.hardware", finished.get("hardware") if isinstance(finished, dict) else None),
-            )
-            if not isinstance(value, str)
-        ),
-        None,
+        (f"'{key}' is not text" for key, value in stated.items() if not isinstance(value, str)), None
     )
     if problem:
         raise UserError(
@@ -322,7 +318,8 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
         if not os.path.exists(path):
             raise UserError(f"{path}: {absent(path)}; pass a run's output_dir and eval --output files")
     folder = RunFolder(run_folder)
-    if not os.path.isdir(run_folder) or folder.trainer_state() is None:
+    state_path = folder.trainer_state() if os.path.isdir(run_folder) else None
+    if state_path is None:
         raise UserError(
             f"{run_folder}: no trainer_state.json in it or in a checkpoint; pass a training run's output_dir"
         )
@@ -332,7 +329,7 @@ def card_of_run(run_folder: str, eval_files: list[str], output: str, repo_id: st
     for path in eval_files:
         _check_scored_model(path, folder.final)
     claim_output(output, "card", "card --output", [run_folder, *eval_files], overwrite, folder=True)
-    state = TrainerState.load_from_json(folder.trainer_state())
+    state = TrainerState.load_from_json(state_path)
     eval_file = Path(run_folder, "eval_results.json")
     metrics = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
     with staged(output, folder=True, kind="card") as folder:

@@ -20,7 +20,7 @@ from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
 from medrecipes.runs.described import card_facts
-from medrecipes.runs.record import SettledRun, update_record
+from medrecipes.runs.record import SettledRun, read_record, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
 
@@ -77,5 +77,10 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         rewards=rewards,
         reward_funcs=tuple(functions),
     )
-    update_record(training_args, settled=run.record(), card=card_facts(recipe, model_args, training_args))
+    entries = {"settled": run.record()}
+    # The card's facts hash the data files whole: worked out by the process that writes, once per
+    # run (a resumed run keeps those it recorded when it started).
+    if training_args.should_save and "card" not in (read_record(training_args.output_dir) or {}):
+        entries["card"] = card_facts(recipe, model_args, training_args)
+    update_record(training_args, **entries)
     return run
