@@ -248,3 +248,27 @@ def test_a_card_fact_damaged_in_run_json_is_one_line(tmp_path, path, value):
     with pytest.raises(UserError, match=r"run\.json: (card facts without '|card fact '|'[\w.]+' is not text)"):
         card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
     assert not (tmp_path / "card").exists()
+
+
+@pytest.mark.parametrize(
+    "left", [[], ["config.json"], ["adapter_config.json"]], ids=["empty", "no weights", "adapter config alone"]
+)
+def test_a_card_of_a_final_folder_that_is_not_whole_is_one_line(tmp_path, left):
+    """final/ emptied or cut short after the run finished (its record whole): the card would
+    describe weights that are not there, so it is one line naming what is missing, nothing written."""
+    from conftest import card_record
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.hub.card import card_of_run
+
+    out = tmp_path / "run"
+    (out / "final").mkdir(parents=True)
+    for name in left:
+        (out / "final" / name).write_text("{}")
+    (out / "trainer_state.json").write_text(json.dumps({"log_history": [], "global_step": 1}))
+    record = card_record("cpt", parse_recipe("cpt", [str(ROOT / "recipes/tiny_cpt.yaml")]))
+    (out / "run.json").write_text(json.dumps(record))
+    missing = "config.json" if not left else "weights"
+    with pytest.raises(UserError, match=rf"final: no {missing} there, so the run's model is not whole"):
+        card_of_run(str(out), [], str(tmp_path / "card"), None, overwrite=False)
+    assert not (tmp_path / "card").exists()

@@ -367,6 +367,7 @@ def test_thirty_runs_load_in_a_browser_and_leave_a_screenshot(tmp_path):
 
 
 DAMAGES = {  # file, what is done to it: each field the report reads, missing, or of another kind
+    "log history missing": ("trainer_state.json", lambda s: s.pop("log_history")),
     "log entry not a mapping": ("trainer_state.json", lambda s: s["log_history"].__setitem__(0, 3)),
     "log entry without its step": ("trainer_state.json", lambda s: s["log_history"][0].pop("step")),
     "log step as text": ("trainer_state.json", lambda s: s["log_history"][0].__setitem__("step", "one")),

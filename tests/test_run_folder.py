@@ -300,7 +300,7 @@ def test_a_damaged_run_record_is_one_line(finished_run, tiny_model, tmp_path):
         result = cpt_again(out, tiny_model)
         assert result.returncode == 2 and len(errors(result)) == 1, result.stderr[-2000:]
         assert errors(result)[0].startswith(f"error: {out / 'run.json'}: not a run record (")
-        assert "move it aside, or set overwrite_output_dir: true" in errors(result)[0]
+        assert "move it aside or set overwrite_output_dir: true" in errors(result)[0]
 
 
 @pytest.mark.long

@@ -24,9 +24,9 @@ def looks_local(path: str) -> bool:
 
 
 def absent(path: str) -> str:
-    """Why a path that does not exist is not there, in words for a message that then says what to
-    do: a symbolic link whose chain loops, a symbolic link to a path that is gone, or no such file
-    or folder (os.path.exists answers False for all three)."""
+    """Why a path that is no file or folder is not one, in words for a message that then says what
+    to do: a device, pipe or socket (/dev/null), a symbolic link whose chain loops, a symbolic link
+    to a path that is gone, or no such file or folder (os.path.exists answers False for the last three)."""
     import errno
 
     try:
@@ -34,6 +34,9 @@ def absent(path: str) -> str:
     except OSError as err:
         if err.errno == errno.ELOOP:
             return "a symbolic link that leads back to itself"
+    else:
+        if not os.path.isfile(path) and not os.path.isdir(path):
+            return "not a file or folder but a device, pipe or socket"
     if os.path.islink(path):
         return f"a symbolic link to {os.readlink(path)}, which does not exist"
     return "no such file or folder"

@@ -28,12 +28,13 @@ CALIBRATION_METRICS = ("ece", "brier", "nll", "auroc")
 TASK_METRICS = ("acc", *REPORT_METRICS, *CALIBRATION_METRICS)
 
 
-def check_task_names(names: list[str], own_data: list[str], where: str) -> None:
-    """Every name is a registry task or one of `own_data` (names that come with their questions)."""
+def check_task_names(names: list[str], own_data: list[str], where: str, own_questions: str) -> None:
+    """Every name is a registry task or one of `own_data` (names that come with their questions);
+    `own_questions` says how a name is given its own questions where the names are written."""
     known = [*TASK_NAMES, *own_data]
     for name in names:
         if name not in known:
             raise UserError(
                 f"{where}: unknown task '{name}'{did_you_mean(name, known)}; "
-                f"tasks: {', '.join(TASK_NAMES)}, or give a name its own questions with --data NAME=FILE"
+                f"tasks: {', '.join(TASK_NAMES)}, or {own_questions}"
             )

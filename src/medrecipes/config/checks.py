@@ -20,7 +20,15 @@ from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
 from medrecipes.errors import UserError, check_choice, did_you_mean
-from medrecipes.locations import SAMPLED, shipped_template, shipped_templates, weights_fingerprint
+from medrecipes.locations import (
+    BUILDERS,
+    SAMPLED,
+    is_url,
+    looks_local,
+    shipped_template,
+    shipped_templates,
+    weights_fingerprint,
+)
 from medrecipes.names import TASK_METRICS, check_task_names
 from medrecipes.pass_rates import check_measured_on
 from medrecipes.rewards import reward_functions
@@ -53,6 +61,7 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"{where}: balance_answers draws a training source's multiple-choice answers equally often, and {what}; "
             "set it on format: usmle sources of dataset_mixture only"
         )
+    _check_location_keys(source, where)
     if source.part is not None and not 0 < source.part.share < 1:
         raise UserError(
             f"{where}: part.share must be above 0 and below 1 (the share of the rows in the first part), "
@@ -66,6 +75,33 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             "always; below: 2 keeps those always answered right too)"
         )
     return source
+
+
+def _check_location_keys(source: SourceConfig, where: str) -> None:
+    """The keys that choose among a Hub dataset's versions, configs and files, refused where
+    `datasets` would read the source without them (it ignores them there without a word): a
+    revision of anything but a Hub dataset, a config name, data_dir or data_files beside a path
+    that names one file, and a config name or data_dir for a packaged builder (json, csv, ...)."""
+    local = not is_url(source.path) and (looks_local(source.path) or os.path.exists(source.path))
+    one_file = local and os.path.splitext(source.path)[1] in BUILDERS
+    builder = source.path in BUILDERS.values()
+    what = "a local file" if one_file else "a local folder" if local else f"the packaged builder {source.path}"
+    if source.revision is not None and (local or builder):
+        raise UserError(
+            f"{where}: revision picks a version of a Hub dataset, and '{source.path}' is {what}, "
+            "which has none; leave revision out"
+        )
+    unused = [key for key in ("name", "data_dir", "data_files") if getattr(source, key) is not None]
+    if one_file and unused:
+        raise UserError(
+            f"{where}: path '{source.path}' names the one file read, so {unused[0]} is not used; "
+            "leave it out, or set path to the folder or builder (json, csv, ...) the files belong to"
+        )
+    if builder and (unused := [key for key in unused if key != "data_files"]):
+        raise UserError(
+            f"{where}: {unused[0]} chooses among a Hub dataset's configs or folders, and {what} reads "
+            "exactly its data_files; leave it out"
+        )
 
 
 def check_pass_rates(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:
@@ -159,12 +195,28 @@ def resolve_token_budget(
     return derived
 
 
+# Which way a metric improves, by how its name ends (transformers' default reads only "loss").
+LOWER_BETTER, HIGHER_BETTER = ("loss", "perplexity", "ppl"), ("acc", "accuracy", "f1", "reward")
+
+
 def resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
     # With several named eval sets there is no plain eval_loss: rank by the first set's loss.
     if recipe.eval_sources and args.metric_for_best_model in (None, "loss", "eval_loss"):
         first = next(iter(recipe.eval_sources))
         args.metric_for_best_model = f"eval_{first}_loss"
-        args.greater_is_better = False
+        if args.greater_is_better is None:
+            args.greater_is_better = False
+    metric = args.metric_for_best_model or ""
+    lower = metric.endswith(LOWER_BETTER)
+    if (
+        args.greater_is_better is not None
+        and (lower or metric.endswith(HIGHER_BETTER))
+        and args.greater_is_better == lower
+    ):
+        raise UserError(
+            f"{path}: greater_is_better: {str(args.greater_is_better).lower()} would keep the checkpoint with the "
+            f"{'highest' if lower else 'lowest'} {metric}, the worst one; leave greater_is_better out"
+        )
     if recipe.keep_best_checkpoints is not None:
         if recipe.keep_best_checkpoints < 1:
             raise UserError(f"{path}: keep_best_checkpoints must be at least 1")
@@ -225,7 +277,12 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
                 "list benchmarks (medqa_4opt, mmlu_medical, ...) in eval_tasks, or rename the eval set"
             )
         usmle_sets = []
-    check_task_names(recipe.eval_tasks, usmle_sets, f"{path}: eval_tasks")
+    check_task_names(
+        recipe.eval_tasks,
+        usmle_sets,
+        f"{path}: eval_tasks",
+        "to score a file of questions name it in eval_sets ({NAME: {path: FILE, format: usmle}})",
+    )
     if recipe.eval_tasks_limit is not None and recipe.eval_tasks_limit < 1:
         raise UserError(f"{path}: eval_tasks_limit must be at least 1, got {recipe.eval_tasks_limit}")
     if args.eval_strategy == "no":

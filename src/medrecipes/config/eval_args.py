@@ -92,7 +92,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
     (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
     where = path or "command line"
-    check_task_names(args.tasks, list(args.data_by_task), where)
+    check_task_names(args.tasks, list(args.data_by_task), where, "give a name its own questions with --data NAME=FILE")
     # An entry for a task not run is fine (a YAML's data for several tasks, --tasks picking some),
     # unless its name is a misspelling of a task that runs without an entry of its own.
     for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):

@@ -6,6 +6,7 @@ library that changes them is followed. `notes` says, in one line each, the setti
 libraries accept and then do nothing with on this machine.
 """
 
+import copy
 import inspect
 
 from transformers import TrainingArguments
@@ -94,8 +95,6 @@ def _optimizer_probe(args: TrainingArguments):
 def _refused_key(args: TrainingArguments, probe, keys: tuple[str, ...], path: str, refuser: str) -> None:
     """Run `probe` on the run's settings; where the library refuses them, one line with its reason
     naming the key whose default makes the probe pass (or every key, where no one alone does)."""
-    import copy
-
     try:
         probe(args)
         return
@@ -121,8 +120,47 @@ def check_optimizer(args: TrainingArguments, path: str) -> None:
     refusals ("Invalid beta parameter at index 0: 1.5") become one line naming the key, before
     any model or data is loaded rather than at the first step."""
     optim = getattr(args.optim, "value", args.optim)
+    _check_optim_args(args, optim, path)
     keys = (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs")
     _refused_key(args, _optimizer_probe, keys, path, f"the {optim} optimizer or its schedule")
+
+
+def _check_optim_args(args: TrainingArguments, optim: str, path: str) -> None:
+    """optim_args is "key=value,key=value" (as transformers splits it), and each key reaches the
+    optimizer: transformers hands on only the keys the chosen optimizer's branch reads (SGD's
+    momentum, ...) and drops the others without a word. Checked where the optimizer's arguments
+    can be worked out without the model (not GaLore's or LOMO's)."""
+    from transformers import Trainer
+
+    if not args.optim_args:
+        return
+    pairs = [pair for pair in args.optim_args.replace(" ", "").split(",") if pair]
+    if malformed := next((pair for pair in pairs if pair.count("=") != 1), None):
+        raise UserError(
+            f"{path}: optim_args '{args.optim_args}' holds '{malformed}', not key=value; write key=value pairs "
+            "separated by commas (momentum=0.9,nesterov=True)"
+        )
+    given = dict(pair.split("=") for pair in pairs)
+
+    def built(key: str, value: str) -> str:  # the optimizer's arguments with `key` set to `value`
+        trial = copy.copy(args)
+        trial.optim_args = ",".join(f"{k}={value if k == key else v}" for k, v in given.items())
+        try:
+            return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
+        except (ValueError, TypeError):  # the value was cast, so the key is read
+            return f"refused {value}"
+
+    try:
+        Trainer.get_optimizer_cls_and_kwargs(args)
+    except Exception:  # needs the model, or a library that is not installed: the trainer checks it
+        return
+    # A key is read where what the optimizer is given changes with its value.
+    if ignored := [key for key in given if len({built(key, value) for value in ("0", "1", "True", "False")}) == 1]:
+        raise UserError(
+            f"{path}: optim_args {', '.join(ignored)} is not read for the {optim} optimizer (transformers drops "
+            "it without a word); leave it out, or set adam_beta1, adam_beta2, adam_epsilon or weight_decay as "
+            "keys of their own"
+        )
 
 
 # The TrainingArguments each DataLoader of the run is built from (transformers' get_train_dataloader).

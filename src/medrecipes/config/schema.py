@@ -171,6 +171,7 @@ POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
 
 # Keys every trainer config has, bounded where the trainer takes any value.
 COMMON_BOUNDS = {
+    "save_total_limit": Bound(1, True, "the trainer deletes no checkpoint at 0 or below, as when it is left out"),
     "neftune_noise_alpha": Bound(0, False, "NEFTune draws its noise from -alpha to alpha"),
     "label_smoothing_factor": Bound(
         0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1

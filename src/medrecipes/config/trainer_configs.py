@@ -200,6 +200,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
         "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
         "num_iterations": Bound(1, True, "each batch of answers is trained on this many times; 0 is no training"),
+        "num_generations_eval": Bound(
+            1, True, "answers sampled per question when evaluating; TRL takes 0 for num_generations without a word"
+        ),
         "top_p": Bound(
             0, False, "answers are sampled from this share of the probability; 0 is greedy", 1, high_ok=True
         ),

@@ -26,6 +26,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
 from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import absent, looks_local
+from medrecipes.models.files import check_model_folder, missing_part
 from medrecipes.report import figures, read_run, task_problem
 from medrecipes.rewards import signal_share
 from medrecipes.runs.described import facts_problem
@@ -215,6 +216,10 @@ def described_run(run_folder: str, name: str):
             f"{run_folder}/run.json: {problem}, so the card cannot say it; the run wrote it whole: restore it "
             "from a copy, or train the run again"
         )
+    final = RunFolder(run_folder).final  # emptied or cut short since: the card would describe no weights
+    if missing := missing_part(final):
+        raise UserError(f"{final}: no {missing} there, so the run's model is not whole; restore final/ from a copy")
+    check_model_folder(final)
     return run
 
 

@@ -25,26 +25,32 @@ TOKENIZER_FILES = {
 }
 
 
-def check_model_folder(path: str) -> None:
-    """A local folder given as a model must hold one whole: a config and weights, or a LoRA
-    adapter's config and weights. A save that was killed, or an empty folder, is one line here
-    rather than a loader's traceback later."""
-    if not os.path.isdir(path):
-        return
+def missing_part(path: str) -> str | None:
+    """What a model folder lacks to be one whole (a config and weights, or a LoRA adapter's config
+    and weights): "config.json" or "weights"; None when it has both."""
     names = os.listdir(path)
     whole = "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names)
     if whole or ("adapter_config.json" in names and any(n.startswith("adapter_model") for n in names)):
-        for name in sorted(names):
-            if name.endswith(".safetensors"):
-                _check_safetensors(os.path.join(path, name))
-            elif name.endswith(".safetensors.index.json"):
-                _check_shards(os.path.join(path, name))
+        return None
+    return "config.json" if "config.json" not in names and "adapter_config.json" not in names else "weights"
+
+
+def check_model_folder(path: str) -> None:
+    """A local folder given as a model must hold one whole (`missing_part`), each safetensors file
+    as long as its header says. A save that was killed, or an empty folder, is one line here
+    rather than a loader's traceback later."""
+    if not os.path.isdir(path):
         return
-    missing = "config.json" if "config.json" not in names and "adapter_config.json" not in names else "weights"
-    raise UserError(
-        f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
-        "such as output_dir/final or a checkpoint-N folder"
-    )
+    if missing := missing_part(path):
+        raise UserError(
+            f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
+            "such as output_dir/final or a checkpoint-N folder"
+        )
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            _check_safetensors(os.path.join(path, name))
+        elif name.endswith(".safetensors.index.json"):
+            _check_shards(os.path.join(path, name))
 
 
 def _check_safetensors(file: str) -> None:

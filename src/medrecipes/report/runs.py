@@ -61,7 +61,7 @@ def read_run(folder: str, name: str) -> Run:
             f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
             "logged or saved, or an eval --output file"
         )
-    state = _read_json(state_path, "trainer state") if state_path else {}
+    state = _read_json(state_path, "trainer state") if state_path else {"log_history": []}
     if problem := state_problem(state):
         raise UserError(
             f"{state_path}: not a trainer state as the trainer writes it ({problem}); pass a run's output_dir, "
@@ -84,7 +84,7 @@ def _number(value) -> bool:
 def state_problem(state) -> str | None:
     """What in a trainer_state.json the report and the card cannot read (a file edited or cut by
     hand): the fields they read, of the kinds the trainer writes; None where it is whole."""
-    if not isinstance(state, dict) or not isinstance(state.get("log_history", []), list):
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         return "no log_history list"
     for key in ("global_step", "num_input_tokens_seen"):
         if key in state and not isinstance(state[key], int):

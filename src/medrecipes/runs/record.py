@@ -87,8 +87,8 @@ def read_record(output_dir: str) -> dict | None:
         record = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     if not isinstance(record, dict):
         raise UserError(
-            f"{path}: not a run record ({record if isinstance(record, str) else 'no mapping'}); move it aside, "
-            "or set overwrite_output_dir: true to start the run in that folder over"
+            f"{path}: not a run record ({record if isinstance(record, str) else 'no mapping'}); put back a copy the "
+            "run wrote, or, to train in that folder anew, move it aside or set overwrite_output_dir: true"
         )
     return record
 
