@@ -26,9 +26,9 @@ MODEL ?=
 TASKS ?= medqa_4opt
 DATA_DIR ?= $(wildcard ../shared/data)
 # $(call recipe,SCRIPT,RECIPE AND OVERRIDES): the script on one process, or with CONFIG under accelerate;
-# there the recipe is validated first (a few seconds), so a mistake in it is one line and exit 2
+# there the recipe and the accelerate config are validated first (a few seconds), so a mistake in either is one line and exit 2
 # before the launcher starts a process per device (docs/multinode.md says why that matters).
-recipe = $(if $(CONFIG),$(MEDRECIPES) validate --method $(1) $(2) > /dev/null && \
+recipe = $(if $(CONFIG),$(MEDRECIPES) validate --method $(1) $(2) --accelerate-config $(CONFIG) > /dev/null && \
 	$(PY) -m accelerate.commands.launch --config_file $(CONFIG) recipes/$(1).py $(2),$(PY) recipes/$(1).py $(2))
 
 # Gemma 3 270M, the pretrained base (five wheels: the assembler and four parts of its Q4_K_M .gguf),

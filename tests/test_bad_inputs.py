@@ -229,6 +229,11 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("plan: an evaluation recipe", ["plan", "recipes/tiny_eval.yaml"], "a recipe for recipes/evaluate.py"),
         Case("decontaminate: an unknown flag after a training file", ["decontaminate", "--train", "data/medical_text/train.jsonl", "--eval", TEST_SET, "--bogus", "1"], "decontaminate: unknown argument '--bogus'"),
         Case("launch-plan: a GPU count plan refuses", ["launch-plan", grpo, "--nodes", "1", "--gpus-per-node", "3"], "do not divide into per_device_train_batch_size 8 x 3 processes"),
+        Case("accelerate config not YAML", ["validate", cpt, "--accelerate-config", f["brokenaccel.yaml"]], "brokenaccel.yaml: not valid YAML (line 2, column 1"),
+        Case("accelerate config: distributed type misspelt", ["validate", cpt, "--accelerate-config", f["typoaccel.yaml"]], "accelerate refuses it ('FSPD' is not a valid DistributedType)"),
+        Case("accelerate config: processes as words", ["launch-plan", cpt, "--nodes", "2", "--accelerate-config", f["wordsaccel.yaml"]], "num_processes must be a whole number, got 'eight'"),
+        Case("accelerate config: precision unknown", ["validate", sft, "--accelerate-config", f["fp32accel.yaml"]], "mixed_precision 'fp32' is none of"),
+        Case("accelerate config for an eval recipe", ["validate", "recipes/tiny_eval.yaml", "--accelerate-config", "accelerate_configs/ddp.yaml"], "an eval recipe is not launched"),
         Case("launch-plan: 0 nodes", ["launch-plan", cpt, "--nodes", "0"], "--nodes: must be at least 1"),
         Case("launch-plan: 0 GPUs a node", ["launch-plan", cpt, "--nodes", "2", "--gpus-per-node", "0"], "--gpus-per-node: must be at least 1"),
         Case("build-data: 0 GPUs", ["build-data", "recipes/tiny_pretrain.yaml", "--num-gpus", "0"], "--num-gpus: must be at least 1"),
@@ -384,6 +389,10 @@ def cases(files: Path, model: str) -> list[Case]:
 # name: contents (bytes or text) of the bad files the table names.
 FILES = {
     "empty.yaml": "",
+    "brokenaccel.yaml": "distributed_type: [FSDP\n",
+    "typoaccel.yaml": "distributed_type: FSPD\nnum_processes: 2\n",
+    "wordsaccel.yaml": "distributed_type: MULTI_GPU\nnum_processes: eight\n",
+    "fp32accel.yaml": "distributed_type: NO\nmixed_precision: fp32\n",
     "list.yaml": "- learning_rate: 1e-4\n",
     "syntax.yaml": "model_name_or_path: x\nlearning_rate: 1e-4\nmax_steps: [10\n",
     "latin1.yaml": "model_name_or_path: caf\xe9\n".encode("latin-1"),

@@ -156,3 +156,22 @@ def test_a_launch_that_accelerate_sets_up_otherwise_is_said(tiny_model, tmp_path
     assert fsdp.returncode == 0, fsdp.stderr[-3000:]
     said = [line for line in (fsdp.stdout + fsdp.stderr).splitlines() if "the accelerate config asks for FSDP" in line]
     assert len(said) == 1 and "set up MULTI_CPU on cpu" in said[0], said  # once a launch
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "accelerate_configs").glob("*.yaml")))
+def test_each_shipped_accelerate_config_validates_with_its_processes(config, capsys):
+    """`medrecipes validate --accelerate-config` (what `make sft CONFIG=...` runs before the launch)
+    reads each shipped config as accelerate does and derives the recipe's settings for its process
+    count: a token-budget recipe's accumulation on 8 processes is an eighth of one process's."""
+    import yaml
+
+    from medrecipes.cli import main
+
+    processes = yaml.safe_load((ROOT / "accelerate_configs" / config).read_text())["num_processes"]
+    main(["validate", "recipes/pure_transformer_0p4b.yaml"])
+    alone = yaml.safe_load(capsys.readouterr().out)["gradient_accumulation_steps"]
+    main(["validate", "recipes/pure_transformer_0p4b.yaml", "--accelerate-config", f"accelerate_configs/{config}"])
+    out = capsys.readouterr().out
+    assert f"# launch: accelerate_configs/{config}: {processes} processes a machine" in out
+    assert yaml.safe_load(out)["gradient_accumulation_steps"] * processes == alone
+    assert f"# derived: gradient_accumulation_steps = {alone // processes}" in out

@@ -14,7 +14,7 @@ shift 3
 
 if [ -z "${NUM_PROCESSES:-}" ]; then
     eval "$(${MEDRECIPES:-medrecipes} launch-plan "$recipe" --method "$(basename "$script" .py)" \
-        --nodes "$NNODES" --gpus-per-node "${GPUS_PER_NODE:-8}" "$@")"
+        --nodes "$NNODES" --gpus-per-node "${GPUS_PER_NODE:-8}" --accelerate-config "$config" "$@")"
 fi
 
 # Preemption: the launcher hands SIGTERM and SIGUSR1 on to the training processes and waits

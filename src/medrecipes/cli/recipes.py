@@ -12,13 +12,16 @@ from medrecipes.cli.arguments import (
     recipe_command,
     script_of,
 )
+from medrecipes.errors import UserError
+
+ACCELERATE_CONFIG = "the accelerate config file the run will be launched with: checked, and its processes used"
 
 
 def add_commands(commands) -> None:
     """validate, plan, preview, launch-plan and build-data."""
-    recipe_command(commands, "validate", "parse a recipe and print the resolved configuration").set_defaults(
-        func=cmd_validate
-    )
+    check = recipe_command(commands, "validate", "parse a recipe and print the resolved configuration")
+    check.add_argument("--accelerate-config", type=input_path, help=ACCELERATE_CONFIG)
+    check.set_defaults(func=cmd_validate)
 
     plan_parser = recipe_command(commands, "plan", "training math and a memory estimate per device")
     plan_parser.add_argument("--num-gpus", type=COUNT, default=1)
@@ -39,6 +42,7 @@ def add_commands(commands) -> None:
     launch = recipe_command(commands, "launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
     launch.add_argument("--nodes", type=COUNT, required=True)
     launch.add_argument("--gpus-per-node", type=COUNT, default=8)
+    launch.add_argument("--accelerate-config", type=input_path, help=ACCELERATE_CONFIG)
     launch.set_defaults(func=cmd_launch_plan)
 
     build = commands.add_parser(
@@ -57,17 +61,29 @@ def cmd_validate(args) -> None:
     from medrecipes.config import METHODS, parse_eval_args, resolved_yaml
 
     method = method_of(args.recipe, args.method, (*METHODS, "eval"))
+    launch = None
+    if method == "eval" and args.accelerate_config:
+        raise UserError("validate: --accelerate-config is for training recipes; an eval recipe is not launched")
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
         _check_local_inputs(recipe, model_args)
+        if args.accelerate_config:  # the settings that depend on how many processes train, for its count
+            from medrecipes.plan.launch import check_accelerate_config, for_world_size
+
+            processes = check_accelerate_config(args.accelerate_config)
+            for_world_size(recipe, training_args, args.recipe, processes)
+            derived = recipe.derived
+            launch = f"{args.accelerate_config}: {processes} process{'es' if processes > 1 else ''} a machine"
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")
     for note in getattr(parsed[0], "notes", []):
         print(f"# note: {note}")
+    if launch:
+        print(f"# launch: {launch}")
     print(f"# {args.recipe}: valid {method} recipe ({script_of(method)})")
 
 
@@ -123,6 +139,10 @@ def cmd_launch_plan(args) -> None:
     recipe, training_args, model_args = parse_recipe_file(
         args.recipe, method_of(args.recipe, args.method), args.overrides
     )
+    if args.accelerate_config:
+        from medrecipes.plan.launch import check_accelerate_config
+
+        check_accelerate_config(args.accelerate_config)
     values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():

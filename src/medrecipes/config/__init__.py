@@ -16,6 +16,7 @@ from medrecipes.config.checks import resolve_token_budget
 from medrecipes.config.eval_args import EvalArguments, parse_eval_args
 from medrecipes.config.methods import METHODS, Method, method_named, method_of_args, register_method
 from medrecipes.config.parse import parse_recipe, recipe_method, recorded_command, resolved_recipe, resolved_yaml
+from medrecipes.config.reading import read_yaml_mapping
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import (
     CPTConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "parse_eval_args",
     "parse_recipe",
     "prompts_per_step_accumulation",
+    "read_yaml_mapping",
     "recipe_method",
     "register_method",
     "resolve_token_budget",

@@ -202,10 +202,17 @@ def _yaml_value(kind: type):
 
 def read_recipe_yaml(path: str) -> dict:
     """A recipe file's mapping of keys to values, or the one-line error of a missing or bad file."""
+    return read_yaml_mapping(path, "recipe", "see recipes/ for examples")
+
+
+def read_yaml_mapping(path: str, what: str, examples: str) -> dict:
+    """A YAML file of keys and values (a recipe, an accelerate config), or one line naming what is
+    wrong with it: missing, a folder, not UTF-8, not YAML (at the line and column an editor
+    shows), empty or not a mapping; `examples` says where to find good ones."""
     if os.path.isdir(path):
-        raise UserError(f"{path}: is a folder; pass the path of a YAML recipe in it")
+        raise UserError(f"{path}: is a folder; pass the path of a YAML {what} in it")
     if not os.path.isfile(path):
-        raise UserError(f"{path}: no such recipe file; pass the path of a YAML recipe")
+        raise UserError(f"{path}: no such {what} file; pass the path of a YAML {what}")
     try:
         with open(path, encoding="utf-8") as f:
             data = load_yaml(f)
@@ -215,11 +222,11 @@ def read_recipe_yaml(path: str) -> dict:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{path}: not valid YAML ({where}{problem}); fix the recipe there") from None
+        raise UserError(f"{path}: not valid YAML ({where}{problem}); fix the {what} there") from None
     if data is None:
-        raise UserError(f"{path}: the recipe is empty; write its keys (see recipes/ for examples)")
+        raise UserError(f"{path}: the {what} is empty; write its keys ({examples})")
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a recipe must be a mapping of keys to values")
+        raise UserError(f"{path}: not a mapping of keys to values, which every {what} is ({examples})")
     return data
 
 

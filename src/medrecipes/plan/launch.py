@@ -12,9 +12,10 @@ def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
     line) for `world_size`, the same for `plan` and `launch-plan`: the token budget's steps and
     accumulation, GRPO's accumulation from its prompts per step and the micro-batches it
     generates at once."""
-    resolve_token_budget(recipe, training_args, path, world_size=world_size)
+    recipe.derived = {**recipe.derived, **resolve_token_budget(recipe, training_args, path, world_size=world_size)}
     if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
         training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, world_size)
+        recipe.derived["gradient_accumulation_steps"] = training_args.gradient_accumulation_steps
     if method_of_args(training_args).generates:
         training_args.steps_per_generation_on(world_size)
 
@@ -43,3 +44,44 @@ def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int
         "VLLM_PORT": getattr(training_args, "vllm_server_port", 8000),
         "VLLM_TENSOR_PARALLEL_SIZE": getattr(training_args, "vllm_tensor_parallel_size", 1),
     }
+
+
+def check_accelerate_config(path: str) -> int:
+    """An accelerate config file as `accelerate launch` will read it, checked before the launch
+    (accelerate reads it before any recipe code runs, and answers a mistake with a traceback):
+    YAML, accelerate's own loader (unknown keys, an unknown distributed_type), each key of the
+    kind accelerate's `ClusterConfig` declares, mixed_precision one of its precisions and
+    num_processes at least 1. The processes it starts on each machine."""
+    import dataclasses
+    import typing
+
+    from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+    from accelerate.utils import PrecisionType
+
+    from medrecipes.config import read_yaml_mapping
+
+    data = read_yaml_mapping(path, "accelerate config", "accelerate_configs/ holds one per kind of launch")
+    fix = "fix it there, or start from one in accelerate_configs/"
+    kinds = {bool: "true or false", int: "a whole number", dict: "a mapping", list: "a list"}
+    for declared in dataclasses.fields(ClusterConfig):
+        value = data.get(declared.name)
+        kind = next((t for t in (declared.type, *typing.get_args(declared.type)) if t in kinds), None)
+        if (
+            value is not None
+            and kind
+            and not (isinstance(value, kind) and (kind is bool or not isinstance(value, bool)))
+        ):
+            raise UserError(f"{path}: {declared.name} must be {kinds[kind]}, got {value!r}; {fix}")
+    try:
+        load_config_from_file(path)
+    except (ValueError, TypeError, KeyError) as err:
+        raise UserError(f"{path}: accelerate refuses it ({' '.join(str(err).split())}); {fix}") from None
+    precisions = [str(p.value) for p in PrecisionType]
+    if "mixed_precision" in data and str(data["mixed_precision"]) not in precisions:
+        raise UserError(
+            f"{path}: mixed_precision {data['mixed_precision']!r} is none of {', '.join(precisions)}; {fix}"
+        )
+    processes = data.get("num_processes", 1)
+    if processes < 1:
+        raise UserError(f"{path}: num_processes must be at least 1, got {processes}; {fix}")
+    return processes
