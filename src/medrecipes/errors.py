@@ -29,6 +29,11 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
 
 
+def is_number(value) -> bool:
+    """A number as JSON and YAML give one, true and false excluded (Python counts them as ints)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def check_choice(value: str, choices: Sequence[str], where: str) -> None:
     """Raise the one-line error for a setting (`where`: "file: key") whose value is not one of
     `choices`, with the closest names and the valid ones."""

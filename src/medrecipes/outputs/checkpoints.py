@@ -6,6 +6,8 @@ import os
 import re
 import zipfile
 
+from medrecipes.errors import is_number
+
 # A run's checkpoint folders in its output_dir, as the trainer names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -108,7 +110,7 @@ def _fits(value, kind) -> bool:
     """A number for a number field, whole or not (the trainer itself writes some int fields as
     1.0: `logging_steps` given as a fraction of the run); the declared kind for the others."""
     if kind in (int, float):
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return is_number(value)
     return isinstance(value, kind)
 
 

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, is_number
 from medrecipes.locations import absent
 from medrecipes.outputs.checkpoints import checkpoint_step
 from medrecipes.runs.folder import RunFolder
@@ -77,10 +77,6 @@ def read_run(folder: str, name: str) -> Run:
     return Run(name, folder, state.get("log_history", []), best_step, record, reports)
 
 
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def state_problem(state) -> str | None:
     """What in a trainer_state.json the report and the card cannot read (a file edited or cut by
     hand): the fields they read, of the kinds the trainer writes; None where it is whole."""
@@ -94,7 +90,7 @@ def state_problem(state) -> str | None:
     for number, entry in enumerate(state.get("log_history", []), 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
             return f"log_history entry {number} is not a logged step with its step number"
-        if bad := next((k for k, v in entry.items() if not (_number(v) or v is None)), None):
+        if bad := next((k for k, v in entry.items() if not (is_number(v) or v is None)), None):
             return f"log_history entry {number}: {bad} {entry[bad]!r} is not a number"
     return None
 
@@ -105,9 +101,9 @@ def task_problem(report) -> str | None:
     if not isinstance(report, dict):
         return "its report is not a mapping"
     accuracy, ci, n = report.get("accuracy"), report.get("ci95"), report.get("n")
-    if accuracy is not None and not (_number(accuracy) and 0 <= accuracy <= 1):
+    if accuracy is not None and not (is_number(accuracy) and 0 <= accuracy <= 1):
         return f"accuracy {accuracy!r} is not a number from 0 to 1"
-    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci))):
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(is_number, ci))):
         return f"ci95 {ci!r} is not two numbers"
     if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
         return f"n {n!r} is not a count"

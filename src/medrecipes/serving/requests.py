@@ -3,6 +3,7 @@ value the documented ranges admit and the generation library accepts, every othe
 `RequestError` (a 4xx and one line). Knows no model: `model.ServedModel` turns the checked values
 into token ids."""
 
+from medrecipes.errors import is_number
 from medrecipes.models.templates import ROLES
 
 # The request fields answered, per endpoint; others (tools, response_format, ...) are refused by name.
@@ -35,10 +36,6 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     return payload
 
 
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def sampling(payload: dict) -> tuple[float, float]:
     """(temperature, top_p) in their documented ranges (0 to 2; above 0 to 1), then as the
     generation library itself validates them (GenerationConfig's strict check), so that a value it
@@ -50,7 +47,7 @@ def sampling(payload: dict) -> tuple[float, float]:
         ("temperature", temperature, lambda v: 0 <= v <= 2),
         ("top_p", top_p, lambda v: 0 < v <= 1),
     ):
-        if not _number(value) or not ok(value):
+        if not is_number(value) or not ok(value):
             raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
     temperature, top_p = float(temperature), float(top_p)
     sample = temperature > 0
