@@ -69,10 +69,12 @@ COUNT = Number(int, least=1)  # GPUs, nodes, examples, questions, a batch, token
 SEED = Number(int, least=0, most=2**32 - 1)  # numpy's and torch's seeds
 
 
-def parse_recipe_file(recipe_path: str, method: str, overrides: list[str]):
+def parse_recipe_file(recipe_path: str, method: str, overrides: list[str], to_train: bool = False):
+    """The recipe parsed for `method`; `to_train` as for `config.parse_recipe` (validate only),
+    never `here`: a command may read a GPU recipe where its packages are not installed."""
     from medrecipes.config import parse_recipe
 
-    return parse_recipe(method, [recipe_path, *overrides])
+    return parse_recipe(method, [recipe_path, *overrides], to_train=to_train, here=False)
 
 
 def input_path(text: str) -> str:

@@ -67,7 +67,7 @@ def cmd_validate(args) -> None:
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
-        recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides)
+        recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
         _check_local_inputs(recipe, model_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count

@@ -391,6 +391,10 @@ def check_one_layout(recipe: RecipeArguments, args: TrainingArguments, path: str
 
 
 # ModelConfig's LoRA settings: they take effect only with use_peft.
+# bitsandbytes' 4-bit settings, read only with load_in_4bit.
+FOUR_BIT_SETTINGS = ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
+
+
 ADAPTER_SETTINGS = (
     "lora_r",
     "lora_alpha",
@@ -448,4 +452,17 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         raise UserError(
             f"{path}: {ignored[0]} is set but use_peft is false, so the whole model would train; "
             f"set use_peft: true for LoRA, or drop {', '.join(ignored)}"
+        )
+    ignored = [key for key in FOUR_BIT_SETTINGS if getattr(model_args, key) != getattr(defaults, key)]
+    if ignored and not model_args.load_in_4bit:
+        raise UserError(
+            f"{path}: {ignored[0]} sets up 4-bit loading, and load_in_4bit is false, so the model loads unquantised; "
+            f"set load_in_4bit: true for QLoRA, or drop {', '.join(ignored)}"
+        )
+    model = model_args.model_name_or_path or ""
+    local = not is_url(model) and (looks_local(model) or os.path.exists(model))
+    if local and model_args.model_revision != defaults.model_revision:
+        raise UserError(
+            f"{path}: model_revision picks a version of a Hub model, and '{model}' is a local folder, which has "
+            "none; leave model_revision out"
         )

@@ -63,6 +63,53 @@ def check_loggers(args: TrainingArguments, path: str) -> None:
         check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
 
 
+def check_installed(args: TrainingArguments, model_args, path: str) -> None:
+    """What the run needs installed on this machine, asked of the libraries' own availability
+    checks before anything loads (each is refused by the trainer or the model's loader only once
+    the model and data are there): the loggers in report_to, the Liger kernels, the optimizer's
+    package (bitsandbytes, GaLore, ...) and the attention implementation's."""
+    from transformers import Trainer
+    from transformers.integrations.integration_utils import get_available_reporting_integrations
+    from transformers.utils import is_liger_kernel_available
+
+    installed = get_available_reporting_integrations()
+    if missing := [name for name in args.report_to if name not in (*installed, "all", "none")]:
+        raise UserError(
+            f"{path}: report_to {missing[0]}: its package is not installed here (installed loggers: "
+            f"{', '.join(installed) or 'none'}); install it, or leave {missing[0]} out of report_to"
+        )
+    if args.use_liger_kernel and not is_liger_kernel_available():
+        raise UserError(
+            f"{path}: use_liger_kernel: the liger-kernel package is not installed (its kernels run on GPUs); "
+            "install it, or set use_liger_kernel: false"
+        )
+    try:
+        Trainer.get_optimizer_cls_and_kwargs(args)
+    except ImportError as err:
+        optim = getattr(args.optim, "value", args.optim)
+        raise UserError(f"{path}: optim {optim}: {' '.join(str(err).split())}; or choose another optim") from None
+    except Exception:  # an optimizer that needs the model: the trainer checks it
+        pass
+    attention = model_args.attn_implementation
+    if attention and (missing := _attention_missing(attention)):
+        raise UserError(f"{path}: attn_implementation {attention} needs {missing}; use sdpa (the default) or eager")
+
+
+def _attention_missing(attention: str) -> str | None:
+    """What this machine lacks for an attention implementation, asked of transformers' own
+    availability checks: a flash-attention package (flash_attention_N) or the kernels package
+    (a Hub kernel, org/name); None where it has it."""
+    import transformers.utils as available
+
+    if attention.startswith("flash_attention_"):
+        check = getattr(available, f"is_flash_attn_{attention.rsplit('_', 1)[-1]}_available", None)
+        if check is not None and not check():
+            return f"the flash-attn package for {attention}, which is not installed (it runs on NVIDIA GPUs only)"
+    if "/" in attention and not available.is_kernels_available():
+        return "the kernels package to fetch a Hub kernel, which is not installed"
+    return None
+
+
 # The TrainingArguments the optimizer is built from (weight_decay through its parameter groups).
 OPTIMIZER_SETTINGS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "optim_args")
 
@@ -77,7 +124,7 @@ def _optimizer_probe(args: TrainingArguments):
 
     try:
         cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
-    except Exception:  # an optimizer that needs the model, or a library that is not installed
+    except Exception:  # an optimizer that needs the model, or a library that is not installed (check_installed)
         return None
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)

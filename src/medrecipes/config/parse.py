@@ -39,11 +39,14 @@ def recipe_method(path: str) -> str:
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
-def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = True):
+def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = True, here: bool = True):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order.
-    `to_train`: the recipe is about to train, so its sources' pass_rate files must be there and of
-    its model, and a push must be able to reach the Hub. Off for `medrecipes pass-rate`, which
-    reads a recipe to measure its questions (it writes those files) and trains nothing."""
+    `to_train`: the recipe is about to train (a recipe script, `medrecipes validate`), so its
+    sources' pass_rate files must be there and of its model, and a push must be able to reach the
+    Hub; off where a recipe is read for another purpose: `medrecipes pass-rate` (it writes those
+    files), plan, preview, launch-plan and build-data. `here`, with `to_train`: it trains on this
+    machine (a recipe script), so the packages it asks for must be installed; off for the
+    `medrecipes` commands, which may read a GPU recipe on a machine without them."""
     trains = method_named(method)
     parser = RecipeParser(script_classes(method))
     try:
@@ -81,6 +84,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_dataloader(args, path)
     library_checks.check_seed(args, path)
     library_checks.check_compile_mode(args, path)
+    if to_train and here:  # names the libraries know, installed on this machine
+        library_checks.check_installed(args, model_args, path)
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_best_metric(recipe, args, path, trains)
     if not recipe.eval_sources and args.eval_strategy != "no":
