@@ -119,8 +119,16 @@ def reward_functions(entries: list, where: str = "rewards") -> tuple[list[Callab
             function, weight = _from_entry(entry)
         except UserError as err:
             raise UserError(f"{where}[{i}]: {err}") from None
+        repeat = next((j for j, earlier in enumerate(entries[:i]) if earlier == entry), None)
+        if repeat is not None:
+            raise UserError(
+                f"{where}[{i}]: the same reward as {where.rsplit(': ', 1)[-1]}[{repeat}], counted twice; give it once "
+                "with the weight it should have"
+            )
         functions.append(function)
         weights.append(weight)
+    if not any(weights):
+        raise UserError(f"{where}: every reward weighs 0, so no answer scores above another and nothing is learned")
     return functions, weights
 
 

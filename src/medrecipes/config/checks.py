@@ -259,7 +259,16 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
         )
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
-    _, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
+    functions, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
+    for i, function in enumerate(functions):
+        if getattr(function, "__name__", None) == "overlong_penalty":
+            start = function.settings["max_tokens"] - function.settings["buffer_tokens"]
+            if start >= args.max_completion_length:
+                raise UserError(
+                    f"{path}: rewards[{i}]: overlong_penalty starts past {start} tokens, and no answer is longer than "
+                    f"max_completion_length {args.max_completion_length}, so it never fires; set its max_tokens to "
+                    "max_completion_length"
+                )
 
 
 def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:

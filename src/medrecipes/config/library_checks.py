@@ -53,6 +53,23 @@ def check_dpo_losses(args, path: str) -> None:
             f"{path}: f_divergence_type '{args.f_divergence_type}' is not one TRL's DPO computes"
             f"{did_you_mean(args.f_divergence_type, divergences)}; use {', '.join(divergences)}"
         )
+    # label_smoothing is read by the losses whose branch of the loss reads it; the others ignore it.
+    smoothed = sorted(
+        loss
+        for loss, branch in re.findall(r'loss_type == "([a-z_0-9]+)":(.*?)(?=loss_type ==|\Z)', source, re.S)
+        if "label_smoothing" in branch
+    )
+    if args.label_smoothing and smoothed and not set(given) & set(smoothed):
+        raise UserError(
+            f"{path}: label_smoothing is read only by TRL's {', '.join(smoothed)} losses, and loss_type "
+            f"{', '.join(given)} ignores it; use one of those losses, or leave label_smoothing out"
+        )
+    # TRL refuses this pair when its trainer is built, after both models loaded.
+    if args.sync_ref_model and args.precompute_ref_log_probs:
+        raise UserError(
+            f"{path}: sync_ref_model moves the reference model, and precompute_ref_log_probs scores it once before "
+            "training; set one of them to false"
+        )
 
 
 def check_loggers(args: TrainingArguments, path: str) -> None:
@@ -258,6 +275,22 @@ def _seed_probe(args: TrainingArguments) -> None:
 def check_seed(args: TrainingArguments, path: str) -> None:
     """The seed as the random number generators that `set_seed` seeds take it, as one line."""
     _refused_key(args, _seed_probe, ("seed",), path, "the generators set_seed seeds (numpy, torch)")
+
+
+def check_grpo_levels(args, path: str) -> None:
+    """GRPO's importance_sampling_level is one TRL's trainer computes, read from its source: an
+    unknown one is refused only at the first loss, after the model loaded and answers were sampled."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    known = sorted(set(re.findall(r'importance_sampling_level == "([a-z_]+)"', inspect.getsource(GRPOTrainer))))
+    if known and args.importance_sampling_level not in known:
+        raise UserError(
+            f"{path}: importance_sampling_level '{args.importance_sampling_level}' is not one TRL's GRPO computes"
+            f"{did_you_mean(args.importance_sampling_level, known)}; use {', '.join(known)}"
+        )
 
 
 def check_sampling(args, path: str) -> None:

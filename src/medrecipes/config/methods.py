@@ -92,6 +92,7 @@ def _dpo_losses(recipe, args, path: str) -> None:
 
 def _sampling(recipe, args, path: str) -> None:
     library_checks.check_sampling(args, path)
+    library_checks.check_grpo_levels(args, path)
 
 
 register_method(Method("cpt", CPTConfig, formats=("text", "usmle"), chat="none"))

@@ -128,6 +128,8 @@ AT_LEAST_ONE = (
     "ref_model_sync_steps",  # DPO's reference sync, every this many steps
     "max_length",
     "max_completion_length",
+    "steps_per_generation",  # GRPO: optimizer steps per generation round
+    "generation_batch_size",  # GRPO: completions generated at once
 )
 
 

@@ -200,6 +200,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
         "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
         "num_iterations": Bound(1, True, "each batch of answers is trained on this many times; 0 is no training"),
+        "delta": Bound(
+            1, False, "it caps the policy ratio of answers with a negative advantage; at or below 1 it clips every one"
+        ),
         "num_generations_eval": Bound(
             1, True, "answers sampled per question when evaluating; TRL takes 0 for num_generations without a word"
         ),
