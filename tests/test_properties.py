@@ -648,6 +648,35 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
 
 
+def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
+    """Each key that sets up a feature (a push, evaluations, saves, logs) given while its switch is
+    off: one line naming the key and the switch. A key's value is its default changed to another
+    of its kind (a key whose default is None takes a value of the kind it holds), so every key of
+    the table is tried."""
+    import dataclasses
+
+    from medrecipes.config import MedSFTConfig
+    from medrecipes.config.library_checks import SWITCHED_OFF
+
+    defaults = {f.name: f.default for f in dataclasses.fields(MedSFTConfig)}
+    unset = {
+        "hub_model_id": "med/x",
+        "hub_private_repo": True,
+        "hub_revision": "v1",
+        "save_total_limit": 2,
+        "eval_steps": 5,
+    }
+    changed = {bool: lambda v: not v, int: lambda v: v + 3, float: lambda v: v + 3, str: lambda v: "every_save"}
+    off = {"push_to_hub": False, "eval_strategy": "no", "save_strategy": "no", "logging_strategy": "no"}
+    for switch, keys in SWITCHED_OFF.items():
+        for key in keys:
+            value = unset[key] if defaults[key] is None else changed[type(defaults[key])](defaults[key])
+            data = {**base_recipe("sft", tmp_path), "use_cpu": True, key: value, switch: off[switch]}
+            (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+            said = [n for n in parse_with("sft", tmp_path / "recipe.yaml")[0].notes if n.startswith(key)]
+            assert said and f"while {switch} is" in said[0], (key, said)
+
+
 def test_every_device_torch_names_is_taken_for_evaluation_only_where_it_is_there():
     """Each device type torch's own parser lists (read from its refusal of a type it does not
     know), bare and with the indices 0 and 7: taken where torch has that many of them, else one

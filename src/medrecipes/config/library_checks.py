@@ -7,6 +7,7 @@ libraries accept and then do nothing with on this machine.
 """
 
 import copy
+import dataclasses
 import inspect
 
 from transformers import TrainingArguments
@@ -355,7 +356,7 @@ def trains_on_cpu(args: TrainingArguments) -> bool:
     return args.use_cpu or not torch.accelerator.is_available()
 
 
-def notes(args: TrainingArguments) -> list[str]:
+def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str]:
     """The settings the libraries take and then do nothing with, each as one line: transformers
     clips gradients only at a norm above 0; accelerate runs fp16 only on an accelerator (on a CPU
     it neither autocasts nor scales); a schedule whose function takes no warm-up ignores it."""
@@ -381,4 +382,34 @@ def notes(args: TrainingArguments) -> list[str]:
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
         )
+    found += _switched_off(args, pushes_checkpoints)
+    return found
+
+
+# A feature switched off, and the keys that set it up: given while it is off, they do nothing.
+SWITCHED_OFF = {
+    "push_to_hub": ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push"),
+    "eval_strategy": ("eval_steps", "eval_delay"),
+    "save_strategy": ("save_steps", "save_total_limit"),
+    "logging_strategy": ("logging_steps", "logging_first_step"),
+}
+
+
+def _switched_off(args: TrainingArguments, pushes_checkpoints: bool) -> list[str]:
+    """A line for each key that sets up a feature the recipe has switched off (push_to_hub false,
+    a strategy 'no'), read against the config class's own defaults. `pushes_checkpoints`: the
+    recipe pushes checkpoints as revisions (push_checkpoint_revisions), to hub_model_id."""
+    defaults = {f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING}
+    found = []
+    for switch, keys in SWITCHED_OFF.items():
+        value = getattr(args, switch, None)
+        if getattr(value, "value", value) not in (False, "no") or (switch == "push_to_hub" and pushes_checkpoints):
+            continue
+        given = [key for key in keys if key in defaults and getattr(args, key, None) != defaults[key]]
+        if given:
+            found.append(
+                f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing while {switch} is "
+                f"{str(getattr(value, 'value', value)).lower()}; set {switch} to use {'it' if len(given) == 1 else 'them'}, "
+                f"or drop {'it' if len(given) == 1 else 'them'}"
+            )
     return found

@@ -94,7 +94,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             "add eval_sets, or set eval_strategy: no"
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
-    recipe.notes = library_checks.notes(args)  # likewise, as warnings
+    recipe.notes = library_checks.notes(args, recipe.push_checkpoint_revisions)  # likewise, as warnings
     return tuple(outputs)
 
 
