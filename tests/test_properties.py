@@ -215,13 +215,13 @@ def test_bools_and_fractions_are_not_whole_numbers_anywhere_in_a_mixture(tmp_pat
 def path_arguments() -> list[tuple[str, str, str]]:
     """(command, option or positional name, "input" or "output") for every path argument."""
     from medrecipes.cli import make_parser
-    from medrecipes.cli.arguments import input_path, output_path
+    from medrecipes.cli.arguments import html_path, input_path, output_path
 
     commands = next(a for a in make_parser()._actions if a.dest == "command").choices
     found = [("eval", "--model", "input"), ("eval", "--output", "output")]
     for name, sub in commands.items():
         for action in sub._actions:
-            if action.type in (input_path, output_path):
+            if action.type in (input_path, output_path, html_path):
                 flag = action.option_strings[0] if action.option_strings else action.dest
                 found.append((name, flag, "input" if action.type is input_path else "output"))
     return found
@@ -387,7 +387,7 @@ INVOCATIONS = {  # each command's valid call, in terms of its path arguments
 }
 # The valid value of an argument where a command takes another than the others: pass-rate reads a
 # GRPO recipe and writes JSON lines.
-VALID_FOR = {"pass-rate": {"recipe": "grpo.yaml", "--output": "new-rates.jsonl"}}
+VALID_FOR = {"pass-rate": {"recipe": "grpo.yaml", "--output": "new-rates.jsonl"}, "report": {"--output": "new.html"}}
 
 
 def valid_for(command: str, root: Path, valid: dict) -> dict:

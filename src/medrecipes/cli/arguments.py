@@ -3,6 +3,7 @@ of the arguments that name files read and written and of numeric ones, and readi
 
 import argparse
 import math
+import os
 import sys
 
 from medrecipes.errors import UserError
@@ -67,6 +68,26 @@ class Number:
 
 COUNT = Number(int, least=1)  # GPUs, nodes, examples, questions, a batch, tokens to generate
 SEED = Number(int, least=0, most=2**32 - 1)  # numpy's and torch's seeds
+
+
+def repo_id(text: str) -> str:
+    """argparse type of a Hub repository id, held to the Hub's own rule (huggingface_hub's
+    validate_repo_id): a name the Hub would refuse is one line here, not a card that names it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Hub repository id ({str(err).splitlines()[0]})") from None
+    return text
+
+
+def html_path(text: str) -> str:
+    """argparse type of a page to write: a new file is named .html (a browser opens nothing else as
+    a page); what is there already is left to the claim's rules (`outputs.claims`)."""
+    if not os.path.lexists(text) and not text.lower().endswith((".html", ".htm")):
+        raise argparse.ArgumentTypeError(f"{text} is not an .html file; name the page NAME.html")
+    return output_path(text)
 
 
 def parse_recipe_file(recipe_path: str, method: str, overrides: list[str], to_train: bool = False):

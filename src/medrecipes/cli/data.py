@@ -65,7 +65,9 @@ def add_commands(commands) -> None:
     pairs.add_argument("--batch-size", type=COUNT, default=8, help="--model: prompts generated at once")
     pairs.add_argument("--seed", type=SEED, default=42, help="draws the samples and the answers paired (default 42)")
     pairs.add_argument("--overwrite", action="store_true", help="replace an earlier pairs file")
-    pairs.set_defaults(func=cmd_pairs)
+    # The options whose help says they are for --model (on-policy sampling), with their defaults.
+    for_model = {a.dest: a.default for a in pairs._actions if (a.help or "").startswith("--model:")}
+    pairs.set_defaults(func=cmd_pairs, for_model=for_model)
 
     rates = recipe_command(
         commands, "pass-rate", "each question's pass rate: a model's answers sampled, scored by the recipe's reward"
@@ -142,6 +144,13 @@ def cmd_pairs(args) -> None:
     from medrecipes.outputs.writes import staged
     from medrecipes.usmle import load_mcq
 
+    given = [dest for dest, default in args.for_model.items() if getattr(args, dest) != default]
+    if given and not args.model:
+        flags = ", ".join("--" + dest.replace("_", "-") for dest in given)
+        raise UserError(
+            f"pairs: {flags} {'is' if len(given) == 1 else 'are'} for sampling a model's own answers, and no --model "
+            "is given (the pairs are then the gold answer against a drawn option); add --model, or leave them out"
+        )
     claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
     if not args.out.endswith(".jsonl"):
         raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")

@@ -68,6 +68,8 @@ def add_commands(commands) -> None:
 
 
 def cmd_tiny_model(args) -> None:
+    from transformers import AutoTokenizer
+
     from medrecipes.models.tiny import build_tiny_model
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
@@ -78,7 +80,13 @@ def cmd_tiny_model(args) -> None:
     claim_output(args.out_dir, "tiny-model", "tiny-model OUT_DIR", corpus, args.overwrite, folder=True)
     with staged(args.out_dir, folder=True, kind="tiny-model") as path:
         build_tiny_model(path, corpus, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers)
-    print(f"tiny {args.arch} model and tokenizer saved to {args.out_dir}")
+    learned = len(AutoTokenizer.from_pretrained(args.out_dir))
+    fewer = (
+        f", {learned} of the {args.vocab_size} asked: the corpus holds too little text for more"
+        if learned < args.vocab_size
+        else ""
+    )
+    print(f"tiny {args.arch} model and tokenizer ({learned} tokens{fewer}) saved to {args.out_dir}")
 
 
 def cmd_merge_lora(args) -> None:

@@ -4,8 +4,10 @@ import json
 
 from medrecipes.cli.arguments import (
     COUNT,
+    html_path,
     input_path,
     output_path,
+    repo_id,
 )
 
 
@@ -49,7 +51,7 @@ def add_commands(commands) -> None:
         help="run output_dirs, eval --output files or folders of them",
     )
     report.add_argument(
-        "--output", type=output_path, default="report.html", help="the HTML file; its PNG files go to <name>_files/"
+        "--output", type=html_path, default="report.html", help="the HTML file; its PNG files go to <name>_files/"
     )
     report.add_argument("--title", help="the page's title (default: the runs' names)")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report")
@@ -63,7 +65,7 @@ def add_commands(commands) -> None:
     card.add_argument(
         "--output", type=output_path, required=True, help="a folder for README.md, images/ and recipe.yaml"
     )
-    card.add_argument("--repo-id", help="the model's name on the card (default: the run folder's name)")
+    card.add_argument("--repo-id", type=repo_id, help="the model's name on the card (default: the run folder's name)")
     card.add_argument("--overwrite", action="store_true", help="replace an earlier card in --output")
     card.set_defaults(func=cmd_card)
 

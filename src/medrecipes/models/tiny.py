@@ -20,13 +20,21 @@ SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_e
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gemma3_text": Gemma3TextConfig}
 
 
+def _strings(value):
+    """Every text in a JSON value: a row's fields, a conversation's turns, nested as they come."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict | list):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
+
+
 def _read_texts(corpus: list[str]):
     for path in corpus:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             for line in f:
                 if path.endswith(".jsonl"):
-                    row = json.loads(line)
-                    yield " ".join(str(v) for v in row.values() if isinstance(v, str))
+                    yield " ".join(_strings(json.loads(line))) if line.strip() else ""
                 else:
                     yield line
 
@@ -36,6 +44,11 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
     missing = [p for p in corpus if not os.path.isfile(p)]
     if missing:
         raise UserError(f"tiny-model: corpus file {missing[0]} does not exist; pass --corpus FILE")
+    if not any(text.strip() for text in _read_texts(corpus)):
+        raise UserError(
+            f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text or "
+            "JSONL files with text in them (--corpus FILE ...)"
+        )
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()

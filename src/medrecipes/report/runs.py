@@ -107,6 +107,8 @@ def task_problem(report) -> str | None:
         return f"ci95 {ci!r} is not two numbers"
     if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
         return f"n {n!r} is not a count"
+    if n == 0 and accuracy is not None:
+        return f"accuracy {accuracy!r} of n 0 questions: no question was scored"
     return None
 
 
