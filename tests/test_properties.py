@@ -298,6 +298,7 @@ def sandbox(tmp_path_factory, tiny_model):
         "--corpus": str(root / "notes.jsonl"),
         "adapter_dir": str(root / "adapter"),
         "gguf": str(root / "model.gguf"),
+        "--accelerate-config": str(ROOT / "accelerate_configs" / "ddp.yaml"),
         "model": str(model),
         "paths": str(root / "result.json"),
         "run": str(root / "run"),
@@ -307,10 +308,10 @@ def sandbox(tmp_path_factory, tiny_model):
 
 
 INVOCATIONS = {  # each command's valid call, in terms of its path arguments
-    "validate": ["validate", "{recipe}"],
+    "validate": ["validate", "{recipe}", "--accelerate-config", "{--accelerate-config}"],
     "plan": ["plan", "{recipe}"],
     "preview": ["preview", "{recipe}", "--examples", "1"],
-    "launch-plan": ["launch-plan", "{recipe}", "--nodes", "1"],
+    "launch-plan": ["launch-plan", "{recipe}", "--nodes", "1", "--accelerate-config", "{--accelerate-config}"],
     "build-data": ["build-data", "{recipe}", "--out", "{--out}"],
     "decontaminate": ["decontaminate", "--train", "{--train}", "--eval", "{--eval}", "--drop", "{--drop}"],
     "eval": [
