@@ -389,6 +389,9 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("pretraining: an architecture file that is not JSON", script("cpt", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--architecture", f"{f['notjson-config']}/config.json", "--output_dir", str(files / "runs" / "notjson")), "is not a model config"),
         Case("SFT chat: an empty answer", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['emptyanswer.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "emptyanswer.jsonl line 1: the assistant's answer is empty"),
         Case("KTO: desirable answers only", script("kto", kto, *run_in(files, model), *pairs(f["alldesirable.jsonl"], "unpaired")), "every one of the 2 answers is desirable (label true); KTO needs both kinds"),
+        Case("SFT chat: a turn of parts, not text", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['partscontent.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "partscontent.jsonl line 2: turn 1's content is a list of parts, not text"),
+        Case("DPO: a row of another layout", script("dpo", dpo, *run_in(files, model), *pairs(f["layoutpairs.jsonl"])), "layoutpairs.jsonl line 2: it is plain text and line 1 is conversation turns"),
+        Case("DPO: plain answers to a conversation", script("dpo", dpo, *run_in(files, model), *pairs(f["halfpairs.jsonl"])), "halfpairs.jsonl line 1: its prompt and answers mix plain text and conversation turns"),
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
         Case("DPO: a row without chosen", script("dpo", dpo, *run_in(files, model), *pairs(f["nochosen.jsonl"])), "nochosen.jsonl line 1: no 'chosen'"),
         Case("DPO: chosen not the assistant's turn", script("dpo", dpo, *run_in(files, model), *pairs(f["userchosen.jsonl"])), "the last turn of chosen is not the assistant's"),
@@ -441,6 +444,11 @@ FILES = {
     "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",
     "emptyish/keep.txt": "an earlier result",
     "emptyq.jsonl": '{"question": "  ", "options": {"A": "a", "B": "b"}, "answer": "A"}\n',
+    "partscontent.jsonl": '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n'
+    '{"messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"}]}\n',
+    "layoutpairs.jsonl": '{"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n'
+    '{"prompt": "q2", "chosen": "A", "rejected": "B"}\n',
+    "halfpairs.jsonl": '{"prompt": [{"role": "user", "content": "q"}], "chosen": "A", "rejected": "B"}\n',
     "asstfirst.jsonl": '{"messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
     "badrole.jsonl": '{"messages": [{"role": "doctor", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
     "textdir/notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',

@@ -55,8 +55,32 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
     pair that does not teaches nothing and TRL's loss is flat on it), a conversational answer is
     the assistant's turn, and an unpaired answer's label is true (desirable) or false (TRL's
     collator would take 1, 0 or "yes" for a tensor of something else)."""
+    first = None  # the first row's layout (conversation turns or plain text) and its index
     for row, index in zip(rows, indices, strict=False):
         problem = None
+        layouts = {isinstance(row[key], list) for key in ANSWER_COLUMNS[:4] if key in row}
+        if len(layouts) > 1:
+            problem = "its prompt and answers mix plain text and conversation turns"
+        elif layouts:
+            turns = layouts.pop()
+            first = first or (turns, index)
+            if turns != first[0]:
+                kind = {True: "conversation turns", False: "plain text"}
+                problem = (
+                    f"it is {kind[turns]} and {' '.join(row_of(source, first[1]).split(' ')[-2:])} is "
+                    f"{kind[first[0]]}; give every row one layout"
+                )
+        text = next(
+            (
+                t
+                for key in ANSWER_COLUMNS[:4]
+                if isinstance(row.get(key), list)
+                for t in [_text_problem(row[key])]
+                if t
+            ),
+            None,
+        )
+        problem = problem or text
         prompt = row.get("prompt")
         turns = prompt if isinstance(prompt, list) else [{"content": prompt}]
         if "prompt" in row and not any(isinstance(t, dict) and str(t.get("content") or "").strip() for t in turns):
@@ -72,6 +96,27 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
             problem = f"label {json.dumps(row['label'])} is not true or false (true: a desirable answer)"
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
+
+
+def _text_problem(turns: list) -> str | None:
+    """A turn whose content is not text (a list of parts, as multimodal chats write it, or nothing):
+    the chat templates render a turn's content as text."""
+    for number, turn in enumerate(turns, 1):
+        content = turn.get("content") if isinstance(turn, dict) else None
+        if (
+            isinstance(turn, dict)
+            and not isinstance(content, str)
+            and (content is not None or turn.get("role") != "assistant")
+        ):
+            what = (
+                "a list of parts"
+                if isinstance(content, list)
+                else "missing"
+                if content is None
+                else type(content).__name__
+            )
+            return f"turn {number}'s content is {what}, not text; write it as one text"
+    return None
 
 
 def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
@@ -135,6 +180,8 @@ def _turn_problem(messages) -> str | None:
         return "the first turn after any system turn is not the user's"
     if roles[-1] != "assistant":
         return "the last turn is not the assistant's, so there is no answer to train on"
+    if problem := _text_problem(messages):
+        return problem
     if not _answer_text(messages).strip():
         return "the assistant's answer is empty, so there is nothing to train on"
     return None

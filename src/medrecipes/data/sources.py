@@ -246,7 +246,9 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                     "fix or drop them"
                 )
         if "messages" in fields:
-            check_turns(documents.data.column("messages").to_pylist(), range(len(documents)), source)
+            # decoded, as the template will see them (mixed JSON contents arrive as datasets' Json feature)
+            turns = [row["messages"] for row in documents.select_columns(["messages"]).to_list()]
+            check_turns(turns, range(len(documents)), source)
         if "text" in fields and not _is_text(documents.data.column("text").type):
             # mixed JSON values arrive as datasets' Json feature: decoded, the first that is not text is named
             first, value = next((i, v) for i, v in enumerate(documents["text"]) if not isinstance(v, str))
