@@ -703,8 +703,8 @@ def _medqa(question: str, options: list[str]) -> dict:
 
 
 def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(tmp_path, caplog):
-    """An empty option and a question asked again (same context, text and options) are said at
-    load, each kind counted, its first rows named by the line an editor shows; the same text
+    """An empty option, two options that read the same and a question asked again (same context,
+    text and options) are said at load, each kind counted, its first rows named by the line an editor shows; the same text
     with other options, or under another context, is another question."""
     rows = [
         _medqa("Q1", ["a", "b", "c", "d"]),
@@ -713,14 +713,16 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
         _medqa("Q1", ["a", "b", "c", "d"]),  # line 4 repeats line 1
         *[_medqa(f"Q{i}", ["a", "b", " ", "d"]) for i in range(3, 7)],  # blank after stripping
         *[_medqa("Q1", ["a", "b", "c", "d"])] * 3,
+        _medqa("Q7", ["Aspirin", "aspirin ", "c", "d"]),  # two options that read the same
     ]
     path = write_jsonl(tmp_path / "set.jsonl", rows)
     with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
         assert len(load_mcq(path)) == len(rows)  # said, not dropped
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 2, said
-    empty, repeats = said
+    assert len(said) == 3, said
+    empty, twins, repeats = said
     assert empty.startswith(f"{path}: 5 question(s) with an empty option (line 3, line 5, line 6, ...)")
+    assert twins.startswith(f"{path}: 1 question(s) with two options that read the same (line 12)")
     assert repeats.startswith(
         f"{path}: 4 question(s) repeat an earlier one (line 4 repeats line 1, line 9 repeats line 1"
     )

@@ -139,12 +139,16 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
     """What a set of questions holds that it cannot mean, each kind counted and its first rows
     named (`where(index)`): a question with an empty option (no model can choose it), and a
     question that repeats an earlier one (`question_key`: it counts twice in training and in a
-    score). Said, not refused: a large set may hold a few, and the user decides."""
-    empty, repeats, seen = [], [], {}
+    score), and a question two of whose options read the same (whichever the model picks, one of
+    them is marked wrong). Said, not refused: a large set may hold a few, and the user decides."""
+    empty, twins, repeats, seen = [], [], [], {}
     columns = zip(rows["context"], rows["question"], rows["options"], strict=True)
     for index, (context, question, options) in enumerate(columns):
         if any(not option for option in options):
             empty.append(index)
+        written = [" ".join(option.split()).lower() for option in options if option]
+        if len(set(written)) < len(written):
+            twins.append(index)
         first = seen.setdefault(question_key(context, question, options), index)
         if first != index:
             repeats.append((index, first))
@@ -155,6 +159,12 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
         found.append(
             f"{len(empty)} question(s) with an empty option ({lines}): no model can choose an empty answer; "
             "write the option or drop the row"
+        )
+    if twins:
+        lines = ", ".join(where(i) for i in twins[:named]) + (more if len(twins) > named else "")
+        found.append(
+            f"{len(twins)} question(s) with two options that read the same ({lines}): whichever the model picks, "
+            "one of them is scored wrong; reword or drop the row"
         )
     if repeats:
         pairs = ", ".join(f"{where(i)} repeats {where(first)}" for i, first in repeats[:named])
