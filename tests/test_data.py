@@ -566,3 +566,15 @@ def test_preference_rows_given_twice_are_counted_and_named(tmp_path, caplog):
         f"source '{path}': 2 row(s) repeat an earlier one (line {len(lines) + 1} repeats line 1, "
         f"line {len(lines) + 2} repeats line 2): each copy trains again; drop the repeats"
     ]
+
+
+def test_empty_documents_are_counted_and_named_by_line(tmp_path, caplog):
+    """A text source's documents that are empty or blank are said at load, counted and named by the
+    line an editor shows (blank lines of the file are counted, as an editor does): each would train
+    on its BOS and EOS alone. Kept, not dropped: the user decides."""
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"text": "a"}\n\n{"text": ""}\n{"text": "b"}\n{"text": "  \\n"}\n')
+    with caplog.at_level("WARNING", logger="medrecipes.data.sources"):
+        assert len(load_source(SourceConfig(path=str(path)))) == 4
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.endswith("2 empty document(s) (line 3, line 5): each trains on its BOS and EOS alone; drop them"), said

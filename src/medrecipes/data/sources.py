@@ -255,6 +255,14 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             raise UserError(
                 f"{row_of(source, first)}: '{fields['text']}' is {json.dumps(value)[:40]}, not text; fix or drop the row"
             )
+        if "text" in fields:  # said, not refused: a corpus may hold a few, and each trains on nothing
+            blank = [i for i, text in enumerate(documents.data.column("text").to_pylist()) if not text.strip()]
+            if blank:
+                lines = ", ".join(" ".join(row_of(source, i).split(" ")[-2:]) for i in blank[:3])
+                logger.warning(
+                    "%s: %d empty document(s) (%s%s): each trains on its BOS and EOS alone; drop them",
+                    named(source), len(blank), lines, ", ..." if len(blank) > 3 else "",
+                )  # fmt: skip
         if source.format in PREFERENCE_FIELDS:
             answers = [c for c in ANSWER_COLUMNS if c in fields]
             rows = documents.select_columns(answers).to_list()
