@@ -392,6 +392,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT chat: a turn of parts, not text", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['partscontent.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "partscontent.jsonl line 2: turn 1's content is a list of parts, not text"),
         Case("DPO: a row of another layout", script("dpo", dpo, *run_in(files, model), *pairs(f["layoutpairs.jsonl"])), "layoutpairs.jsonl line 2: it is plain text and line 1 is conversation turns"),
         Case("DPO: plain answers to a conversation", script("dpo", dpo, *run_in(files, model), *pairs(f["halfpairs.jsonl"])), "halfpairs.jsonl line 1: its prompt and answers mix plain text and conversation turns"),
+        Case("SFT: chat template a data file", script("sft", sft, "--chat_template_path", TEST_SET), "is a file that is no template (.jinja or .j2)"),
+        Case("SFT: end of turn not a token", script("sft", sft, *run_in(files, model), "--eos_token", "<|nope|>", *NO_EVAL, "--eval_sets", "null"), "eos_token: '<|nope|>' is not a token of"),
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
         Case("DPO: a row without chosen", script("dpo", dpo, *run_in(files, model), *pairs(f["nochosen.jsonl"])), "nochosen.jsonl line 1: no 'chosen'"),
         Case("DPO: chosen not the assistant's turn", script("dpo", dpo, *run_in(files, model), *pairs(f["userchosen.jsonl"])), "the last turn of chosen is not the assistant's"),

@@ -372,11 +372,17 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
     template = args.chat_template_path
     if template and shipped_template(template):
         args.chat_template_path = shipped_template(template)
-    elif template and template.endswith(".jinja") and not os.path.isfile(template):
-        raise UserError(
-            f"{path}: chat_template_path: no such file {template}; name a .jinja file, a tokenizer, "
-            f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
-        )
+    elif template:  # TRL reads a .jinja or .j2 file as a template, and anything else as a tokenizer
+        kind = "no such file" if template.endswith((".jinja", ".j2")) and not os.path.isfile(template) else None
+        if os.path.isfile(template) and not template.endswith((".jinja", ".j2")):
+            kind = "a file that is no template (.jinja or .j2), so it would be read as a tokenizer"
+        elif looks_local(template) and not os.path.exists(template):
+            kind = kind or "no such file or tokenizer folder"
+        if kind:
+            raise UserError(
+                f"{path}: chat_template_path: {template} is {kind}; name a .jinja file, a tokenizer, "
+                f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
+            )
     if not args.assistant_only_loss:
         return
     sources = named_sources(recipe)

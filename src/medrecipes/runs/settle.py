@@ -47,6 +47,11 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
     trains = method_named(method)
     template, end_of_turn = chat_turns(method, training_args, tokenizer)
     if trains.chat == "trains":
+        if end_of_turn and tokenizer.convert_tokens_to_ids(end_of_turn) in (None, tokenizer.unk_token_id):
+            raise UserError(  # TRL refuses it once its trainer is built, after the data is tokenised
+                f"eos_token: {end_of_turn!r} is not a token of {model_args.model_name_or_path}'s tokenizer; name one "
+                f"of its tokens ({tokenizer.eos_token!r} is its end), or leave eos_token out for its template's end of turn"
+            )
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()
     if trains.generates:
