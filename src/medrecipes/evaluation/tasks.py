@@ -166,7 +166,8 @@ def _source(task: Task, data: str | None, data_dir: str | None) -> str:
 
 def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | None = None) -> list[Row]:
     subjects = list(task.subjects) or None
-    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting}
+    # answered: a question without its gold answer is named by its line where it is read
+    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True}
     if looks_local(source) or Path(source).exists():
         return load_mcq(source, split=split, **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)
