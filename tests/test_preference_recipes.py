@@ -281,3 +281,31 @@ def test_the_card_names_the_preference_data_and_how_it_was_made(tmp_path, capsys
         "against a wrong option drawn with seed 7"
     ) in cards[made]
     assert f"- `{copied}`: not recorded (not written by `medrecipes pairs`)" in cards[copied]
+
+
+def test_pairs_says_questions_two_files_share_and_refuses_a_file_given_twice(tmp_path, caplog):
+    """`medrecipes pairs` of two files that hold the same questions: counted and named, each would be
+    paired twice (said, the pairs are written); the same file given twice is one line."""
+    import shutil
+
+    from medrecipes import cli
+
+    copy = tmp_path / "copy.jsonl"
+    shutil.copy(ROOT / "data/usmle_sample/test.jsonl", copy)
+    with caplog.at_level("WARNING"):
+        cli.main(
+            [
+                "pairs",
+                "--mcq",
+                str(ROOT / "data/usmle_sample/test.jsonl"),
+                str(copy),
+                "--out",
+                str(tmp_path / "p.jsonl"),
+            ]
+        )
+    said = [r.getMessage() for r in caplog.records if "paired twice" in r.getMessage()]
+    questions = sum(1 for line in copy.read_text().splitlines() if line.strip())
+    assert len(said) == 1 and said[0].startswith(f"{copy}: {questions} question(s) are also in "), said
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["pairs", "--mcq", str(copy), str(copy), "--out", str(tmp_path / "q.jsonl")])
+    assert exit.value.code == 2 and not (tmp_path / "q.jsonl").exists()

@@ -138,6 +138,27 @@ def cmd_decontaminate(args) -> None:
         print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 
+def _say_shared_questions(by_file: dict) -> None:
+    """Questions of a later --mcq file that an earlier one holds too (the same context, text and
+    options), counted and named: each would be paired twice. Said, not refused (repeats within one
+    file are said where it is read)."""
+    import logging
+
+    from medrecipes.usmle import question_key
+
+    seen = {}
+    for file, rows in by_file.items():
+        keys = [question_key(r["context"], r["question"], r["options"]) for r in rows]
+        shared = [(row["id"], seen[key]) for row, key in zip(rows, keys, strict=True) if seen.get(key, file) != file]
+        if shared:
+            logging.getLogger(__name__).warning(
+                "%s: %d question(s) are also in %s (%s%s): each is paired twice; give each file once, or drop them",
+                file, len(shared), shared[0][1], ", ".join(f"'{i}'" for i, _ in shared[:3]), ", ..." if len(shared) > 3 else "",
+            )  # fmt: skip
+        for key in keys:
+            seen.setdefault(key, file)
+
+
 def cmd_pairs(args) -> None:
     from medrecipes.data.preference import chosen_account, mcq_pairs, on_policy_pairs, unpaired
     from medrecipes.outputs.claims import claim_output
@@ -154,7 +175,11 @@ def cmd_pairs(args) -> None:
     claim_output(args.out, "pairs", "pairs --out", [*args.mcq, *([args.model] if args.model else [])], args.overwrite)
     if not args.out.endswith(".jsonl"):
         raise UserError(f"pairs --out {args.out}: write a .jsonl file (one row a line)")
-    rows = [row for file in args.mcq for row in load_mcq(file, answered=True, pubmedqa_setting=args.pubmedqa_setting)]
+    if twice := next((file for i, file in enumerate(args.mcq) if file in args.mcq[:i]), None):
+        raise UserError(f"pairs --mcq: {twice} is given twice; name each file once")
+    by_file = {file: load_mcq(file, answered=True, pubmedqa_setting=args.pubmedqa_setting) for file in args.mcq}
+    _say_shared_questions(by_file)
+    rows = [row for questions in by_file.values() for row in questions]
     files = ", ".join(args.mcq)
     if args.model:
         pairs, left_out = on_policy_pairs(rows, _sampled_answers(args, rows), args.system_prompt, args.seed)
