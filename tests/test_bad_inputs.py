@@ -406,6 +406,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("KTO: a batch of one answer", script("kto", kto, "--per_device_train_batch_size", "1"), "KTO's KL estimate needs at least 2 answers"),
         Case("KTO: pairs and unpaired answers mixed", script("kto", kto, "--dataset_mixture", f"{{sources: [{{path: {f['nocompletion.jsonl']}, format: unpaired}}, {{path: {f['samepair.jsonl']}, format: preference}}]}}"), "mixes preference and unpaired sources"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),
+        Case("4-bit and 8-bit at once", script("sft", sft, "--use_peft", "true", "--load_in_4bit", "true", "--load_in_8bit", "true"), "set load_in_4bit or load_in_8bit, not both"),
         Case("4-bit without LoRA", script("sft", sft, "--load_in_4bit", "true"), "trains only through adapters"),
     ]  # fmt: skip
     return table

@@ -453,9 +453,7 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
             f"{path}: lora_alpha must be above 0, got {model_args.lora_alpha}: the adapter's output is scaled by "
             "lora_alpha / lora_r, so 0 trains nothing (the usual choice is 2 x lora_r)"
         )
-    bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]
-    if len(bits) == 2:
-        raise UserError(f"{path}: set load_in_4bit or load_in_8bit, not both")
+    bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]  # one: RecipeModelConfig
     if bits and not model_args.use_peft:
         raise UserError(
             f"{path}: a model loaded in {bits[0].removeprefix('load_in_').removesuffix('bit')} bits trains only through adapters; "

@@ -15,13 +15,14 @@ from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
 from medrecipes.config.schema import RecipeArguments
+from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import check_writable
 
 
 def script_classes(method: str) -> tuple:
     """The dataclasses of a method's recipe script, in the order its main() receives them."""
-    return (RecipeArguments, method_named(method).config, ModelConfig)
+    return (RecipeArguments, method_named(method).config, RecipeModelConfig)
 
 
 def recipe_method(path: str) -> str:

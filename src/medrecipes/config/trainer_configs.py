@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from transformers import TrainingArguments
-from trl import DPOConfig, GRPOConfig, KTOConfig, SFTConfig
+from trl import DPOConfig, GRPOConfig, KTOConfig, ModelConfig, SFTConfig
 
 from medrecipes.config.schema import ANSWER_WEIGHT, POSITIVE_BETA, Bound, check_ranges
 from medrecipes.errors import UserError
@@ -99,6 +99,16 @@ class CPTConfig(DeviceDefaults, TrainingArguments):
             )
         if self.use_liger_kernel and self.fused_lm_head is not False:  # Liger trains on a GPU: the head is on
             self.liger_kernel_config = {**(self.liger_kernel_config or {}), "fused_linear_cross_entropy": False}
+        super().__post_init__()
+
+
+@dataclass
+class RecipeModelConfig(ModelConfig):
+    """TRL's ModelConfig, whose one refusal (4-bit and 8-bit loading at once) names the keys."""
+
+    def __post_init__(self):
+        if self.load_in_4bit and self.load_in_8bit:
+            raise ValueError("set load_in_4bit or load_in_8bit, not both: a model loads in one precision")
         super().__post_init__()
 
 
