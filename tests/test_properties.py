@@ -650,32 +650,45 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
 
 
 def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
-    """Each key that sets up a feature (a push, evaluations, saves, logs) given while its switch is
-    off: one line naming the key and the switch. A key's value is its default changed to another
-    of its kind (a key whose default is None takes a value of the kind it holds), so every key of
-    the table is tried."""
+    """Each key that sets up a feature (a push, evaluations, saves, logs, vLLM, a reference sync)
+    given while its switch is off: one line naming the key and the switch. A key's value is its
+    default changed to another of its kind (a key whose default is None takes a value of the kind
+    it holds), so every key of the table is tried, for each method whose config has it."""
     import dataclasses
 
-    from medrecipes.config import MedSFTConfig
+    from medrecipes.config import method_named
     from medrecipes.config.library_checks import SWITCHED_OFF
 
-    defaults = {f.name: f.default for f in dataclasses.fields(MedSFTConfig)}
-    unset = {
-        "hub_model_id": "med/x",
-        "hub_private_repo": True,
-        "hub_revision": "v1",
-        "save_total_limit": 2,
-        "eval_steps": 5,
+    unset = {"hub_model_id": "med/x", "hub_private_repo": True, "hub_revision": "v1", "save_total_limit": 2,
+             "eval_steps": 5, "vllm_server_base_url": "http://localhost:8000", "vllm_max_model_length": 512,
+             "vllm_structured_outputs_regex": "[AB]", "vllm_importance_sampling_clip_min": 0.5}  # fmt: skip
+    changed = {
+        bool: lambda v: not v,
+        int: lambda v: v + 3,
+        float: lambda v: v / 2 if v else 0.5,
+        str: lambda v: "every_save",
     }
-    changed = {bool: lambda v: not v, int: lambda v: v + 3, float: lambda v: v + 3, str: lambda v: "every_save"}
-    off = {"push_to_hub": False, "eval_strategy": "no", "save_strategy": "no", "logging_strategy": "no"}
-    for switch, keys in SWITCHED_OFF.items():
-        for key in keys:
-            value = unset[key] if defaults[key] is None else changed[type(defaults[key])](defaults[key])
-            data = {**base_recipe("sft", tmp_path), "use_cpu": True, key: value, switch: off[switch]}
-            (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
-            said = [n for n in parse_with("sft", tmp_path / "recipe.yaml")[0].notes if n.startswith(key)]
-            assert said and f"while {switch} is" in said[0], (key, said)
+    tried = 0
+    for method in ("sft", "grpo", "dpo"):
+        defaults = {f.name: f.default for f in dataclasses.fields(method_named(method).config)}
+        for switch, (off, keys) in SWITCHED_OFF.items():
+            if switch not in defaults:
+                continue
+            named = [k for key in keys for k in defaults if k == key or (key.endswith("_") and k.startswith(key))]
+            for key in named:
+                if key == "vllm_mode" or (defaults[key] is None and key not in unset):
+                    continue  # a choice of words, or a key whose kind the table does not hold
+                value = unset[key] if defaults[key] is None else changed[type(defaults[key])](defaults[key])
+                data = {**base_recipe(method, tmp_path), "use_cpu": True, key: value, switch: off[0]}
+                (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+                try:
+                    notes = parse_with(method, tmp_path / "recipe.yaml")[0].notes
+                    said = [n for n in notes if key in n.split(" do")[0].split(", ")]
+                except UserError:
+                    continue  # a value its own check refuses (a range): one line already
+                assert said and f"while {switch} is" in said[0], (method, key, said)
+                tried += 1
+    assert tried >= 20, tried
 
 
 def test_every_device_torch_names_is_taken_for_evaluation_only_where_it_is_there():

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from transformers import TrainingArguments
-from trl import ModelConfig
+from trl import GRPOConfig, ModelConfig
 
 from medrecipes.config.reading import build_dataclass, split_names
 from medrecipes.config.schema import RecipeArguments
@@ -23,6 +23,7 @@ from medrecipes.errors import UserError, check_choice, did_you_mean
 from medrecipes.locations import (
     BUILDERS,
     SAMPLED,
+    absent,
     is_url,
     looks_local,
     shipped_template,
@@ -146,6 +147,10 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
         recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}", training=False)
 
 
+# The schedules a recipe may leave as they are when it sets min_lr: the trainers' defaults.
+MIN_LR_SCHEDULE_DEFAULTS = ("linear",)
+
+
 def resolve_token_budget(
     recipe: RecipeArguments, args: TrainingArguments, path: str, world_size: int | None = None
 ) -> dict[str, Any]:
@@ -155,6 +160,12 @@ def resolve_token_budget(
     Returns the derived fields (also set on `args`) so that callers can log them.
     """
     derived: dict[str, Any] = {}
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if recipe.min_lr is not None and schedule not in ("cosine", "cosine_with_min_lr", *MIN_LR_SCHEDULE_DEFAULTS):
+        raise UserError(
+            f"{path}: min_lr decays the learning rate on a cosine to its floor (cosine_with_min_lr), and "
+            f"lr_scheduler_type {schedule} would be replaced by it; set lr_scheduler_type: cosine, or drop min_lr"
+        )
     if recipe.min_lr is not None:
         args.lr_scheduler_type = "cosine_with_min_lr"
         args.lr_scheduler_kwargs = {**(args.lr_scheduler_kwargs or {}), "min_lr": recipe.min_lr}
@@ -192,6 +203,11 @@ def resolve_token_budget(
     if recipe.warmup_tokens is not None:
         args.warmup_steps = max(1, round(recipe.warmup_tokens / recipe.global_batch_tokens))
         derived["warmup_steps"] = args.warmup_steps
+        if args.max_steps > 0 and args.warmup_steps > args.max_steps:
+            raise UserError(
+                f"{path}: warmup_tokens {recipe.warmup_tokens:,} is {args.warmup_steps:,} steps, beyond the run's "
+                f"{args.max_steps:,}: the learning rate would never reach its peak; lower warmup_tokens"
+            )
     return derived
 
 
@@ -274,7 +290,17 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
 def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:
     recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
+        given = [key for key in ("eval_tasks_limit", "eval_tasks_data_dir") if getattr(recipe, key) is not None]
+        if given:
+            raise UserError(
+                f"{path}: {given[0]} sets up eval_tasks, and the recipe names none; add eval_tasks, or drop it"
+            )
         return
+    if recipe.eval_tasks_data_dir and not os.path.isdir(recipe.eval_tasks_data_dir):
+        raise UserError(
+            f"{path}: eval_tasks_data_dir {recipe.eval_tasks_data_dir}: {absent(recipe.eval_tasks_data_dir)}; name the "
+            "folder that holds the benchmark files (laid out as ../shared/data), or drop it for the Hub copies"
+        )
     usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]
     if answers_eval_sets(args, method):
         # SFT and chat-prompt GRPO already log eval_<set>_acc for these sets; a second value would
@@ -421,6 +447,24 @@ ADAPTER_SETTINGS = (
     "use_rslora",
     "use_dora",
 )
+
+
+def check_reference(args: TrainingArguments, model_args: ModelConfig, path: str) -> None:
+    """sync_ref_model (DPO, KTO, GRPO) moves a reference model towards the policy: TRL refuses it,
+    once its trainer is built after the models loaded, with an adapter (whose reference is the
+    base model without it) and with GRPO's beta 0 (which loads no reference model)."""
+    if not getattr(args, "sync_ref_model", False):
+        return
+    if model_args.use_peft:
+        raise UserError(
+            f"{path}: sync_ref_model moves a reference model, and with use_peft the reference is the base model "
+            "under the adapter, which TRL cannot sync; set sync_ref_model: false, or train without LoRA"
+        )
+    if getattr(args, "beta", None) == 0 and isinstance(args, GRPOConfig):
+        raise UserError(
+            f"{path}: sync_ref_model moves the reference model, and beta 0 loads none (no KL term); set beta above 0, "
+            "or sync_ref_model: false"
+        )
 
 
 def check_model_args(model_args: ModelConfig, path: str) -> None:

@@ -337,12 +337,13 @@ def check_compile_mode(args: TrainingArguments, path: str) -> None:
 HUB_WRITES = ("push_to_hub", "push_checkpoint_revisions")
 
 
-def check_hub_reachable(args: TrainingArguments, path: str) -> None:
+def check_hub_reachable(args: TrainingArguments, recipe, path: str) -> None:
     """A run that would push while huggingface_hub is offline (HF_HUB_OFFLINE) fails at its first
-    push, after it trained: refused before."""
+    push, after it trained: refused before. push_to_hub is the trainer's key, push_checkpoint_revisions
+    the recipe's."""
     from huggingface_hub import constants
 
-    asked = [key for key in HUB_WRITES if getattr(args, key, False)]
+    asked = [key for key in HUB_WRITES if getattr(args, key, False) or getattr(recipe, key, False)]
     if asked and constants.HF_HUB_OFFLINE:
         raise UserError(
             f"{path}: {asked[0]} is true but the Hub is offline here (HF_HUB_OFFLINE=1), so the push would fail "
@@ -370,6 +371,8 @@ def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str
         )
     if args.fp16 and trains_on_cpu(args):
         found.append("fp16 does nothing on a CPU run (accelerate runs fp16 only on an accelerator); bf16 is the CPU's")
+    if args.torch_empty_cache_steps and trains_on_cpu(args):
+        found.append("torch_empty_cache_steps does nothing on a CPU run (it empties an accelerator's cache); drop it")
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     function = TYPE_TO_SCHEDULER_FUNCTION.get(args.lr_scheduler_type)
     takes_warmup = function is None or "num_warmup_steps" in inspect.signature(function).parameters
@@ -386,30 +389,36 @@ def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str
     return found
 
 
-# A feature switched off, and the keys that set it up: given while it is off, they do nothing.
+# A feature switched off (its key, and the values that switch it off), and the keys that set it
+# up; a key ending in "_" stands for every key of the config that starts with it.
 SWITCHED_OFF = {
-    "push_to_hub": ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push"),
-    "eval_strategy": ("eval_steps", "eval_delay"),
-    "save_strategy": ("save_steps", "save_total_limit"),
-    "logging_strategy": ("logging_steps", "logging_first_step"),
+    "push_to_hub": ((False,), ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push")),
+    "eval_strategy": (("no",), ("eval_steps", "eval_delay")),
+    "save_strategy": (("no",), ("save_steps", "save_total_limit")),
+    "logging_strategy": (("no",), ("logging_steps", "logging_first_step")),
+    "use_vllm": ((False,), ("vllm_",)),  # GRPO: vLLM's settings
+    "sync_ref_model": ((False,), ("ref_model_sync_steps", "ref_model_mixup_alpha")),  # DPO, GRPO, KTO
 }
 
 
 def _switched_off(args: TrainingArguments, pushes_checkpoints: bool) -> list[str]:
     """A line for each key that sets up a feature the recipe has switched off (push_to_hub false,
-    a strategy 'no'), read against the config class's own defaults. `pushes_checkpoints`: the
-    recipe pushes checkpoints as revisions (push_checkpoint_revisions), to hub_model_id."""
+    a strategy 'no', vLLM unused, no reference sync), read against the config class's own
+    defaults. `pushes_checkpoints`: the recipe pushes checkpoints as revisions
+    (push_checkpoint_revisions), to hub_model_id."""
     defaults = {f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING}
     found = []
-    for switch, keys in SWITCHED_OFF.items():
+    for switch, (off, keys) in SWITCHED_OFF.items():
         value = getattr(args, switch, None)
-        if getattr(value, "value", value) not in (False, "no") or (switch == "push_to_hub" and pushes_checkpoints):
+        value = getattr(value, "value", value)
+        if switch not in defaults or value not in off or (switch == "push_to_hub" and pushes_checkpoints):
             continue
-        given = [key for key in keys if key in defaults and getattr(args, key, None) != defaults[key]]
+        named = [k for key in keys for k in defaults if k == key or (key.endswith("_") and k.startswith(key))]
+        given = [key for key in named if getattr(args, key, None) != defaults[key]]
         if given:
+            them = "it" if len(given) == 1 else "them"
             found.append(
                 f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing while {switch} is "
-                f"{str(getattr(value, 'value', value)).lower()}; set {switch} to use {'it' if len(given) == 1 else 'them'}, "
-                f"or drop {'it' if len(given) == 1 else 'them'}"
+                f"{str(value).lower()}; set {switch} to use {them}, or drop {them}"
             )
     return found

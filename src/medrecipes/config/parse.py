@@ -76,9 +76,10 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
     checks.check_model_args(model_args, path)
+    checks.check_reference(args, model_args, path)
     if to_train:
         checks.check_pass_rates(recipe, model_args, path)
-        library_checks.check_hub_reachable(args, path)
+        library_checks.check_hub_reachable(args, recipe, path)
     library_checks.check_loggers(args, path)
     library_checks.check_hub_model_id(args, path)
     library_checks.check_optimizer(args, path)
