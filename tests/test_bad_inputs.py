@@ -280,7 +280,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: a saved temperature that is not one", ["eval", "--model", f["badtemperature"], "--data", TEST_SET], "calibration.json: no positive temperature"),
         # --- medrecipes calibrate
         Case("calibrate: the same questions fitted and measured", ["calibrate", "--model", model, "--task", "usmle", "--dev", "data/usmle_sample/train.jsonl", "--held-out", "data/usmle_sample/train.jsonl"], "share questions"),
-        Case("calibrate: a model that is not a local folder", ["calibrate", "--model", "google/gemma-3-270m", "--task", "usmle", "--dev", TEST_SET], "not a local model folder"),
+        Case("calibrate: a model that is not a local folder", ["calibrate", "--model", "google/gemma-3-270m", "--task", "medqa_4opt", "--dev", TEST_SET], "not a local model folder"),
         Case("calibrate: limit 0", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--limit", "0"], "--limit: must be at least 1"),
         Case("calibrate: fitted on too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", "data/usmle_sample/train.jsonl", "--held-out", TEST_SET, "--limit", "1"], "has 1 questions to fit on (with --limit 1)"),
         Case("calibrate: a dev file of too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--held-out", "data/usmle_sample/train.jsonl"], "has 20 questions to fit on, fewer than 50"),
@@ -340,6 +340,12 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO delta below 1", script("grpo", grpo, "--delta", "-1"), "delta must be above 1"),
         Case("DPO label smoothing its loss ignores", script("dpo", dpo, "--loss_type", "ipo", "--label_smoothing", "0.2"), "loss_type ipo ignores it"),
         Case("DPO synced and precomputed reference", script("dpo", dpo, "--precompute_ref_log_probs", "true", "--sync_ref_model", "true"), "set one of them to false"),
+        Case("tiny-model: corpus of weights", ["tiny-model", f"{files}/t7", "--corpus", f["latin1.jsonl"]], "not UTF-8 text"),
+        Case("tiny-model: corpus a folder", ["tiny-model", f"{files}/t8", "--corpus", f["emptydir"]], "is a folder; pass --corpus FILE"),
+        Case("eval: few-shot examples never shown", ["eval", "--model", model, "--data", TEST_SET, "--fewshot_data", "data/usmle_sample/train.jsonl"], "num_fewshot is 0, so none is shown"),
+        Case("eval: few-shot examples from the scored file", ["eval", "--model", model, "--data", TEST_SET, "--num_fewshot", "2", "--fewshot_data", TEST_SET], "is the file it scores"),
+        Case("calibrate: task unknown without held-out questions", ["calibrate", "--model", model, "--task", "medqa", "--dev", TEST_SET], "unknown task 'medqa'"),
+        Case("accelerate config: ZeRO stage 4", ["validate", cpt, "--accelerate-config", f["zero4accel.yaml"]], "zero_stage 4 is none of DeepSpeed's stages 0-3"),
         Case("tiny-model: unknown architecture", ["tiny-model", f"{files}/t5", "--arch", "gpt5"], "invalid choice"),
         Case("eval: top_p 0", ["eval", "--model", model, "--data", TEST_SET, "--top_p", "0"], "top_p"),
         # --- medrecipes report
@@ -422,6 +428,7 @@ def cases(files: Path, model: str) -> list[Case]:
 # name: contents (bytes or text) of the bad files the table names.
 FILES = {
     "empty.yaml": "",
+    "zero4accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
     "brokenaccel.yaml": "distributed_type: [FSDP\n",
     "typoaccel.yaml": "distributed_type: FSPD\nnum_processes: 2\n",
     "wordsaccel.yaml": "distributed_type: MULTI_GPU\nnum_processes: eight\n",

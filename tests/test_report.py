@@ -381,6 +381,8 @@ DAMAGES = {  # file, what is done to it: each field the report reads, missing, o
     "accuracy NaN": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", float("nan"))),
     "interval of one bound": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("ci95", [0.4])),
     "count negative": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("n", -2)),
+    "interval upside down": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("ci95", [0.9, 0.2])),
+    "steps that go back": ("trainer_state.json", lambda s: s["log_history"].append({"loss": 1.0, "step": 0})),
     "accuracy of no question": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("n", 0)),
     "run record a list": ("run.json", lambda r: r.clear()),
 }

@@ -61,22 +61,37 @@ def cmd_validate(args) -> None:
     from medrecipes.config import METHODS, parse_eval_args, resolved_yaml
 
     method = method_of(args.recipe, args.method, (*METHODS, "eval"))
-    launch = None
+    launch, config = None, {}
     if method == "eval" and args.accelerate_config:
         raise UserError("validate: --accelerate-config is for training recipes; an eval recipe is not launched")
     if method == "eval":
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
+        if args.accelerate_config:  # read as `accelerate launch` will
+            from medrecipes.config import read_yaml_mapping
+            from medrecipes.plan.launch import check_accelerate_config, for_world_size
+
+            processes = check_accelerate_config(args.accelerate_config)
+            config = read_yaml_mapping(args.accelerate_config, "accelerate config", "")
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
         _check_local_inputs(recipe, model_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
-            from medrecipes.plan.launch import check_accelerate_config, for_world_size
-
-            processes = check_accelerate_config(args.accelerate_config)
             for_world_size(recipe, training_args, args.recipe, processes)
             derived = recipe.derived
             launch = f"{args.accelerate_config}: {processes} process{'es' if processes > 1 else ''} a machine"
+            precision = str(config.get("mixed_precision", "no"))
+            ours = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no"
+            if precision != ours:  # the recipe's parse under `accelerate launch` refuses the difference
+                launch += (
+                    f"; its mixed_precision {precision} differs from the recipe's ({ours}), which the launch refuses"
+                )
+            sharded = str(config.get("distributed_type", "NO"))
+            if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
+                launch += (
+                    f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
+                    "so each CPU process would hold the whole model (plain data parallel)"
+                )
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")

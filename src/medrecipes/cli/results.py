@@ -109,8 +109,13 @@ def cmd_calibrate(args) -> None:
     from medrecipes.evaluation.commands import run_calibration
     from medrecipes.evaluation.tables import calibration_table
     from medrecipes.logs import setup_logging
+    from medrecipes.names import check_task_names
 
     setup_logging()
+    if not args.held_out:  # the task's own held-out questions: it must be a task of the registry
+        check_task_names(
+            [args.task], [], "calibrate --task", "score your own questions under that name with --held-out FILE"
+        )
     found = run_calibration(
         args.model, args.task, args.dev, args.held_out, args.data_dir, args.limit, args.batch_size, args.overwrite
     )

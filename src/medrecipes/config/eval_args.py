@@ -116,6 +116,18 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    if args.fewshot_by_task and not args.num_fewshot:
+        raise UserError(
+            f"{where}: fewshot_data gives solved examples, and num_fewshot is 0, so none is shown; set num_fewshot, "
+            "or leave fewshot_data out"
+        )
+    for task, shots in args.fewshot_by_task.items():
+        scored = args.data_by_task.get(task)
+        if scored and os.path.exists(shots) and os.path.exists(scored) and os.path.samefile(shots, scored):
+            raise UserError(
+                f"{where}: fewshot_data for {task} is the file it scores ({shots}), so a question can be shown solved "
+                "before it is asked; give solved examples from another split (train or dev)"
+            )
     if args.temperature < 0:
         raise UserError(f"{where}: temperature must be 0 (greedy) or more, got {args.temperature}")
     if args.samples > 1 and (args.mode != "generate" or args.temperature <= 0):

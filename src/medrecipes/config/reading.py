@@ -20,6 +20,7 @@ import yaml
 from trl import TrlParser
 
 from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8
+from medrecipes.locations import absent
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -212,7 +213,10 @@ def read_yaml_mapping(path: str, what: str, examples: str) -> dict:
     if os.path.isdir(path):
         raise UserError(f"{path}: is a folder; pass the path of a YAML {what} in it")
     if not os.path.isfile(path):
-        raise UserError(f"{path}: no such {what} file; pass the path of a YAML {what}")
+        why = absent(path)
+        raise UserError(
+            f"{path}: {f'no such {what} file' if why == 'no such file or folder' else why}; pass the path of a YAML {what}"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             data = load_yaml(f)

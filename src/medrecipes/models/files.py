@@ -144,4 +144,9 @@ def adapter_base(config_path: str) -> tuple[str, str | None]:
     base = config.get("base_model_name_or_path")
     if not base:
         raise UserError(f"{config_path}: no base_model_name_or_path; set it to the model the adapter was trained on")
+    if os.path.isdir(base) and (missing := missing_part(base)):  # e.g. a run's output_dir, not its final/
+        raise UserError(
+            f"{config_path}: base_model_name_or_path {base} is a folder with no {missing}, not a whole model; set it "
+            "to the model the adapter was trained on (a run's final/, for a model trained here)"
+        )
     return base, config.get("revision")

@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, not_utf8
 from medrecipes.models.templates import chat_template
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -43,7 +43,18 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
     """A byte-level BPE tokenizer trained on `corpus` (text or JSONL files)."""
     missing = [p for p in corpus if not os.path.isfile(p)]
     if missing:
-        raise UserError(f"tiny-model: corpus file {missing[0]} does not exist; pass --corpus FILE")
+        what = "is a folder" if os.path.isdir(missing[0]) else "does not exist"
+        raise UserError(f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text or JSONL)")
+    for path in corpus:  # read once as the tokenizer's trainer will, so a bad file is one line
+        try:
+            for _ in _read_texts([path]):
+                pass
+        except UnicodeDecodeError as err:
+            raise not_utf8(f"tiny-model: corpus {path}", err) from None
+        except json.JSONDecodeError as err:
+            raise UserError(
+                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text or JSONL files"
+            ) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
             f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text or "

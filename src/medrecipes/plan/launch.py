@@ -50,8 +50,8 @@ def check_accelerate_config(path: str) -> int:
     """An accelerate config file as `accelerate launch` will read it, checked before the launch
     (accelerate reads it before any recipe code runs, and answers a mistake with a traceback):
     YAML, accelerate's own loader (unknown keys, an unknown distributed_type), each key of the
-    kind accelerate's `ClusterConfig` declares, mixed_precision one of its precisions and
-    num_processes at least 1. The processes it starts on each machine."""
+    kind accelerate's `ClusterConfig` declares, mixed_precision one of its precisions,
+    num_processes at least 1, a ZeRO stage DeepSpeed has. The processes it starts on each machine."""
     import dataclasses
     import typing
 
@@ -84,4 +84,7 @@ def check_accelerate_config(path: str) -> int:
     processes = data.get("num_processes", 1)
     if processes < 1:
         raise UserError(f"{path}: num_processes must be at least 1, got {processes}; {fix}")
+    stage = (data.get("deepspeed_config") or {}).get("zero_stage")
+    if stage is not None and stage not in (0, 1, 2, 3):
+        raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
     return processes

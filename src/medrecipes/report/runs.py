@@ -87,9 +87,13 @@ def state_problem(state) -> str | None:
             return f"{key} {state[key]!r} is not a whole number"
     if not isinstance(state.get("best_model_checkpoint"), str | type(None)):
         return "best_model_checkpoint is not a path"
+    last = 0
     for number, entry in enumerate(state.get("log_history", []), 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
             return f"log_history entry {number} is not a logged step with its step number"
+        if entry["step"] < last:  # a run logs forwards, a resumed one from its checkpoint's state
+            return f"log_history entry {number} goes back from step {last} to {entry['step']}"
+        last = entry["step"]
         if bad := next((k for k, v in entry.items() if not (is_number(v) or v is None)), None):
             return f"log_history entry {number}: {bad} {entry[bad]!r} is not a number"
     return None
@@ -105,6 +109,8 @@ def task_problem(report) -> str | None:
         return f"accuracy {accuracy!r} is not a number from 0 to 1"
     if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(map(is_number, ci))):
         return f"ci95 {ci!r} is not two numbers"
+    if ci is not None and not 0 <= ci[0] <= ci[1] <= 1:
+        return f"ci95 {ci!r} is not an interval from low to high within 0-1"
     if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
         return f"n {n!r} is not a count"
     if n == 0 and accuracy is not None:
