@@ -327,8 +327,6 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("serve: port not a number", ["serve", model, "--port", "http"], "--port: must be a whole number"),
         Case("merge-lora: unknown dtype", ["merge-lora", f["adapter"], f"{files}/m4", "--dtype", "fp8"], "invalid choice"),
         Case("tiny-model: corpus without text", ["tiny-model", f"{files}/t6", "--corpus", f["empty.jsonl"]], "holds no text to learn a tokenizer from"),
-        Case("eval: sampling in loglik mode", ["eval", "--model", model, "--data", TEST_SET, "--temperature", "0.7"], "temperature shapes generated answers, and mode loglik"),
-        Case("eval: chain of thought in loglik mode", ["eval", "--model", model, "--data", TEST_SET, "--chain_of_thought", "true"], "chain_of_thought shapes generated answers"),
         Case("pairs: sampling without a model", ["pairs", "--mcq", TEST_SET, "--out", f"{files}/p9.jsonl", "--samples", "6"], "--samples is for sampling a model's own answers, and no --model"),
         Case("card: repo id the Hub refuses", ["card", f["staterun"], "--output", f"{files}/c9", "--repo-id", "my org/x y"], "is not a Hub repository id"),
         Case("report: a page not named .html", ["report", f["existing.json"], "--output", f"{files}/r9.png"], "is not an .html file"),

@@ -467,3 +467,13 @@ def test_a_question_asked_more_than_once_is_reported(tiny, tmp_path):
     assert "duplicates" not in evaluate_task(
         model, tokenizer, load_task("mine", data=str(write_jsonl_rows(rows[2:], tmp_path)))
     )
+
+
+def test_generate_options_in_loglik_mode_are_said_not_refused():
+    """A YAML written for generate switched to loglik on the command line (as tiny_eval.yaml's
+    comment shows): its generate-only options (their help says `generate:`) do nothing, and the
+    parse says so in one line, which `medrecipes eval` logs and `validate` prints."""
+    args = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "loglik", "--temperature", "0.7"])
+    (note,) = args.notes
+    assert note.startswith("system_prompt, temperature shape generated answers, and mode loglik") and "nothing" in note
+    assert parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml")]).notes == []

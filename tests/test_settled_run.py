@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import ROOT
+from safetensors.torch import save_file
 
 from medrecipes.config import parse_recipe
 from medrecipes.config.methods import METHODS
+from medrecipes.errors import UserError
 from medrecipes.models.loading import positions, recipe_tokenizer
 from medrecipes.models.templates import turn_end
 from medrecipes.runs.record import SettledRun, read_record, record_finished
@@ -53,8 +56,10 @@ def test_run_json_records_the_settled_run_whole(method, tiny_model, tmp_path):
 def test_sft_trains_answers_to_the_settled_end_of_turn(tiny_model, tmp_path):
     run, args, _ = settled("sft", tiny_model, tmp_path / "a", "--eos_token", "")
     assert run.end_of_turn == "<|im_end|>" == args.eos_token  # the shipped ChatML template's
-    named, args, _ = settled("sft", tiny_model, tmp_path / "b", "--eos_token", "</s>")
-    assert named.end_of_turn == "</s>" == args.eos_token  # the recipe's own, kept
+    named, args, _ = settled("sft", tiny_model, tmp_path / "b", "--eos_token", "<|endoftext|>")
+    assert named.end_of_turn == "<|endoftext|>" == args.eos_token  # the recipe's own, kept
+    with pytest.raises(UserError, match="eos_token: '</s>' is not a token of"):  # one the tokenizer lacks
+        settled("sft", tiny_model, tmp_path / "c", "--eos_token", "</s>")
 
 
 def test_checkpointing_left_to_the_plan_is_decided_once_and_recorded(tiny_model, tmp_path, monkeypatch):
@@ -114,6 +119,7 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
     final = out / "final"
     final.mkdir()
     (final / "config.json").write_text("{}")
+    save_file({"w": torch.zeros(2)}, final / "model.safetensors")  # a whole model folder, as far as the card reads
     monkeypatch.setattr(sys, "argv", ["notebook_cell.py"])
 
     class Trainer:  # what push_run reads of a trainer
@@ -137,7 +143,7 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
     assert "grpo" in card.split("---")[1] and "recipes/grpo.py" in card and "notebook_cell" not in card
     # One commit: final/ as it was published, and the card written whole beside it.
     assert {"config.json", "README.md", "recipe.yaml"} <= set(pushed) and not any("medrecipes" in f for f in pushed)
-    assert sorted(p.name for p in final.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in final.iterdir()) == ["config.json", "model.safetensors"]
     assert (out / "card" / "README.md").read_text() == card
 
 

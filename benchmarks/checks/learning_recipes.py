@@ -36,7 +36,8 @@ PAIRS = {"own": "preference-free", "gold": "preference-gold-free"}  # where each
 GPU = ["--use_cpu", "false", "--dtype", "bfloat16", "--bf16", "true", "--report_to", "none"]
 LORA = ["--use_peft", "true", "--lora_r", "32", "--lora_alpha", "64",
         "--lora_target_modules", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]  # fmt: skip
-GRPO_STEPS = ["--max_steps", "100", "--save_steps", "25", "--eval_steps", "25", "--learning_rate", "1e-5"]
+GRPO_STEPS = ["--max_steps", "100", "--save_steps", "25", "--eval_steps", "25", "--learning_rate", "1e-5",
+              "--sync_ref_model", "false"]  # fmt: skip  # TRL syncs no reference model under LoRA
 GPU_STAGES = {
     "sft-free": [*GPU, *LORA, "--num_train_epochs", "12", "--learning_rate", "3e-4"],
     "grpo-free": [*GPU, *LORA, *GRPO_STEPS],

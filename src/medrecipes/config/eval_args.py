@@ -139,13 +139,14 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         check_device(args.device, f"{where}: device")
     if not 0 < args.top_p <= 1:
         raise UserError(f"{where}: top_p must be above 0 and at most 1, got {args.top_p}")
-    # The keys whose help says they shape generated answers do nothing when options are scored.
+    # The keys whose help says they shape generated answers do nothing when options are scored: said
+    # (a YAML written for generate may be switched to loglik on the command line, as tiny_eval.yaml says).
     generating = [f for f in dataclasses.fields(args) if f.metadata.get("help", "").startswith("generate:")]
+    args.notes = []
     if args.mode != "generate" and (given := [f.name for f in generating if getattr(args, f.name) != f.default]):
-        raise UserError(
-            f"{where}: {', '.join(given)} shape{'s' if len(given) == 1 else ''} generated answers, and mode "
-            f"{args.mode} scores each option's likelihood, generating nothing; add --mode generate, or leave "
-            f"{'it' if len(given) == 1 else 'them'} out"
+        args.notes.append(
+            f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} generated answers, and mode {args.mode} scores "
+            f"each option's likelihood, generating nothing: {'it does' if len(given) == 1 else 'they do'} nothing here"
         )
     if args.output and os.path.isdir(args.output):
         raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")

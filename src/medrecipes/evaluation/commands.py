@@ -59,6 +59,8 @@ def run_evaluation(args) -> dict:
     if args.output:  # before the data and the model load: a refused output must not cost the evaluation
         where = f"{getattr(args, 'where', 'command line')}: output"
         claim_output(args.output, "eval", where, getattr(args, "inputs", []), overwrite=args.overwrite)
+    for note in getattr(args, "notes", []):
+        logger.warning(note)
     started = time.time()
     set_seed(args.seed)
     tasks = {
