@@ -251,7 +251,8 @@ TINY_LEVERS = {
     "STEPS": "1",
     "EVAL_QUESTIONS": "4",
     "GRPO_ARGS": "--num_generations 2 --prompts_per_step 2 --per_device_train_batch_size 2 --max_completion_length 8 "
-    "--num_generations_eval 2 --per_device_eval_batch_size 2",
+    "--num_generations_eval 2 --per_device_eval_batch_size 2 --rewards '[{name: usmle_accuracy}, "
+    "{name: answer_format, weight: 0.2, style: letter}, {name: overlong_penalty, weight: 0.1, max_tokens: 8}]'",
     "REQUIRE_GPU": "0",
 }
 LEVERS_PARTS = ("lora", "generation", "cpt", "grpo-usmle")
