@@ -23,6 +23,11 @@ def looks_local(path: str) -> bool:
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
+def local_path(path: str) -> bool:
+    """A path meant on this machine: not a URL, and path-like or there (else a Hub id)."""
+    return not is_url(path) and (looks_local(path) or os.path.exists(path))
+
+
 def absent(path: str) -> str:
     """Why a path that is no file or folder is not one, in words for a message that then says what
     to do: a device, pipe or socket (/dev/null), a symbolic link whose chain loops, a symbolic link

@@ -68,11 +68,10 @@ def cmd_validate(args) -> None:
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
         if args.accelerate_config:  # read as `accelerate launch` will
-            from medrecipes.config import read_yaml_mapping
             from medrecipes.plan.launch import check_accelerate_config, for_world_size
 
-            processes = check_accelerate_config(args.accelerate_config)
-            config = read_yaml_mapping(args.accelerate_config, "accelerate config", "")
+            config = check_accelerate_config(args.accelerate_config)
+            processes = config.get("num_processes", 1)
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
         parsed, derived = (recipe, model_args, training_args), recipe.derived
         _check_local_inputs(recipe, model_args)

@@ -24,7 +24,7 @@ from medrecipes.locations import (
     BUILDERS,
     SAMPLED,
     absent,
-    is_url,
+    local_path,
     looks_local,
     shipped_template,
     shipped_templates,
@@ -83,7 +83,7 @@ def _check_location_keys(source: SourceConfig, where: str) -> None:
     `datasets` would read the source without them (it ignores them there without a word): a
     revision of anything but a Hub dataset, a config name, data_dir or data_files beside a path
     that names one file, and a config name or data_dir for a packaged builder (json, csv, ...)."""
-    local = not is_url(source.path) and (looks_local(source.path) or os.path.exists(source.path))
+    local = local_path(source.path)
     one_file = local and os.path.splitext(source.path)[1] in BUILDERS
     builder = source.path in BUILDERS.values()
     what = "a local file" if one_file else "a local folder" if local else f"the packaged builder {source.path}"
@@ -147,10 +147,6 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
         recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}", training=False)
 
 
-# The schedules a recipe may leave as they are when it sets min_lr: the trainers' defaults.
-MIN_LR_SCHEDULE_DEFAULTS = ("linear",)
-
-
 def resolve_token_budget(
     recipe: RecipeArguments, args: TrainingArguments, path: str, world_size: int | None = None
 ) -> dict[str, Any]:
@@ -161,7 +157,8 @@ def resolve_token_budget(
     """
     derived: dict[str, Any] = {}
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    if recipe.min_lr is not None and schedule not in ("cosine", "cosine_with_min_lr", *MIN_LR_SCHEDULE_DEFAULTS):
+    # linear is the trainers' default, which a recipe that sets min_lr leaves as it is
+    if recipe.min_lr is not None and schedule not in ("cosine", "cosine_with_min_lr", "linear"):
         raise UserError(
             f"{path}: min_lr decays the learning rate on a cosine to its floor (cosine_with_min_lr), and "
             f"lr_scheduler_type {schedule} would be replaced by it; set lr_scheduler_type: cosine, or drop min_lr"
@@ -517,7 +514,7 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
             f"set load_in_4bit: true for QLoRA, or drop {', '.join(ignored)}"
         )
     model = model_args.model_name_or_path or ""
-    local = not is_url(model) and (looks_local(model) or os.path.exists(model))
+    local = local_path(model)
     if local and model_args.model_revision != defaults.model_revision:
         raise UserError(
             f"{path}: model_revision picks a version of a Hub model, and '{model}' is a local folder, which has "

@@ -29,7 +29,7 @@ from medrecipes.data.rows import (
 )
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, unreadable
-from medrecipes.locations import BUILDERS, absent, is_url, looks_local
+from medrecipes.locations import BUILDERS, absent, is_url, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
     data_files = source.data_files
     if data_files is not None:
         data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
-    if not is_url(path) and (looks_local(path) or os.path.exists(path)):
+    if local_path(path):
         if not os.path.exists(path):
             raise UserError(f"source '{path}': {absent(path)}; check the path")
         if os.path.isfile(path):

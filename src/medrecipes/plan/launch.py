@@ -46,12 +46,12 @@ def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int
     }
 
 
-def check_accelerate_config(path: str) -> int:
+def check_accelerate_config(path: str) -> dict:
     """An accelerate config file as `accelerate launch` will read it, checked before the launch
     (accelerate reads it before any recipe code runs, and answers a mistake with a traceback):
     YAML, accelerate's own loader (unknown keys, an unknown distributed_type), each key of the
     kind accelerate's `ClusterConfig` declares, mixed_precision one of its precisions,
-    num_processes at least 1, a ZeRO stage DeepSpeed has. The processes it starts on each machine."""
+    num_processes at least 1, a ZeRO stage DeepSpeed has. Its keys and values, as checked."""
     import dataclasses
     import typing
 
@@ -87,4 +87,4 @@ def check_accelerate_config(path: str) -> int:
     stage = (data.get("deepspeed_config") or {}).get("zero_stage")
     if stage is not None and stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
-    return processes
+    return data
