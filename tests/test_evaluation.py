@@ -409,6 +409,24 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
     assert exit.value.code == 2 and "already exists" in capsys.readouterr().err
 
 
+def test_the_command_says_which_documents_were_scored_in_windows(tiny_model, tmp_path, capsys):
+    """A document past the model's positions: the command's line says so and how it was scored,
+    and no tokenizer warning about indexing errors that the windows avoid."""
+    from medrecipes.evaluation.loglik import max_context_length
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    window = max_context_length(model, tokenizer)
+    sentence = "Metformin lowers hepatic glucose output. "
+    long = sentence * (2 * window // len(tokenizer(sentence)["input_ids"]))
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps({"text": long}) + "\n" + json.dumps({"text": sentence}) + "\n")
+    cli.main(["perplexity", "--model", tiny_model, "--data", str(data)])
+    out, err = capsys.readouterr()
+    assert "2 documents" in out and f"1 longer than the model's {window:,} positions" in out, out
+    assert "indexing errors" not in out + err
+
+
 def test_a_document_longer_than_the_model_is_scored_whole_in_windows(tiny_model):
     """Every token after the first scored once, each forward pass no longer than the window; a
     document that fits gives the one-pass figure, whatever the window."""

@@ -175,3 +175,30 @@ def test_each_shipped_accelerate_config_validates_with_its_processes(config, cap
     assert f"# launch: accelerate_configs/{config}: {processes} processes a machine" in out
     assert yaml.safe_load(out)["gradient_accumulation_steps"] * processes == alone
     assert f"# derived: gradient_accumulation_steps = {alone // processes}" in out
+
+
+def test_validate_reads_the_recipe_with_the_launchers_precision(tmp_path, capsys):
+    """As `accelerate launch` hands its mixed_precision to the recipe: a recipe that leaves its
+    precision out takes the config's, one that sets another is refused in the launch's own line
+    (exit 2)."""
+    import yaml
+
+    from medrecipes.cli import main
+
+    main(["validate", "recipes/tiny_cpt.yaml", "--accelerate-config", "accelerate_configs/zero3.yaml"])
+    assert "valid cpt recipe" in capsys.readouterr().out  # the recipe leaves bf16 to zero3.yaml's
+    config = yaml.safe_load((ROOT / "accelerate_configs" / "ddp.yaml").read_text()) | {"mixed_precision": "fp16"}
+    (tmp_path / "fp16.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit:
+        main(
+            [
+                "validate",
+                "recipes/tiny_cpt.yaml",
+                "--bf16",
+                "false",
+                "--accelerate-config",
+                str(tmp_path / "fp16.yaml"),
+            ]
+        )
+    assert exit.value.code == 2
+    assert "accelerate launch runs with mixed_precision fp16 but the recipe with no" in capsys.readouterr().err

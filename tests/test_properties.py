@@ -559,6 +559,49 @@ def test_a_method_key_whose_sign_or_zero_defeats_the_method_is_refused_with_why(
             assert line is not None and key in line and why in line, (key, value, line)
 
 
+def _branch_settings():
+    from medrecipes.config.library_checks import _branch_readers, _trainer_of
+
+    for method in METHODS:
+        args = METHODS[method].config(output_dir="unused", use_cpu=True)
+        if found := _trainer_of(args):
+            for key, (choice, values) in _branch_readers(*found).items():
+                yield method, key, choice, sorted(values)
+
+
+@pytest.mark.parametrize("method, key, choice, readers", list(_branch_settings()), ids=lambda v: str(v)[:20])
+def test_a_setting_its_trainer_reads_under_some_choices_only_is_refused_under_the_others(
+    tmp_path, method, key, choice, readers
+):
+    """Each setting TRL reads only in some branches of a choice (DPO's label_smoothing under its
+    smoothed losses, GRPO's SAPO temperatures): changed under another choice, one line naming it;
+    under a choice that reads it, taken."""
+    field = {f.name: f for cls in script_classes(method) for f in dataclasses.fields(cls)}
+    default = field[key].default
+    listed = isinstance(field[choice].default_factory(), list) if callable(field[choice].default_factory) else False
+    others = [v for v in _choice_values(method, choice) if v not in readers]
+    data = base_recipe(method, tmp_path)
+    data[key] = default + 1 if isinstance(default, int) else default / 2 if default else 0.1
+    if others:
+        data[choice] = [others[0]] if listed else others[0]
+        line = answer(method, data, tmp_path)
+        assert line is not None and key in line and readers[0] in line, (key, data[key], line)
+    data[choice] = [readers[0]] if listed else readers[0]
+    line = answer(method, data, tmp_path)
+    assert line is None or key not in line, line
+
+
+def _choice_values(method: str, choice: str) -> list[str]:
+    """The values TRL's trainer for `method` compares `choice` with, read from its source."""
+    import inspect
+    import re
+
+    from medrecipes.config.library_checks import _trainer_of
+
+    _, trainer = _trainer_of(METHODS[method].config(output_dir="unused", use_cpu=True))
+    return sorted(set(re.findall(rf'{choice} == "([a-z_0-9]+)"', inspect.getsource(trainer))))
+
+
 @SETTINGS
 @given(
     st.sampled_from(["adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "learning_rate"]),
@@ -649,6 +692,9 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
             continue  # a schedule this recipe cannot take at all (refused in its own line)
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
+    # decontaminate_against is read by the commands that check data, not by a run from the sources
+    against = {"decontaminate_against": [str(ROOT / "data/usmle_sample/test.jsonl")]}
+    assert any(n.startswith("decontaminate_against is read by") for n in notes(**against))
 
 
 def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):

@@ -244,6 +244,22 @@ def test_a_dpo_run_gets_its_rewards_margins_and_reward_accuracy_plotted(tmp_path
     assert preference_figure(read_inputs([str(write_run(tmp_path / "sft"))])[0]) is None
 
 
+def test_a_grpo_run_draws_the_panels_it_logged_and_no_empty_one(tmp_path):
+    from medrecipes.report.figures import grpo_figure
+
+    whole, bare = write_run(tmp_path / "grpo", grpo=True), write_run(tmp_path / "bare", grpo=True)
+    state = json.loads((bare / "trainer_state.json").read_text())
+    for entry in state["log_history"]:  # a run whose rewards were never logged
+        for key in [k for k in entry if k.startswith("rewards/")]:
+            del entry[key]
+    (bare / "trainer_state.json").write_text(json.dumps(state))
+    titles = [ax.get_title() for ax in grpo_figure(read_inputs([str(bare)])[0]).axes if ax.get_title()]
+    assert "mean reward per function" not in titles and "KL to the reference" in titles and len(titles) == 3
+    both = grpo_figure(read_inputs([str(whole), str(bare)])[0])
+    rewards = next(ax for ax in both.axes if ax.get_title() == "mean reward per function")
+    assert sorted(line.get_label() for line in rewards.lines) == ["grpo: answer_format", "grpo: usmle_accuracy"]
+
+
 def test_the_runs_table_says_whether_each_run_finished_or_stopped(tmp_path):
     """A run whose record says it finished and whose final/ is there, and one killed after its
     third step's checkpoint: the report tells them apart, and names the checkpoint a rerun resumes."""

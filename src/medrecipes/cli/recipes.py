@@ -68,6 +68,7 @@ def cmd_validate(args) -> None:
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
         if args.accelerate_config:  # read as `accelerate launch` will
+            from medrecipes.config.trainer_configs import launch_precision
             from medrecipes.plan.launch import check_accelerate_config, for_world_size
 
             config = check_accelerate_config(args.accelerate_config)
@@ -79,12 +80,12 @@ def cmd_validate(args) -> None:
             for_world_size(recipe, training_args, args.recipe, processes)
             derived = recipe.derived
             launch = f"{args.accelerate_config}: {processes} process{'es' if processes > 1 else ''} a machine"
-            precision = str(config.get("mixed_precision", "no"))
-            ours = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no"
-            if precision != ours:  # the recipe's parse under `accelerate launch` refuses the difference
-                launch += (
-                    f"; its mixed_precision {precision} differs from the recipe's ({ours}), which the launch refuses"
-                )
+            precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
+            given = training_args.bf16 if "bf16" in recipe.given else None
+            try:
+                launch_precision(given, training_args.fp16, precision, training_args.bf16)
+            except ValueError as err:
+                raise UserError(f"{args.recipe}: {err}") from None
             sharded = str(config.get("distributed_type", "NO"))
             if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
                 launch += (

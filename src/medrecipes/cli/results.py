@@ -96,9 +96,16 @@ def cmd_perplexity(args) -> None:
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
     lo, hi = result["ci95"]
+    windowed = result["windowed_documents"]
+    long = (
+        f"; {windowed} longer than the model's {result['window']:,} positions, scored in windows moving "
+        f"{result['stride']:,} tokens at a time"
+        if windowed
+        else ""
+    )
     print(
         f"{args.data}: perplexity {result['perplexity']:.3f} (95% CI {lo:.3f}-{hi:.3f}), loss {result['loss']:.4f}, "
-        f"{result['documents']} documents, {result['tokens']:,} tokens"
+        f"{result['documents']} documents, {result['tokens']:,} tokens{long}"
     )
     if args.output:
         with staged(args.output, folder=False, kind="perplexity") as path, open(path, "w", encoding="utf-8") as f:

@@ -157,8 +157,9 @@ def resolve_token_budget(
     """
     derived: dict[str, Any] = {}
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    # linear is the trainers' default, which a recipe that sets min_lr leaves as it is
-    if recipe.min_lr is not None and schedule not in ("cosine", "cosine_with_min_lr", "linear"):
+    # linear is the trainers' default, which a recipe that sets min_lr without naming a schedule leaves
+    floored = ("cosine", "cosine_with_min_lr") + (() if "lr_scheduler_type" in recipe.given else ("linear",))
+    if recipe.min_lr is not None and schedule not in floored:
         raise UserError(
             f"{path}: min_lr decays the learning rate on a cosine to its floor (cosine_with_min_lr), and "
             f"lr_scheduler_type {schedule} would be replaced by it; set lr_scheduler_type: cosine, or drop min_lr"
@@ -384,7 +385,7 @@ def named_sources(recipe: RecipeArguments) -> dict:
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """A chat template file must exist (TRL opens it once the trainer is built), and a template
     shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
-    TRL refuses plain documents once it is built. A target that writes the explanation (for
+    TRL refuses plain documents once it is built; completion_only_loss needs prompt/completion rows. A target that writes the explanation (for
     PubMedQA the long answer) before its label needs the prompt that asks for it, and evaluation
     the room to read it."""
     if recipe.with_explanation and not recipe.chain_of_thought:
@@ -406,9 +407,18 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
                 f"{path}: chat_template_path: {template} is {kind}; name a .jinja file, a tokenizer, "
                 f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
             )
+    sources = named_sources(recipe)
+    if args.completion_only_loss:  # TRL refuses it at the first batch of any rows but prompt/completion ones
+        for where, source in sources.items():
+            if source.format in ("text", "usmle"):
+                rows = "documents" if source.format == "text" else "conversations (messages)"
+                raise UserError(
+                    f"{path}: {where}: completion_only_loss trains the completions of prompt/completion rows, and "
+                    f"format {source.format} gives {rows}; leave it out (assistant_only_loss trains the answers "
+                    "of conversations), or give format chat rows with prompt and completion"
+                )
     if not args.assistant_only_loss:
         return
-    sources = named_sources(recipe)
     for where, source in sources.items():
         if source.format == "text":
             raise UserError(

@@ -8,6 +8,7 @@ libraries accept and then do nothing with on this machine.
 
 import copy
 import dataclasses
+import functools
 import inspect
 
 from transformers import TrainingArguments
@@ -54,23 +55,106 @@ def check_dpo_losses(args, path: str) -> None:
             f"{path}: f_divergence_type '{args.f_divergence_type}' is not one TRL's DPO computes"
             f"{did_you_mean(args.f_divergence_type, divergences)}; use {', '.join(divergences)}"
         )
-    # label_smoothing is read by the losses whose branch of the loss reads it; the others ignore it.
-    smoothed = sorted(
-        loss
-        for loss, branch in re.findall(r'loss_type == "([a-z_0-9]+)":(.*?)(?=loss_type ==|\Z)', source, re.S)
-        if "label_smoothing" in branch
-    )
-    if args.label_smoothing and smoothed and not set(given) & set(smoothed):
-        raise UserError(
-            f"{path}: label_smoothing is read only by TRL's {', '.join(smoothed)} losses, and loss_type "
-            f"{', '.join(given)} ignores it; use one of those losses, or leave label_smoothing out"
-        )
     # TRL refuses this pair when its trainer is built, after both models loaded.
     if args.sync_ref_model and args.precompute_ref_log_probs:
         raise UserError(
             f"{path}: sync_ref_model moves the reference model, and precompute_ref_log_probs scores it once before "
             "training; set one of them to false"
         )
+
+
+def _trainer_of(args):
+    """The TRL config `args` parses into and the trainer it is written for (DPOConfig, DPOTrainer);
+    None for the plain Trainer's arguments."""
+    import trl
+
+    for cls in type(args).__mro__:
+        if cls.__module__.startswith("trl.") and cls.__name__.endswith("Config"):
+            trainer = getattr(trl, cls.__name__.removesuffix("Config") + "Trainer", None)
+            return (cls, trainer) if trainer is not None else None
+    return None
+
+
+@functools.cache
+def _branch_readers(config, trainer) -> dict[str, tuple[str, frozenset[str]]]:
+    """The settings of a TRL config that its trainer reads only inside branches of one choice
+    (`if loss_type == "discopop": ... self.args.discopop_tau`), found in the trainer's source:
+    setting -> (the choice, the values whose branch reads it). A setting read anywhere else (a copy
+    `self.x = args.x` and a check that only raises or warns do not count) is read whatever the choice."""
+    import ast
+    import textwrap
+
+    own = [f for f in dataclasses.fields(config) if f.name not in TrainingArguments.__dataclass_fields__]
+
+    def named(field) -> bool:  # a choice: a name, or a list of names (DPO's loss_type)
+        default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+        return isinstance(default, str) or (isinstance(default, list) and all(isinstance(x, str) for x in default))
+
+    choices = {f.name for f in own if named(f)}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(trainer)))
+
+    def name_of(node) -> str | None:
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+    def said(stmt) -> bool:  # a statement that refuses or warns, and does nothing else
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        warns = isinstance(call, ast.Call) and name_of(call.func) in ("warn", "warning", "info", "warning_once")
+        return isinstance(stmt, ast.Raise) or warns
+
+    inside: dict[int, set[tuple[str, str]]] = {}  # a node -> the (choice, value) branches it lies in
+    skipped: set[int] = set()  # copies and raising checks
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.ops[0], ast.Eq)
+                and name_of(test.left) in choices
+                and isinstance(value := test.comparators[0], ast.Constant)
+                and isinstance(value.value, str)
+            ):
+                for sub in (n for stmt in node.body for n in ast.walk(stmt)):
+                    inside.setdefault(id(sub), set()).add((name_of(test.left), value.value))
+            if all(map(said, node.body)):
+                skipped.update(id(n) for part in (test, *node.body) for n in ast.walk(part))
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and name_of(node.targets[0]) == name_of(node.value):
+            skipped.update((id(node.targets[0]), id(node.value)))
+    readers = {}
+    for field in (f.name for f in own if f.name not in choices):
+        reads = [inside.get(id(n), set()) for n in ast.walk(tree) if name_of(n) == field and id(n) not in skipped]
+        if not reads or not all(reads):
+            continue
+        for choice in {c for c, _ in reads[0]}:
+            values = [{v for c, v in branches if c == choice} for branches in reads]
+            if all(values):
+                readers[field] = (choice, frozenset().union(*values))
+    return readers
+
+
+def check_branch_settings(args, path: str) -> None:
+    """A setting that the trainer reads only under some values of a choice, set while the choice is
+    another (DPO's discopop_tau beside loss_type sigmoid, its f_alpha_divergence_coef beside a
+    reverse KL; GRPO's SAPO temperatures under another loss): TRL takes it and does nothing with it.
+    Read from the installed trainer's source, so a TRL that adds a loss or a setting is followed.
+    A setting at its default is left alone: a resolved recipe (`medrecipes validate`, a run's record)
+    writes every key, and parses again."""
+    found = _trainer_of(args)
+    if found is None:
+        return
+    config, trainer = found
+    defaults = {f.name: f for f in dataclasses.fields(config)}
+    for field, (choice, values) in _branch_readers(config, trainer).items():
+        default = defaults[field]
+        default = default.default if default.default_factory is dataclasses.MISSING else default.default_factory()
+        chosen = getattr(args, choice)
+        chosen = chosen if isinstance(chosen, list) else [chosen]
+        if getattr(args, field) != default and not values & set(chosen):
+            readers = sorted(values)
+            instead = readers[0] if len(readers) == 1 else "one of those"
+            raise UserError(
+                f"{path}: {field} is read only by TRL's {choice} {', '.join(readers)}, and {choice} "
+                f"{', '.join(map(str, chosen))} does not read it; set {choice} to {instead}, or leave {field} out"
+            )
 
 
 def check_loggers(args: TrainingArguments, path: str) -> None:

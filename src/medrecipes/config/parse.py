@@ -59,7 +59,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
     if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
         raise UserError(f"no recipe: run `python {trains.script} RECIPE.yaml [--key value ...]` (see recipes/)")
-    recipe.recipe_file = path
+    recipe.recipe_file, recipe.given = path, parser.given
     path = path or "command line"
     check_writable(args.output_dir, f"{path}: output_dir", folder=True)
     for obj in (recipe, args, model_args):
@@ -86,6 +86,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_dataloader(args, path)
     library_checks.check_seed(args, path)
     library_checks.check_compile_mode(args, path)
+    library_checks.check_branch_settings(args, path)
     if to_train and here:  # names the libraries know, installed on this machine
         library_checks.check_installed(args, model_args, path)
     checks.check_eval_tasks(recipe, args, path, trains)
@@ -97,6 +98,11 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     recipe.notes = library_checks.notes(args, recipe.push_checkpoint_revisions)  # likewise, as warnings
+    if recipe.decontaminate_against and not recipe.built_data:  # read where data is checked, not by a run
+        recipe.notes.append(
+            f"decontaminate_against is read by `medrecipes decontaminate --train {path}` and by build-data, and a run "
+            "from the sources checks nothing against it: run that command before training"
+        )
     return tuple(outputs)
 
 

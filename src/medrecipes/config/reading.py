@@ -66,6 +66,7 @@ class RecipeParser(TrlParser):
         # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
         super().__init__(dataclass_types, allow_abbrev=False)
         self.recipe_path = "command line"
+        self.given: set[str] = set()  # the keys the recipe and the command line wrote, defaults aside
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -103,6 +104,8 @@ class RecipeParser(TrlParser):
         if path is not None:
             self.recipe_path = path
             self._check_yaml_keys(path)
+            self.given |= set(read_recipe_yaml(path))
+        self.given |= {arg[2:].split("=")[0] for arg in argv if arg.startswith("--") and arg != "--config"}
         *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
         unknown = [arg for arg in remaining if arg.startswith("--")]
         if remaining:

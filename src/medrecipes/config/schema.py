@@ -116,6 +116,7 @@ class RecipeArguments:
         self.derived: dict[str, Any] = {}
         self.notes: list[str] = []  # settings the libraries take and then do nothing with (library_checks.notes)
         self.recipe_file: str | None = None  # the YAML it was read from; None for the command line
+        self.given: set[str] = set()  # the keys its YAML and command line wrote, whatever their values
 
 
 # Trainer settings that, out of range, fail only once training runs (a division by zero, a

@@ -50,19 +50,28 @@ class DeviceDefaults:
             self.report_to = "tensorboard"
         gpu = not self.use_cpu and torch.cuda.is_available()
         launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch`'s, from its config or flag
-        if self.bf16 is None and launcher in ("bf16", "no") and not self.fp16:
-            self.bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
-        if self.bf16 is None:
-            self.bf16 = gpu and torch.cuda.is_bf16_supported()
+        self.bf16 = launch_precision(self.bf16, self.fp16, launcher, gpu and torch.cuda.is_bf16_supported())
         if self.tf32 is None:
             self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
-        ours = "bf16" if self.bf16 else "fp16" if self.fp16 else "no"
-        if launcher is not None and launcher != ours:  # else the trainer fails at build, or trains in the other
-            raise ValueError(
-                f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
-                f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
-            )
         super().__post_init__()
+
+
+def launch_precision(bf16: bool | None, fp16: bool, launcher: str | None, device_bf16: bool) -> bool:
+    """bf16 as a run settles it: the recipe's; where it leaves bf16 out, the mixed_precision of
+    `accelerate launch` (`launcher`, bf16 or no), else whether the device has bf16. A launcher
+    that disagrees with the result is refused (ValueError): the trainer would fail at build, or
+    train in the other precision. `medrecipes validate --accelerate-config` asks the same."""
+    if bf16 is None and launcher in ("bf16", "no") and not fp16:
+        bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
+    if bf16 is None:
+        bf16 = device_bf16
+    ours = "bf16" if bf16 else "fp16" if fp16 else "no"
+    if launcher is not None and launcher != ours:
+        raise ValueError(
+            f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
+            f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
+        )
+    return bf16
 
 
 @dataclass
@@ -127,6 +136,13 @@ class CheckpointingOnByDefault:
     )
 
     def __post_init__(self):
+        both = (self.activation_checkpointing, self.gradient_checkpointing)
+        if None not in both and bool(both[0]) != bool(both[1]):  # transformers would keep one without a word
+            raise ValueError(
+                f"activation_checkpointing {str(both[0]).lower()} and gradient_checkpointing {str(both[1]).lower()} "
+                "(its old name) disagree; "
+                "set activation_checkpointing alone"
+            )
         # Not a recipe key: whether the recipe left the choice to the memory plan.
         self.checkpointing_by_plan = self.activation_checkpointing is None and self.gradient_checkpointing is None
         if self.checkpointing_by_plan:

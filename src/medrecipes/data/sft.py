@@ -17,8 +17,10 @@ def mcq_conversation(recipe):
     return render
 
 
-def sft_data(recipe):
-    """(train conversations, {eval set: conversations}, {eval set: MCQ rows for accuracy})."""
+def sft_data(recipe, completion_only_loss: bool | None = None):
+    """(train conversations, {eval set: conversations}, {eval set: MCQ rows for accuracy}).
+    `completion_only_loss` true: the rows must be prompt/completion ones (a chat source's layout is
+    known once it is read; TRL would refuse conversations at the first batch, after the model loaded)."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
     render = mcq_conversation(recipe)
@@ -27,4 +29,12 @@ def sft_data(recipe):
     train = build_mixture(recipe.mixture, render, recipe.subjects)
     evals = {name: load_source(source, render=render) for name, source in recipe.eval_sources.items()}
     mcq = {name: load_mcq_source(source) for name, source in recipe.eval_sources.items() if source.format == "usmle"}
+    if completion_only_loss:
+        for where, rows in {"dataset_mixture": train, **{f"eval_sets.{n}": d for n, d in evals.items()}}.items():
+            if "messages" in (rows.column_names or []):
+                raise UserError(
+                    f"{recipe.recipe_file or 'recipe'}: {where}: completion_only_loss trains the completions of "
+                    "prompt/completion rows, and these rows are conversations (messages); leave it out "
+                    "(assistant_only_loss trains their answers), or give rows with prompt and completion"
+                )
     return train, evals, mcq

@@ -35,7 +35,9 @@ def encode_text(tokenizer, text: str) -> list[int]:
     # The tokenizer's own special tokens (its BOS, if it adds one), unless the text starts with it already.
     prefix_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     starts_with_prefix = prefix_id is not None and text.startswith(tokenizer.decode([prefix_id]))
-    return tokenizer.encode(text, add_special_tokens=not starts_with_prefix)
+    # verbose=False: not the tokenizer's warning about a text longer than the model's positions
+    # ("will result in indexing errors"); each caller fits what it scores to the model.
+    return tokenizer.encode(text, add_special_tokens=not starts_with_prefix, verbose=False)
 
 
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:

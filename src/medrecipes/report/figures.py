@@ -162,31 +162,37 @@ def subjects_figure(runs: list[Run]):
 
 
 def grpo_figure(runs: list[Run]):
+    """GRPO's panels that its runs logged (a run without rewards logged draws no empty one): the
+    mean reward per function, the groups with no signal, the KL, the completion length."""
     plt = pyplot()
     grpo = [r for r in runs if reward_names(r) or step_series(r, "kl")]
     if not grpo:
         return None
-    fig, (rewards, flat, kl, length) = plt.subplots(1, 4, figsize=(17, 4))
-    styles = ["-", "--", ":", "-."]
-    for run, colour, label in by_stage(grpo):
-        for i, name in enumerate(reward_names(run)):
-            points = step_series(run, f"rewards/{name}/mean")
-            rewards.plot(
-                *zip(*points, strict=True), styles[i % len(styles)], color=colour, label=run_label(label, name)
-            )
+
+    def no_signal(run: Run) -> str:
         # The groups whose answers the correctness reward scored alike, so their advantages are zero
         # and they teach nothing (NO_SIGNAL; TRL's frac_reward_zero_std for runs that lack it).
-        flat_key = NO_SIGNAL if step_series(run, NO_SIGNAL) else "frac_reward_zero_std"
-        for ax, key in ((flat, flat_key), (kl, "kl"), (length, "completions/mean_length")):
-            points = step_series(run, key)
-            if points:
-                ax.plot(*zip(*points, strict=True), color=colour, label=label)
-    title_steps(
-        (rewards, "mean reward per function"),
-        (flat, "groups whose answers all scored alike (no signal)"),
-        (kl, "KL to the reference"),
-        (length, "completion length (tokens)"),
-    )
+        return NO_SIGNAL if step_series(run, NO_SIGNAL) else "frac_reward_zero_std"
+
+    # Each panel: the series a run logged for it, (key, what it is where a panel holds several), and its title.
+    panels = [
+        (lambda run: [(f"rewards/{name}/mean", name) for name in reward_names(run)], "mean reward per function"),
+        (lambda run: [(no_signal(run), None)], "groups whose answers all scored alike (no signal)"),
+        (lambda run: [("kl", None)], "KL to the reference"),
+        (lambda run: [("completions/mean_length", None)], "completion length (tokens)"),
+    ]
+    panels = [
+        (series, title) for series, title in panels if any(step_series(r, k) for r in grpo for k, _ in series(r))
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.25 * len(panels), 4), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    for run, colour, label in by_stage(grpo):
+        for ax, (series, _) in zip(axes[0], panels, strict=True):
+            for i, (key, what) in enumerate(series(run)):
+                if points := step_series(run, key):
+                    ax.plot(*zip(*points, strict=True), styles[i % len(styles)], color=colour,
+                            label=run_label(label, what) if what else label)  # fmt: skip
+    title_steps(*((ax, title) for ax, (_, title) in zip(axes[0], panels, strict=True)))
     fig.tight_layout()
     return fig
 
