@@ -568,6 +568,25 @@ def test_preference_rows_given_twice_are_counted_and_named(tmp_path, caplog):
     ]
 
 
+@pytest.mark.parametrize("form", ["text", "chat"])
+def test_documents_and_conversations_given_twice_are_counted_and_named(tmp_path, caplog, form):
+    """A document or a conversation that repeats an earlier one is said once with its lines; a blank
+    document is said as blank, not as a repeat."""
+    rows = [{"text": t} for t in ("Aspirin.", "", "Heparin.", "Aspirin.", "")]
+    if form == "chat":
+        rows = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": r["text"] or "-"}]}
+                for r in rows]  # fmt: skip
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    with caplog.at_level("WARNING"):
+        load_source(SourceConfig(path=str(path), format=form))
+    said = [r.getMessage() for r in caplog.records if "repeat" in r.getMessage()]
+    repeats = "line 4 repeats line 1" + (", line 5 repeats line 2" if form == "chat" else "")
+    count = 2 if form == "chat" else 1
+    assert said == [
+        f"source '{path}': {count} row(s) repeat an earlier one ({repeats}): each copy trains again; drop the repeats"
+    ]
+
+
 def test_empty_documents_are_counted_and_named_by_line(tmp_path, caplog):
     """A text source's documents that are empty or blank are said at load, counted and named by the
     line an editor shows (blank lines of the file are counted, as an editor does): each would train

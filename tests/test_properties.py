@@ -591,6 +591,33 @@ def test_a_setting_its_trainer_reads_under_some_choices_only_is_refused_under_th
     assert line is None or key not in line, line
 
 
+def _trainer_choices():
+    from medrecipes.config.library_checks import _compared_values, _trainer_of
+
+    for method in METHODS:
+        if found := _trainer_of(METHODS[method].config(output_dir="unused", use_cpu=True)):
+            for key, known in _compared_values(*found).items():
+                if key != "model_init_kwargs":  # a mapping, whose keys are compared
+                    yield method, key, sorted(known)
+
+
+@pytest.mark.parametrize("method, key, known", list(_trainer_choices()), ids=lambda v: str(v)[:24])
+def test_a_choice_its_trainer_does_not_act_on_is_refused_with_the_ones_it_does(tmp_path, method, key, known):
+    """Each name a TRL trainer chooses by (losses, divergences, reward scaling, packing strategy):
+    one it never compares with, misspelt from one it does, is one line naming the key and offering
+    the one meant; the one meant is not refused for being unknown."""
+    field = {f.name: f for cls in script_classes(method) for f in dataclasses.fields(cls)}[key]
+    listed = field.default_factory is not dataclasses.MISSING and isinstance(field.default_factory(), list)
+    data = base_recipe(method, tmp_path)
+    data[key] = [known[0] + "x"] if listed else known[0] + "x"
+    line = answer(method, data, tmp_path)
+    assert line is not None and key in line, (key, line)
+    assert f"'{known[0]}'" in line or "int()" in line, line  # offered, where the key is not a number's
+    data[key] = [known[0]] if listed else known[0]
+    line = answer(method, data, tmp_path)
+    assert line is None or "none of the values" not in line, line
+
+
 def _choice_values(method: str, choice: str) -> list[str]:
     """The values TRL's trainer for `method` compares `choice` with, read from its source."""
     import inspect
@@ -695,6 +722,11 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     # decontaminate_against is read by the commands that check data, not by a run from the sources
     against = {"decontaminate_against": [str(ROOT / "data/usmle_sample/test.jsonl")]}
     assert any(n.startswith("decontaminate_against is read by") for n in notes(**against))
+    # the prompt's keys where no question is asked as a prompt: SFT on chat rows only
+    chat = {"dataset_mixture": {"sources": [{"path": str(ROOT / "data/medical_text/train.jsonl"), "format": "chat"}]}}
+    said = notes(system_prompt="You are a doctor.", eval_sets=None, eval_strategy="no", **chat)
+    assert any(n.startswith("system_prompt is for questions asked as a prompt") for n in said), said
+    assert not any("asked as a prompt" in n for n in notes(system_prompt="You are a doctor."))
 
 
 def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):

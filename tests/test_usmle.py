@@ -733,6 +733,14 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
     assert [r.getMessage().split(": ", 1)[1][:51] for r in caplog.records] == [
         "1 question(s) repeat an earlier one (line 3 repeats"
     ]
+    caplog.clear()  # asked again with another gold answer: one of the two is wrong
+    other = {**_medqa("Q1", ["a", "b", "c", "d"]), "answer_idx": "C"}
+    with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
+        load_mcq(write_jsonl(tmp_path / "conflict.jsonl", [_medqa("Q1", ["a", "b", "c", "d"]), other]))
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        "1 question(s) repeat an earlier one with another gold answer (line 2 answers C where line 1 answers A): "
+        "one of each is wrong; fix it or drop the row"
+    ]
 
 
 @pytest.mark.parametrize("count", [2, 3, 5])

@@ -374,6 +374,55 @@ def check_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: st
     )
 
 
+def check_read_keys(recipe: RecipeArguments, args: TrainingArguments, model_args, method, path: str) -> None:
+    """Recipe keys the run would take and never read, each refused in one line: `subjects` without
+    question sources, or empty; a model to start from beside init_from_scratch; SFT's
+    dataset_text_field (the rows reach TRL with their text in 'text': a source's text_field names a
+    column of yours); save_strategy best without the metric it keeps the best by."""
+    if recipe.subjects is not None and not recipe.subjects:
+        raise UserError(f"{path}: subjects is an empty list; name the subjects to train on, or drop it for all")
+    training = {s.format for s in (recipe.mixture.sources if recipe.mixture else [])}
+    if recipe.subjects and "usmle" not in training:
+        raise UserError(
+            f"{path}: subjects chooses questions by subject, and no training source is format usmle "
+            f"({', '.join(sorted(training)) or 'none'}); drop subjects, or train on questions"
+        )
+    if recipe.init_from_scratch and model_args.model_name_or_path:
+        raise UserError(
+            f"{path}: init_from_scratch builds a new model from 'architecture', and model_name_or_path "
+            f"{model_args.model_name_or_path} would not be loaded; drop one of them"
+        )
+    field = getattr(args, "dataset_text_field", "text")
+    if field != "text":
+        raise UserError(
+            f"{path}: dataset_text_field {field!r}: medrecipes hands TRL each row's text as 'text'; name your "
+            "column with the source's text_field instead"
+        )
+    if getattr(args.save_strategy, "value", args.save_strategy) == "best" and not args.metric_for_best_model:
+        raise UserError(
+            f"{path}: save_strategy best saves when metric_for_best_model improves, and none is set, so no "
+            "checkpoint would be saved; set metric_for_best_model (with eval_sets), or save_strategy: steps"
+        )
+
+
+def prompt_notes(recipe: RecipeArguments, method) -> list[str]:
+    """The prompt's keys where no question is put to the model as a prompt (a method that writes
+    questions as text, sources that are not questions, and no eval_tasks in generate mode), said
+    in one line: a shipped recipe's system prompt stays when its sources are swapped for chat rows."""
+    formats = {source.format for source in named_sources(recipe).values()}
+    prompted = (method.chat != "none" and "usmle" in formats) or (
+        bool(recipe.eval_tasks) and recipe.eval_tasks_mode == "generate"
+    )
+    given = [key for key in ("system_prompt", "chain_of_thought") if getattr(recipe, key)]
+    if not given or prompted:
+        return []
+    return [
+        f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for questions asked as a prompt, and this "
+        f"{method.name.upper()} recipe asks none (no format: usmle source it prompts with, no eval_tasks in "
+        "generate mode), so nothing reads it"
+    ]
+
+
 def named_sources(recipe: RecipeArguments) -> dict:
     """Every data source of a recipe by where it is written: dataset_mixture.sources[i], eval_sets.NAME."""
     sources = {

@@ -1,6 +1,6 @@
 """The checks of a recipe's settings against the libraries that will use them, run by
 `parse.parse_recipe` before any model or data loads: each builds or asks the library's own
-object (the Hub's repository-id rule, the loggers transformers knows, TRL's DPO losses, the
+object (the Hub's repository-id rule, the loggers transformers knows, TRL's trainers' choices, the
 optimizer and its schedule, torch's DataLoader) rather than keeping a copy of its rules, so a
 library that changes them is followed. `notes` says, in one line each, the settings that the
 libraries accept and then do nothing with on this machine.
@@ -29,33 +29,9 @@ def check_hub_model_id(args: TrainingArguments, path: str) -> None:
         raise UserError(f"{path}: hub_model_id: {str(err).splitlines()[0]}") from None
 
 
-def check_dpo_losses(args, path: str) -> None:
-    """Each DPO `loss_type` is one TRL's DPOTrainer computes: TRL 1.16 refuses an unknown one only
-    when it first computes the loss, after the model and the reference model loaded. The names are
-    read from the installed trainer's loss function, so a TRL that adds a loss is followed."""
-    import inspect
-    import re
-
-    from trl import DPOConfig, DPOTrainer
-
-    source = inspect.getsource(DPOTrainer)
-    known = sorted(set(re.findall(r'loss_type == "([a-z_0-9]+)"', source)))
-    given = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
-    for name in given:
-        if known and name not in known:
-            raise UserError(
-                f"{path}: loss_type '{name}' is not one of TRL's DPO losses{did_you_mean(name, known)}; "
-                f"use {', '.join(known)}"
-            )
-    # Its f-divergence likewise: an unknown one is refused at the first loss (`f_divergence_type`).
-    default = DPOConfig.__dataclass_fields__["f_divergence_type"].default  # the one its trainer takes unnamed
-    divergences = sorted({default, *re.findall(r'f_divergence_type == "([a-z_]+)"', source)})
-    if args.f_divergence_type not in divergences:
-        raise UserError(
-            f"{path}: f_divergence_type '{args.f_divergence_type}' is not one TRL's DPO computes"
-            f"{did_you_mean(args.f_divergence_type, divergences)}; use {', '.join(divergences)}"
-        )
-    # TRL refuses this pair when its trainer is built, after both models loaded.
+def check_dpo_reference(args, path: str) -> None:
+    """TRL refuses a reference that is both synced and precomputed when its trainer is built, after
+    both models loaded."""
     if args.sync_ref_model and args.precompute_ref_log_probs:
         raise UserError(
             f"{path}: sync_ref_model moves the reference model, and precompute_ref_log_probs scores it once before "
@@ -75,6 +51,78 @@ def _trainer_of(args):
     return None
 
 
+def _own_fields(config) -> list:
+    return [f for f in dataclasses.fields(config) if f.name not in TrainingArguments.__dataclass_fields__]
+
+
+def _default(field):
+    return field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+
+
+def _named(field) -> bool:
+    """A setting that names a choice: a name, or a list of names (DPO's loss_type)."""
+    default = _default(field)
+    return isinstance(default, str) or (isinstance(default, list) and all(isinstance(x, str) for x in default))
+
+
+def _name_of(node) -> str | None:
+    import ast
+
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+@functools.cache
+def _source_tree(cls):
+    import ast
+    import textwrap
+
+    return ast.parse(textwrap.dedent(inspect.getsource(cls)))
+
+
+@functools.cache
+def _compared_values(config, trainer) -> dict[str, frozenset[str]]:
+    """The names each choice of a TRL config is compared with in its trainer's and its own source
+    (`loss_type == "sigmoid"`, `scale_rewards in ["group", "none"]`): the values TRL acts on."""
+    import ast
+
+    choices = {f.name for f in _own_fields(config) if _named(f)}
+    found: dict[str, set[str]] = {}
+    for cls in (trainer, config):
+        for node in ast.walk(_source_tree(cls)):
+            if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+                continue
+            if not isinstance(node.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
+                continue
+            for side, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                items = other.elts if isinstance(other, ast.Tuple | ast.List | ast.Set) else [other]
+                if _name_of(side) in choices and all(
+                    isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items
+                ):
+                    found.setdefault(_name_of(side), set()).update(i.value for i in items)
+    return {name: frozenset(values) for name, values in found.items()}
+
+
+def check_trainer_choices(args, path: str) -> None:
+    """Each choice a TRL trainer makes by name (DPO's loss_type and f_divergence_type, GRPO's
+    scale_rewards, multi_objective_aggregation and importance_sampling_level, SFT's
+    packing_strategy, ...) is one it acts on: TRL refuses another only once the model has loaded,
+    at the first loss, or takes it and does nothing. The names are read from the installed
+    trainer's source, so a TRL that adds one is followed."""
+    found = _trainer_of(args)
+    if found is None:
+        return
+    config, trainer = found
+    for field, known in _compared_values(config, trainer).items():
+        value = getattr(args, field)
+        for name in value if isinstance(value, list) else [value]:
+            if isinstance(name, str) and name not in known:
+                options = sorted(known)
+                raise UserError(
+                    f"{path}: {field} '{name}' is none of the values TRL's {trainer.__name__} acts on"
+                    f"{did_you_mean(name, options)}; use {', '.join(options)}"
+                )
+
+
 @functools.cache
 def _branch_readers(config, trainer) -> dict[str, tuple[str, frozenset[str]]]:
     """The settings of a TRL config that its trainer reads only inside branches of one choice
@@ -82,23 +130,14 @@ def _branch_readers(config, trainer) -> dict[str, tuple[str, frozenset[str]]]:
     setting -> (the choice, the values whose branch reads it). A setting read anywhere else (a copy
     `self.x = args.x` and a check that only raises or warns do not count) is read whatever the choice."""
     import ast
-    import textwrap
 
-    own = [f for f in dataclasses.fields(config) if f.name not in TrainingArguments.__dataclass_fields__]
-
-    def named(field) -> bool:  # a choice: a name, or a list of names (DPO's loss_type)
-        default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
-        return isinstance(default, str) or (isinstance(default, list) and all(isinstance(x, str) for x in default))
-
-    choices = {f.name for f in own if named(f)}
-    tree = ast.parse(textwrap.dedent(inspect.getsource(trainer)))
-
-    def name_of(node) -> str | None:
-        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    own = _own_fields(config)
+    choices = {f.name for f in own if _named(f)}
+    tree = _source_tree(trainer)
 
     def said(stmt) -> bool:  # a statement that refuses or warns, and does nothing else
         call = stmt.value if isinstance(stmt, ast.Expr) else None
-        warns = isinstance(call, ast.Call) and name_of(call.func) in ("warn", "warning", "info", "warning_once")
+        warns = isinstance(call, ast.Call) and _name_of(call.func) in ("warn", "warning", "info", "warning_once")
         return isinstance(stmt, ast.Raise) or warns
 
     inside: dict[int, set[tuple[str, str]]] = {}  # a node -> the (choice, value) branches it lies in
@@ -109,19 +148,23 @@ def _branch_readers(config, trainer) -> dict[str, tuple[str, frozenset[str]]]:
             if (
                 isinstance(test, ast.Compare)
                 and isinstance(test.ops[0], ast.Eq)
-                and name_of(test.left) in choices
+                and _name_of(test.left) in choices
                 and isinstance(value := test.comparators[0], ast.Constant)
                 and isinstance(value.value, str)
             ):
                 for sub in (n for stmt in node.body for n in ast.walk(stmt)):
-                    inside.setdefault(id(sub), set()).add((name_of(test.left), value.value))
+                    inside.setdefault(id(sub), set()).add((_name_of(test.left), value.value))
             if all(map(said, node.body)):
                 skipped.update(id(n) for part in (test, *node.body) for n in ast.walk(part))
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and name_of(node.targets[0]) == name_of(node.value):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and _name_of(node.targets[0]) == _name_of(node.value)
+        ):
             skipped.update((id(node.targets[0]), id(node.value)))
     readers = {}
     for field in (f.name for f in own if f.name not in choices):
-        reads = [inside.get(id(n), set()) for n in ast.walk(tree) if name_of(n) == field and id(n) not in skipped]
+        reads = [inside.get(id(n), set()) for n in ast.walk(tree) if _name_of(n) == field and id(n) not in skipped]
         if not reads or not all(reads):
             continue
         for choice in {c for c, _ in reads[0]}:
@@ -142,10 +185,9 @@ def check_branch_settings(args, path: str) -> None:
     if found is None:
         return
     config, trainer = found
-    defaults = {f.name: f for f in dataclasses.fields(config)}
+    defaults = {f.name: _default(f) for f in dataclasses.fields(config)}
     for field, (choice, values) in _branch_readers(config, trainer).items():
         default = defaults[field]
-        default = default.default if default.default_factory is dataclasses.MISSING else default.default_factory()
         chosen = getattr(args, choice)
         chosen = chosen if isinstance(chosen, list) else [chosen]
         if getattr(args, field) != default and not values & set(chosen):
@@ -270,8 +312,36 @@ def check_optimizer(args: TrainingArguments, path: str) -> None:
     any model or data is loaded rather than at the first step."""
     optim = getattr(args.optim, "value", args.optim)
     _check_optim_args(args, optim, path)
+    _check_read_by_optimizer(args, optim, path)
     keys = (*OPTIMIZER_SETTINGS, "lr_scheduler_kwargs")
     _refused_key(args, _optimizer_probe, keys, path, f"the {optim} optimizer or its schedule")
+
+
+def _check_read_by_optimizer(args: TrainingArguments, optim: str, path: str) -> None:
+    """Adam's settings changed for an optimizer that does not read them (SGD, Adafactor, ...):
+    transformers builds it without them and without a word. A key is read where what the optimizer
+    is given changes with its value."""
+    from transformers import Trainer
+
+    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
+
+    def built(key: str, value: float) -> str:
+        trial = copy.copy(args)
+        setattr(trial, key, value)
+        return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
+
+    for key in ("adam_beta1", "adam_beta2", "adam_epsilon"):
+        if getattr(args, key) == getattr(defaults, key):
+            continue
+        try:
+            ignored = built(key, 0.5) == built(key, 0.25)
+        except Exception:  # needs the model, or a library that is not installed: the trainer checks it
+            return
+        if ignored:
+            raise UserError(
+                f"{path}: {key} is not read by the {optim} optimizer (transformers builds it without it); leave it "
+                f"out, or choose an Adam optimizer (adamw_torch, ...)"
+            )
 
 
 def _check_optim_args(args: TrainingArguments, optim: str, path: str) -> None:
@@ -362,20 +432,30 @@ def check_seed(args: TrainingArguments, path: str) -> None:
     _refused_key(args, _seed_probe, ("seed",), path, "the generators set_seed seeds (numpy, torch)")
 
 
-def check_grpo_levels(args, path: str) -> None:
-    """GRPO's importance_sampling_level is one TRL's trainer computes, read from its source: an
-    unknown one is refused only at the first loss, after the model loaded and answers were sampled."""
-    import inspect
-    import re
+def check_generation_config(args, path: str) -> None:
+    """The GenerationConfig GRPO's trainer builds from its sampling settings, cache_implementation
+    and generation_kwargs (built when the trainer is, after the model loaded), built here with the
+    same keys and asked to validate itself: an unknown cache, generation_kwargs that are no
+    mapping, or a value transformers refuses are one line."""
+    from transformers import GenerationConfig
 
-    from trl import GRPOTrainer
-
-    known = sorted(set(re.findall(r'importance_sampling_level == "([a-z_]+)"', inspect.getsource(GRPOTrainer))))
-    if known and args.importance_sampling_level not in known:
+    kwargs = args.generation_kwargs
+    if kwargs is not None and not isinstance(kwargs, dict):
         raise UserError(
-            f"{path}: importance_sampling_level '{args.importance_sampling_level}' is not one TRL's GRPO computes"
-            f"{did_you_mean(args.importance_sampling_level, known)}; use {', '.join(known)}"
+            f"{path}: generation_kwargs {kwargs!r} is not a mapping; write it as {{key: value, ...}} "
+            "(transformers' GenerationConfig settings)"
         )
+    settings = {key: getattr(args, key) for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
+    settings |= {"max_new_tokens": args.max_completion_length, "do_sample": True}
+    settings |= {"cache_implementation": args.cache_implementation, **(kwargs or {})}
+    try:
+        GenerationConfig(**settings).validate(strict=True)
+    except (ValueError, TypeError) as err:
+        reason = " ".join(str(err).split())
+        named = next((key for key in settings if key in reason), "generation_kwargs")
+        raise UserError(
+            f"{path}: {named}: transformers' generation refuses it ({reason}); change or drop it"
+        ) from None
 
 
 def check_sampling(args, path: str) -> None:
@@ -441,7 +521,7 @@ def trains_on_cpu(args: TrainingArguments) -> bool:
     return args.use_cpu or not torch.accelerator.is_available()
 
 
-def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str]:
+def notes(args: TrainingArguments, recipe=None) -> list[str]:
     """The settings the libraries take and then do nothing with, each as one line: transformers
     clips gradients only at a norm above 0; accelerate runs fp16 only on an accelerator (on a CPU
     it neither autocasts nor scales); a schedule whose function takes no warm-up ignores it."""
@@ -469,7 +549,7 @@ def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
         )
-    found += _switched_off(args, pushes_checkpoints)
+    found += _switched_off(args, recipe)
     return found
 
 
@@ -477,28 +557,34 @@ def notes(args: TrainingArguments, pushes_checkpoints: bool = False) -> list[str
 # up; a key ending in "_" stands for every key of the config that starts with it.
 SWITCHED_OFF = {
     "push_to_hub": ((False,), ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push")),
-    "eval_strategy": (("no",), ("eval_steps", "eval_delay")),
+    "eval_strategy": (("no",), ("eval_steps", "eval_delay", "eval_packing")),
+    "packing": ((False,), ("packing_strategy",)),  # SFT
     "save_strategy": (("no",), ("save_steps", "save_total_limit")),
     "logging_strategy": (("no",), ("logging_steps", "logging_first_step")),
     "use_vllm": ((False,), ("vllm_",)),  # GRPO: vLLM's settings
     "sync_ref_model": ((False,), ("ref_model_sync_steps", "ref_model_mixup_alpha")),  # DPO, GRPO, KTO
+    "nonfinite_policy": (("stop",), ("max_nonfinite_skips",)),  # the recipe's: a non-finite step stops the run
 }
 
 
-def _switched_off(args: TrainingArguments, pushes_checkpoints: bool) -> list[str]:
+def _switched_off(args: TrainingArguments, recipe=None) -> list[str]:
     """A line for each key that sets up a feature the recipe has switched off (push_to_hub false,
-    a strategy 'no', vLLM unused, no reference sync), read against the config class's own
-    defaults. `pushes_checkpoints`: the recipe pushes checkpoints as revisions
-    (push_checkpoint_revisions), to hub_model_id."""
-    defaults = {f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING}
+    a strategy 'no', vLLM unused, no reference sync, non-finite steps stopping the run), read against
+    the config classes' own defaults: the trainer's, and the recipe's own keys (`recipe`). A push of
+    checkpoints as revisions (push_checkpoint_revisions) uses hub_model_id without push_to_hub."""
     found = []
     for switch, (off, keys) in SWITCHED_OFF.items():
-        value = getattr(args, switch, None)
+        obj = next((o for o in (args, recipe) if o is not None and hasattr(o, switch)), None)
+        if obj is None:
+            continue
+        defaults = {f.name: f.default for f in dataclasses.fields(obj) if f.default is not dataclasses.MISSING}
+        value = getattr(obj, switch)
         value = getattr(value, "value", value)
-        if switch not in defaults or value not in off or (switch == "push_to_hub" and pushes_checkpoints):
+        pushes = switch == "push_to_hub" and getattr(recipe, "push_checkpoint_revisions", False)
+        if switch not in defaults or value not in off or pushes:
             continue
         named = [k for key in keys for k in defaults if k == key or (key.endswith("_") and k.startswith(key))]
-        given = [key for key in named if getattr(args, key, None) != defaults[key]]
+        given = [key for key in named if getattr(obj, key, None) != defaults[key]]
         if given:
             them = "it" if len(given) == 1 else "them"
             found.append(

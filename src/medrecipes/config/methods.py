@@ -86,13 +86,13 @@ def check_formats(recipe, method: Method, path: str) -> None:
             )
 
 
-def _dpo_losses(recipe, args, path: str) -> None:
-    library_checks.check_dpo_losses(args, path)
+def _dpo_reference(recipe, args, path: str) -> None:
+    library_checks.check_dpo_reference(args, path)
 
 
 def _sampling(recipe, args, path: str) -> None:
     library_checks.check_sampling(args, path)
-    library_checks.check_grpo_levels(args, path)
+    library_checks.check_generation_config(args, path)
 
 
 register_method(Method("cpt", CPTConfig, formats=("text", "usmle"), chat="none"))
@@ -124,7 +124,7 @@ register_method(
         chat="prompts",
         preference="pairs",
         plans_checkpointing=True,
-        checks=(_dpo_losses, checks.check_one_layout),
+        checks=(_dpo_reference, checks.check_one_layout),
     )
 )
 register_method(

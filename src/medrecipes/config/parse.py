@@ -53,7 +53,10 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     try:
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
-        raise UserError(f"{parser.recipe_path}: {' '.join(str(err).split())}") from None  # its lines, as one
+        reason = " ".join(str(err).split())  # its lines, as one
+        # A library's own words may quote the value and not the key ("invalid literal for int(): 'x'").
+        quoted = [k for k, v in parser.given.items() if isinstance(v, str) and f"'{v}'" in reason and k not in reason]
+        raise UserError(f"{parser.recipe_path}: {f'{quoted[0]}: ' if quoted else ''}{reason}") from None
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
@@ -86,10 +89,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_dataloader(args, path)
     library_checks.check_seed(args, path)
     library_checks.check_compile_mode(args, path)
+    library_checks.check_trainer_choices(args, path)
     library_checks.check_branch_settings(args, path)
     if to_train and here:  # names the libraries know, installed on this machine
         library_checks.check_installed(args, model_args, path)
     checks.check_eval_tasks(recipe, args, path, trains)
+    checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)
     if not recipe.eval_sources and args.eval_strategy != "no":
         raise UserError(
@@ -97,7 +102,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             "add eval_sets, or set eval_strategy: no"
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
-    recipe.notes = library_checks.notes(args, recipe.push_checkpoint_revisions)  # likewise, as warnings
+    recipe.notes = library_checks.notes(args, recipe) + checks.prompt_notes(recipe, trains)  # likewise, as warnings
     if recipe.decontaminate_against and not recipe.built_data:  # read where data is checked, not by a run
         recipe.notes.append(
             f"decontaminate_against is read by `medrecipes decontaminate --train {path}` and by build-data, and a run "

@@ -66,7 +66,7 @@ class RecipeParser(TrlParser):
         # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
         super().__init__(dataclass_types, allow_abbrev=False)
         self.recipe_path = "command line"
-        self.given: set[str] = set()  # the keys the recipe and the command line wrote, defaults aside
+        self.given: dict[str, Any] = {}  # the keys the recipe and the command line wrote, with their values
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -82,6 +82,8 @@ class RecipeParser(TrlParser):
                 action.choices = None
             if action.type is float:  # before the dataclass: TrainingArguments' own checks fail on inf
                 action.type = _finite_float
+            if _is_union(hints[action.dest]) and type(None) in typing.get_args(hints[action.dest]):
+                action.type = _or_null(action.type)  # `--key null` unsets an optional key, as in the YAML
 
     def error(self, message):  # argparse calls this for bad values and types
         raise UserError(f"{self.recipe_path}: {message}")
@@ -104,14 +106,19 @@ class RecipeParser(TrlParser):
         if path is not None:
             self.recipe_path = path
             self._check_yaml_keys(path)
-            self.given |= set(read_recipe_yaml(path))
-        self.given |= {arg[2:].split("=")[0] for arg in argv if arg.startswith("--") and arg != "--config"}
+            self.given |= read_recipe_yaml(path)
+        for i, arg in enumerate(argv):
+            if arg.startswith("--") and arg != "--config":
+                key, equals, value = arg[2:].partition("=")
+                following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+                self.given[key] = value if equals else following
         *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
         unknown = [arg for arg in remaining if arg.startswith("--")]
         if remaining:
             name = (unknown or remaining)[0].lstrip("-").split("=")[0]
             raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
         for obj in outputs:
+            _read_flow_lists(obj)
             check_finite(obj, path or "command line")
         return outputs, path
 
@@ -125,6 +132,22 @@ class RecipeParser(TrlParser):
         for key, value in data.items():
             if key in hints and value is not None:
                 check_value(key, value, hints[key], path, top_level=True)
+
+
+def _read_flow_lists(obj) -> None:
+    """A list of names written on the command line as YAML writes it ('[a, b]', '[]'): argparse
+    takes its words as names ('[a,', 'b]'); read as the list it is."""
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name, None)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            text = " ".join(value)
+            if text.startswith("[") and text.endswith("]"):
+                try:
+                    parsed = load_yaml(text)
+                except yaml.YAMLError:
+                    continue
+                if isinstance(parsed, list):
+                    setattr(obj, field.name, [str(v) for v in parsed])
 
 
 def _is_union(hint) -> bool:
@@ -175,6 +198,15 @@ def _mapping_or_text_value(text: str):
     if not isinstance(value, dict):
         raise ArgumentTypeError(f"expected a mapping such as '{{key: value, ...}}', got {text!r}")
     return value
+
+
+def _or_null(parse):
+    """An argparse type that reads 'null' as None, as YAML does, and other text with `parse`."""
+
+    def parse_or_null(text: str):
+        return None if text == "null" else parse(text) if parse is not None else text
+
+    return parse_or_null
 
 
 def _finite_float(text: str) -> float:

@@ -116,7 +116,7 @@ class RecipeArguments:
         self.derived: dict[str, Any] = {}
         self.notes: list[str] = []  # settings the libraries take and then do nothing with (library_checks.notes)
         self.recipe_file: str | None = None  # the YAML it was read from; None for the command line
-        self.given: set[str] = set()  # the keys its YAML and command line wrote, whatever their values
+        self.given: dict[str, Any] = {}  # the keys its YAML and command line wrote, as written
 
 
 # Trainer settings that, out of range, fail only once training runs (a division by zero, a
@@ -131,6 +131,9 @@ AT_LEAST_ONE = (
     "max_completion_length",
     "steps_per_generation",  # GRPO: optimizer steps per generation round
     "generation_batch_size",  # GRPO: completions generated at once
+    "precompute_ref_batch_size",  # DPO, KTO: the reference's batch when it is scored before training
+    "dataloader_prefetch_factor",  # batches each loader worker loads ahead (torch takes 0 until it loads)
+    "ddp_timeout",  # seconds a process waits for the others
 )
 
 
@@ -208,6 +211,9 @@ def check_ranges(args) -> None:
         raise ValueError(f"max_steps must be at least 1, or -1 to train num_train_epochs; got {args.max_steps}")
     if args.max_steps == -1 and args.num_train_epochs <= 0:
         raise ValueError(f"num_train_epochs must be positive when max_steps is -1, got {args.num_train_epochs}")
+    low, high = getattr(args, "entropy_coef_min", None), getattr(args, "entropy_coef_max", None)
+    if low is not None and high is not None and low > high:  # GRPO's adaptive entropy keeps its coefficient between
+        raise ValueError(f"entropy_coef_min {low:g} is above entropy_coef_max {high:g}; swap them")
     # Relations between keys: warmup (steps from 1 up, a fraction of the run below 1) within the run.
     if args.warmup_steps < 0:
         raise ValueError(f"warmup_steps must be 0 or more, got {args.warmup_steps}")

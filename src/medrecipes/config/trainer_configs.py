@@ -235,6 +235,12 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "top_p": Bound(
             0, False, "answers are sampled from this share of the probability; 0 is greedy", 1, high_ok=True
         ),
+        "top_entropy_quantile": Bound(
+            0, True, "the share of tokens, highest entropy first, kept in the policy loss", 1, high_ok=True
+        ),
+        "off_policy_mask_threshold": Bound(
+            0, False, "the KL above which answers with a negative advantage are masked; at 0 or below every one is"
+        ),
     }
 
     rewards: list[dict[str, Any]] | None = field(

@@ -88,8 +88,11 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
         if "chosen" in row and row["chosen"] == row["rejected"]:
             problem = "chosen and rejected are the same answer"
         for key in ("chosen", "rejected", "completion"):
-            if isinstance(row.get(key), list) and _roles(row[key])[-1:] != ["assistant"]:
+            roles = _roles(row[key]) if isinstance(row.get(key), list) else []
+            if isinstance(row.get(key), list) and roles[-1:] != ["assistant"]:
                 problem = f"the last turn of {key} is not the assistant's"
+            elif twice := next((a for a, b in zip(roles, roles[1:], strict=False) if a == b), None):
+                problem = f"{key} has two {twice} turns in a row; an answer is one turn: join them"
             elif key in row and not _answer_text(row[key]).strip():
                 problem = f"{key} is empty: there is no answer to prefer or avoid"
         if "label" in row and not isinstance(row["label"], bool):
@@ -120,8 +123,8 @@ def _text_problem(turns: list) -> str | None:
 
 
 def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
-    """Preference rows given twice (the same question and answers) are counted and the first
-    named by line: each copy trains again, as if it weighed twice. Said, not refused."""
+    """Rows given twice (the same document, conversation, or question and answers) are counted and
+    the first named by line: each copy trains again, as if it weighed twice. Said, not refused."""
     first, repeats = {}, []
     for index, row in enumerate(rows):
         seen = first.setdefault(json.dumps(row, sort_keys=True), index)

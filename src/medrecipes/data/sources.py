@@ -255,8 +255,12 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             raise UserError(
                 f"{row_of(source, first)}: '{fields['text']}' is {json.dumps(value)[:40]}, not text; fix or drop the row"
             )
+        if "messages" in fields:
+            say_repeats([{"messages": messages} for messages in turns], source)
         if "text" in fields:  # said, not refused: a corpus may hold a few, and each trains on nothing
-            blank = [i for i, text in enumerate(documents.data.column("text").to_pylist()) if not text.strip()]
+            texts = documents.data.column("text").to_pylist()
+            say_repeats([{"text": t} if t.strip() else {"blank": i} for i, t in enumerate(texts)], source)
+            blank = [i for i, text in enumerate(texts) if not text.strip()]
             if blank:
                 lines = ", ".join(" ".join(row_of(source, i).split(" ")[-2:]) for i in blank[:3])
                 logger.warning(

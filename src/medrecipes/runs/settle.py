@@ -45,6 +45,12 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
     their weights (`reward_weights`) were checked when the recipe was parsed; their functions are
     built here."""
     trains = method_named(method)
+    pad = getattr(training_args, "pad_token", None)
+    if pad is not None and pad not in tokenizer.get_vocab():  # TRL refuses it once its trainer is built
+        raise UserError(
+            f"pad_token: {pad!r} is not a token of {model_args.model_name_or_path}'s tokenizer; name one of its "
+            f"tokens ({tokenizer.pad_token or tokenizer.eos_token!r} pads by default), or leave pad_token out"
+        )
     template, end_of_turn = chat_turns(method, training_args, tokenizer)
     if trains.chat == "trains":
         if end_of_turn and tokenizer.convert_tokens_to_ids(end_of_turn) in (None, tokenizer.unk_token_id):

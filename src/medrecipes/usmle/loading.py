@@ -139,9 +139,10 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
     """What a set of questions holds that it cannot mean, each kind counted and its first rows
     named (`where(index)`): a question with an empty option (no model can choose it), and a
     question that repeats an earlier one (`question_key`: it counts twice in training and in a
-    score), and a question two of whose options read the same (whichever the model picks, one of
+    score), or repeats it with another gold answer (one of them is wrong), and a question two of whose options read the same (whichever the model picks, one of
     them is marked wrong). Said, not refused: a large set may hold a few, and the user decides."""
-    empty, twins, repeats, seen = [], [], [], {}
+    empty, twins, repeats, conflicts, seen = [], [], [], [], {}
+    answers = rows["answer"] if "answer" in rows.column_names else [None] * len(rows)
     columns = zip(rows["context"], rows["question"], rows["options"], strict=True)
     for index, (context, question, options) in enumerate(columns):
         if any(not option for option in options):
@@ -151,7 +152,8 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
             twins.append(index)
         first = seen.setdefault(question_key(context, question, options), index)
         if first != index:
-            repeats.append((index, first))
+            differs = answers[index] != answers[first] and None not in (answers[index], answers[first])
+            (conflicts if differs else repeats).append((index, first))
     more = ", ..."
     found = []
     if empty:
@@ -165,6 +167,15 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
         found.append(
             f"{len(twins)} question(s) with two options that read the same ({lines}): whichever the model picks, "
             "one of them is scored wrong; reword or drop the row"
+        )
+    if conflicts:
+        pairs = ", ".join(
+            f"{where(i)} answers {answers[i]} where {where(first)} answers {answers[first]}"
+            for i, first in conflicts[:named]
+        )
+        found.append(
+            f"{len(conflicts)} question(s) repeat an earlier one with another gold answer ({pairs}"
+            f"{more if len(conflicts) > named else ''}): one of each is wrong; fix it or drop the row"
         )
     if repeats:
         pairs = ", ".join(f"{where(i)} repeats {where(first)}" for i, first in repeats[:named])
