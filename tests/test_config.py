@@ -480,7 +480,13 @@ def test_init_from_scratch_needs_architecture(tmp_path):
 
 def test_init_from_scratch_with_architecture_parses(tmp_path):
     recipe, _, _ = parse(
-        write_recipe(tmp_path, init_from_scratch=True, architecture="tiny", tokenizer_name_or_path="tok")
+        write_recipe(
+            tmp_path,
+            init_from_scratch=True,
+            architecture="tiny",
+            tokenizer_name_or_path="tok",
+            model_name_or_path=None,
+        )
     )
     assert recipe.architecture == "tiny"
 

@@ -52,6 +52,13 @@ def unreadable(where: str, err: BaseException, files: Iterable[str] = ()) -> Use
     bad = bad_line(files)
     if bad:
         return bad
+    found, wanted = (getattr(err.__cause__, name, None) for name in ("table_column_names", "requested_column_names"))
+    if found and wanted:  # datasets' CastError: a file whose columns are not the first file's
+        other = sorted(set(found) ^ set(wanted))
+        return UserError(
+            f"{where}: its files do not share their columns (one has {', '.join(sorted(wanted))}, another differs "
+            f"in {', '.join(other)}); give files of one layout, or name each file as its own source"
+        )
     cause = str(err.__cause__ or err).splitlines()[0]
     return UserError(f"{where}: cannot read it ({cause}); fix or drop the bad rows")
 

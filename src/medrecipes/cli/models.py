@@ -108,6 +108,8 @@ def cmd_generate(args) -> None:
 
     if not args.prompt.strip():
         raise UserError("generate: --prompt is empty; give the question to answer")
+    if args.system is not None and not args.system.strip():
+        raise UserError("generate: --system is empty; give the system turn, or leave --system out")
 
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 

@@ -79,6 +79,13 @@ def cmd_validate(args) -> None:
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
             for_world_size(recipe, training_args, args.recipe, processes)
             derived = recipe.derived
+            ds_steps = (config.get("deepspeed_config") or {}).get("gradient_accumulation_steps")
+            if isinstance(ds_steps, int) and ds_steps != training_args.gradient_accumulation_steps:
+                raise UserError(
+                    f"{args.accelerate_config}: deepspeed_config.gradient_accumulation_steps {ds_steps} and the "
+                    f"recipe's {training_args.gradient_accumulation_steps} (for {processes} processes) disagree; drop "
+                    "it from the accelerate config (the recipe sets it), or make them equal"
+                )
             launch = f"{args.accelerate_config}: {processes} process{'es' if processes > 1 else ''} a machine"
             precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
             given = training_args.bf16 if "bf16" in recipe.given else None

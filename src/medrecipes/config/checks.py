@@ -15,7 +15,7 @@ from typing import Any
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig
 
-from medrecipes.config.reading import build_dataclass, split_names
+from medrecipes.config.reading import build_dataclass, check_revision, split_names
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
@@ -434,9 +434,9 @@ def named_sources(recipe: RecipeArguments) -> dict:
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """A chat template file must exist (TRL opens it once the trainer is built), and a template
     shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
-    TRL refuses plain documents once it is built; completion_only_loss needs prompt/completion rows. A target that writes the explanation (for
-    PubMedQA the long answer) before its label needs the prompt that asks for it, and evaluation
-    the room to read it."""
+    TRL refuses plain documents once it is built; completion_only_loss masks only prompt/completion
+    rows, and does nothing to others. A target that writes the explanation (for PubMedQA the long
+    answer) before its label needs the prompt that asks for it, and evaluation the room to read it."""
     if recipe.with_explanation and not recipe.chain_of_thought:
         raise UserError(
             f"{path}: with_explanation trains answers that explain, then end in 'Final Answer: X', while the prompt "
@@ -457,7 +457,7 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
                 f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
             )
     sources = named_sources(recipe)
-    if args.completion_only_loss:  # TRL refuses it at the first batch of any rows but prompt/completion ones
+    if args.completion_only_loss:  # TRL masks by it only rows with a completion
         for where, source in sources.items():
             if source.format in ("text", "usmle"):
                 rows = "documents" if source.format == "text" else "conversations (messages)"
@@ -572,10 +572,5 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
             f"{path}: {ignored[0]} sets up 4-bit loading, and load_in_4bit is false, so the model loads unquantised; "
             f"set load_in_4bit: true for QLoRA, or drop {', '.join(ignored)}"
         )
-    model = model_args.model_name_or_path or ""
-    local = local_path(model)
-    if local and model_args.model_revision != defaults.model_revision:
-        raise UserError(
-            f"{path}: model_revision picks a version of a Hub model, and '{model}' is a local folder, which has "
-            "none; leave model_revision out"
-        )
+    if model_args.model_revision != defaults.model_revision:
+        check_revision(model_args.model_name_or_path or "", model_args.model_revision, path)

@@ -4,7 +4,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from medrecipes.config.reading import RecipeParser, check_choices, split_names
+from medrecipes.config.reading import RecipeParser, check_choices, check_revision, split_names
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
 from medrecipes.outputs.claims import check_writable
@@ -111,7 +111,9 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and tasks "
             f"{', '.join(args.tasks)} hold none; add pubmedqa to tasks, or leave pubmedqa_setting out"
         )
-    for key in ("limit", "batch_size", "max_new_tokens", "samples"):
+    if args.model_name_or_path:
+        check_revision(args.model_name_or_path, args.model_revision, where)
+    for key in ("limit", "batch_size", "max_new_tokens", "samples", "max_length"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
     if args.num_fewshot < 0:

@@ -483,8 +483,18 @@ def check_sampling(args, path: str) -> None:
 
 
 def check_compile_mode(args: TrainingArguments, path: str) -> None:
-    """torch_compile_mode is one of torch's (inductor's) modes: torch refuses another only when the
-    model is first compiled, in the first step."""
+    """torch_compile_backend and torch_compile_mode are torch's (dynamo's backends, inductor's
+    modes): torch refuses another only when the model is first compiled, in the first step."""
+    backend = getattr(args, "torch_compile_backend", None)
+    if backend and getattr(args, "torch_compile", False):
+        import torch._dynamo
+
+        if backend not in torch._dynamo.list_backends(exclude_tags=()):  # its own, debugging ones included
+            shown = torch._dynamo.list_backends()
+            raise UserError(
+                f"{path}: torch_compile_backend '{backend}' is not one of torch's{did_you_mean(backend, shown)}; "
+                f"use {', '.join(shown)}"
+            )
     mode = getattr(args, "torch_compile_mode", None)
     if mode is None or not getattr(args, "torch_compile", False):
         return

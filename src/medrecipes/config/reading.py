@@ -20,7 +20,7 @@ import yaml
 from trl import TrlParser
 
 from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8
-from medrecipes.locations import absent
+from medrecipes.locations import absent, local_path
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -424,3 +424,13 @@ def _fits(value, hint) -> bool:
     if hint is float:
         return isinstance(value, int | float)
     return isinstance(value, typing.get_origin(hint) or hint)
+
+
+def check_revision(model: str, revision: str | None, where: str) -> None:
+    """A revision picks a version of a Hub model; a local folder has none, and transformers loads
+    it whatever the revision says."""
+    if revision and local_path(model):
+        raise UserError(
+            f"{where}: model_revision picks a version of a Hub model, and '{model}' is a local folder, which has "
+            "none; leave model_revision out"
+        )

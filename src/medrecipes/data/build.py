@@ -53,10 +53,12 @@ MAX_SHARD_SIZE = "500MB"
 
 
 def blocks_needed(recipe, args, path: str, num_processes: int) -> int | None:
-    """Blocks a run on `num_processes` processes consumes from a streaming mixture (None: not streaming)."""
+    """Blocks a run on `num_processes` processes consumes from a streaming mixture (None: not streaming).
+    The recipe's token budget is worked out for that many processes either way: a count it cannot
+    be split over is refused here, as the run would refuse it."""
+    resolve_token_budget(recipe, args, path, world_size=num_processes)
     if not recipe.mixture.streaming:
         return None
-    resolve_token_budget(recipe, args, path, world_size=num_processes)
     if args.max_steps <= 0:
         raise UserError(f"{path}: a streaming mixture has no length; set max_steps or total_tokens")
     return args.max_steps * args.gradient_accumulation_steps * args.per_device_train_batch_size * num_processes

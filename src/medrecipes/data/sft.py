@@ -20,7 +20,7 @@ def mcq_conversation(recipe):
 def sft_data(recipe, completion_only_loss: bool | None = None):
     """(train conversations, {eval set: conversations}, {eval set: MCQ rows for accuracy}).
     `completion_only_loss` true: the rows must be prompt/completion ones (a chat source's layout is
-    known once it is read; TRL would refuse conversations at the first batch, after the model loaded)."""
+    known once it is read; TRL masks nothing of a conversation by it, without a word)."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
     render = mcq_conversation(recipe)

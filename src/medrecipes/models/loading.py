@@ -253,7 +253,9 @@ def check_adapter_targets(model_args, recipe=None) -> None:
     import re
 
     targets = model_args.lora_target_modules
-    if not model_args.use_peft or not targets or targets == "all-linear" or targets == ["all-linear"]:
+    saved = model_args.lora_modules_to_save or []
+    everything = not targets or targets == "all-linear" or targets == ["all-linear"]
+    if not model_args.use_peft or (everything and not saved):
         return
     if recipe is not None and recipe.init_from_scratch:  # with its architecture (config.parse_recipe)
         config = scratch_config(recipe.architecture)
@@ -267,6 +269,16 @@ def check_adapter_targets(model_args, recipe=None) -> None:
     names = [name for name, _ in model.named_modules() if name]
     linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
     leaves = sorted({name.rsplit(".", 1)[-1] for name in linear})
+    # PEFT's modules_to_save: trained whole and saved beside the adapter, matched by the same rule;
+    # a name that matches nothing trains and saves nothing, without a word.
+    if unsaved := [t for t in saved if not any(n == t or n.endswith("." + t) for n in names)]:
+        tops = sorted({name.rsplit(".", 1)[-1] for name in names})
+        raise UserError(
+            f"lora_modules_to_save: {', '.join(unsaved)} names no module of {config.model_type}"
+            f"{did_you_mean(unsaved[0], tops)}; name modules it has (lm_head, embed_tokens, ...), or leave it out"
+        )
+    if everything:
+        return
     if isinstance(targets, str):
         missing = [] if any(re.fullmatch(targets, name) for name in names) else [targets]
     else:

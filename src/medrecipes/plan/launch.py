@@ -2,9 +2,11 @@
 recipe (`medrecipes launch-plan`)."""
 
 import math
+import os
 
 from medrecipes.config import method_of_args, prompts_per_step_accumulation, resolve_token_budget
 from medrecipes.errors import UserError
+from medrecipes.locations import absent
 
 
 def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
@@ -84,7 +86,19 @@ def check_accelerate_config(path: str) -> dict:
     processes = data.get("num_processes", 1)
     if processes < 1:
         raise UserError(f"{path}: num_processes must be at least 1, got {processes}; {fix}")
-    stage = (data.get("deepspeed_config") or {}).get("zero_stage")
+    machines, rank = data.get("num_machines", 1), data.get("machine_rank", 0)
+    if machines < 1 or not 0 <= rank < machines:
+        raise UserError(
+            f"{path}: machine_rank {rank} of num_machines {machines}: the ranks of {machines} machine(s) are 0 to "
+            f"{machines - 1}; {fix}"
+        )
+    deepspeed = data.get("deepspeed_config") or {}
+    stage = deepspeed.get("zero_stage")
     if stage is not None and stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
+    if (ds_file := deepspeed.get("deepspeed_config_file")) and not os.path.isfile(ds_file):
+        raise UserError(
+            f"{path}: deepspeed_config.deepspeed_config_file {ds_file}: {absent(ds_file)} (accelerate reads it from "
+            f"where it is launched); {fix}"
+        )
     return data

@@ -31,7 +31,10 @@ API_KEY_ENV = "MEDRECIPES_API_KEY"
 def _check_model(model: str) -> None:
     from medrecipes.models.files import check_model_folder, check_tokenizer_files
 
-    if looks_local(model) and not os.path.isdir(model):
+    if looks_local(model) and not os.path.isdir(model) and not model.endswith(".gguf"):  # a .gguf: said below
+        if os.path.isfile(model):
+            folder = os.path.dirname(model) or "."
+            raise UserError(f"model '{model}' is a file; pass the folder that holds the model ({folder})")
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
     if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's

@@ -26,9 +26,10 @@ from medrecipes.usmle.schema import (
 def _require(row: Row, keys: Iterable[str], fmt: str, where: Where) -> None:
     missing = [k for k in keys if row.get(k) is None]
     if missing:
+        layout = ", ".join(CONVERTERS[fmt].keys)
         raise UserError(
-            f"{where}: missing {', '.join(repr(k) for k in missing)} for format '{fmt}'; "
-            f"fix the row or pass the right format= (one of {', '.join(FORMATS)})"
+            f"{where}: no {', '.join(repr(k) for k in missing)}, which the file's rows have in the layout its first "
+            f"row set ({fmt}: {layout}); fix the row, or give every row that layout"
         )
 
 
@@ -164,7 +165,7 @@ def detect_format(row: Row, where: Where) -> str:
     accepted = "; ".join(f"{name} ({', '.join(f.keys)})" for name, f in CONVERTERS.items())
     raise UserError(
         f"{where}: keys {sorted(present)} fit no MCQ format; accepted formats: {accepted}; "
-        "convert the file or pass format="
+        "write the rows in one of them"
     )
 
 
