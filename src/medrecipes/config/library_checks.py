@@ -323,7 +323,9 @@ def _check_read_by_optimizer(args: TrainingArguments, optim: str, path: str) -> 
     is given changes with its value."""
     from transformers import Trainer
 
-    defaults = TrainingArguments(output_dir=args.output_dir, use_cpu=True)
+    # The defaults as declared: building TrainingArguments here would set up accelerate's state
+    # (under a launch, its process group) before the run's own arguments do.
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
 
     def built(key: str, value: float) -> str:
         trial = copy.copy(args)
@@ -331,7 +333,7 @@ def _check_read_by_optimizer(args: TrainingArguments, optim: str, path: str) -> 
         return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
 
     for key in ("adam_beta1", "adam_beta2", "adam_epsilon"):
-        if getattr(args, key) == getattr(defaults, key):
+        if getattr(args, key) == defaults[key]:
             continue
         try:
             ignored = built(key, 0.5) == built(key, 0.25)
