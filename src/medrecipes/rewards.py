@@ -129,6 +129,11 @@ def reward_functions(entries: list, where: str = "rewards") -> tuple[list[Callab
         weights.append(weight)
     if not any(weights):
         raise UserError(f"{where}: every reward weighs 0, so no answer scores above another and nothing is learned")
+    if all(weight <= 0 for weight in weights):
+        raise UserError(
+            f"{where}: no reward weighs above 0 ({', '.join(f'{w:g}' for w in weights)}), so training moves toward the "
+            "answers they score lowest; give the reward to learn from a positive weight"
+        )
     return functions, weights
 
 

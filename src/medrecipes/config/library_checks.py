@@ -205,6 +205,12 @@ def check_loggers(args: TrainingArguments, path: str) -> None:
 
     for name in args.report_to:
         check_choice(name, [*INTEGRATION_TO_CALLBACK, "all", "none"], f"{path}: report_to")
+    if len(args.report_to) > 1 and {"none", "all"} & set(args.report_to):  # transformers refuses it once built
+        word = "none" if "none" in args.report_to else "all"
+        raise UserError(
+            f"{path}: report_to {', '.join(args.report_to)}: '{word}' stands alone (no logger, or every one); "
+            "give it alone, or list the loggers"
+        )
 
 
 def check_installed(args: TrainingArguments, model_args, path: str) -> None:
@@ -576,6 +582,10 @@ SWITCHED_OFF = {
     "use_vllm": ((False,), ("vllm_",)),  # GRPO: vLLM's settings
     "sync_ref_model": ((False,), ("ref_model_sync_steps", "ref_model_mixup_alpha")),  # DPO, GRPO, KTO
     "nonfinite_policy": (("stop",), ("max_nonfinite_skips",)),  # the recipe's: a non-finite step stops the run
+    "activation_checkpointing": ((False, None), ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")),
+    "train_sampling_strategy": (("random", "sequential"), ("length_column_name",)),  # read by group_by_length
+    "precompute_ref_log_probs": ((False,), ("precompute_ref_batch_size",)),  # DPO, KTO
+    "prompt_format": (("plain",), ("chat_template_kwargs",)),  # GRPO: no template is applied to a plain prompt
 }
 
 

@@ -55,7 +55,11 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = " ".join(str(err).split())  # its lines, as one
         # A library's own words may quote the value and not the key ("invalid literal for int(): 'x'").
-        quoted = [k for k, v in parser.given.items() if isinstance(v, str) and f"'{v}'" in reason and k not in reason]
+        quoted = [
+            k
+            for k, v in parser.given.items()
+            if isinstance(v, str) and (f"'{v}'" in reason or reason.startswith(f"{v} ")) and k not in reason
+        ]
         raise UserError(f"{parser.recipe_path}: {f'{quoted[0]}: ' if quoted else ''}{reason}") from None
     recipe = next(o for o in outputs if isinstance(o, RecipeArguments))
     args = next(o for o in outputs if isinstance(o, TrainingArguments))

@@ -14,6 +14,7 @@ import sys
 import types
 import typing
 from argparse import ArgumentTypeError
+from enum import Enum
 from typing import Any
 
 import yaml
@@ -82,6 +83,8 @@ class RecipeParser(TrlParser):
                 action.choices = None
             if action.type is float:  # before the dataclass: TrainingArguments' own checks fail on inf
                 action.type = _finite_float
+            if isinstance(action.type, type) and issubclass(action.type, Enum):  # argparse names no choice
+                action.type = _enum_value(action.type)
             if _is_union(hints[action.dest]) and type(None) in typing.get_args(hints[action.dest]):
                 action.type = _or_null(action.type)  # `--key null` unsets an optional key, as in the YAML
 
@@ -206,7 +209,22 @@ def _or_null(parse):
     def parse_or_null(text: str):
         return None if text == "null" else parse(text) if parse is not None else text
 
+    parse_or_null.__name__ = getattr(parse, "__name__", "text")  # argparse's "invalid <name> value"
     return parse_or_null
+
+
+def _enum_value(kind: type[Enum]):
+    """An argparse type for one of an Enum's values, which names them when the text is none."""
+
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            values = [str(member.value) for member in kind]
+            raise ArgumentTypeError(f"'{text}' is none of {', '.join(values)}{did_you_mean(text, values)}") from None
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def _finite_float(text: str) -> float:

@@ -134,6 +134,10 @@ AT_LEAST_ONE = (
     "precompute_ref_batch_size",  # DPO, KTO: the reference's batch when it is scored before training
     "dataloader_prefetch_factor",  # batches each loader worker loads ahead (torch takes 0 until it loads)
     "ddp_timeout",  # seconds a process waits for the others
+    "ddp_bucket_cap_mb",  # DDP's gradient buckets
+    "dataset_num_proc",  # processes that tokenise the data (0 is refused by datasets' map)
+    "pad_to_multiple_of",  # TRL's collators divide by it ("auto" aside)
+    "num_completions_to_print",  # GRPO: completions logged each time
 )
 
 
@@ -196,7 +200,9 @@ def check_ranges(args) -> None:
     for keys, low, words in ((AT_LEAST_ONE, 1, "at least 1"), (NOT_NEGATIVE, 0, "0 or more")):
         for key in keys:
             value = getattr(args, key, None)
-            if value is not None and value < low:
+            if isinstance(value, str) and value.lstrip("-").isdigit():  # an `int | str` key, not yet cast
+                value = int(value)
+            if isinstance(value, int | float) and value < low:  # a word ("auto") is its library's to read
                 raise ValueError(f"{key} must be {words}, got {value}")
     for key, bound in {**COMMON_BOUNDS, **getattr(args, "BOUNDS", {})}.items():
         value = getattr(args, key, None)

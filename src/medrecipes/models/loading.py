@@ -280,7 +280,14 @@ def check_adapter_targets(model_args, recipe=None) -> None:
     if everything:
         return
     if isinstance(targets, str):
-        missing = [] if any(re.fullmatch(targets, name) for name in names) else [targets]
+        try:
+            pattern = re.compile(targets)
+        except re.error as err:
+            raise UserError(
+                f"lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression, and it is "
+                f"not one ({err}); give a list of names ([q_proj, v_proj]), or all-linear"
+            ) from None
+        missing = [] if any(pattern.fullmatch(name) for name in names) else [targets]
     else:
         missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing and isinstance(targets, str):

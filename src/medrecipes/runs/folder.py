@@ -80,10 +80,18 @@ class RunFolder:
         return finished_entry(self.path, record or {})
 
     def has_results(self) -> bool:
-        """A checkpoint or a final model in the folder: a run's work that another may not replace."""
+        """A checkpoint or a final model in the folder, or the folder a saved model or checkpoint
+        itself (its trainer state or weights at the top): a run's work that another may not replace."""
         return os.path.isdir(self.path) and any(
-            name == FINAL or CHECKPOINT.match(name) for name in os.listdir(self.path)
+            name in (FINAL, TRAINER_STATE) or CHECKPOINT.match(name) or name.endswith(".safetensors")
+            for name in os.listdir(self.path)
         )
+
+    def checkpoint_of(self) -> str | None:
+        """The run folder this folder is a checkpoint of (checkpoint-N beside that run's record), or None."""
+        parent = os.path.dirname(os.path.abspath(self.path))
+        named = CHECKPOINT.match(os.path.basename(os.path.abspath(self.path)))
+        return parent if named and os.path.isfile(os.path.join(parent, RECORD)) else None
 
     def start_over(self) -> list[str]:
         """Remove everything an earlier run wrote here that a new one must not find (its record,
