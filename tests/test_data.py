@@ -587,6 +587,21 @@ def test_documents_and_conversations_given_twice_are_counted_and_named(tmp_path,
     ]
 
 
+def test_an_answer_labelled_both_ways_is_said(tmp_path, caplog):
+    """The same unpaired prompt and answer, desirable on one line and not on another: said with both
+    lines; a repeat with the same label is a repeat, not a contradiction."""
+    rows = [{"prompt": "q", "completion": "a", "label": True}, {"prompt": "q", "completion": "b", "label": False},
+            {"prompt": "q", "completion": "a", "label": False}, {"prompt": "q", "completion": "b", "label": False}]  # fmt: skip
+    path = write_jsonl(tmp_path / "unpaired.jsonl", rows)
+    with caplog.at_level("WARNING"):
+        load_source(SourceConfig(path=str(path), format="unpaired"))
+    said = [r.getMessage() for r in caplog.records if "both desirable" in r.getMessage()]
+    assert said == [
+        f"source '{path}': 1 answer(s) labelled both desirable and undesirable (line 3 against line 1): the two "
+        "cancel out; keep one label"
+    ]
+
+
 def test_empty_documents_are_counted_and_named_by_line(tmp_path, caplog):
     """A text source's documents that are empty or blank are said at load, counted and named by the
     line an editor shows (blank lines of the file are counted, as an editor does): each would train

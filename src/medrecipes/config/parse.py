@@ -105,6 +105,10 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "
             "add eval_sets, or set eval_strategy: no"
         )
+    if not recipe.eval_sources and args.eval_on_start:  # the trainer refuses it at the first step
+        raise UserError(
+            f"{path}: eval_on_start evaluates before training, and there are no eval_sets; add eval_sets, or set eval_on_start: false"
+        )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     recipe.notes = library_checks.notes(args, recipe) + checks.prompt_notes(recipe, trains)  # likewise, as warnings
     if recipe.decontaminate_against and not recipe.built_data:  # read where data is checked, not by a run

@@ -58,6 +58,12 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
     first = None  # the first row's layout (conversation turns or plain text) and its index
     for row, index in zip(rows, indices, strict=False):
         problem = None
+        odd = next((k for k in ANSWER_COLUMNS[:4] if k in row and not isinstance(row[k], str | list)), None)
+        if odd is not None:
+            raise UserError(
+                f"{row_of(source, index)}: {odd} is {json.dumps(row[odd])[:40]}, neither text nor conversation turns; "
+                "fix or drop the row"
+            )
         layouts = {isinstance(row[key], list) for key in ANSWER_COLUMNS[:4] if key in row}
         if len(layouts) > 1:
             problem = "its prompt and answers mix plain text and conversation turns"
@@ -85,8 +91,8 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
         turns = prompt if isinstance(prompt, list) else [{"content": prompt}]
         if "prompt" in row and not any(isinstance(t, dict) and str(t.get("content") or "").strip() for t in turns):
             problem = "prompt is empty: its answers answer no question"
-        if "chosen" in row and row["chosen"] == row["rejected"]:
-            problem = "chosen and rejected are the same answer"
+        if "chosen" in row and _words(row["chosen"]) == _words(row["rejected"]):
+            problem = "chosen and rejected are the same answer (spaces aside)"
         for key in ("chosen", "rejected", "completion"):
             roles = _roles(row[key]) if isinstance(row.get(key), list) else []
             if isinstance(row.get(key), list) and roles[-1:] != ["assistant"]:
@@ -143,6 +149,35 @@ def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
             pairs,
             ", ..." if len(repeats) > shown else "",
         )
+
+
+def say_contradictions(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
+    """Unpaired answers given twice with both labels (the same prompt and answer, desirable and
+    not): KTO pulls the answer up and down at once. Counted and named by line; said, not refused."""
+    first, found = {}, []
+    for index, row in enumerate(rows):
+        key = json.dumps({k: v for k, v in row.items() if k != "label"}, sort_keys=True)
+        seen = first.setdefault(key, index)
+        if seen != index and rows[seen].get("label") != row.get("label"):
+            found.append((index, seen))
+    if found:
+
+        def line(index: int) -> str:
+            return " ".join(row_of(source, index).split(" ")[-2:])
+
+        pairs = ", ".join(f"{line(i)} against {line(seen)}" for i, seen in found[:shown])
+        logger.warning(
+            "%s: %d answer(s) labelled both desirable and undesirable (%s%s): the two cancel out; keep one label",
+            named(source),
+            len(found),
+            pairs,
+            ", ..." if len(found) > shown else "",
+        )
+
+
+def _words(answer) -> list[str]:
+    """An answer's words: two answers that differ only in spaces teach nothing."""
+    return _answer_text(answer).split()
 
 
 def _answer_text(answer) -> str:

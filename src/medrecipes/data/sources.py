@@ -25,6 +25,7 @@ from medrecipes.data.rows import (
     local_files,
     named,
     row_of,
+    say_contradictions,
     say_repeats,
 )
 from medrecipes.data_config import SourceConfig
@@ -267,11 +268,12 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                     "%s: %d empty document(s) (%s%s): each trains on its BOS and EOS alone; drop them",
                     named(source), len(blank), lines, ", ..." if len(blank) > 3 else "",
                 )  # fmt: skip
-        if source.format in PREFERENCE_FIELDS:
+        if source.format in PREFERENCE_FIELDS or "completion" in fields:  # answers, or chat prompt/completion rows
             answers = [c for c in ANSWER_COLUMNS if c in fields]
             rows = documents.select_columns(answers).to_list()
             check_answers(rows, range(len(documents)), source)
             say_repeats(rows, source)
+            say_contradictions(rows, source)
         fields = {}
     if not fields and tag is None:
         return documents
@@ -287,7 +289,7 @@ def _check_and_tag(batch: dict, indices: list[int], fields: dict[str, str], sour
             raise UserError(f"{where}: no '{name}' (found as it streamed); fix or drop the row")
     if "messages" in fields:
         check_turns(batch["messages"], indices, source)
-    if source.format in PREFERENCE_FIELDS:
+    if source.format in PREFERENCE_FIELDS or "completion" in fields:
         answers = [c for c in ANSWER_COLUMNS if c in fields]
         rows = [dict(zip(answers, row, strict=True)) for row in zip(*(batch[c] for c in answers), strict=True)]
         check_answers(rows, indices, source)

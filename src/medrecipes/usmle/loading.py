@@ -23,6 +23,7 @@ from medrecipes.usmle.schema import (
     FILE_SUFFIXES,
     MMLU_COLUMNS,
     MMLU_SPLITS,
+    NotText,
     Row,
     Where,
     question_key,
@@ -112,7 +113,10 @@ def _normalise(
 
     def normalise_row(row: Row, index: int) -> Row:
         where = Where(source, index + 1, header)
-        out = convert(row, where, **extra)
+        try:
+            out = convert(row, where, **extra)
+        except NotText as err:
+            raise UserError(f"{where}: {err}, where text belongs; write it as text, or drop the row") from None
         if not str(out["question"] or "").strip():
             raise UserError(f"{where}: the question is empty; write the question, or drop the row")
         if answered and out["answer"] is None:

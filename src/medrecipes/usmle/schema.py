@@ -1,5 +1,6 @@
 """The normalised multiple-choice row: its columns, letters and the helpers that build one."""
 
+import json
 from typing import Any, NamedTuple
 
 from datasets import Features, List, Value
@@ -61,7 +62,17 @@ def option_map(row: Row) -> dict[str, str]:
     return dict(zip(letters_for(row), row["options"], strict=True))
 
 
+class NotText(ValueError):
+    """A list or mapping where a row's text belongs (its question, an explanation): `str` would
+    make it its Python text, which would be trained and scored. The loader names the row."""
+
+    def __init__(self, value: Any):
+        super().__init__(f"{json.dumps(value)[:60]} is a {'list' if isinstance(value, list) else 'mapping'}")
+
+
 def _text(value: Any) -> str:
+    if isinstance(value, dict | list):
+        raise NotText(value)
     return "" if value is None else str(value).strip()
 
 
@@ -91,14 +102,22 @@ def _options_from_dict(options: dict, where: Where) -> list[str]:
 
 def _options(options: Any, where: Where) -> list[str]:
     if isinstance(options, dict):
-        return _options_from_dict(options, where)
-    if isinstance(options, (list, tuple)):
+        found = _options_from_dict(options, where)
+        values = [options[k] for k in sorted(options) if options[k] is not None]
+    elif isinstance(options, (list, tuple)):
         _check_option_count(len(options), where)
-        return [_text(o) for o in options]
-    raise UserError(
-        f"{where}: 'options' must be a dict {{'A': ..., 'B': ...}} or a list of {FEWEST_OPTIONS} to "
-        f"{MOST_OPTIONS} texts, got {type(options).__name__}; fix the row"
-    )
+        found, values = [_text(o) for o in options], list(options)
+    else:
+        raise UserError(
+            f"{where}: 'options' must be a dict {{'A': ..., 'B': ...}} or a list of {FEWEST_OPTIONS} to "
+            f"{MOST_OPTIONS} texts, got {type(options).__name__}; fix the row"
+        )
+    for letter, value in zip(LETTERS, values, strict=False):
+        if isinstance(value, dict | list):  # it would be trained and scored as its Python text
+            raise UserError(
+                f"{where}: option {letter} is {json.dumps(value)[:60]}, not text; write each option as its text"
+            )
+    return found
 
 
 def _gold(letter: Any, options: list[str], where: Where) -> str | None:
