@@ -1,6 +1,7 @@
 """The commands that measure a model or show results: eval, perplexity, calibrate, report, card."""
 
 import json
+import os
 
 from medrecipes.cli.arguments import (
     COUNT,
@@ -83,6 +84,7 @@ def cmd_eval(args) -> None:
 def cmd_perplexity(args) -> None:
     from medrecipes.data.sources import load_source
     from medrecipes.data_config import SourceConfig
+    from medrecipes.errors import UserError
     from medrecipes.evaluation.commands import load_for_evaluation
     from medrecipes.evaluation.perplexity import document_perplexity
     from medrecipes.logs import setup_logging
@@ -92,6 +94,12 @@ def cmd_perplexity(args) -> None:
     setup_logging()
     if args.output:  # before the model loads: a refused output must not cost the evaluation
         claim_output(args.output, "perplexity", "perplexity --output", [args.data, args.model], args.overwrite)
+    files = sorted(f for f in os.listdir(args.data) if not f.startswith(".")) if os.path.isdir(args.data) else []
+    if len(files) > 1:  # datasets reads one split of a folder
+        raise UserError(
+            f"perplexity --data: {args.data} is a folder of {len(files)} files ({', '.join(files[:4])}), of which "
+            "datasets would read one split; pass the file to score"
+        )
     texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}

@@ -142,8 +142,11 @@ def _read_flow_lists(obj) -> None:
     takes its words as names ('[a,', 'b]'); read as the list it is."""
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name, None)
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            text = " ".join(value)
+        words = isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+        # One word a config's own __post_init__ took out of its list (TRL's lora_target_modules).
+        taken = isinstance(value, str) and "list" in str(field.type)
+        if words or taken:
+            text = " ".join(value) if words else value
             if text.startswith("[") and text.endswith("]"):
                 try:
                     parsed = load_yaml(text)

@@ -253,6 +253,11 @@ def check_adapter_targets(model_args, recipe=None) -> None:
     import re
 
     targets = model_args.lora_target_modules
+    if model_args.use_peft and targets is not None and len(targets) == 0:
+        raise UserError(
+            "lora_target_modules is an empty list, so LoRA would adapt nothing; name modules ([q_proj, v_proj]), "
+            "all-linear, or leave it out for PEFT's choice for the model"
+        )
     saved = model_args.lora_modules_to_save or []
     everything = not targets or targets == "all-linear" or targets == ["all-linear"]
     if not model_args.use_peft or (everything and not saved):
