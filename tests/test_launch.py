@@ -202,3 +202,13 @@ def test_validate_reads_the_recipe_with_the_launchers_precision(tmp_path, capsys
         )
     assert exit.value.code == 2
     assert "accelerate launch runs with mixed_precision fp16 but the recipe with no" in capsys.readouterr().err
+
+
+def test_the_offload_devices_named_are_deepspeeds():
+    """The names `validate --accelerate-config` takes for DeepSpeed's offload devices are those of
+    the installed DeepSpeed (kept out of the read-only commands' process, so written down)."""
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+    from medrecipes.plan.launch import OFFLOAD_DEVICES
+
+    assert OFFLOAD_DEVICES == tuple(device.value for device in OffloadDeviceEnum)

@@ -5,7 +5,7 @@ import math
 import os
 
 from medrecipes.config import method_of_args, prompts_per_step_accumulation, resolve_token_budget
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import absent
 
 
@@ -96,9 +96,40 @@ def check_accelerate_config(path: str) -> dict:
     stage = deepspeed.get("zero_stage")
     if stage is not None and stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
+    _check_named_values(data, path, fix)
     if (ds_file := deepspeed.get("deepspeed_config_file")) and not os.path.isfile(ds_file):
         raise UserError(
             f"{path}: deepspeed_config.deepspeed_config_file {ds_file}: {absent(ds_file)} (accelerate reads it from "
             f"where it is launched); {fix}"
         )
     return data
+
+
+# DeepSpeed's OffloadDeviceEnum, as accelerate's `config` offers it: not imported, since the
+# commands that only read a recipe keep DeepSpeed out of their process (`cli.run`).
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def _check_named_values(data: dict, path: str, fix: str) -> None:
+    """The port and the names an accelerate config chooses by, against the names accelerate and
+    DeepSpeed define (the launch refuses another only once its processes start): the dynamo
+    backend, FSDP's sharding strategy, DeepSpeed's offload devices."""
+    from accelerate.utils import DynamoBackend
+    from accelerate.utils.constants import FSDP_SHARDING_STRATEGY
+
+    port = data.get("main_process_port")
+    if port is not None and not (isinstance(port, int) and 0 <= port <= 65535):
+        raise UserError(f"{path}: main_process_port {port!r} is no TCP port (0 to 65535); {fix}")
+    named = [
+        ("dynamo_config.dynamo_backend", (data.get("dynamo_config") or {}).get("dynamo_backend"),
+         [b.value for b in DynamoBackend]),
+        ("fsdp_config.fsdp_sharding_strategy", (data.get("fsdp_config") or {}).get("fsdp_sharding_strategy"),
+         FSDP_SHARDING_STRATEGY),
+    ]  # fmt: skip
+    deepspeed = data.get("deepspeed_config") or {}
+    named += [(f"deepspeed_config.{k}", v, OFFLOAD_DEVICES) for k, v in deepspeed.items() if k.endswith("_device")]
+    for key, value, known in named:
+        if isinstance(value, str) and value.upper() not in [k.upper() for k in known]:
+            raise UserError(
+                f"{path}: {key} {value!r} is none of {', '.join(known)}{did_you_mean(value, known)}; {fix}"
+            )
