@@ -729,6 +729,11 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     said = notes(system_prompt="You are a doctor.", eval_sets=None, eval_strategy="no", **chat)
     assert any(n.startswith("system_prompt is for questions asked as a prompt") for n in said), said
     assert not any("asked as a prompt" in n for n in notes(system_prompt="You are a doctor."))
+    # a compile mode alone: transformers switches compilation on
+    assert any(
+        n.startswith("torch_compile_mode switches torch_compile on") for n in notes(torch_compile_mode="default")
+    )
+    assert not any("switches torch_compile" in n for n in notes(torch_compile=True, torch_compile_mode="default"))
 
 
 def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):

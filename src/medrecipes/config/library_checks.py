@@ -567,6 +567,13 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
         )
+    given = getattr(recipe, "given", {})
+    switches = [key for key in ("torch_compile_mode", "torch_compile_backend") if key in given]
+    if args.torch_compile and switches and "torch_compile" not in given:  # transformers switches it on
+        found.append(
+            f"{switches[0]} switches torch_compile on (transformers does): the model is compiled before it trains; "
+            "set torch_compile: true to say so, or drop it"
+        )
     found += _switched_off(args, recipe)
     return found
 
