@@ -405,22 +405,30 @@ def check_read_keys(recipe: RecipeArguments, args: TrainingArguments, model_args
         )
 
 
-def prompt_notes(recipe: RecipeArguments, method) -> list[str]:
-    """The prompt's keys where no question is put to the model as a prompt (a method that writes
-    questions as text, sources that are not questions, and no eval_tasks in generate mode), said
-    in one line: a shipped recipe's system prompt stays when its sources are swapped for chat rows."""
+def unread_notes(recipe: RecipeArguments, method, path: str) -> list[str]:
+    """The recipe's keys that this run takes and nothing in it reads, said in one line each rather
+    than refused: the prompt's keys where no question is put to the model as a prompt (a method that
+    writes questions as text, sources that are not questions, and no eval_tasks in generate mode: a
+    shipped recipe's system prompt stays when its sources are swapped for chat rows), and
+    decontaminate_against in a run from the sources (the commands that check data read it)."""
+    found = []
     formats = {source.format for source in named_sources(recipe).values()}
     prompted = (method.chat != "none" and "usmle" in formats) or (
         bool(recipe.eval_tasks) and recipe.eval_tasks_mode == "generate"
     )
     given = [key for key in ("system_prompt", "chain_of_thought") if getattr(recipe, key)]
-    if not given or prompted:
-        return []
-    return [
-        f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for questions asked as a prompt, and this "
-        f"{method.name.upper()} recipe asks none (no format: usmle source it prompts with, no eval_tasks in "
-        "generate mode), so nothing reads it"
-    ]
+    if given and not prompted:
+        found.append(
+            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for questions asked as a prompt, and this "
+            f"{method.name.upper()} recipe asks none (no format: usmle source it prompts with, no eval_tasks in "
+            "generate mode), so nothing reads it"
+        )
+    if recipe.decontaminate_against and not recipe.built_data:
+        found.append(
+            f"decontaminate_against is read by `medrecipes decontaminate --train {path}` and by build-data, and a run "
+            "from the sources checks nothing against it: run that command before training"
+        )
+    return found
 
 
 def named_sources(recipe: RecipeArguments) -> dict:

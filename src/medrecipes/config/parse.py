@@ -110,12 +110,9 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             f"{path}: eval_on_start evaluates before training, and there are no eval_sets; add eval_sets, or set eval_on_start: false"
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
-    recipe.notes = library_checks.notes(args, recipe) + checks.prompt_notes(recipe, trains)  # likewise, as warnings
-    if recipe.decontaminate_against and not recipe.built_data:  # read where data is checked, not by a run
-        recipe.notes.append(
-            f"decontaminate_against is read by `medrecipes decontaminate --train {path}` and by build-data, and a run "
-            "from the sources checks nothing against it: run that command before training"
-        )
+    recipe.notes = library_checks.notes(args, recipe) + checks.unread_notes(
+        recipe, trains, path
+    )  # likewise, as warnings
     return tuple(outputs)
 
 
