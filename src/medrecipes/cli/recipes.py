@@ -68,37 +68,15 @@ def cmd_validate(args) -> None:
         parsed, derived = (parse_eval_args([args.recipe, *args.overrides]),), {}
     else:
         if args.accelerate_config:  # read as `accelerate launch` will
-            from medrecipes.config.trainer_configs import launch_precision
-            from medrecipes.plan.launch import check_accelerate_config, for_world_size
+            from medrecipes.plan.launch import check_accelerate_config, recipe_under_launch
 
             config = check_accelerate_config(args.accelerate_config)
-            processes = config.get("num_processes", 1)
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
-        parsed, derived = (recipe, model_args, training_args), recipe.derived
+        parsed = (recipe, model_args, training_args)
         _check_local_inputs(recipe, model_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
-            for_world_size(recipe, training_args, args.recipe, processes)
-            derived = recipe.derived
-            ds_steps = (config.get("deepspeed_config") or {}).get("gradient_accumulation_steps")
-            if isinstance(ds_steps, int) and ds_steps != training_args.gradient_accumulation_steps:
-                raise UserError(
-                    f"{args.accelerate_config}: deepspeed_config.gradient_accumulation_steps {ds_steps} and the "
-                    f"recipe's {training_args.gradient_accumulation_steps} (for {processes} processes) disagree; drop "
-                    "it from the accelerate config (the recipe sets it), or make them equal"
-                )
-            launch = f"{args.accelerate_config}: {processes} process{'es' if processes > 1 else ''} a machine"
-            precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
-            given = training_args.bf16 if "bf16" in recipe.given else None
-            try:
-                launch_precision(given, training_args.fp16, precision, training_args.bf16)
-            except ValueError as err:
-                raise UserError(f"{args.recipe}: {err}") from None
-            sharded = str(config.get("distributed_type", "NO"))
-            if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
-                launch += (
-                    f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
-                    "so each CPU process would hold the whole model (plain data parallel)"
-                )
+            launch = recipe_under_launch(config, args.accelerate_config, recipe, training_args, args.recipe)
+        derived = recipe.derived
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")

@@ -323,26 +323,29 @@ def check_optimizer(args: TrainingArguments, path: str) -> None:
     _refused_key(args, _optimizer_probe, keys, path, f"the {optim} optimizer or its schedule")
 
 
+def _optimizer_given(args: TrainingArguments, **changes) -> str:
+    """What transformers hands the run's optimizer (its keyword arguments, as text) with `changes`
+    made to a copy of the settings: a setting whose changes leave it alone is not read."""
+    from transformers import Trainer
+
+    trial = copy.copy(args)
+    for key, value in changes.items():
+        setattr(trial, key, value)
+    return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
+
+
 def _check_read_by_optimizer(args: TrainingArguments, optim: str, path: str) -> None:
     """Adam's settings changed for an optimizer that does not read them (SGD, Adafactor, ...):
     transformers builds it without them and without a word. A key is read where what the optimizer
     is given changes with its value."""
-    from transformers import Trainer
-
     # The defaults as declared: building TrainingArguments here would set up accelerate's state
     # (under a launch, its process group) before the run's own arguments do.
     defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-
-    def built(key: str, value: float) -> str:
-        trial = copy.copy(args)
-        setattr(trial, key, value)
-        return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
-
     for key in ("adam_beta1", "adam_beta2", "adam_epsilon"):
         if getattr(args, key) == defaults[key]:
             continue
         try:
-            ignored = built(key, 0.5) == built(key, 0.25)
+            ignored = _optimizer_given(args, **{key: 0.5}) == _optimizer_given(args, **{key: 0.25})
         except Exception:  # needs the model, or a library that is not installed: the trainer checks it
             return
         if ignored:
@@ -370,10 +373,10 @@ def _check_optim_args(args: TrainingArguments, optim: str, path: str) -> None:
     given = dict(pair.split("=") for pair in pairs)
 
     def built(key: str, value: str) -> str:  # the optimizer's arguments with `key` set to `value`
-        trial = copy.copy(args)
-        trial.optim_args = ",".join(f"{k}={value if k == key else v}" for k, v in given.items())
         try:
-            return repr(Trainer.get_optimizer_cls_and_kwargs(trial)[1])
+            return _optimizer_given(
+                args, optim_args=",".join(f"{k}={value if k == key else v}" for k, v in given.items())
+            )
         except (ValueError, TypeError):  # the value was cast, so the key is read
             return f"refused {value}"
 

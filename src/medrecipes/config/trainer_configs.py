@@ -140,8 +140,7 @@ class CheckpointingOnByDefault:
         if None not in both and bool(both[0]) != bool(both[1]):  # transformers would keep one without a word
             raise ValueError(
                 f"activation_checkpointing {str(both[0]).lower()} and gradient_checkpointing {str(both[1]).lower()} "
-                "(its old name) disagree; "
-                "set activation_checkpointing alone"
+                "(its old name) disagree; set activation_checkpointing alone"
             )
         # Not a recipe key: whether the recipe left the choice to the memory plan.
         self.checkpointing_by_plan = self.activation_checkpointing is None and self.gradient_checkpointing is None

@@ -27,6 +27,11 @@ def row_of(source: SourceConfig, index: int) -> str:
     return row_in_files(files_of([source]), index, name=named(source))
 
 
+def line_of(source: SourceConfig, index: int) -> str:
+    """ "line 4" (or "row 4") of a source already named in the message."""
+    return " ".join(row_of(source, index).split(" ")[-2:])
+
+
 def files_of(sources: Iterable[SourceConfig]) -> list[str]:
     """The local files of these sources, source by source, each one's in the order `datasets` reads them."""
     return [file for source in sources for file in sorted(local_files(source))]
@@ -73,7 +78,7 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
             if turns != first[0]:
                 kind = {True: "conversation turns", False: "plain text"}
                 problem = (
-                    f"it is {kind[turns]} and {' '.join(row_of(source, first[1]).split(' ')[-2:])} is "
+                    f"it is {kind[turns]} and {line_of(source, first[1])} is "
                     f"{kind[first[0]]}; give every row one layout"
                 )
         text = next(
@@ -128,51 +133,37 @@ def _text_problem(turns: list) -> str | None:
     return None
 
 
-def say_repeats(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
+def say_repeats(rows: list[dict], source: SourceConfig) -> None:
     """Rows given twice (the same document, conversation, or question and answers) are counted and
     the first named by line: each copy trains again, as if it weighed twice. Said, not refused."""
-    first, repeats = {}, []
-    for index, row in enumerate(rows):
-        seen = first.setdefault(json.dumps(row, sort_keys=True), index)
-        if seen != index:
-            repeats.append((index, seen))
-    if repeats:
-
-        def line(index: int) -> str:  # "line 4" (or "row 4"): the source is named once, first
-            return " ".join(row_of(source, index).split(" ")[-2:])
-
-        pairs = ", ".join(f"{line(i)} repeats {line(seen)}" for i, seen in repeats[:shown])
-        logger.warning(
-            "%s: %d row(s) repeat an earlier one (%s%s): each copy trains again; drop the repeats",
-            named(source),
-            len(repeats),
-            pairs,
-            ", ..." if len(repeats) > shown else "",
-        )
+    _say_twins(
+        rows, source, lambda row: row, lambda first, row: True,
+        "row(s) repeat an earlier one", "repeats", "each copy trains again; drop the repeats",
+    )  # fmt: skip
 
 
-def say_contradictions(rows: list[dict], source: SourceConfig, shown: int = 3) -> None:
+def say_contradictions(rows: list[dict], source: SourceConfig) -> None:
     """Unpaired answers given twice with both labels (the same prompt and answer, desirable and
     not): KTO pulls the answer up and down at once. Counted and named by line; said, not refused."""
+    _say_twins(
+        rows, source, lambda row: {k: v for k, v in row.items() if k != "label"},
+        lambda first, row: first.get("label") != row.get("label"),
+        "answer(s) labelled both desirable and undesirable", "against", "the two cancel out; keep one label",
+    )  # fmt: skip
+
+
+def _say_twins(rows: list[dict], source: SourceConfig, key, counts, what: str, word: str, advice: str) -> None:
+    """One warning for the rows whose `key` an earlier row has and which `counts(earlier, row)`:
+    how many, the first three by line (line 5 `word` line 2), and the `advice`."""
     first, found = {}, []
     for index, row in enumerate(rows):
-        key = json.dumps({k: v for k, v in row.items() if k != "label"}, sort_keys=True)
-        seen = first.setdefault(key, index)
-        if seen != index and rows[seen].get("label") != row.get("label"):
+        seen = first.setdefault(json.dumps(key(row), sort_keys=True), index)
+        if seen != index and counts(rows[seen], row):
             found.append((index, seen))
     if found:
-
-        def line(index: int) -> str:
-            return " ".join(row_of(source, index).split(" ")[-2:])
-
-        pairs = ", ".join(f"{line(i)} against {line(seen)}" for i, seen in found[:shown])
-        logger.warning(
-            "%s: %d answer(s) labelled both desirable and undesirable (%s%s): the two cancel out; keep one label",
-            named(source),
-            len(found),
-            pairs,
-            ", ..." if len(found) > shown else "",
-        )
+        pairs = ", ".join(f"{line_of(source, i)} {word} {line_of(source, seen)}" for i, seen in found[:3])
+        more = ", ..." if len(found) > 3 else ""
+        logger.warning("%s: %d %s (%s%s): %s", named(source), len(found), what, pairs, more, advice)
 
 
 def _words(answer) -> list[str]:

@@ -22,6 +22,7 @@ from medrecipes.data.rows import (
     check_answers,
     check_turns,
     files_of,
+    line_of,
     local_files,
     named,
     row_of,
@@ -263,7 +264,7 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             say_repeats([{"text": t} if t.strip() else {"blank": i} for i, t in enumerate(texts)], source)
             blank = [i for i, text in enumerate(texts) if not text.strip()]
             if blank:
-                lines = ", ".join(" ".join(row_of(source, i).split(" ")[-2:]) for i in blank[:3])
+                lines = ", ".join(line_of(source, i) for i in blank[:3])
                 logger.warning(
                     "%s: %d empty document(s) (%s%s): each trains on its BOS and EOS alone; drop them",
                     named(source), len(blank), lines, ", ..." if len(blank) > 3 else "",

@@ -105,6 +105,39 @@ def check_accelerate_config(path: str) -> dict:
     return data
 
 
+def recipe_under_launch(config: dict, config_path: str, recipe, training_args, recipe_path: str) -> str:
+    """A parsed recipe as a launch with the accelerate config (`check_accelerate_config`'s mapping)
+    will run it: its process-count settings derived for the config's processes (`for_world_size`),
+    its precision settled as the launch settles it (`launch_precision`: a recipe that sets another
+    is refused in the launch's line), DeepSpeed's accumulation against the recipe's. Returns the
+    line that says how it launches, with what a CPU recipe makes of a GPU config."""
+    from medrecipes.config.trainer_configs import launch_precision
+
+    processes = config.get("num_processes", 1)
+    for_world_size(recipe, training_args, recipe_path, processes)
+    ds_steps = (config.get("deepspeed_config") or {}).get("gradient_accumulation_steps")
+    if isinstance(ds_steps, int) and ds_steps != training_args.gradient_accumulation_steps:
+        raise UserError(
+            f"{config_path}: deepspeed_config.gradient_accumulation_steps {ds_steps} and the "
+            f"recipe's {training_args.gradient_accumulation_steps} (for {processes} processes) disagree; drop "
+            "it from the accelerate config (the recipe sets it), or make them equal"
+        )
+    precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
+    given = training_args.bf16 if "bf16" in recipe.given else None
+    try:
+        launch_precision(given, training_args.fp16, precision, training_args.bf16)
+    except ValueError as err:
+        raise UserError(f"{recipe_path}: {err}") from None
+    launch = f"{config_path}: {processes} process{'es' if processes > 1 else ''} a machine"
+    sharded = str(config.get("distributed_type", "NO"))
+    if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
+        launch += (
+            f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
+            "so each CPU process would hold the whole model (plain data parallel)"
+        )
+    return launch
+
+
 # DeepSpeed's OffloadDeviceEnum, as accelerate's `config` offers it: not imported, since the
 # commands that only read a recipe keep DeepSpeed out of their process (`cli.run`).
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
