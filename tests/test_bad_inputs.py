@@ -347,7 +347,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: few-shot examples never shown", ["eval", "--model", model, "--data", TEST_SET, "--fewshot_data", "data/usmle_sample/train.jsonl"], "num_fewshot is 0, so none is shown"),
         Case("eval: few-shot examples from the scored file", ["eval", "--model", model, "--data", TEST_SET, "--num_fewshot", "2", "--fewshot_data", TEST_SET], "is the file it scores"),
         Case("calibrate: task unknown without held-out questions", ["calibrate", "--model", model, "--task", "medqa", "--dev", TEST_SET], "unknown task 'medqa'"),
-        Case("build-data: processes the budget cannot be split over", ["build-data", "recipes/tiny_pretrain.yaml", "--num-gpus", "3", "--out", f"{files}/built3"], "global_batch_tokens 512 is not a multiple of"),
+        Case("build-data: processes the budget cannot be split over", ["build-data", _recipe(files, "recipes/tiny_pretrain.yaml", ("outputs/demo/tiny-model", model)), "--num-gpus", "3", "--out", f"{files}/built3"], "global_batch_tokens 512 is not a multiple of"),
         Case("accelerate config: machine rank past its machines", ["validate", cpt, "--accelerate-config", f["rank5accel.yaml"]], "machine_rank 5 of num_machines 2"),
         Case("accelerate config: DeepSpeed file missing", ["validate", cpt, "--accelerate-config", f["dsfileaccel.yaml"]], "deepspeed_config.deepspeed_config_file nope-ds.json: no such file"),
         Case("accelerate config: its accumulation against the recipe's", ["validate", cpt, "--accelerate-config", f["gasaccel.yaml"]], "deepspeed_config.gradient_accumulation_steps 16 and the recipe's"),
