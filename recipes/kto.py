@@ -23,7 +23,7 @@ from medrecipes.data.preference import preference_data
 from medrecipes.errors import exit_on_user_error
 from medrecipes.hub.push import push_run
 from medrecipes.logs import setup_logging
-from medrecipes.models.loading import check_adapter_targets, load_model, recipe_tokenizer
+from medrecipes.models.loading import check_model_settings, load_model, recipe_tokenizer
 from medrecipes.runs.settle import settle_run
 from medrecipes.training.callbacks import recipe_callbacks
 from medrecipes.training.eval_callback import add_task_evaluation
@@ -43,7 +43,7 @@ def main(recipe, training_args, model_args):
 
     if claim_run_folder(METHOD, recipe, training_args, model_args):  # True: this run finished there already
         return
-    check_adapter_targets(model_args, recipe)  # LoRA's target modules, on the meta device, before the data
+    check_model_settings(model_args, recipe, training_args)  # against its config, before weights and data
 
     tokenizer = recipe_tokenizer(recipe, model_args)
     run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)  # decided once, in run.json

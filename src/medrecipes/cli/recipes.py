@@ -73,7 +73,7 @@ def cmd_validate(args) -> None:
             config = check_accelerate_config(args.accelerate_config)
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
         parsed = (recipe, model_args, training_args)
-        _check_local_inputs(recipe, model_args)
+        _check_local_inputs(recipe, model_args, training_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
             launch = recipe_under_launch(config, args.accelerate_config, recipe, training_args, args.recipe)
         derived = recipe.derived
@@ -87,13 +87,13 @@ def cmd_validate(args) -> None:
     print(f"# {args.recipe}: valid {method} recipe ({script_of(method)})")
 
 
-def _check_local_inputs(recipe, model_args) -> None:
+def _check_local_inputs(recipe, model_args, training_args) -> None:
     """What a run would refuse first among what is on this machine: a data source or data file
-    that is missing or empty, a scratch architecture that is not known, LoRA target modules the
-    model (a scratch one, or a local folder's config) does not have. Hub ids, URLs and a starting
+    that is missing or empty, a scratch architecture that is not known, settings the model (a
+    scratch one, or a local folder's config) cannot take (`check_model_settings`). Hub ids, URLs and a starting
     model that is not there yet (an earlier stage may still be writing it) are left to the run."""
     from medrecipes.data.sources import check_local_source
-    from medrecipes.models.loading import check_adapter_targets
+    from medrecipes.models.loading import check_model_settings
     from medrecipes.models.scratch import scratch_config
 
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
@@ -101,7 +101,7 @@ def _check_local_inputs(recipe, model_args) -> None:
         check_local_source(source)
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
-    check_adapter_targets(model_args, recipe)
+    check_model_settings(model_args, recipe, training_args)
 
 
 def cmd_plan(args) -> None:

@@ -10,9 +10,13 @@ import copy
 import dataclasses
 import functools
 import inspect
+import os
+import re
+import typing
 
 from transformers import TrainingArguments
 
+from medrecipes.config.reading import build_dataclass, check_value
 from medrecipes.errors import UserError, check_choice, did_you_mean
 
 
@@ -279,13 +283,23 @@ def _optimizer_probe(args: TrainingArguments):
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)
     steps = args.max_steps if args.max_steps > 0 else 100
-    get_scheduler(
+    scheduler = get_scheduler(
         args.lr_scheduler_type,
         optimizer,
         num_warmup_steps=args.get_warmup_steps(steps),
         num_training_steps=steps,
         scheduler_specific_kwargs=args.lr_scheduler_kwargs,
     )
+    # transformers' schedules scale learning_rate by a factor from 0 to 1 at each step; a factor
+    # outside (a polynomial of negative power, a cosine of negative cycles) is a setting's slip.
+    for factor in getattr(scheduler, "lr_lambdas", []):
+        for step in sorted({*range(0, steps + 1, max(1, steps // 200)), steps - 1, steps}):
+            value = factor(step)
+            if not 0 <= value <= 1 + 1e-9:
+                raise ValueError(
+                    f"the learning rate would be {value * args.learning_rate:.3g} at step {step} of {steps}, outside "
+                    f"0 to learning_rate {args.learning_rate:g}"
+                )
     return optimizer
 
 
@@ -577,6 +591,12 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"{switches[0]} switches torch_compile on (transformers does): the model is compiled before it trains; "
             "set torch_compile: true to say so, or drop it"
         )
+    parallel = getattr(args, "parallelism_config", None)
+    if parallel is not None and parallel.total_size > 1 and "WORLD_SIZE" not in os.environ:
+        found.append(
+            f"parallelism_config's groups take {parallel.total_size} processes: launch them (accelerate launch "
+            f"--num_processes {parallel.total_size}); one process alone refuses it"
+        )
     found += _switched_off(args, recipe)
     return found
 
@@ -624,3 +644,64 @@ def _switched_off(args: TrainingArguments, recipe=None) -> list[str]:
                 f"{str(value).lower()}; set {switch} to use {them}, or drop {them}"
             )
     return found
+
+
+def _checkpoint_keywords() -> dict:
+    """The keywords torch's `checkpoint` takes (transformers hands it activation_checkpointing_kwargs)
+    with their types: its signature's, and the ones it pops from **kwargs (preserve_rng_state), typed
+    by their default. A function-valued keyword (context_fn) cannot be written in a recipe."""
+    from torch.utils.checkpoint import checkpoint
+
+    hints = typing.get_type_hints(checkpoint)
+    kinds = {name: hint for name, hint in hints.items() if hint in (bool, str, int, float, bool | None)}
+    for name, default in re.findall(r'kwargs\.pop\(\s*"(\w+)"\s*,\s*(True|False)\s*\)', inspect.getsource(checkpoint)):
+        kinds[name] = bool
+    return kinds
+
+
+def check_structured_settings(args: TrainingArguments, path: str) -> None:
+    """The settings that are mappings of a library's own keys, checked key by key against that
+    library's types: transformers builds accelerator_config into its AcceleratorConfig without
+    checking a value (split_batches: maybe is kept), and hands activation_checkpointing_kwargs to
+    torch's checkpoint only when the model is prepared. accelerator_config's
+    gradient_accumulation_kwargs are accelerate's GradientAccumulationPlugin; its num_steps would
+    replace gradient_accumulation_steps (transformers does), which is the recipe's key for it."""
+    config = getattr(args, "accelerator_config", None)
+    if dataclasses.is_dataclass(config):
+        hints = typing.get_type_hints(type(config))
+        for field in dataclasses.fields(config):
+            check_value(f"accelerator_config.{field.name}", getattr(config, field.name), hints[field.name], path)
+        kwargs = config.gradient_accumulation_kwargs
+        if kwargs is not None:
+            from accelerate.utils import GradientAccumulationPlugin
+
+            build_dataclass(GradientAccumulationPlugin, kwargs, f"{path}: accelerator_config.gradient_accumulation_kwargs")
+            if "num_steps" in kwargs:
+                raise UserError(
+                    f"{path}: accelerator_config.gradient_accumulation_kwargs.num_steps would replace "
+                    f"gradient_accumulation_steps {args.gradient_accumulation_steps} (transformers does); set "
+                    "gradient_accumulation_steps instead"
+                )
+    for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        kwargs = getattr(args, key, None)
+        if not isinstance(kwargs, dict):
+            continue
+        kinds = _checkpoint_keywords()
+        for name, value in kwargs.items():
+            if name not in kinds:
+                raise UserError(
+                    f"{path}: {key}.{name} is not a setting of torch's checkpoint{did_you_mean(name, list(kinds))}; "
+                    f"use {', '.join(sorted(kinds))}"
+                )
+            check_value(f"{key}.{name}", value, kinds[name], path)
+
+
+def check_parallelism(args: TrainingArguments, path: str, world_size: int) -> None:
+    """parallelism_config's groups multiply to the processes that train (accelerate refuses another
+    product when the run sets up, after the model loaded)."""
+    config = getattr(args, "parallelism_config", None)
+    if config is not None and config.total_size != world_size:
+        raise UserError(
+            f"{path}: parallelism_config's groups multiply to {config.total_size} processes, and {world_size} "
+            f"train{'s' if world_size == 1 else ''}; launch {config.total_size} processes, or change the sizes"
+        )

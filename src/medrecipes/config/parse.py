@@ -2,6 +2,7 @@
 resolved recipe it gives back (`medrecipes validate`, the run record, the model card)."""
 
 import dataclasses
+import os
 import sys
 from enum import Enum
 from typing import Any
@@ -91,12 +92,14 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_hub_model_id(args, path)
     library_checks.check_optimizer(args, path)
     library_checks.check_dataloader(args, path)
+    library_checks.check_structured_settings(args, path)
     library_checks.check_seed(args, path)
     library_checks.check_compile_mode(args, path)
     library_checks.check_trainer_choices(args, path)
     library_checks.check_branch_settings(args, path)
-    if to_train and here:  # names the libraries know, installed on this machine
+    if to_train and here:  # names the libraries know, installed on this machine; the processes started
         library_checks.check_installed(args, model_args, path)
+        library_checks.check_parallelism(args, path, int(os.environ.get("WORLD_SIZE", "1")))
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)

@@ -68,6 +68,7 @@ class RecipeParser(TrlParser):
         super().__init__(dataclass_types, allow_abbrev=False)
         self.recipe_path = "command line"
         self.given: dict[str, Any] = {}  # the keys the recipe and the command line wrote, with their values
+        self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -75,7 +76,9 @@ class RecipeParser(TrlParser):
             if action.dest not in hints:
                 continue
             kind = _structured_kind(hints[action.dest])
-            if kind is not None:
+            if dataclasses.is_dataclass(_optional_of(hints[action.dest])):  # a library's config of its own keys
+                action.type = self.built[action.dest] = self._dataclass_value(action.dest, _optional_of(hints[action.dest]))
+            elif kind is not None:
                 action.type, action.nargs = _yaml_value(kind), None
             elif _mapping_or_text(hints[action.dest]):
                 action.type = _mapping_or_text_value
@@ -88,6 +91,17 @@ class RecipeParser(TrlParser):
             if _is_union(hints[action.dest]) and type(None) in typing.get_args(hints[action.dest]):
                 action.type = _or_null(action.type)  # `--key null` unsets an optional key, as in the YAML
 
+    def _dataclass_value(self, key: str, cls: type):
+        """An argparse type: a mapping written as YAML ('{tp_size: 2}'), built into `cls` with its
+        keys and values checked, as one line naming the key."""
+
+        def parse(text: str | dict):
+            value = text if isinstance(text, dict) else _yaml_value(dict)(text)
+            return None if value is None else build_dataclass(cls, value, f"{self.recipe_path}: {key}")
+
+        parse.__name__ = cls.__name__
+        return parse
+
     def error(self, message):  # argparse calls this for bad values and types
         raise UserError(f"{self.recipe_path}: {message}")
 
@@ -99,6 +113,8 @@ class RecipeParser(TrlParser):
         for key, value in config.items():
             if key in int_fields and isinstance(value, str | float) and _is_whole_number(value):
                 config[key] = int(float(value))
+            if key in self.built and isinstance(value, dict):  # argparse types only the command line's text
+                config[key] = self.built[key](value)
         return super().set_defaults_with_config(**config)
 
     def parse_recipe(self, argv: list[str] | None = None):
@@ -335,7 +351,7 @@ def check_value(key: str, value, hint, where: str, top_level: bool = False):
     line does."""
     nested = _optional_of(hint)
     if isinstance(value, dict) and dataclasses.is_dataclass(nested):  # an entry of its own keys: a source's part
-        return build_dataclass(nested, value, f"{where}.{key}")
+        return build_dataclass(nested, value, f"{where}: {key}" if top_level else f"{where}.{key}")
     if isinstance(value, str) and (_fits(1.0, hint) or _fits(1, hint)) and not _fits("", hint):
         value = _yaml_number(value)  # YAML reads 1e-2 and 11e9 as text
     if isinstance(value, float) and value.is_integer() and not _fits(1.0, hint) and _fits(1, hint):

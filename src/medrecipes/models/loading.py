@@ -243,13 +243,62 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     return model, tokenizer
 
 
-def check_adapter_targets(model_args, recipe=None) -> None:
+def _local_config(model_args, recipe=None):
+    """The config of the model a recipe starts from, where it is on this machine: its scratch
+    architecture, or a local folder's config.json. None for a Hub id (offline it is not there yet)
+    and for a config transformers cannot read: the run's load says what is wrong with it."""
+    if recipe is not None and recipe.init_from_scratch and recipe.architecture:
+        return scratch_config(recipe.architecture)
+    path = os.path.expanduser(model_args.model_name_or_path or "")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return None
+    try:
+        return AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def check_model_settings(model_args, recipe=None, args=None) -> None:
+    """The recipe's settings against the model they will train, read from its config before any
+    weight or data loads (`_local_config`): what TRL and transformers refuse or do without a word
+    only once the model is there. TRL's rule for router_aux_loss_coef (a Mixture-of-Experts model
+    that returns its router logits); lengths within the model's positions; a LoRA rank below the
+    width of the layers it adapts (at or above it the update is no longer low-rank and costs more
+    than the weights); LoRA's target modules (`check_adapter_targets`)."""
+    config = _local_config(model_args, recipe)
+    where = getattr(recipe, "recipe_file", None) or "command line"
+    if config is not None and args is not None:
+        text = config.get_text_config()
+        coef = getattr(args, "router_aux_loss_coef", None)
+        if coef and not hasattr(text, "output_router_logits"):
+            raise UserError(
+                f"{where}: router_aux_loss_coef {coef:g} weighs a Mixture-of-Experts model's router loss, and {config.model_type} "
+                "has no router (TRL refuses it once the model loads); drop it"
+            )
+        positions = getattr(text, "max_position_embeddings", None)
+        for key in ("max_length", "max_completion_length"):
+            value = getattr(args, key, None)
+            if positions and isinstance(value, int) and value > positions:
+                raise UserError(
+                    f"{where}: {key} {value} is past the {positions} positions {config.model_type} has "
+                    f"(max_position_embeddings); set {key} to {positions} or less"
+                )
+        width = getattr(text, "hidden_size", None)
+        if model_args.use_peft and width and model_args.lora_r >= width:
+            raise UserError(
+                f"{where}: lora_r {model_args.lora_r} is not below the width of the layers LoRA adapts ({width}, the "
+                f"model's hidden_size): the update is then no low-rank one and costs more than the weights; "
+                f"use a rank below {width} (8 to 64 is usual)"
+            )
+    check_adapter_targets(model_args, recipe, config)
+
+
+def check_adapter_targets(model_args, recipe=None, config=None) -> None:
     """LoRA's `lora_target_modules` name modules the model has, checked on the meta device (no
     weights, seconds for a 27B architecture) before the data is built: PEFT refuses a name that
     matches nothing only once the model has loaded. PEFT's rule: a name matches a module whose
     name is it or ends with "." and it (`self_attn.q_proj` too); a single text is a regular
-    expression the whole module name must match. A Hub id's config is not read here (offline it
-    is not there yet); the run's load checks it."""
+    expression the whole module name must match. `config`: the model's (`_local_config`)."""
     import re
 
     targets = model_args.lora_target_modules
@@ -260,15 +309,8 @@ def check_adapter_targets(model_args, recipe=None) -> None:
         )
     saved = model_args.lora_modules_to_save or []
     everything = not targets or targets == "all-linear" or targets == ["all-linear"]
-    if not model_args.use_peft or (everything and not saved):
+    if not model_args.use_peft or (everything and not saved) or config is None:
         return
-    if recipe is not None and recipe.init_from_scratch:  # with its architecture (config.parse_recipe)
-        config = scratch_config(recipe.architecture)
-    else:
-        path = os.path.expanduser(model_args.model_name_or_path or "")
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            return
-        config = AutoConfig.from_pretrained(path)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     names = [name for name, _ in model.named_modules() if name]

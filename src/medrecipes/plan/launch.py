@@ -4,7 +4,7 @@ recipe (`medrecipes launch-plan`)."""
 import math
 import os
 
-from medrecipes.config import method_of_args, prompts_per_step_accumulation, resolve_token_budget
+from medrecipes.config import library_checks, method_of_args, prompts_per_step_accumulation, resolve_token_budget
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.locations import absent
 
@@ -14,6 +14,7 @@ def for_world_size(recipe, training_args, path: str, world_size: int) -> None:
     line) for `world_size`, the same for `plan` and `launch-plan`: the token budget's steps and
     accumulation, GRPO's accumulation from its prompts per step and the micro-batches it
     generates at once."""
+    library_checks.check_parallelism(training_args, path, world_size)
     recipe.derived = {**recipe.derived, **resolve_token_budget(recipe, training_args, path, world_size=world_size)}
     if getattr(training_args, "prompts_per_step", None) is not None:  # GRPO counts its batch in prompts
         training_args.gradient_accumulation_steps = prompts_per_step_accumulation(training_args, world_size)
