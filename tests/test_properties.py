@@ -734,6 +734,20 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         n.startswith("torch_compile_mode switches torch_compile on") for n in notes(torch_compile_mode="default")
     )
     assert not any("switches torch_compile" in n for n in notes(torch_compile=True, torch_compile_mode="default"))
+    # transformers' script flags, said where they ask for what a recipe does not do
+    evaluates = parse_with("sft", tmp_path / "recipe.yaml")[1].eval_strategy != "no"
+    for flag, done in (("do_train", True), ("do_eval", evaluates), ("do_predict", False)):
+        for value in (True, False):
+            said = any(n.startswith(f"{flag} is left by transformers") for n in notes(**{flag: value}))
+            assert said == (value != done), (flag, value)
+    for key, value in (("include_for_metrics", ["loss"]), ("batch_eval_metrics", True)):
+        assert any(n.startswith(f"{key} is read only with a compute_metrics") for n in notes(**{key: value}))
+    assert any(n.startswith("fsdp shards the model") for n in notes(fsdp="full_shard"))
+    # two processes' groups: said where the recipe is read (validate), refused where one process trains
+    with pytest.raises(UserError, match="groups multiply to 2 processes, and 1 trains"):
+        notes(parallelism_config={"tp_size": 2})
+    read = parse_recipe("sft", [str(tmp_path / "recipe.yaml")], here=False)[0].notes
+    assert any(n.startswith("parallelism_config's groups take 2") for n in read), read
 
 
 def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
@@ -748,7 +762,8 @@ def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
 
     unset = {"hub_model_id": "med/x", "hub_private_repo": True, "hub_revision": "v1", "save_total_limit": 2,
              "eval_steps": 5, "vllm_server_base_url": "http://localhost:8000", "vllm_max_model_length": 512,
-             "vllm_structured_outputs_regex": "[AB]", "vllm_importance_sampling_clip_min": 0.5}  # fmt: skip
+             "vllm_structured_outputs_regex": "[AB]", "vllm_importance_sampling_clip_min": 0.5,
+             "fsdp_config": {"min_num_params": 100}}  # fmt: skip
     changed = {
         bool: lambda v: not v,
         int: lambda v: v + 3,

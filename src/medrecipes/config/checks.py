@@ -398,6 +398,19 @@ def check_read_keys(recipe: RecipeArguments, args: TrainingArguments, model_args
             f"{path}: dataset_text_field {field!r}: medrecipes hands TRL each row's text as 'text'; name your "
             "column with the source's text_field instead"
         )
+    if getattr(args, "model_init_kwargs", None):
+        raise UserError(
+            f"{path}: model_init_kwargs is read by TRL only when it loads the model itself, and the recipe hands "
+            "it a loaded one (models.loading), so they would be ignored; set dtype, attn_implementation, "
+            "model_revision or trust_remote_code instead"
+        )
+    # A causal language model's forward takes its labels as "labels" (transformers' find_labels), and
+    # the trainer computes the eval loss only for batches that hold every name in label_names.
+    if args.label_names is not None and list(args.label_names) != ["labels"]:
+        raise UserError(
+            f"{path}: label_names {args.label_names}: the batches hold their labels as 'labels', so with another "
+            "name the trainer finds none and computes no eval loss; drop label_names"
+        )
     if getattr(args.save_strategy, "value", args.save_strategy) == "best" and not args.metric_for_best_model:
         raise UserError(
             f"{path}: save_strategy best saves when metric_for_best_model improves, and none is set, so no "

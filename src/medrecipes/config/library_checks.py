@@ -556,6 +556,11 @@ def trains_on_cpu(args: TrainingArguments) -> bool:
     return args.use_cpu or not torch.accelerator.is_available()
 
 
+def _said_true(value) -> bool:
+    """A switch as the recipe wrote it (true in YAML, 'true' or 'yes' on the command line)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "y", "t", "1")
+
+
 def notes(args: TrainingArguments, recipe=None) -> list[str]:
     """The settings the libraries take and then do nothing with, each as one line: transformers
     clips gradients only at a norm above 0; accelerate runs fp16 only on an accelerator (on a CPU
@@ -591,6 +596,31 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"{switches[0]} switches torch_compile on (transformers does): the model is compiled before it trains; "
             "set torch_compile: true to say so, or drop it"
         )
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.fsdp and (processes == 1 or trains_on_cpu(args)):
+        found.append(
+            "fsdp shards the model over the GPU processes of a launch, and this run "
+            f"{'trains on a CPU' if trains_on_cpu(args) else 'is one process'}, so it trains unsharded; launch on GPUs "
+            "(accelerate launch --config_file accelerate_configs/fsdp.yaml), or drop fsdp"
+        )
+    # transformers leaves these to the script (its help says so): a recipe trains, evaluates as
+    # eval_strategy says, and predicts nothing.
+    script_flags = {"do_train": True, "do_eval": args.eval_strategy != "no", "do_predict": False}
+    if ignored := [k for k, v in script_flags.items() if k in given and _said_true(given[k]) != v]:
+        found.append(
+            f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} left by transformers to the script, and a "
+            "recipe always trains, evaluates as eval_strategy says and predicts nothing; drop "
+            f"{'it' if len(ignored) == 1 else 'them'}"
+        )
+    # Read by the trainer's evaluation loop only for a compute_metrics, which the recipes do not
+    # pass: they score eval_tasks with medrecipes' own evaluation.
+    metrics = [k for k in ("include_for_metrics", "batch_eval_metrics") if k in given]
+    if metrics:
+        found.append(
+            f"{', '.join(metrics)} {'is' if len(metrics) == 1 else 'are'} read only with a compute_metrics, which "
+            "the recipes do not pass (eval_tasks scores the model); drop "
+            f"{'it' if len(metrics) == 1 else 'them'}"
+        )
     parallel = getattr(args, "parallelism_config", None)
     if parallel is not None and parallel.total_size > 1 and "WORLD_SIZE" not in os.environ:
         found.append(
@@ -616,6 +646,7 @@ SWITCHED_OFF = {
     "train_sampling_strategy": (("random", "sequential"), ("length_column_name",)),  # read by group_by_length
     "precompute_ref_log_probs": ((False,), ("precompute_ref_batch_size",)),  # DPO, KTO
     "prompt_format": (("plain",), ("chat_template_kwargs",)),  # GRPO: no template is applied to a plain prompt
+    "fsdp": ((None, False, ""), ("fsdp_config",)),
 }
 
 

@@ -37,6 +37,8 @@ def check_writable(path: str, where: str, folder: bool = False) -> None:
     read-only disk, root or not)."""
     if "://" in path:
         return
+    if not path.strip():  # os.path.abspath would make it the working folder
+        raise UserError(f"{where}: the path is empty; name a {'folder' if folder else 'path'} to write to")
     if folder and os.path.isfile(path):
         raise UserError(f"{where}: {path} is a file; name a folder to write into")
     existing = os.path.abspath(path)
