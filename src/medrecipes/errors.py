@@ -96,11 +96,12 @@ def first_bad_line(path: str) -> str | None:
     with open(path, encoding="utf-8", errors="replace") as handle:
         if handle.read(4096).lstrip().startswith("["):  # one JSON document: where it breaks
             handle.seek(0)
+            text = handle.read()
             try:
-                json.load(handle)
-                return None
+                json.loads(text)
             except json.JSONDecodeError as err:
                 return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
+            return _first_element_not_object(path, text)
         handle.seek(0)
         for number, line in enumerate(handle, 1):  # line by line: a corpus may not fit in memory
             if not line.strip():
@@ -112,6 +113,29 @@ def first_bad_line(path: str) -> str | None:
             if not isinstance(value, dict):
                 return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
     return None
+
+
+def _first_element_not_object(path: str, text: str) -> str | None:
+    """'FILE line N: ...' for the first element of a JSON array document that is not an object
+    (pyarrow names it by its place in a block, from 0), found by decoding one element at a time;
+    None where the document is not an array or all its elements are objects."""
+    decoder = json.JSONDecoder()
+    at = text.index("[") + 1
+    count = 0
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        if at >= len(text) or text[at] == "]":
+            return None
+        value, end = decoder.raw_decode(text, at)
+        count += 1
+        if not isinstance(value, dict):
+            line = text.count("\n", 0, at) + 1
+            return (
+                f"{path} line {line}: element {count} of its array is a JSON {type(value).__name__}, not an object "
+                "with named fields"
+            )
+        at = end
 
 
 def first_to_report() -> bool:

@@ -1,6 +1,7 @@
 """The commands that read a recipe: validate, plan, preview, launch-plan, build-data."""
 
 import json
+import sys
 
 from medrecipes.cli.arguments import (
     COUNT,
@@ -147,6 +148,12 @@ def cmd_launch_plan(args) -> None:
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
         print(f"{key}={shlex.quote(str(value))}")
+    if training_args.use_cpu:  # on stderr: stdout is read by the launch script as shell assignments
+        print(
+            f"# note: {args.recipe} has use_cpu: true, so its {values['NUM_PROCESSES']} processes would train on CPUs "
+            "and leave the GPUs idle; set use_cpu: false to train on them",
+            file=sys.stderr,
+        )
 
 
 def cmd_build_data(args) -> None:

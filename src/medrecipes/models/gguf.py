@@ -12,6 +12,11 @@ def split_gguf(path: str) -> tuple[str, dict]:
     """A local .gguf file loads from its folder with `gguf_file=`; anything else loads as is. A
     path that cannot be a Hub id (org/name) must exist here."""
     if path.endswith(".gguf"):
+        if os.path.isdir(path):
+            raise UserError(
+                f"model: {path} is a folder, and a .gguf model is one file; pass the .gguf file in it, or "
+                "rename a model's folder without .gguf"
+            )
         if not os.path.isfile(path):
             raise UserError(f"model: no such file {path}")
         check_gguf(path)

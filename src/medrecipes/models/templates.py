@@ -51,6 +51,7 @@ def sft_template(training_args, tokenizer) -> str | None:
         tokenizer.chat_template = chat_template("chatml")
         logger.info("the tokenizer has no chat template; using the shipped chatml template")
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    check_turn_tokens(template, tokenizer, path or "the tokenizer's chat template")
     if getattr(training_args, "assistant_only_loss", False) and template and not GENERATION_MARK.search(template):
         source = path or "the tokenizer's chat template"
         raise UserError(
@@ -59,6 +60,23 @@ def sft_template(training_args, tokenizer) -> str | None:
             "are shipped with it), or set assistant_only_loss: false"
         )
     return template
+
+
+def check_turn_tokens(template: str | None, tokenizer, source: str) -> None:
+    """A template in a shipped turn format whose turn tokens the tokenizer has as single tokens:
+    without them each marker is cut into pieces of text, the model learns those, and generation
+    never stops at the end of a turn (the recipe's eos_token is not where the turn ends)."""
+    name = next((n for n, (_, end) in TURN_TOKENS.items() if template and end in template), None)
+    vocab = tokenizer.get_vocab()
+    if name is None or all(token in vocab for token in TURN_TOKENS[name]):
+        return
+    own = native_template(tokenizer)
+    instead = f"{own}, the tokenizer's turn format" if own else "a template in the tokenizer's turn format"
+    raise UserError(
+        f"chat_template_path: {source} marks turns with {' and '.join(TURN_TOKENS[name])}, which this tokenizer "
+        f"does not have as tokens (they would be trained as pieces of text, and no turn would end); use {instead}, "
+        "or a tokenizer that has them"
+    )
 
 
 # How a chat template marks the assistant's tokens for assistant_only_loss: {% generation %}.
