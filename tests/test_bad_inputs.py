@@ -413,6 +413,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: an empty question", ["eval", "--model", model, "--data", f["emptyq.jsonl"]], "emptyq.jsonl line 1: the question is empty"),
         Case("SFT chat: assistant speaks first", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['asstfirst.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "the first turn after any system turn is not the user's"),
         Case("SFT chat: unknown role", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['badrole.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "turn 1 has role 'doctor'"),
+        Case("SFT: dropped last batches leave none", script("sft", sft, *run_in(files, model), "--dataloader_drop_last", "true", "--per_device_train_batch_size", "500", "--eval_sets", "null", *NO_EVAL), "dataloader_drop_last drops every batch: the 60 training rows"),
         Case("SFT: max_length that leaves no row", script("sft", sft, *run_in(files, model), "--max_length", "1", "--eval_sets", "null", *NO_EVAL), "no training rows are left of 60 once MedSFTTrainer prepared them"),
         Case("abbreviated flag", ["plan", cpt, "--num-gpu", "2"], "unknown argument 'num-gpu'"),
         Case("flag a command does not have", ["report", f["existing.json"], "--outpt", "r.html"], "medrecipes report: unknown argument '--outpt'"),

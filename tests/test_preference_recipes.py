@@ -309,3 +309,32 @@ def test_pairs_says_questions_two_files_share_and_refuses_a_file_given_twice(tmp
     with pytest.raises(SystemExit) as exit:
         cli.main(["pairs", "--mcq", str(copy), str(copy), "--out", str(tmp_path / "q.jsonl")])
     assert exit.value.code == 2 and not (tmp_path / "q.jsonl").exists()
+
+
+def test_kto_weights_out_of_the_papers_range_for_their_counts_are_said_with_the_weight_that_fits(caplog):
+    """KTO's Eq. 8: desirable_weight x desirable answers against undesirable_weight x undesirable
+    ones from 1 to 4/3, for balanced and unbalanced data alike (TRL advises only the unbalanced);
+    the desirable_weight the line advises, at either end, is in range."""
+    import logging
+    import types
+
+    from datasets import Dataset
+
+    from medrecipes.data.preference import _check_balance
+
+    def said(desirable: int, undesirable: int, dw: float, uw: float) -> list[str]:
+        rows = Dataset.from_dict({"label": [True] * desirable + [False] * undesirable})
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="medrecipes.data.preference"):
+            _check_balance(rows, types.SimpleNamespace(desirable_weight=dw, undesirable_weight=uw))
+        return [r.getMessage() for r in caplog.records]
+
+    for desirable, undesirable in ((60, 60), (30, 90), (90, 30), (1, 7)):
+        for dw, uw in ((1.0, 1.0), (1.0, 100.0), (100.0, 1.0), (1.2, 1.0), (3.0, 1.0), (0.5, 1.0)):
+            ratio = dw * desirable / (uw * undesirable)
+            lines = said(desirable, undesirable, dw, uw)
+            assert bool(lines) == (not 1 <= ratio <= 4 / 3), (desirable, undesirable, dw, uw, lines)
+            if lines:
+                low, high = map(float, re.search(r"desirable_weight from (\S+) to (\S+)$", lines[0]).groups())
+                for advised in (low, high):  # as printed, to 3 figures
+                    assert not said(desirable, undesirable, advised * (1.01 if advised == low else 0.99), uw)

@@ -123,7 +123,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif trains.preference:
         from medrecipes.data.preference import preference_data
 
-        train, _ = preference_data(recipe, unpair=trains.preference == "answers")
+        train, _ = preference_data(recipe, unpair=trains.preference == "answers", args=args)
         examples = []
         for row in _first(train, count):
             if "chosen" in row:

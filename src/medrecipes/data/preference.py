@@ -3,6 +3,7 @@ against a distractor, or the model's own right answer against its own wrong one)
 unpaired layout of them, and the recipe's mixture of preference sources (TRL's layouts: prompt,
 chosen, rejected; or prompt, completion, label; plain text or conversational)."""
 
+import logging
 import random
 from collections import Counter
 
@@ -10,6 +11,8 @@ from medrecipes import usmle
 from medrecipes.data.mixture import build_mixture
 from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 def mcq_pairs(rows, system_prompt: str | None = None, seed: int = 42) -> list[dict]:
@@ -110,9 +113,31 @@ def _check_both_kinds(rows) -> None:
         )
 
 
-def preference_data(recipe, unpair: bool = False):
+def _check_balance(rows, args) -> None:
+    """KTO's paper (Eq. 8) has desirable_weight x desirable answers against undesirable_weight x
+    undesirable ones from 1 to 4/3; TRL advises it only when the counts differ. Said in one line
+    wherever it is off, with the desirable_weight that puts it back. A stream is not counted."""
+    if args is None or not hasattr(rows, "__len__") or len(rows) == 0:
+        return
+    desirable = sum(rows["label"])
+    undesirable = len(rows) - desirable
+    if not desirable or not undesirable:
+        return
+    ratio = args.desirable_weight * desirable / (args.undesirable_weight * undesirable)
+    if not 1 <= ratio <= 4 / 3:
+        low = args.undesirable_weight * undesirable / desirable
+        logger.warning(
+            "desirable_weight %g x %d desirable answers against undesirable_weight %g x %d undesirable ones is "
+            "%.3g, outside KTO's 1 to 4/3 (its paper, Eq. 8): one kind would outweigh the other; set "
+            "desirable_weight from %.3g to %.3g",
+            args.desirable_weight, desirable, args.undesirable_weight, undesirable, ratio, low, low * 4 / 3,
+        )  # fmt: skip
+
+
+def preference_data(recipe, unpair: bool = False, args=None):
     """(train rows, {eval set: rows}) from the recipe's preference sources; with `unpair` (KTO)
-    pairs are split into one desirable and one undesirable answer."""
+    pairs are split into one desirable and one undesirable answer, and the weights of the two
+    kinds in `args` (KTO's config) are checked against their counts."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one preference source")
     train = build_mixture(recipe.mixture)
@@ -122,6 +147,7 @@ def preference_data(recipe, unpair: bool = False):
             train = split_pairs(train)
         else:
             _check_both_kinds(train)
+        _check_balance(train, args)
         evals = {
             name: split_pairs(rows) if recipe.eval_sources[name].format == "preference" else rows
             for name, rows in evals.items()

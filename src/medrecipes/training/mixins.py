@@ -69,6 +69,21 @@ def _check_rows_left(given: int | None, left: int | None, trainer: str, args) ->
     logger.warning("%s dropped %d of %d training rows (%s)", trainer, given - left, given, why)
 
 
+def _check_whole_batch(dataset, args) -> None:
+    """With dataloader_drop_last, the DataLoader drops a last batch it cannot fill: with fewer rows
+    than one batch of all processes it yields none, and the run saves an untrained model after 0
+    steps. GRPO batches its completions (num_generations of each prompt), not its rows."""
+    if not args.dataloader_drop_last or hasattr(args, "num_generations") or not hasattr(dataset, "__len__"):
+        return
+    batch = args.per_device_train_batch_size * args.world_size
+    if len(dataset) < batch:
+        raise UserError(
+            f"dataloader_drop_last drops every batch: the {len(dataset)} training rows fill no batch of {batch} "
+            f"(per_device_train_batch_size {args.per_device_train_batch_size} on {args.world_size} process"
+            f"{'es' if args.world_size > 1 else ''}); lower the batch, or set dataloader_drop_last: false"
+        )
+
+
 class RecipeTrainerMixin(TrainerSeams):
     """What every recipe's trainer does beyond the library's; put it first in the bases
     (`class T(RecipeTrainerMixin, SFTTrainer)`) and pass `callbacks.recipe_callbacks(...)`.
@@ -107,6 +122,7 @@ class RecipeTrainerMixin(TrainerSeams):
         score_labelled_positions_only()
         super().__init__(*args, **kwargs)
         _check_rows_left(given, _rows(self.train_dataset), type(self).__name__, self.args)
+        _check_whole_batch(self.train_dataset, self.args)
         callbacks = self.callback_handler.callbacks
         self.guard = next((cb for cb in callbacks if isinstance(cb, NonFiniteGuard)), None)
         self.monitor = next((cb for cb in callbacks if isinstance(cb, ThroughputMonitor)), None)
