@@ -551,6 +551,8 @@ def test_a_method_key_whose_sign_or_zero_defeats_the_method_is_refused_with_why(
         data[key] = value
         if (method, key) == ("dpo", "label_smoothing"):
             data["loss_type"] = ["robust"]  # a loss that reads it (the others are refused it, by name)
+        if key == "entropy_coef_min":
+            data["entropy_coef_max"] = 1e13  # the floor stays under its ceiling (refused by a check of its own)
         line = answer(method, data, tmp_path)
         if bound.admits(value):
             assert line is None or key not in line, line
@@ -741,7 +743,7 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
             said = any(n.startswith(f"{flag} is left by transformers") for n in notes(**{flag: value}))
             assert said == (value != done), (flag, value)
     for key, value in (("include_for_metrics", ["loss"]), ("batch_eval_metrics", True)):
-        assert any(n.startswith(f"{key} is read only with a compute_metrics") for n in notes(**{key: value}))
+        assert any(n.startswith(f"{key} is read only with a trainer's compute_metrics") for n in notes(**{key: value}))
     assert any(n.startswith("fsdp shards the model") for n in notes(fsdp="full_shard"))
     # two processes' groups: said where the recipe is read (validate), refused where one process trains
     with pytest.raises(UserError, match="groups multiply to 2 processes, and 1 trains"):

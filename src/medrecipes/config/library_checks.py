@@ -612,15 +612,16 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             "recipe always trains, evaluates as eval_strategy says and predicts nothing; drop "
             f"{'it' if len(ignored) == 1 else 'them'}"
         )
-    # Read by the trainer's evaluation loop only for a compute_metrics, which the recipes do not
-    # pass: they score eval_tasks with medrecipes' own evaluation.
-    metrics = [k for k in ("include_for_metrics", "batch_eval_metrics") if k in given]
-    if metrics:
-        found.append(
-            f"{', '.join(metrics)} {'is' if len(metrics) == 1 else 'are'} read only with a compute_metrics, which "
-            "the recipes do not pass (eval_tasks scores the model); drop "
-            f"{'it' if len(metrics) == 1 else 'them'}"
-        )
+    for argument, keys in UNPASSED.items():
+        if read := [k for k in keys if k in given]:
+            found.append(
+                f"{', '.join(read)} {'is' if len(read) == 1 else 'are'} read only with a trainer's {argument}, which "
+                f"the recipes do not pass; drop {'it' if len(read) == 1 else 'them'}"
+            )
+    if "local_rank" in given:
+        found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
+    if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
+        found.append("num_train_epochs does nothing while max_steps is set (the run stops at max_steps); drop one")
     parallel = getattr(args, "parallelism_config", None)
     if parallel is not None and parallel.total_size > 1 and "WORLD_SIZE" not in os.environ:
         found.append(
@@ -629,6 +630,14 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
         )
     found += _switched_off(args, recipe)
     return found
+
+
+# The keys a trainer reads only for an argument of its own that no recipe passes: compute_metrics
+# (eval_tasks scores the model with medrecipes' evaluation), tools (GRPO trains no agent).
+UNPASSED = {
+    "compute_metrics": ("include_for_metrics", "batch_eval_metrics"),
+    "tools": ("max_tool_calling_iterations",),
+}
 
 
 # A feature switched off (its key, and the values that switch it off), and the keys that set it
@@ -647,6 +656,7 @@ SWITCHED_OFF = {
     "precompute_ref_log_probs": ((False,), ("precompute_ref_batch_size",)),  # DPO, KTO
     "prompt_format": (("plain",), ("chat_template_kwargs",)),  # GRPO: no template is applied to a plain prompt
     "fsdp": ((None, False, ""), ("fsdp_config",)),
+    "use_adaptive_entropy": ((False,), ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")),
 }
 
 

@@ -141,7 +141,7 @@ AT_LEAST_ONE = (
 )
 
 
-NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay", "eval_delay")
+NOT_NEGATIVE = ("learning_rate", "embedding_learning_rate", "weight_decay", "eval_delay", "num_train_epochs")
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,9 @@ POSITIVE_INTERVALS = ("save_steps", "logging_steps", "eval_steps")
 COMMON_BOUNDS = {
     "save_total_limit": Bound(1, True, "the trainer deletes no checkpoint at 0 or below, as when it is left out"),
     "neftune_noise_alpha": Bound(0, False, "NEFTune draws its noise from -alpha to alpha"),
+    "router_aux_loss_coef": Bound(
+        0, True, "it weighs the loss that spreads tokens over the experts; a negative one rewards crowding them"
+    ),
     "label_smoothing_factor": Bound(
         0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1
     ),
