@@ -745,6 +745,17 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     for key, value in (("include_for_metrics", ["loss"]), ("batch_eval_metrics", True)):
         assert any(n.startswith(f"{key} is read only with a trainer's compute_metrics") for n in notes(**{key: value}))
     assert any(n.startswith("fsdp shards the model") for n in notes(fsdp="full_shard"))
+    # keys one logger reads, said unless that logger is in report_to
+    from medrecipes.config.library_checks import LOGGER_KEYS
+
+    for logger, keys in LOGGER_KEYS.items():
+        key = keys[0] if not keys[0].endswith("_") else f"{keys[0]}space_id"
+        for loggers, said in (("none", True), (logger, False)):
+            data = {**base_recipe("sft", tmp_path), "use_cpu": True, key: "x", "report_to": loggers}
+            (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+            read = parse_recipe("sft", [str(tmp_path / "recipe.yaml")], here=False)[0].notes  # logger not installed
+            assert any(n.startswith(f"{key} is read only by the {logger} logger") for n in read) == said, (key, read)
+    assert any(n.startswith("optim_target_modules is read only by") for n in notes(optim_target_modules=["q_proj"]))
     # two processes' groups: said where the recipe is read (validate), refused where one process trains
     with pytest.raises(UserError, match="groups multiply to 2 processes, and 1 trains"):
         notes(parallelism_config={"tp_size": 2})

@@ -618,6 +618,20 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
                 f"{', '.join(read)} {'is' if len(read) == 1 else 'are'} read only with a trainer's {argument}, which "
                 f"the recipes do not pass; drop {'it' if len(read) == 1 else 'them'}"
             )
+    for logger_name, keys in LOGGER_KEYS.items():
+        named = [k for k in given for key in keys if k == key or (key.endswith("_") and k.startswith(key))]
+        if named and logger_name not in args.report_to and "all" not in args.report_to:
+            found.append(
+                f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} read only by the {logger_name} logger, and "
+                f"report_to is {', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
+                f"{'it' if len(named) == 1 else 'them'}"
+            )
+    optim = getattr(args.optim, "value", args.optim)
+    if "optim_target_modules" in given and not any(name in optim for name in TARGETED_OPTIMIZERS):
+        found.append(
+            f"optim_target_modules is read only by the {', '.join(TARGETED_OPTIMIZERS)} optimizers, and optim is "
+            f"{optim}; choose one of them, or drop it"
+        )
     if "local_rank" in given:
         found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
     if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
@@ -632,6 +646,12 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
     return found
 
 
+# Keys only one logger reads (its name in report_to), "_" ending a prefix; and the optimizers
+# (their names' part) that transformers gives optim_target_modules to.
+LOGGER_KEYS = {"trackio": ("project", "trackio_")}
+TARGETED_OPTIMIZERS = ("galore", "apollo")
+
+
 # The keys a trainer reads only for an argument of its own that no recipe passes: compute_metrics
 # (eval_tasks scores the model with medrecipes' evaluation), tools (GRPO trains no agent).
 UNPASSED = {
@@ -643,8 +663,11 @@ UNPASSED = {
 # A feature switched off (its key, and the values that switch it off), and the keys that set it
 # up; a key ending in "_" stands for every key of the config that starts with it.
 SWITCHED_OFF = {
-    "push_to_hub": ((False,), ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push")),
-    "eval_strategy": (("no",), ("eval_steps", "eval_delay", "eval_packing")),
+    "push_to_hub": (
+        (False,),
+        ("hub_model_id", "hub_private_repo", "hub_strategy", "hub_revision", "hub_always_push", "hub_token"),
+    ),
+    "eval_strategy": (("no",), ("eval_steps", "eval_delay", "eval_packing", "metric_for_best_model")),
     "packing": ((False,), ("packing_strategy",)),  # SFT
     "save_strategy": (("no",), ("save_steps", "save_total_limit")),
     "logging_strategy": (("no",), ("logging_steps", "logging_first_step")),
@@ -677,7 +700,8 @@ def _switched_off(args: TrainingArguments, recipe=None) -> list[str]:
         if switch not in defaults or value not in off or pushes:
             continue
         named = [k for key in keys for k in defaults if k == key or (key.endswith("_") and k.startswith(key))]
-        given = [key for key in named if getattr(obj, key, None) != defaults[key]]
+        written = getattr(recipe, "given", None)  # the library may set a key from another (post_init)
+        given = [k for k in named if getattr(obj, k, None) != defaults[k] and (written is None or k in written)]
         if given:
             them = "it" if len(given) == 1 else "them"
             found.append(

@@ -69,6 +69,7 @@ class RecipeParser(TrlParser):
         self.recipe_path = "command line"
         self.given: dict[str, Any] = {}  # the keys the recipe and the command line wrote, with their values
         self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
+        self.texts: dict[str, Any] = {}  # the keys that take a mapping or text, and how their text is read
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -80,8 +81,8 @@ class RecipeParser(TrlParser):
                 action.type = self.built[action.dest] = self._dataclass_value(action.dest, _optional_of(hints[action.dest]))
             elif kind is not None:
                 action.type, action.nargs = _yaml_value(kind), None
-            elif _mapping_or_text(hints[action.dest]):
-                action.type = _mapping_or_text_value
+            elif _mapping_or_text(hints[action.dest]):  # a path only where the library reads a file (its help says)
+                action.type = self.texts[action.dest] = _mapping_or_path("path" in (action.help or "").lower())
             if choices(hints[action.dest]):  # argparse checks only the command line; check_choices checks both
                 action.choices = None
             if action.type is float:  # before the dataclass: TrainingArguments' own checks fail on inf
@@ -115,6 +116,11 @@ class RecipeParser(TrlParser):
                 config[key] = int(float(value))
             if key in self.built and isinstance(value, dict):  # argparse types only the command line's text
                 config[key] = self.built[key](value)
+            if key in self.texts and isinstance(value, str):
+                try:
+                    config[key] = self.texts[key](value)
+                except ArgumentTypeError as err:
+                    raise UserError(f"{self.recipe_path}: {key}: {err}") from None
         return super().set_defaults_with_config(**config)
 
     def parse_recipe(self, argv: list[str] | None = None):
@@ -205,21 +211,46 @@ def _mapping_or_text(hint) -> bool:
     return str in args and any((typing.get_origin(a) or a) is dict for a in args)
 
 
-def _mapping_or_text_value(text: str):
-    """A mapping written on the command line as YAML or JSON ('{page_size: 16}') becomes that
-    mapping, where the library would read only JSON and fail without naming the key; other text
-    (a path) stays text."""
-    if not text.lstrip().startswith("{"):
-        return text
+def _mapping_or_path(reads_files: bool):
+    """An argparse type for a field the library takes as a mapping or as text: a mapping written
+    as YAML or JSON ('{page_size: 16}') becomes that mapping, where the library would read only
+    JSON and fail without naming the key; other text is the path of a JSON file where the library
+    reads one (`reads_files`: accelerator_config, deepspeed), which must be there, and refused
+    where it reads none."""
+
+    def parse(text: str):
+        if not text.lstrip().startswith("{"):
+            if not reads_files:
+                raise ArgumentTypeError(f"expected a mapping such as '{{key: value, ...}}', got {text!r}")
+            if not os.path.isfile(os.path.expanduser(text)) and not _base64_mapping(text):  # DeepSpeed takes base64
+                raise ArgumentTypeError(
+                    f"no such file {text!r}; give the path of a JSON file, or a mapping such as '{{key: value, ...}}'"
+                )
+            return text
+        try:
+            value = load_yaml(text)
+        except yaml.YAMLError as err:
+            raise ArgumentTypeError(
+                f"not a valid mapping ({str(err).splitlines()[0]}); write it as '{{key: value, ...}}'"
+            ) from None
+        if not isinstance(value, dict):
+            raise ArgumentTypeError(f"expected a mapping such as '{{key: value, ...}}', got {text!r}")
+        return value
+
+    parse.__name__ = "mapping"
+    return parse
+
+
+def _base64_mapping(text: str) -> bool:
+    """Whether `text` is a JSON mapping encoded in base64 (as DeepSpeed's config may be given)."""
+    import base64
+    import binascii
+    import json
+
     try:
-        value = load_yaml(text)
-    except yaml.YAMLError as err:
-        raise ArgumentTypeError(
-            f"not a valid mapping ({str(err).splitlines()[0]}); write it as '{{key: value, ...}}'"
-        ) from None
-    if not isinstance(value, dict):
-        raise ArgumentTypeError(f"expected a mapping such as '{{key: value, ...}}', got {text!r}")
-    return value
+        return isinstance(json.loads(base64.b64decode(text, validate=True)), dict)
+    except (binascii.Error, ValueError):
+        return False
 
 
 def _or_null(parse):
