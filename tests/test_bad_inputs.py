@@ -178,6 +178,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("scheduler arguments as a word", ["validate", cpt, "--lr_scheduler_kwargs", "cosine"], "expected a mapping such as"),
         Case("built_data not there", ["validate", cpt, "--built_data", f"{files}/no-built"], "built_data"),
         Case("resume_from_checkpoint not there", ["validate", cpt, "--resume_from_checkpoint", f"{files}/no-run/checkpoint-9"], "resume_from_checkpoint"),
+        Case("a DDP backend outside a launch", ["validate", cpt, "--ddp_backend", "gloo"], "ddp_backend set up a process group, which a launch"),
         Case("router loss on a dense model", ["validate", sft, "--model_name_or_path", model, "--router_aux_loss_coef", "0.5"], "llama has no router"),
         Case("length past the model's positions", ["validate", sft, "--model_name_or_path", model, "--max_length", "100000"], "is past the 2048 positions"),
         Case("LoRA rank past the layers' width", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_r", "100000"], "is not below the width of the layers"),

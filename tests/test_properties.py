@@ -756,6 +756,23 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
             read = parse_recipe("sft", [str(tmp_path / "recipe.yaml")], here=False)[0].notes  # logger not installed
             assert any(n.startswith(f"{key} is read only by the {logger} logger") for n in read) == said, (key, read)
     assert any(n.startswith("optim_target_modules is read only by") for n in notes(optim_target_modules=["q_proj"]))
+    # every setting transformers' help says is for several processes, said in a run of one
+    from medrecipes.config import method_named
+    from medrecipes.config.library_checks import distributed_keys
+
+    several = distributed_keys(method_named("sft").config)
+    assert {"ddp_find_unused_parameters", "save_on_each_node"} <= set(several), several
+    kinds = typing.get_type_hints(method_named("sft").config)
+    tried = 0
+    for key in several:
+        value = {bool: True, bool | None: True, int | None: 25}.get(kinds[key])
+        if value is None:
+            continue  # a name (a backend starts a process group: refused outside a launch)
+        tried += 1
+        assert any(n.startswith(f"{key} sets up training on several processes") for n in notes(**{key: value})), key
+    assert tried >= 6, tried
+    assert any(n.startswith("activation_offloading does nothing on a CPU") for n in notes(activation_offloading=True))
+    assert any(n.startswith("dataloader_pin_memory does nothing on a CPU") for n in notes(dataloader_pin_memory=True))
     # two processes' groups: said where the recipe is read (validate), refused where one process trains
     with pytest.raises(UserError, match="groups multiply to 2 processes, and 1 trains"):
         notes(parallelism_config={"tp_size": 2})

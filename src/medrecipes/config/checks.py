@@ -160,7 +160,9 @@ def resolve_token_budget(
     # linear is the trainers' default, which a recipe that sets min_lr without naming a schedule leaves
     floored = ("cosine", "cosine_with_min_lr") + (() if "lr_scheduler_type" in recipe.given else ("linear",))
     if recipe.min_lr is not None and recipe.min_lr < 0:
-        raise UserError(f"{path}: min_lr must be 0 or more (the floor the learning rate decays to), got {recipe.min_lr:g}")
+        raise UserError(
+            f"{path}: min_lr must be 0 or more (the floor the learning rate decays to), got {recipe.min_lr:g}"
+        )
     if recipe.min_lr is not None and schedule not in floored:
         raise UserError(
             f"{path}: min_lr decays the learning rate on a cosine to its floor (cosine_with_min_lr), and "

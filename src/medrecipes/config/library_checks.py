@@ -556,6 +556,25 @@ def trains_on_cpu(args: TrainingArguments) -> bool:
     return args.use_cpu or not torch.accelerator.is_available()
 
 
+# How transformers' help words the settings that only a run of several processes reads.
+SEVERAL_PROCESSES = re.compile(
+    r"^(When (using|doing) (a )?(multi-?node )?distributed training|The backend to use for distributed training|"
+    r"Logging level for replica processes)|from all devices",
+    re.IGNORECASE,
+)
+
+
+@functools.cache
+def distributed_keys(config: type) -> tuple[str, ...]:
+    """The settings of `config` whose help says they set up training on several processes (DDP's
+    flags, its backend, logging and saving per node, gathering from all devices)."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(config)
+        if SEVERAL_PROCESSES.search(" ".join((f.metadata.get("help") or "").split()))
+    )
+
+
 def _said_true(value) -> bool:
     """A switch as the recipe wrote it (true in YAML, 'true' or 'yes' on the command line)."""
     return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "y", "t", "1")
@@ -632,6 +651,16 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"optim_target_modules is read only by the {', '.join(TARGETED_OPTIMIZERS)} optimizers, and optim is "
             f"{optim}; choose one of them, or drop it"
         )
+    if processes == 1 and (several := [k for k in distributed_keys(type(args)) if k in given]):
+        found.append(
+            f"{', '.join(several)} {'sets' if len(several) == 1 else 'set'} up training on several processes, and "
+            f"{'does' if len(several) == 1 else 'do'} nothing in a run of one (a launch of several reads "
+            f"{'it' if len(several) == 1 else 'them'})"
+        )
+    if _said_true(given.get("dataloader_pin_memory", False)) and trains_on_cpu(args):  # transformers turns it off
+        found.append("dataloader_pin_memory does nothing on a CPU run (it pins memory for copies to an accelerator)")
+    if getattr(args, "activation_offloading", False) and trains_on_cpu(args):
+        found.append("activation_offloading does nothing on a CPU run (the activations are in CPU memory already)")
     if "local_rank" in given:
         found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
     if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
@@ -655,7 +684,7 @@ TARGETED_OPTIMIZERS = ("galore", "apollo")
 # The keys a trainer reads only for an argument of its own that no recipe passes: compute_metrics
 # (eval_tasks scores the model with medrecipes' evaluation), tools (GRPO trains no agent).
 UNPASSED = {
-    "compute_metrics": ("include_for_metrics", "batch_eval_metrics"),
+    "compute_metrics": ("include_for_metrics", "batch_eval_metrics", "eval_do_concat_batches"),
     "tools": ("max_tool_calling_iterations",),
 }
 
@@ -679,7 +708,10 @@ SWITCHED_OFF = {
     "precompute_ref_log_probs": ((False,), ("precompute_ref_batch_size",)),  # DPO, KTO
     "prompt_format": (("plain",), ("chat_template_kwargs",)),  # GRPO: no template is applied to a plain prompt
     "fsdp": ((None, False, ""), ("fsdp_config",)),
-    "use_adaptive_entropy": ((False,), ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")),
+    "use_adaptive_entropy": (
+        (False,),
+        ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"),
+    ),
 }
 
 
@@ -719,7 +751,8 @@ def _checkpoint_keywords() -> dict:
 
     hints = typing.get_type_hints(checkpoint)
     kinds = {name: hint for name, hint in hints.items() if hint in (bool, str, int, float, bool | None)}
-    for name, default in re.findall(r'kwargs\.pop\(\s*"(\w+)"\s*,\s*(True|False)\s*\)', inspect.getsource(checkpoint)):
+    popped = re.findall(r'kwargs\.pop\(\s*"(\w+)"\s*,\s*(?:True|False)\s*\)', inspect.getsource(checkpoint))
+    for name in popped:
         kinds[name] = bool
     return kinds
 
@@ -740,7 +773,9 @@ def check_structured_settings(args: TrainingArguments, path: str) -> None:
         if kwargs is not None:
             from accelerate.utils import GradientAccumulationPlugin
 
-            build_dataclass(GradientAccumulationPlugin, kwargs, f"{path}: accelerator_config.gradient_accumulation_kwargs")
+            build_dataclass(
+                GradientAccumulationPlugin, kwargs, f"{path}: accelerator_config.gradient_accumulation_kwargs"
+            )
             if "num_steps" in kwargs:
                 raise UserError(
                     f"{path}: accelerator_config.gradient_accumulation_kwargs.num_steps would replace "

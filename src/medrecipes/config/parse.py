@@ -55,6 +55,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = " ".join(str(err).split())  # its lines, as one
+        if "process group" in reason:  # a setting that starts one (ddp_backend) outside a launch
+            asked = [k for k in parser.given if k in library_checks.distributed_keys(script_classes(method)[1])]
+            reason = (
+                f"{', '.join(asked) or 'these settings'} set up a process group, which a launch of several processes "
+                "starts (accelerate launch, torchrun); run under a launch, or drop them"
+            )
         # A library's own words may quote the value and not the key ("invalid literal for int(): 'x'").
         quoted = [
             k

@@ -78,7 +78,9 @@ class RecipeParser(TrlParser):
                 continue
             kind = _structured_kind(hints[action.dest])
             if dataclasses.is_dataclass(_optional_of(hints[action.dest])):  # a library's config of its own keys
-                action.type = self.built[action.dest] = self._dataclass_value(action.dest, _optional_of(hints[action.dest]))
+                action.type = self.built[action.dest] = self._dataclass_value(
+                    action.dest, _optional_of(hints[action.dest])
+                )
             elif kind is not None:
                 action.type, action.nargs = _yaml_value(kind), None
             elif _mapping_or_text(hints[action.dest]):  # a path only where the library reads a file (its help says)

@@ -237,7 +237,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "top_entropy_quantile": Bound(
             0, True, "the share of tokens, highest entropy first, kept in the policy loss", 1, high_ok=True
         ),
-        "epsilon_high": Bound(0, False, "it is the upper clipping range of the policy ratio; 0 or less leaves no update"),
+        "epsilon_high": Bound(
+            0, False, "it is the upper clipping range of the policy ratio; 0 or less leaves no update"
+        ),
         "entropy_coef_delta": Bound(0, False, "adaptive entropy control moves its coefficient by this step"),
         "entropy_target": Bound(0, True, "it is a mean entropy, in nats, which is never below 0"),
         "entropy_coef_min": Bound(0, True, "adaptive entropy control keeps its coefficient at or above it"),
