@@ -319,6 +319,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("decontaminate: drop over a folder", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--drop", f["emptydir"]], "is a folder; name a file for the kept rows"),
         Case("convert-gguf: a folder named .gguf", ["convert-gguf", f["folder.gguf"], f"{files}/cg1"], "is a folder, and a .gguf model is one file"),
         Case("preview: a template whose turn tokens the tokenizer lacks", ["preview", sft, "--model_name_or_path", model, "--examples", "1", "--eval_sets", "null", "--chat_template_path", "gemma"], "which this tokenizer does not have as tokens"),
+        Case("JSON Lines object with a key twice", ["preview", cpt, "--model_name_or_path", model, "--tokenizer_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['twice.jsonl']}, format: text}}]}}"], "twice.jsonl line 2: a key 'text' appears twice"),
         Case("JSON array with an element not an object", ["preview", cpt, "--model_name_or_path", model, "--tokenizer_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['array.json']}, format: text}}]}}"], "array.json line 3: element 2 of its array is a JSON str"),
         Case("decontaminate: drop as .txt", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--drop", f"{files}/kept.txt"], "unsupported file type"),
         # --- medrecipes tiny-model
@@ -525,6 +526,7 @@ FILES = {
     "notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
     "emptydir/": None,
     "folder.gguf/": None,
+    "twice.jsonl": '{"text": "scurvy"}\n{"text": "iron", "text": "iron deficiency"}\n',
     "array.json": '[\n  {"text": "iron deficiency anemia"},\n  "a bare string",\n  {"text": "scurvy"}\n]\n',
     "staterun/trainer_state.json": '{"log_history": [], "global_step": 0}\n',
     "ckptrun/run.json": '{"script": "recipes/cpt.py"}\n',

@@ -107,19 +107,32 @@ def first_bad_line(path: str) -> str | None:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line.rstrip("\r\n"))
+                value = json.loads(line.rstrip("\r\n"), object_pairs_hook=_one_of_each_key)
             except json.JSONDecodeError as err:
                 return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
+            except _RepeatedKey as err:
+                return f"{path} line {number}: a key '{err}' appears twice in its object (pyarrow refuses it)"
             if not isinstance(value, dict):
                 return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
     return None
 
 
+class _RepeatedKey(ValueError):
+    """A key written twice in one JSON object (Python keeps the last, pyarrow refuses the row)."""
+
+
+def _one_of_each_key(pairs: list) -> dict:
+    keys = [key for key, _ in pairs]
+    if repeated := next((key for key in keys if keys.count(key) > 1), None):
+        raise _RepeatedKey(repeated)
+    return dict(pairs)
+
+
 def _first_element_not_object(path: str, text: str) -> str | None:
-    """'FILE line N: ...' for the first element of a JSON array document that is not an object
-    (pyarrow names it by its place in a block, from 0), found by decoding one element at a time;
-    None where the document is not an array or all its elements are objects."""
-    decoder = json.JSONDecoder()
+    """'FILE line N: ...' for the first element of a JSON array document that is not an object or
+    repeats a key (pyarrow names it by its place in a block, from 0), found by decoding one element
+    at a time; None where the document is not an array or all its elements are whole objects."""
+    decoder = json.JSONDecoder(object_pairs_hook=_one_of_each_key)
     at = text.index("[") + 1
     count = 0
     while True:
@@ -127,10 +140,13 @@ def _first_element_not_object(path: str, text: str) -> str | None:
             at += 1
         if at >= len(text) or text[at] == "]":
             return None
-        value, end = decoder.raw_decode(text, at)
+        line = text.count("\n", 0, at) + 1
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except _RepeatedKey as err:
+            return f"{path} line {line}: a key '{err}' appears twice in the object that starts there (pyarrow refuses it)"
         count += 1
         if not isinstance(value, dict):
-            line = text.count("\n", 0, at) + 1
             return (
                 f"{path} line {line}: element {count} of its array is a JSON {type(value).__name__}, not an object "
                 "with named fields"
