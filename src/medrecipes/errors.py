@@ -144,7 +144,9 @@ def _first_element_not_object(path: str, text: str) -> str | None:
         try:
             value, end = decoder.raw_decode(text, at)
         except _RepeatedKey as err:
-            return f"{path} line {line}: a key '{err}' appears twice in the object that starts there (pyarrow refuses it)"
+            return (
+                f"{path} line {line}: a key '{err}' appears twice in the object that starts there (pyarrow refuses it)"
+            )
         count += 1
         if not isinstance(value, dict):
             return (
