@@ -126,6 +126,10 @@ def load_documents(source: SourceConfig, streaming: bool):
     except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError) as err:  # a file it cannot parse
         raise unreadable(named(source), err, files_of([source])) from None
     except (FileNotFoundError, ValueError, ConnectionError) as err:
+        if "corresponds to no data" in str(err):  # datasets' words for a split with no rows
+            sliced = source.split and "[" in source.split
+            what = f"split '{source.split}' selects no rows; widen the slice" if sliced else "holds no rows; add some"
+            raise UserError(f"source '{source.path}': {what}") from None
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
             # datasets copies a URL's files into its cache first and counts any URL as the Hub.

@@ -200,10 +200,32 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
                 f"pass split= one of {', '.join(splits)}"
             )
         directory = directory / chosen
+    elif split:
+        return _split_files(directory, split)
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in FILE_SUFFIXES)
     if not files:
         raise UserError(f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files; point source= at MCQ data")
     return files
+
+
+def _split_files(directory: Path, split: str) -> list[Path]:
+    """The files of one split of a folder, named as `datasets` names them (train.jsonl,
+    dev-00.csv, ...: its own patterns); every file is one split, train, where none is named so."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    try:
+        found = DataFilesDict.from_patterns(get_data_patterns(str(directory)), base_path=str(directory))
+    except FileNotFoundError:
+        found = {}
+    files = {str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()}
+    files = {name: chosen for name, chosen in files.items() if chosen}
+    if split not in files:
+        raise UserError(
+            f"{directory}: no '{split}' split{did_you_mean(split, list(files))}: its files make "
+            f"{', '.join(files) or 'none'} (named as datasets names splits: train.jsonl, test.jsonl, ...); "
+            "choose one of them, or leave split out for every file"
+        )
+    return files[split]
 
 
 def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
@@ -235,7 +257,10 @@ def _slice(ds: Dataset, split: str, source: str) -> Dataset:
             f"{source}: split '{split}' is not a slice of one split ({str(err).splitlines()[0] if str(err) else err!r}); "
             "write e.g. train[:100] or train[10%:20%]"
         ) from None
-    return ds.select([i for span in spans for i in range(span.from_, span.to)])
+    chosen = [i for span in spans for i in range(span.from_, span.to)]
+    if not chosen and len(ds):
+        raise UserError(f"{source}: split '{split}' selects none of its {len(ds)} rows; widen the slice")
+    return ds.select(chosen)
 
 
 def _load_hub(source: str, reading: _Reading, split: str | None, name: str | None) -> Dataset:
