@@ -179,6 +179,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("built_data not there", ["validate", cpt, "--built_data", f"{files}/no-built"], "built_data"),
         Case("resume_from_checkpoint not there", ["validate", cpt, "--resume_from_checkpoint", f"{files}/no-run/checkpoint-9"], "resume_from_checkpoint"),
         Case("a DDP backend outside a launch", ["validate", cpt, "--ddp_backend", "gloo"], "ddp_backend set up a process group, which a launch"),
+        Case("a key given twice in two spellings", ["validate", cpt, "--learning_rate", "1e-3", "--learning-rate", "2e-3"], "--learning-rate and --learning_rate are one key, given twice"),
+        Case("a command's option given twice", ["generate", model, "--prompt", "hi", "--max-new-tokens", "3", "--max-new-tokens", "4"], "--max-new-tokens is given twice"),
         Case("router loss on a dense model", ["validate", sft, "--model_name_or_path", model, "--router_aux_loss_coef", "0.5"], "llama has no router"),
         Case("length past the model's positions", ["validate", sft, "--model_name_or_path", model, "--max_length", "100000"], "is past the 2048 positions"),
         Case("LoRA rank past the layers' width", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_r", "100000"], "is not below the width of the layers"),

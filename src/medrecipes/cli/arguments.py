@@ -109,6 +109,16 @@ def output_path(text: str) -> str:
     return text
 
 
+# The options argparse lets a command line give many times (each one adds a value).
+MANY = (
+    argparse._AppendAction,
+    argparse._AppendConstAction,
+    argparse._ExtendAction,
+    argparse._CountAction,
+    argparse._HelpAction,
+)
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse, with its errors as the command's one line ("error: medrecipes plan: ...") in
     place of the usage block and argparse's own line; `--help` still shows the usage. A flag
@@ -121,6 +131,24 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message}; see {self.prog} --help")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse keeps the last of an option given twice; one that takes a single value is
+        refused instead, whichever of its spellings (--num-gpus, --num_gpus) each time."""
+        seen: dict[str, str] = {}
+        for arg in args if args is not None else sys.argv[1:]:
+            if arg == "--":
+                break
+            action = self._option_string_actions.get(arg.split("=", 1)[0]) if arg.startswith("--") else None
+            if action is None or isinstance(action, MANY):
+                continue
+            if action.dest in seen:
+                both = {seen[action.dest], arg.split("=", 1)[0]}
+                self.error(
+                    f"{' and '.join(sorted(both))} {'is' if len(both) == 1 else 'are one option,'} given twice; give it once"
+                )
+            seen[action.dest] = arg.split("=", 1)[0]
+        return super().parse_known_args(args, namespace)
 
 
 def recipe_command(commands, name: str, help: str):

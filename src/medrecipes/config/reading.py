@@ -134,9 +134,15 @@ class RecipeParser(TrlParser):
             self.recipe_path = path
             self._check_yaml_keys(path)
             self.given |= read_recipe_yaml(path)
+        written: dict[str, str] = {}  # argparse keeps the last of a key given twice: refused
         for i, arg in enumerate(argv):
             if arg.startswith("--") and arg != "--config":
                 key, equals, value = arg[2:].partition("=")
+                if key.replace("-", "_") in written:
+                    both = sorted({f"--{written[key.replace('-', '_')]}", f"--{key}"})
+                    one = "is" if len(both) == 1 else "are one key,"
+                    raise UserError(f"command line: {' and '.join(both)} {one} given twice; give it once")
+                written[key.replace("-", "_")] = key
                 following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
                 self.given[key] = value if equals else following
         *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)

@@ -217,7 +217,9 @@ def _split_files(directory: Path, split: str) -> list[Path]:
         found = DataFilesDict.from_patterns(get_data_patterns(str(directory)), base_path=str(directory))
     except FileNotFoundError:
         found = {}
-    files = {str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()}
+    files = {
+        str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()
+    }
     files = {name: chosen for name, chosen in files.items() if chosen}
     if split not in files:
         raise UserError(
