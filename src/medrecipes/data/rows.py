@@ -96,11 +96,22 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
         turns = prompt if isinstance(prompt, list) else [{"content": prompt}]
         if "prompt" in row and not any(isinstance(t, dict) and str(t.get("content") or "").strip() for t in turns):
             problem = "prompt is empty: its answers answer no question"
+        elif isinstance(prompt, list) and _roles(prompt)[-1:] != ["user"]:
+            problem = "the last turn of prompt is not the user's: its answers answer no question of the user's"
         if "chosen" in row and _words(row["chosen"]) == _words(row["rejected"]):
             problem = "chosen and rejected are the same answer (spaces aside)"
         for key in ("chosen", "rejected", "completion"):
             roles = _roles(row[key]) if isinstance(row.get(key), list) else []
-            if isinstance(row.get(key), list) and roles[-1:] != ["assistant"]:
+            if None in roles:
+                problem = (
+                    f"{key} is a list of other things than turns ({{role, content}}), neither text nor a conversation"
+                )
+            elif set(roles) - {"assistant"}:
+                problem = (
+                    f"{key} holds a {next(r for r in roles if r != 'assistant')} turn, and an answer is the assistant's "
+                    "turns alone (the question belongs in prompt)"
+                )
+            elif isinstance(row.get(key), list) and roles[-1:] != ["assistant"]:
                 problem = f"the last turn of {key} is not the assistant's"
             elif twice := next((a for a, b in zip(roles, roles[1:], strict=False) if a == b), None):
                 problem = f"{key} has two {twice} turns in a row; an answer is one turn: join them"
@@ -211,6 +222,9 @@ def _turn_problem(messages) -> str | None:
         return "the last turn is not the assistant's, so there is no answer to train on"
     if problem := _text_problem(messages):
         return problem
+    blank = next((n for n, t in enumerate(messages[:-1], 1) if not str(t.get("content") or "").strip()), None)
+    if blank is not None:
+        return f"turn {blank} ({roles[blank - 1]}) is empty: nothing is said in it"
     if not _answer_text(messages).strip():
         return "the assistant's answer is empty, so there is nothing to train on"
     return None

@@ -251,6 +251,15 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
                     f"{row_of(source, first)}: no '{name}' (the first of {values.null_count} row(s) without it); "
                     "fix or drop them"
                 )
+        other = [c for c in ("prompt", "completion") if "messages" in fields and c in documents.column_names]
+        if given := [documents.data.column(c) for c in other if documents.data.column(c).null_count < len(documents)]:
+            import pyarrow.compute as pc
+
+            first = min(pc.index(pc.is_valid(values), True).as_py() for values in given)
+            raise UserError(
+                f"{row_of(source, first)}: it has messages and {' and '.join(other)}, two layouts of a chat row, and "
+                "only messages would train; keep one of them"
+            )
         if "messages" in fields:
             # decoded, as the template will see them (mixed JSON contents arrive as datasets' Json feature)
             turns = [row["messages"] for row in documents.select_columns(["messages"]).to_list()]
