@@ -500,7 +500,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("KTO: a label that is a word", script("kto", kto, *run_in(files, model), *pairs(f["wordlabel.jsonl"], "unpaired")), "wordlabel.jsonl line 2: label \"yes\" is not true or false"),
         Case("KTO: a label that is a number", script("kto", kto, *run_in(files, model), *pairs(f["numberlabel.jsonl"], "unpaired")), "numberlabel.jsonl line 1: label 1 is not true or false"),
         Case("KTO: a row without completion", script("kto", kto, *run_in(files, model), *pairs(f["nocompletion.jsonl"], "unpaired")), "nocompletion.jsonl line 1: no 'completion'"),
-        Case("KTO: completion not the assistant's turn", script("kto", kto, *run_in(files, model), *pairs(f["usercompletion.jsonl"], "unpaired")), "the last turn of completion is not the assistant's"),
+        Case("KTO: completion not the assistant's turn", script("kto", kto, *run_in(files, model), *pairs(f["usercompletion.jsonl"], "unpaired")), "completion holds a user turn, and an answer is the assistant's turns alone"),
         Case("KTO: a batch of one answer", script("kto", kto, "--per_device_train_batch_size", "1"), "KTO's KL estimate needs at least 2 answers"),
         Case("KTO: pairs and unpaired answers mixed", script("kto", kto, "--dataset_mixture", f"{{sources: [{{path: {f['nocompletion.jsonl']}, format: unpaired}}, {{path: {f['samepair.jsonl']}, format: preference}}]}}"), "mixes preference and unpaired sources"),
         Case("GRPO negative learning rate", script("grpo", grpo, "--learning_rate", "-5e-6"), "learning_rate must be 0 or more"),

@@ -113,10 +113,10 @@ RECIPES = {"preference": ("recipes/dpo.py", TINY), "unpaired": ("recipes/kto.py"
     [
         ("preference", {**PROMPT, "chosen": A, "rejected": A}, "chosen and rejected are the same answer"),
         ("preference", {**PROMPT, "rejected": B}, "no 'chosen'"),
-        ("preference", {**PROMPT, "chosen": USER, "rejected": B}, "the last turn of chosen is not the assistant's"),
+        ("preference", {**PROMPT, "chosen": USER, "rejected": B}, "chosen holds a user turn"),
         ("unpaired", {**PROMPT, "completion": A, "label": "yes"}, 'label "yes" is not true or false'),
         ("unpaired", {**PROMPT, "completion": A, "label": 1}, "label 1 is not true or false"),
-        ("unpaired", {**PROMPT, "completion": USER, "label": True}, "the last turn of completion is not the assistant's"),
+        ("unpaired", {**PROMPT, "completion": USER, "label": True}, "completion holds a user turn"),
         ("unpaired", {**PROMPT, "label": True}, "no 'completion'"),
     ],
     ids=["chosen equals rejected", "no chosen", "chosen not the assistant's", "label a word", "label a number",
