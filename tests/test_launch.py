@@ -74,10 +74,7 @@ def test_slurm_script_trains_on_two_nodes_with_the_recipe_accumulation(tiny_mode
     budget = ["--global_batch_tokens", "4096", "--total_tokens", "8192", *NO_EVAL]
     result = subprocess.run(
         ["bash", ROOT / "recipes" / "launch" / "slurm.sbatch", "recipes/cpt.py", recipe_args[0], tmp_path / "ddp.yaml"]
-        + [
-            str(a)
-            for a in recipe_args[1:] + budget + ["--eval_on_start", "false", "--load_best_model_at_end", "false"]
-        ],
+        + [str(a) for a in recipe_args[1:] + budget + ["--load_best_model_at_end", "false"]],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -553,6 +553,8 @@ def test_a_method_key_whose_sign_or_zero_defeats_the_method_is_refused_with_why(
             data["loss_type"] = ["robust"]  # a loss that reads it (the others are refused it, by name)
         if key == "entropy_coef_min":
             data["entropy_coef_max"] = 1e13  # the floor stays under its ceiling (refused by a check of its own)
+        if key == "num_generations_eval" and bound.admits(value):
+            data["per_device_eval_batch_size"] = int(value)  # a batch it divides (refused by a check of its own)
         line = answer(method, data, tmp_path)
         if bound.admits(value):
             assert line is None or key not in line, line
@@ -772,6 +774,13 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         assert any(n.startswith(f"{key} sets up training on several processes") for n in notes(**{key: value})), key
     assert tried >= 6, tried
     assert any(n.startswith("activation_offloading does nothing on a CPU") for n in notes(activation_offloading=True))
+    # a key the command line gives twice, in either spelling: the last is used (a wrapper's override), and said
+    twice = parse_recipe("sft", [str(tmp_path / "recipe.yaml"), "--seed", "1", "--seed", "2"])
+    assert twice[1].seed == 2 and "--seed is given twice on the command line; the last is used" in twice[0].notes
+    spelt = parse_recipe("sft", [str(tmp_path / "recipe.yaml"), "--max-steps", "3", "--max_steps", "4"])
+    assert spelt[1].max_steps == 4 and any(
+        n.startswith("--max-steps and --max_steps are one key") for n in spelt[0].notes
+    )
     assert any(n.startswith("dataloader_pin_memory does nothing on a CPU") for n in notes(dataloader_pin_memory=True))
     # two processes' groups: said where the recipe is read (validate), refused where one process trains
     with pytest.raises(UserError, match="groups multiply to 2 processes, and 1 trains"):
@@ -919,3 +928,15 @@ def test_every_numeric_option_states_its_range_and_holds_to_it(command, flag, ki
             continue
         assert value is not None and kind.admits(value), (command, flag, text)
         assert getattr(args, flag.lstrip("-").replace("-", "_")) == value
+
+
+def test_a_command_option_given_twice_keeps_the_last_and_says_so(capsys):
+    """argparse keeps the last of an option given twice (a wrapper's default, then the user's);
+    the command says so on stderr, in either spelling, and a repeatable option is not said."""
+    from medrecipes.cli import make_parser
+
+    args, _ = make_parser().parse_known_args(["plan", "recipes/tiny_cpt.yaml", "--num-gpus", "2", "--num-gpus", "3"])
+    assert args.num_gpus == 3 and "--num-gpus is given twice; the last is used" in capsys.readouterr().err
+    evals = ["--eval", "data/usmle_sample/test.jsonl", "--eval", "data/usmle_sample/train.jsonl"]
+    args, _ = make_parser().parse_known_args(["decontaminate", "--train", "data/medical_text/train.jsonl", *evals])
+    assert len(args.eval) == 2 and "given twice" not in capsys.readouterr().err

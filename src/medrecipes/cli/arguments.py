@@ -133,8 +133,8 @@ class CommandParser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}; see {self.prog} --help")
 
     def parse_known_args(self, args=None, namespace=None):
-        """argparse keeps the last of an option given twice; one that takes a single value is
-        refused instead, whichever of its spellings (--num-gpus, --num_gpus) each time."""
+        """argparse keeps the last of an option given twice (what a wrapper's override relies on);
+        one that takes a single value is said on stderr, whichever of its spellings each time."""
         seen: dict[str, str] = {}
         for arg in args if args is not None else sys.argv[1:]:
             if arg == "--":
@@ -144,9 +144,8 @@ class CommandParser(argparse.ArgumentParser):
                 continue
             if action.dest in seen:
                 both = {seen[action.dest], arg.split("=", 1)[0]}
-                self.error(
-                    f"{' and '.join(sorted(both))} {'is' if len(both) == 1 else 'are one option,'} given twice; give it once"
-                )
+                one = "is" if len(both) == 1 else "are one option,"
+                print(f"# note: {' and '.join(sorted(both))} {one} given twice; the last is used", file=sys.stderr)
             seen[action.dest] = arg.split("=", 1)[0]
         return super().parse_known_args(args, namespace)
 

@@ -1,7 +1,6 @@
 """The commands that read a recipe: validate, plan, preview, launch-plan, build-data."""
 
 import json
-import os
 import sys
 
 from medrecipes.cli.arguments import (
@@ -77,7 +76,9 @@ def cmd_validate(args) -> None:
         parsed = (recipe, model_args, training_args)
         _check_local_inputs(recipe, model_args, training_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
-            launch = recipe_under_launch(config, args.accelerate_config, recipe, training_args, args.recipe)
+            launch = recipe_under_launch(
+                config, args.accelerate_config, recipe, training_args, args.recipe, model_args.model_name_or_path
+            )
         derived = recipe.derived
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
@@ -101,13 +102,6 @@ def _check_local_inputs(recipe, model_args, training_args) -> None:
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
     for source in sources:
         check_local_source(source)
-    for key, value, what in (
-        ("built_data", recipe.built_data, "a folder `medrecipes build-data` wrote"),
-        ("resume_from_checkpoint", training_args.resume_from_checkpoint, "a checkpoint-N folder of a run"),
-    ):
-        local = isinstance(value, str) and value.lower() != "true" and "://" not in value
-        if local and not os.path.isdir(os.path.expanduser(value)):
-            raise UserError(f"{recipe.recipe_file or 'command line'}: {key} {value}: no such folder; name {what}")
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)

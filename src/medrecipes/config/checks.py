@@ -69,6 +69,11 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"got {source.part.share:g}"
         )
     rates = source.pass_rate
+    if rates is not None and source.format != "usmle":
+        raise UserError(
+            f"{where}: pass_rate keeps the questions a model answers right at some rate, and this source is format "
+            f"{source.format}, whose rows are no questions to measure; leave pass_rate out"
+        )
     if rates is not None and not (rates.above < rates.below and rates.above < 1 and rates.below > 0):
         raise UserError(
             f"{where}: pass_rate keeps pass rates above {rates.above:g} and below {rates.below:g}, which no rate "
@@ -134,6 +139,12 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
         if not isinstance(sources, list) or not sources:
             raise UserError(f"{where}: 'sources' must be a non-empty list of sources")
         mixture["sources"] = [_build_source(s, f"{where}.sources[{i}]") for i, s in enumerate(sources)]
+        built = mixture["sources"]
+        if again := next(((i, j) for j in range(len(built)) for i in range(j) if built[i] == built[j]), None):
+            raise UserError(
+                f"{where}.sources[{again[1]}] is sources[{again[0]}] again, so each of its rows would train twice; "
+                "give it once (a weight above 1 draws a source more often on purpose)"
+            )
         recipe.mixture = build_dataclass(MixtureConfig, mixture, where)
         chosen = [i for i, s in enumerate(recipe.mixture.sources) if s.part is not None or s.pass_rate is not None]
         if recipe.mixture.streaming and chosen:
@@ -144,6 +155,8 @@ def resolve_data(recipe: RecipeArguments, path: str) -> None:
         if recipe.mixture.shuffle_buffer < 0:
             raise UserError(f"{where}: shuffle_buffer must be 0 or more, got {recipe.mixture.shuffle_buffer}")
     for name, source in (recipe.eval_sets or {}).items():
+        if not str(name).strip():  # its metrics would be logged as eval__loss
+            raise UserError(f"{path}: eval_sets has a set with an empty name; name it (its metrics are eval_NAME_...)")
         recipe.eval_sources[name] = _build_source(source, f"{path}: eval_sets.{name}", training=False)
 
 

@@ -661,6 +661,24 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
         found.append("dataloader_pin_memory does nothing on a CPU run (it pins memory for copies to an accelerator)")
     if getattr(args, "activation_offloading", False) and trains_on_cpu(args):
         found.append("activation_offloading does nothing on a CPU run (the activations are in CPU memory already)")
+    if args.max_steps > 0:  # an interval of steps (1 or more) longer than the run happens at no step of it
+        for key, strategy in (
+            ("eval_steps", "eval_strategy"),
+            ("save_steps", "save_strategy"),
+            ("logging_steps", "logging_strategy"),
+        ):
+            value, every = getattr(args, key, None), getattr(args, strategy, None)
+            if (
+                key in given
+                and getattr(every, "value", every) == "steps"
+                and value
+                and value >= 1
+                and value > args.max_steps
+            ):
+                found.append(
+                    f"{key} {value:g} is beyond max_steps {args.max_steps}, so it happens at no step of the run; "
+                    f"lower it to {args.max_steps} or less"
+                )
     if "local_rank" in given:
         found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
     if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:

@@ -56,6 +56,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = " ".join(str(err).split())  # its lines, as one
+        if reason.startswith("--load_best_model_at_end requires"):  # transformers names no fix
+            reason = (
+                f"{reason[2:].rstrip('.')}: it keeps the best of the saved checkpoints, so each save must fall on an "
+                "evaluation; make save_strategy and eval_strategy one, and save_steps a multiple of eval_steps, or set "
+                "load_best_model_at_end: false"
+            )
         if "process group" in reason:  # a setting that starts one (ddp_backend) outside a launch
             asked = [k for k in parser.given if k in library_checks.distributed_keys(script_classes(method)[1])]
             reason = (
@@ -122,8 +128,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             f"{path}: eval_on_start evaluates before training, and there are no eval_sets; add eval_sets, or set eval_on_start: false"
         )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
-    recipe.notes = library_checks.notes(args, recipe) + checks.unread_notes(
-        recipe, trains, path
+    recipe.notes = (
+        library_checks.notes(args, recipe) + checks.unread_notes(recipe, trains, path) + parser.repeated
     )  # likewise, as warnings
     return tuple(outputs)
 

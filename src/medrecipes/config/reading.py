@@ -7,6 +7,7 @@ become dataclasses through `build_dataclass`; `check_choices` checks every `Lite
 """
 
 import dataclasses
+import datetime
 import math
 import os
 import re
@@ -70,6 +71,7 @@ class RecipeParser(TrlParser):
         self.given: dict[str, Any] = {}  # the keys the recipe and the command line wrote, with their values
         self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
         self.texts: dict[str, Any] = {}  # the keys that take a mapping or text, and how their text is read
+        self.repeated: list[str] = []  # the keys the command line gave more than once, as notes
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -134,14 +136,15 @@ class RecipeParser(TrlParser):
             self.recipe_path = path
             self._check_yaml_keys(path)
             self.given |= read_recipe_yaml(path)
-        written: dict[str, str] = {}  # argparse keeps the last of a key given twice: refused
+        written: dict[str, str] = {}  # argparse keeps the last of a key given twice (a wrapper's override): said
         for i, arg in enumerate(argv):
             if arg.startswith("--") and arg != "--config":
                 key, equals, value = arg[2:].partition("=")
                 if key.replace("-", "_") in written:
-                    both = sorted({f"--{written[key.replace('-', '_')]}", f"--{key}"})
-                    one = "is" if len(both) == 1 else "are one key,"
-                    raise UserError(f"command line: {' and '.join(both)} {one} given twice; give it once")
+                    both = " and ".join(sorted({f"--{written[key.replace('-', '_')]}", f"--{key}"}))
+                    self.repeated.append(
+                        f"{both} {'is' if ' and ' not in both else 'are one key,'} given twice on the command line; the last is used"
+                    )
                 written[key.replace("-", "_")] = key
                 following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
                 self.given[key] = value if equals else following
@@ -153,6 +156,7 @@ class RecipeParser(TrlParser):
         for obj in outputs:
             _read_flow_lists(obj)
             check_finite(obj, path or "command line")
+            _check_repeats(obj, path or "command line")
         return outputs, path
 
     def _keys(self) -> list[str]:
@@ -184,6 +188,16 @@ def _read_flow_lists(obj) -> None:
                     continue
                 if isinstance(parsed, list):
                     setattr(obj, field.name, [str(v) for v in parsed])
+
+
+def _check_repeats(obj, where: str) -> None:
+    """A list of names (loggers, losses, tasks, modules) that names one twice: the libraries take
+    it once or twice without a word (TRL would weigh a loss twice)."""
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name, None)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            if twice := next((v for i, v in enumerate(value) if v in value[:i]), None):
+                raise UserError(f"{where}: {field.name} names '{twice}' twice; give each once")
 
 
 def _is_union(hint) -> bool:
@@ -399,6 +413,8 @@ def check_value(key: str, value, hint, where: str, top_level: bool = False):
         raise UserError(f"{where}: {key} must be a finite number, got {value}")
     if _fits(value, hint) or (top_level and isinstance(value, str) and _takes_names(hint)):
         return value
+    if isinstance(value, datetime.date) and _fits("", hint):  # YAML reads 2024-01-01 as a date
+        raise UserError(f"{where}: {key} {value} is read by YAML as a date; quote it ('{value}') to keep it text")
     raise UserError(f"{where}: {key} must be {_kind(hint)}, got {value!r}")
 
 

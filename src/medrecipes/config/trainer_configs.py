@@ -285,6 +285,14 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         self.set_by_recipe = {
             name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
         }
+        # TRL's own refusal of this names neither key nor fix: said here, as it counts (its processes too).
+        evals = (self.per_device_eval_batch_size or 0) * int(os.environ.get("WORLD_SIZE", "1"))
+        if self.num_generations_eval and evals % self.num_generations_eval:
+            raise ValueError(
+                f"num_generations_eval {self.num_generations_eval} does not divide the eval batch of {evals} "
+                f"(per_device_eval_batch_size {self.per_device_eval_batch_size} on every process): each question's "
+                "answers are sampled in one batch; choose a divisor of it, or a per_device_eval_batch_size it divides"
+            )
         super().__post_init__()
 
     def steps_per_generation_on(self, world_size: int) -> int:

@@ -88,7 +88,9 @@ def check_accelerate_config(path: str) -> dict:
     if processes < 1:
         raise UserError(f"{path}: num_processes must be at least 1, got {processes}; {fix}")
     machines, rank = data.get("num_machines", 1), data.get("machine_rank", 0)
-    if machines < 1 or not 0 <= rank < machines:
+    if machines < 1:
+        raise UserError(f"{path}: num_machines must be at least 1, got {machines}; {fix}")
+    if not 0 <= rank < machines:
         raise UserError(
             f"{path}: machine_rank {rank} of num_machines {machines}: the ranks of {machines} machine(s) are 0 to "
             f"{machines - 1}; {fix}"
@@ -106,7 +108,9 @@ def check_accelerate_config(path: str) -> dict:
     return data
 
 
-def recipe_under_launch(config: dict, config_path: str, recipe, training_args, recipe_path: str) -> str:
+def recipe_under_launch(
+    config: dict, config_path: str, recipe, training_args, recipe_path: str, model_name: str | None = None
+) -> str:
     """A parsed recipe as a launch with the accelerate config (`check_accelerate_config`'s mapping)
     will run it: its process-count settings derived for the config's processes (`for_world_size`),
     its precision settled as the launch settles it (`launch_precision`: a recipe that sets another
@@ -129,8 +133,11 @@ def recipe_under_launch(config: dict, config_path: str, recipe, training_args, r
         launch_precision(given, training_args.fp16, precision, training_args.bf16)
     except ValueError as err:
         raise UserError(f"{recipe_path}: {err}") from None
+    _check_wrapped_layers(config, config_path, model_name)
     launch = f"{config_path}: {processes} process{'es' if processes > 1 else ''} a machine"
     sharded = str(config.get("distributed_type", "NO"))
+    if config.get("use_cpu") and not training_args.use_cpu:
+        launch += "; it has use_cpu: true, so its processes train on CPUs and the recipe's GPUs stay idle"
     if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
         launch += (
             f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
@@ -142,6 +149,42 @@ def recipe_under_launch(config: dict, config_path: str, recipe, training_args, r
 # DeepSpeed's OffloadDeviceEnum, as accelerate's `config` offers it: not imported, since the
 # commands that only read a recipe keep DeepSpeed out of their process (`cli.run`).
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def _check_wrapped_layers(config: dict, path: str, model_name: str | None) -> None:
+    """FSDP's fsdp_transformer_layer_cls_to_wrap names layer classes of the model (accelerate
+    looks them up once the model is built, and stops there): checked against the classes of the
+    recipe's model, built on the meta device from its config, where that config can be read."""
+    from medrecipes.models.loading import load_config
+
+    names = (config.get("fsdp_config") or {}).get("fsdp_transformer_layer_cls_to_wrap")
+    if not names or not model_name:
+        return
+    try:
+        model_config = load_config(model_name)
+    except UserError:  # a Hub model not here: the launch checks it
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        classes = {type(m).__name__ for m in AutoModelForCausalLM.from_config(model_config).modules()}
+    for name in [n.strip() for n in str(names).split(",")]:
+        if name not in classes:
+            layers = sorted(c for c in classes if c.endswith("Layer"))
+            raise UserError(
+                f"{path}: fsdp_config.fsdp_transformer_layer_cls_to_wrap {name} is no class of {model_name}"
+                f"{did_you_mean(name, sorted(classes))}; its layer classes: {', '.join(layers) or 'none'}"
+            )
+
+
+def _rendezvous_backends() -> list[str]:
+    """The rendezvous backends torch's elastic launch knows (its registry, filled as torchrun fills it)."""
+    from torch.distributed.elastic.rendezvous.api import rendezvous_handler_registry
+    from torch.distributed.elastic.rendezvous.registry import _register_default_handlers
+
+    _register_default_handlers()
+    return list(rendezvous_handler_registry._registry)
 
 
 def _check_named_values(data: dict, path: str, fix: str) -> None:
@@ -162,6 +205,12 @@ def _check_named_values(data: dict, path: str, fix: str) -> None:
     ]  # fmt: skip
     deepspeed = data.get("deepspeed_config") or {}
     named += [(f"deepspeed_config.{k}", v, OFFLOAD_DEVICES) for k, v in deepspeed.items() if k.endswith("_device")]
+    named.append(("rdzv_backend", data.get("rdzv_backend"), _rendezvous_backends()))
+    version = (data.get("fsdp_config") or {}).get("fsdp_version")
+    if version is not None and version not in (1, 2):  # accelerate sets up FSDP 1 or FSDP 2
+        raise UserError(
+            f"{path}: fsdp_config.fsdp_version {version!r} is none of accelerate's FSDP versions 1, 2; {fix}"
+        )
     for key, value, known in named:
         if isinstance(value, str) and value.upper() not in [k.upper() for k in known]:
             raise UserError(
