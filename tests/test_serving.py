@@ -166,6 +166,8 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
     request is answered."""
     cases = [({f: v}, f) for f in CHAT_FIELDS for v in bad_values(f)]
     cases += [({"tools": []}, "unsupported field"), ({"logprobs": True}, "unsupported field")]
+    cases += [({"max_tokens": 4, "max_completion_tokens": 8}, "disagree")]  # OpenAI's two names for one limit
+    cases += [({"messages": [{"role": "user", "content": "a \ud800 b"}]}, "lone surrogate")]
     for fields, word in cases:
         body = {"messages": [{"role": "user", "content": QUESTION}], **fields}
         status, answer = server.call("POST", "/v1/chat/completions", body)

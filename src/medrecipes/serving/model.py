@@ -37,6 +37,12 @@ class ServedModel:
         self.created = int(time.time())
         self.positions = positions(self.model) or self.tokenizer.model_max_length
         self.max_tokens = min(max_tokens, self.positions - 1)
+        if max_tokens > self.max_tokens:
+            print(
+                f"# note: --max-tokens {max_tokens} is past the {self.positions} positions of {path}; a request may "
+                f"ask for {self.max_tokens} at most",
+                file=sys.stderr,
+            )
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos] if eos is not None else []
         self.stop_ids = sorted(
@@ -72,6 +78,10 @@ class ServedModel:
         payload = fields.check_fields(payload, fields.CHAT_FIELDS, "messages")
         turns = fields.chat_turns(payload.get("messages"))
         request = self._common(payload)
+        limits = {key: payload[key] for key in ("max_tokens", "max_completion_tokens") if payload.get(key) is not None}
+        if len(set(map(repr, limits.values()))) > 1:  # OpenAI's newer name and its older one
+            raise fields.RequestError(400, f"max_tokens {limits['max_tokens']!r} and max_completion_tokens "
+                                      f"{limits['max_completion_tokens']!r} disagree; give one of them")  # fmt: skip
         limit = payload.get("max_completion_tokens", payload.get("max_tokens"))
         limit = fields.token_limit(min(256, self.max_tokens) if limit is None else limit, 1, self.max_tokens)
         request["stream"], request["include_usage"] = fields.stream_of(payload)

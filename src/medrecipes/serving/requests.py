@@ -47,7 +47,9 @@ def sampling(payload: dict) -> tuple[float, float]:
         ("temperature", temperature, lambda v: 0 <= v <= 2),
         ("top_p", top_p, lambda v: 0 < v <= 1),
     ):
-        if not is_number(value) or not ok(value):
+        if not is_number(value):
+            raise RequestError(400, f"{key} must be a number, got {value!r}")
+        if not ok(value):
             raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
     temperature, top_p = float(temperature), float(top_p)
     sample = temperature > 0
@@ -113,6 +115,8 @@ def chat_turns(messages) -> list[dict]:
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content must be text")
+        if any("\ud800" <= c <= "\udfff" for c in content):  # JSON's \ud800 escape alone: no character
+            raise RequestError(400, f"messages[{i}].content holds a lone surrogate (\\ud800-\\udfff), no character")
         turns.append({"role": message["role"], "content": content})
     return turns
 
