@@ -615,6 +615,5 @@ def test_a_librarys_mapping_key_takes_yaml_on_the_command_line_and_a_path_stays_
     with pytest.raises(UserError) as info:
         parse_recipe("grpo", [path, "--transformers_continuous_batching_config", "{page_size: ["])
     assert "--transformers_continuous_batching_config" in str(info.value) and "not a valid mapping" in str(info.value)
-    assert parse_recipe("sft", [path, "--model_init_kwargs", "{revision: main}"])[1].model_init_kwargs == {
-        "revision": "main"
-    }
+    cosine = [path, "--lr_scheduler_type", "cosine", "--lr_scheduler_kwargs", "{num_cycles: 0.25}"]
+    assert parse_recipe("sft", cosine)[1].lr_scheduler_kwargs == {"num_cycles": 0.25}

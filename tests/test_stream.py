@@ -200,8 +200,9 @@ def test_a_bad_streamed_row_stops_the_run_there_and_keeps_its_checkpoints(
     lines = notes.read_text().splitlines()
     lines[1500] = line  # pyarrow reads the file in blocks and counts rows within its block
     notes.write_text("\n".join(lines) + "\n")
+    clean = write_jsonl(tmp_path / "clean.jsonl", rows)  # a second source, without the bad row
     overrides = ["--max_steps", "1000", "--save_steps", "10", "--per_device_train_batch_size", "8"]
-    recipe, args, _ = stream_recipe(tmp_path, {"short": str(notes), "long": str(notes)}, tiny_model, *overrides)
+    recipe, args, _ = stream_recipe(tmp_path, {"short": str(notes), "long": str(clean)}, tiny_model, *overrides)
     with pytest.raises(UserError) as info:
         train(recipe, args, tokenizer, tiny_model)
     assert str(info.value) == f"{notes} {message}"

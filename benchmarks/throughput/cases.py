@@ -36,7 +36,7 @@ def vocabulary_tokenizer(size: int):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<pad>", "<bos>", "<eos>", "<unk>", "<end_of_turn>"]  # the last: the Gemma recipes' eos_token
+    specials = ["<pad>", "<bos>", "<eos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]  # the Gemma recipes' turns
     vocab = {token: i for i, token in enumerate(specials + [f"t{i}" for i in range(size - len(specials))])}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -69,7 +69,7 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"got {source.part.share:g}"
         )
     rates = source.pass_rate
-    if rates is not None and source.format != "usmle":
+    if rates is not None and source.format == "text":  # pass rates are kept by question id
         raise UserError(
             f"{where}: pass_rate keeps the questions a model answers right at some rate, and this source is format "
             f"{source.format}, whose rows are no questions to measure; leave pass_rate out"
