@@ -29,7 +29,7 @@ def add_commands(commands) -> None:
     plan_parser.add_argument("--gpu", default="h100-80gb", help="h100-80gb, a100-80gb, a100-40gb, l40s-48gb, ...")
     plan_parser.add_argument("--dataset-sequences", type=COUNT, help="packed training sequences, when not known")
     plan_parser.add_argument(
-        "--prompt-tokens", type=Number(int, least=0), help="GRPO: tokens per prompt, typical of the data"
+        "--prompt-tokens", type=Number(int, least=1), help="GRPO: tokens per prompt, typical of the data"
     )
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(func=cmd_plan)

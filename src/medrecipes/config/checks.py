@@ -24,6 +24,7 @@ from medrecipes.locations import (
     BUILDERS,
     SAMPLED,
     absent,
+    is_url,
     local_path,
     looks_local,
     shipped_template,
@@ -45,6 +46,11 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
         raise UserError(
             f"{where}: pubmedqa_setting chooses what PubMedQA's questions are asked about, and this source is "
             f"format {source.format}; set format: usmle for PubMedQA rows, or leave pubmedqa_setting out"
+        )
+    if source.format == "usmle" and is_url(source.path) and not source.path.startswith("file://"):
+        raise UserError(
+            f"{where}: path {source.path} is a URL, and questions (format usmle) are read from local files, folders "
+            "and Hub datasets; download the file and give its path"
         )
     if source.text_field != "text" and source.format != "text":
         raise UserError(

@@ -800,6 +800,16 @@ def check_structured_settings(args: TrainingArguments, path: str) -> None:
                     f"gradient_accumulation_steps {args.gradient_accumulation_steps} (transformers does); set "
                     "gradient_accumulation_steps instead"
                 )
+    kwargs = getattr(args, "dataset_kwargs", None)
+    if isinstance(kwargs, dict) and kwargs and (found := _trainer_of(args)):  # the keys TRL's trainer reads
+        known = sorted(
+            set(re.findall(r'dataset_kwargs(?:\.get\(|\[)\s*"(\w+)"', inspect.getsource(inspect.getmodule(found[1]))))
+        )
+        if unknown := [name for name in kwargs if name not in known]:
+            raise UserError(
+                f"{path}: dataset_kwargs.{unknown[0]} is not read by TRL's trainer{did_you_mean(unknown[0], known)}; "
+                f"it reads {', '.join(known) or 'none'}"
+            )
     for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
         kwargs = getattr(args, key, None)
         if not isinstance(kwargs, dict):

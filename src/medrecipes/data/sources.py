@@ -142,12 +142,13 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None, pas
     one with its gold answer: recipes train and score on them. Its part only, and of those the
     rows its pass_rate keeps unless `pass_rates` is false (the rows `medrecipes pass-rate` measures)."""
     files = source.data_files or source.path
+    files = [f.removeprefix("file://") for f in ([files] if isinstance(files, str) else files)]  # local paths
     rows = datasets.concatenate_datasets(
         [
             usmle.load_mcq(
                 f, split=source.split, subjects=subjects, answered=True, pubmedqa_setting=source.pubmedqa_setting
             )
-            for f in ([files] if isinstance(files, str) else files)
+            for f in files
         ]
     )
     return chosen_rows(rows, source, named(source), label="answer", pass_rates=pass_rates)

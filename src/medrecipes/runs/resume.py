@@ -106,7 +106,12 @@ def checkpoint_to_resume(args, recipe=None) -> str | None:
         with args.main_process_first(local=args.save_on_each_node, desc="completing an interrupted save"):
             if args.should_save:
                 finish_interrupted_saves(args.output_dir)
-        return last_checkpoint(args.output_dir)
+        checkpoint = last_checkpoint(args.output_dir)
+        if checkpoint is None and named is not None:  # `true`: asked to resume, and there is nothing to
+            logger.warning(
+                "resume_from_checkpoint: true, and %s holds no checkpoint: the run starts at step 0", args.output_dir
+            )
+        return checkpoint
     if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
         raise UserError(
             f"resume_from_checkpoint: {named} is not a complete checkpoint (no {TRAINER_STATE}); "
