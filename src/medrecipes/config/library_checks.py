@@ -581,9 +581,28 @@ def _said_true(value) -> bool:
 
 
 def notes(args: TrainingArguments, recipe=None) -> list[str]:
-    """The settings the libraries take and then do nothing with, each as one line: transformers
-    clips gradients only at a norm above 0; accelerate runs fp16 only on an accelerator (on a CPU
-    it neither autocasts nor scales); a schedule whose function takes no warm-up ignores it."""
+    """The settings the libraries take and then do nothing with, each as one line: in the run's
+    course (`_course_notes`), on this machine and its processes (`_machine_notes`), keys no part of
+    a recipe's run reads (`_unread_notes`), and the keys of a feature switched off (`_switched_off`).
+    `recipe.given` holds what the recipe wrote: a key the library sets from another is not said."""
+    given = getattr(recipe, "given", {})
+    return [
+        *_course_notes(args, given),
+        *_machine_notes(args, given),
+        *_unread_notes(args, given),
+        *_switched_off(args, recipe),
+    ]
+
+
+def _they(keys: list[str], one: str, many: str) -> str:
+    """'a, b are' / 'a is': the keys as the subject of a verb."""
+    return f"{', '.join(keys)} {one if len(keys) == 1 else many}"
+
+
+def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
+    """transformers clips gradients only at a norm above 0; a schedule whose function takes no
+    warm-up ignores it; a compile mode alone switches compiling on; an interval longer than the
+    run happens at no step of it; max_steps ends the run whatever the epochs."""
     from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
 
     found = []
@@ -592,10 +611,6 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"max_grad_norm {args.max_grad_norm:g} turns gradient clipping off (transformers clips only above 0); "
             "give a positive norm (1.0 is usual) to clip"
         )
-    if args.fp16 and trains_on_cpu(args):
-        found.append("fp16 does nothing on a CPU run (accelerate runs fp16 only on an accelerator); bf16 is the CPU's")
-    if args.torch_empty_cache_steps and trains_on_cpu(args):
-        found.append("torch_empty_cache_steps does nothing on a CPU run (it empties an accelerator's cache); drop it")
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     function = TYPE_TO_SCHEDULER_FUNCTION.get(args.lr_scheduler_type)
     takes_warmup = function is None or "num_warmup_steps" in inspect.signature(function).parameters
@@ -608,41 +623,92 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
         )
-    given = getattr(recipe, "given", {})
     switches = [key for key in ("torch_compile_mode", "torch_compile_backend") if key in given]
     if args.torch_compile and switches and "torch_compile" not in given:  # transformers switches it on
         found.append(
             f"{switches[0]} switches torch_compile on (transformers does): the model is compiled before it trains; "
             "set torch_compile: true to say so, or drop it"
         )
-    processes = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.fsdp and (processes == 1 or trains_on_cpu(args)):
+    intervals = (
+        ("eval_steps", "eval_strategy"),
+        ("save_steps", "save_strategy"),
+        ("logging_steps", "logging_strategy"),
+    )
+    for key, strategy in intervals if args.max_steps > 0 else ():
+        value, every = getattr(args, key, None), getattr(args, strategy, None)
+        steps = getattr(every, "value", every) == "steps" and value is not None and value >= 1  # not a fraction
+        if key in given and steps and value > args.max_steps:
+            found.append(
+                f"{key} {value:g} is beyond max_steps {args.max_steps}, so it happens at no step of the run; "
+                f"lower it to {args.max_steps} or less"
+            )
+    if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
+        found.append("num_train_epochs does nothing while max_steps is set (the run stops at max_steps); drop one")
+    return found
+
+
+def _machine_notes(args: TrainingArguments, given: dict) -> list[str]:
+    """What this machine and the run's processes make of the settings: accelerate runs fp16 only on
+    an accelerator (on a CPU it neither autocasts nor scales); an accelerator's cache, pinned memory
+    and activation offloading are nothing on a CPU; FSDP and the settings transformers' help says
+    are for several processes do nothing in one; the launcher sets local_rank."""
+    found = []
+    cpu, processes = trains_on_cpu(args), int(os.environ.get("WORLD_SIZE", "1"))
+    if args.fp16 and cpu:
+        found.append("fp16 does nothing on a CPU run (accelerate runs fp16 only on an accelerator); bf16 is the CPU's")
+    if args.torch_empty_cache_steps and cpu:
+        found.append("torch_empty_cache_steps does nothing on a CPU run (it empties an accelerator's cache); drop it")
+    if _said_true(given.get("dataloader_pin_memory", False)) and cpu:  # transformers turns it off
+        found.append("dataloader_pin_memory does nothing on a CPU run (it pins memory for copies to an accelerator)")
+    if getattr(args, "activation_offloading", False) and cpu:
+        found.append("activation_offloading does nothing on a CPU run (the activations are in CPU memory already)")
+    if args.fsdp and (processes == 1 or cpu):
         found.append(
-            "fsdp shards the model over the GPU processes of a launch, and this run "
-            f"{'trains on a CPU' if trains_on_cpu(args) else 'is one process'}, so it trains unsharded; launch on GPUs "
+            f"fsdp shards the model over the GPU processes of a launch, and this run "
+            f"{'trains on a CPU' if cpu else 'is one process'}, so it trains unsharded; launch on GPUs "
             "(accelerate launch --config_file accelerate_configs/fsdp.yaml), or drop fsdp"
         )
-    # transformers leaves these to the script (its help says so): a recipe trains, evaluates as
-    # eval_strategy says, and predicts nothing.
+    if processes == 1 and (several := [k for k in distributed_keys(type(args)) if k in given]):
+        found.append(
+            f"{_they(several, 'sets', 'set')} up training on several processes, and "
+            f"{'does' if len(several) == 1 else 'do'} nothing in a run of one (a launch of several reads "
+            f"{'it' if len(several) == 1 else 'them'})"
+        )
+    parallel = getattr(args, "parallelism_config", None)
+    if parallel is not None and parallel.total_size > 1 and "WORLD_SIZE" not in os.environ:
+        found.append(
+            f"parallelism_config's groups take {parallel.total_size} processes: launch them (accelerate launch "
+            f"--num_processes {parallel.total_size}); one process alone refuses it"
+        )
+    if "local_rank" in given:
+        found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
+    return found
+
+
+def _unread_notes(args: TrainingArguments, given: dict) -> list[str]:
+    """Keys nothing in a recipe's run reads: transformers' script flags (its help leaves them to the
+    script: a recipe trains, evaluates as eval_strategy says and predicts nothing), the settings of a
+    trainer argument no recipe passes, one logger's keys without it, optim_target_modules under an
+    optimizer that takes no target modules."""
+    found = []
     script_flags = {"do_train": True, "do_eval": args.eval_strategy != "no", "do_predict": False}
     if ignored := [k for k, v in script_flags.items() if k in given and _said_true(given[k]) != v]:
         found.append(
-            f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} left by transformers to the script, and a "
-            "recipe always trains, evaluates as eval_strategy says and predicts nothing; drop "
-            f"{'it' if len(ignored) == 1 else 'them'}"
+            f"{_they(ignored, 'is', 'are')} left by transformers to the script, and a recipe always trains, "
+            f"evaluates as eval_strategy says and predicts nothing; drop {'it' if len(ignored) == 1 else 'them'}"
         )
     for argument, keys in UNPASSED.items():
         if read := [k for k in keys if k in given]:
             found.append(
-                f"{', '.join(read)} {'is' if len(read) == 1 else 'are'} read only with a trainer's {argument}, which "
-                f"the recipes do not pass; drop {'it' if len(read) == 1 else 'them'}"
+                f"{_they(read, 'is', 'are')} read only with a trainer's {argument}, which the recipes do not "
+                f"pass; drop {'it' if len(read) == 1 else 'them'}"
             )
     for logger_name, keys in LOGGER_KEYS.items():
         named = [k for k in given for key in keys if k == key or (key.endswith("_") and k.startswith(key))]
         if named and logger_name not in args.report_to and "all" not in args.report_to:
             found.append(
-                f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} read only by the {logger_name} logger, and "
-                f"report_to is {', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
+                f"{_they(named, 'is', 'are')} read only by the {logger_name} logger, and report_to is "
+                f"{', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
                 f"{'it' if len(named) == 1 else 'them'}"
             )
     optim = getattr(args.optim, "value", args.optim)
@@ -651,45 +717,6 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
             f"optim_target_modules is read only by the {', '.join(TARGETED_OPTIMIZERS)} optimizers, and optim is "
             f"{optim}; choose one of them, or drop it"
         )
-    if processes == 1 and (several := [k for k in distributed_keys(type(args)) if k in given]):
-        found.append(
-            f"{', '.join(several)} {'sets' if len(several) == 1 else 'set'} up training on several processes, and "
-            f"{'does' if len(several) == 1 else 'do'} nothing in a run of one (a launch of several reads "
-            f"{'it' if len(several) == 1 else 'them'})"
-        )
-    if _said_true(given.get("dataloader_pin_memory", False)) and trains_on_cpu(args):  # transformers turns it off
-        found.append("dataloader_pin_memory does nothing on a CPU run (it pins memory for copies to an accelerator)")
-    if getattr(args, "activation_offloading", False) and trains_on_cpu(args):
-        found.append("activation_offloading does nothing on a CPU run (the activations are in CPU memory already)")
-    if args.max_steps > 0:  # an interval of steps (1 or more) longer than the run happens at no step of it
-        for key, strategy in (
-            ("eval_steps", "eval_strategy"),
-            ("save_steps", "save_strategy"),
-            ("logging_steps", "logging_strategy"),
-        ):
-            value, every = getattr(args, key, None), getattr(args, strategy, None)
-            if (
-                key in given
-                and getattr(every, "value", every) == "steps"
-                and value
-                and value >= 1
-                and value > args.max_steps
-            ):
-                found.append(
-                    f"{key} {value:g} is beyond max_steps {args.max_steps}, so it happens at no step of the run; "
-                    f"lower it to {args.max_steps} or less"
-                )
-    if "local_rank" in given:
-        found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
-    if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
-        found.append("num_train_epochs does nothing while max_steps is set (the run stops at max_steps); drop one")
-    parallel = getattr(args, "parallelism_config", None)
-    if parallel is not None and parallel.total_size > 1 and "WORLD_SIZE" not in os.environ:
-        found.append(
-            f"parallelism_config's groups take {parallel.total_size} processes: launch them (accelerate launch "
-            f"--num_processes {parallel.total_size}); one process alone refuses it"
-        )
-    found += _switched_off(args, recipe)
     return found
 
 
