@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import queue
-import re
 import shutil
 import threading
 import time
@@ -63,36 +62,6 @@ def mark_complete(url: str) -> None:
     """Write the marker that says the copy at `url` holds every file."""
     fs, root = fsspec.core.url_to_fs(url)
     fs.pipe_file(f"{root.rstrip('/')}/{COMPLETE}", json.dumps({"time": time.time()}).encode())
-
-
-def check_mirror_target(url: str, output_dir: str | None, where: str) -> None:
-    """A mirror on this machine's filesystem (a path or file://) writes checkpoint-<step> folders
-    into its folder, replacing files of those names: refused where it is, holds or lies inside the
-    run's output_dir (the run would copy its checkpoints into themselves), and where it holds
-    anything but checkpoint copies a mirror completed (a user's own files would be replaced).
-    Object stores (s3://, gs://, ...) are the run's to reach."""
-    from medrecipes.errors import UserError
-
-    protocol, _, rest = url.partition("://")
-    if rest and protocol != "file":
-        return
-    folder = os.path.abspath(os.path.expanduser(rest if rest else url))
-    if output_dir:
-        run = os.path.abspath(output_dir)
-        if os.path.commonpath([folder, run]) in (folder, run):
-            raise UserError(
-                f"{where}: checkpoint_mirror_url {url} is, holds or lies inside output_dir {output_dir}, where the "
-                "checkpoints are already; name a folder on another disk (or an object store)"
-            )
-    if not os.path.isdir(folder):
-        return
-    for name in sorted(os.listdir(folder)):
-        copy = os.path.join(folder, name)
-        if not (re.fullmatch(r"checkpoint-\d+", name) and os.path.isfile(os.path.join(copy, COMPLETE))):
-            raise UserError(
-                f"{where}: checkpoint_mirror_url {url} holds {name}, which is not a checkpoint a mirror copied "
-                "there, and a copy could replace files in it; name an empty or new folder"
-            )
 
 
 class BackgroundMirror:

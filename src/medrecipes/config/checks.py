@@ -31,7 +31,9 @@ from medrecipes.locations import (
     shipped_templates,
     weights_fingerprint,
 )
+from medrecipes.mirror import COMPLETE
 from medrecipes.names import TASK_METRICS, check_task_names
+from medrecipes.outputs.checkpoints import checkpoint_step
 from medrecipes.pass_rates import check_measured_on
 from medrecipes.rewards import reward_functions
 
@@ -618,3 +620,31 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         )
     if model_args.model_revision != defaults.model_revision:
         check_revision(model_args.model_name_or_path or "", model_args.model_revision, path)
+
+
+def check_mirror_target(url: str, output_dir: str | None, where: str) -> None:
+    """A mirror on this machine's filesystem (a path or file://) writes checkpoint-<step> folders
+    into its folder, replacing files of those names: refused where it is, holds or lies inside the
+    run's output_dir (the run would copy its checkpoints into themselves), and where it holds
+    anything but checkpoint copies a mirror completed (a user's own files would be replaced).
+    Object stores (s3://, gs://, ...) are the run's to reach."""
+    protocol, _, rest = url.partition("://")
+    if rest and protocol != "file":
+        return
+    folder = os.path.abspath(os.path.expanduser(rest if rest else url))
+    if output_dir:
+        run = os.path.abspath(output_dir)
+        if os.path.commonpath([folder, run]) in (folder, run):
+            raise UserError(
+                f"{where}: checkpoint_mirror_url {url} is, holds or lies inside output_dir {output_dir}, where the "
+                "checkpoints are already; name a folder on another disk (or an object store)"
+            )
+    if not os.path.isdir(folder):
+        return
+    for name in sorted(os.listdir(folder)):
+        copy = os.path.join(folder, name)
+        if checkpoint_step(name) is None or not os.path.isfile(os.path.join(copy, COMPLETE)):
+            raise UserError(
+                f"{where}: checkpoint_mirror_url {url} holds {name}, which is not a checkpoint a mirror copied "
+                "there, and a copy could replace files in it; name an empty or new folder"
+            )

@@ -18,7 +18,6 @@ from medrecipes.config.reading import RecipeParser, check_choices, field_names, 
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
-from medrecipes.mirror import check_mirror_target
 from medrecipes.outputs.claims import check_writable
 
 
@@ -99,7 +98,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_model_args(model_args, path)
     checks.check_reference(args, model_args, path)
     if recipe.checkpoint_mirror_url:
-        check_mirror_target(recipe.checkpoint_mirror_url, args.output_dir, path)
+        checks.check_mirror_target(recipe.checkpoint_mirror_url, args.output_dir, path)
     if to_train:
         checks.check_pass_rates(recipe, model_args, path)
         library_checks.check_hub_reachable(args, recipe, path)

@@ -66,7 +66,8 @@ def check_turn_tokens(template: str | None, tokenizer, source: str) -> None:
     """A template in a shipped turn format whose turn tokens the tokenizer has as single tokens:
     without them each marker is cut into pieces of text, the model learns those, and generation
     never stops at the end of a turn (the recipe's eos_token is not where the turn ends)."""
-    name = next((n for n, (_, end) in TURN_TOKENS.items() if template and end in template), None)
+    end = turn_end(template)
+    name = next((n for n, (_, last) in TURN_TOKENS.items() if last == end), None)
     vocab = tokenizer.get_vocab()
     if name is None or all(token in vocab for token in TURN_TOKENS[name]):
         return
