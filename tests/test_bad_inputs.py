@@ -181,6 +181,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accelerate config: an FSDP version accelerate lacks", ["validate", cpt, "--accelerate-config", f["fsdp3accel.yaml"]], "fsdp_version 3 is none of accelerate's FSDP versions"),
         Case("accelerate config: no machine", ["validate", cpt, "--accelerate-config", f["nomachineaccel.yaml"]], "num_machines must be at least 1, got 0"),
         Case("accelerate config: a layer class to wrap misspelt", ["validate", cpt, "--model_name_or_path", model, "--accelerate-config", f["wrapaccel.yaml"]], "LlamaDecoderLayr is no class of"),
+        Case("pass-rate: one id for two questions", ["pass-rate", grpo, "--model_name_or_path", model, "--output", f"{files}/rates.jsonl", "--dataset_mixture", f"{{sources: [{{path: {f['sharedid.jsonl']}, format: usmle}}]}}"], "have the id of another question (the first: 'q2'"),
         Case("pass_rate on documents", ["validate", cpt, "--dataset_mixture", "{sources: [{path: data/medical_text/train.jsonl, pass_rate: {file: nope.jsonl}}]}"], "whose rows are no questions to measure"),
         Case("one source twice in a mixture", ["validate", sft, "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/train.jsonl, format: usmle}]}"], "sources[1] is sources[0] again"),
         Case("an eval set with an empty name", ["validate", sft, "--eval_sets", "{'': {path: data/usmle_sample/test.jsonl, format: usmle}}"], "eval_sets has a set with an empty name"),
@@ -300,6 +301,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: data not JSON", ["eval", "--model", model, "--data", f["notjson.jsonl"]], "notjson.jsonl line 2: not JSON"),
         Case("eval: rows without options", ["eval", "--model", model, "--data", f["nooptions.jsonl"]], "options"),
         Case("eval: answer not an option", ["eval", "--model", model, "--data", f["badanswer.jsonl"]], "answer"),
+        Case("eval: a CSV separated by semicolons", ["eval", "--model", model, "--data", f["semicolons.csv"]], "semicolons.csv: its fields are separated by ';'"),
         Case("eval: CSV row of the wrong width", ["eval", "--model", model, "--data", f["ragged.csv"]], "ragged.csv line 3: 6 cells where the header has 4"),
         Case("eval: output is a folder", ["eval", "--model", model, "--data", TEST_SET, "--output", str(files)], "is a folder"),
         Case("eval: output over a user's file", ["eval", "--model", model, "--data", TEST_SET, "--output", f["existing.json"]], "medrecipes did not write"),
@@ -412,6 +414,7 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes report
         Case("report: path missing", ["report", f"{files}/no-run", "--output", f"{files}/r1.html"], "no such file or folder"),
         Case("report: a device", ["report", "/dev/null", "--output", f"{files}/r0.html"], "not a file or folder but a device"),
+        Case("report: a run's model folder", ["report", model, "--output", f"{files}/r8.html"], "a model folder (config.json)"),
         Case("report: folder with no run", ["report", f["emptydir"], "--output", f"{files}/r2.html"], "holds no run"),
         Case("report: eval file not JSON", ["report", f["notjson.jsonl"], "--output", f"{files}/r3.html"], "not a JSON evaluation"),
         Case("report: JSON that is no evaluation", ["report", f["existing.json"], "--output", f"{files}/r4.html"], "no 'tasks' in it"),
@@ -500,7 +503,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("DPO: a prompt that is a number", script("dpo", dpo, *run_in(files, model), *pairs(f["numberprompt.jsonl"])), "numberprompt.jsonl line 1: prompt is 42, neither text nor conversation turns"),
         Case("SFT chat: a text prompt and a completion of turns", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['mixedchat.jsonl']}, format: chat}}]}}", "--eval_sets", "null"), "mixedchat.jsonl line 1: its prompt and answers mix plain text and conversation turns"),
         Case("MCQ: a question written as a list", script("sft", sft, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['listquestion.jsonl']}, format: usmle}}]}}", "--eval_sets", "null"), "listquestion.jsonl line 1: [\"Which\", \"drug?\"] is a list, where text belongs"),
-        Case("eval on start without eval sets", script("cpt", cpt, "--eval_sets", "null", "--eval_strategy", "no", "--eval_on_start", "true", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null"), "eval_on_start evaluates before training, and there are no eval_sets"),
+        Case("eval on start without eval sets", script("cpt", cpt, "--eval_sets", "null", "--eval_strategy", "no", "--eval_on_start", "true", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null"), "there are no eval_sets, and eval_on_start: true evaluates or ranks checkpoints by an evaluation; add eval_sets, or turn it off (--eval_on_start false)"),
         Case("DPO: chosen equals rejected", script("dpo", dpo, *run_in(files, model), *pairs(f["samepair.jsonl"])), "samepair.jsonl line 1: chosen and rejected are the same answer"),
         Case("DPO: a row without chosen", script("dpo", dpo, *run_in(files, model), *pairs(f["nochosen.jsonl"])), "nochosen.jsonl line 1: no 'chosen'"),
         Case("DPO: chosen not the assistant's turn", script("dpo", dpo, *run_in(files, model), *pairs(f["userchosen.jsonl"])), "chosen holds a user turn, and an answer is the assistant's turns alone"),
@@ -558,6 +561,10 @@ FILES = {
     "questionchosen.jsonl": '{"prompt": [{"role": "user", "content": "Which?"}], "chosen": [{"role": "user", "content": "Which?"}, {"role": "assistant", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
     "textschosen.jsonl": '{"prompt": "Which?", "chosen": ["A", "yes"], "rejected": "B"}\n',
     "header.csv": "text\n",
+    "semicolons.csv": "question;A;B;answer\nWhat causes scurvy?;vitamin C lack;iron lack;A\n",
+    "sharedid.jsonl": '{"id": "q1", "question": "What causes scurvy?", "options": {"A": "vitamin C lack", "B": "iron lack"}, "answer": "A"}\n'
+    '{"id": "q2", "question": "What causes rickets?", "options": {"A": "vitamin D lack", "B": "iron lack"}, "answer": "A"}\n'
+    '{"id": "q2", "question": "What causes goitre?", "options": {"A": "iodine lack", "B": "iron lack"}, "answer": "A"}\n',
     "splits/train.jsonl": '{"question": "What causes scurvy?", "options": {"A": "vitamin C lack", "B": "iron lack"}, "answer": "A"}\n',
     "splits/test.jsonl": '{"question": "What causes rickets?", "options": {"A": "vitamin D lack", "B": "iron lack"}, "answer": "A"}\n',
     "mirror/own-notes.txt": "my notes\n",

@@ -207,6 +207,27 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True) ->
         raise not_utf8(where, err) from None
     if blank:  # `datasets` reads no row from it and fails on the empty split it makes
         raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
+    if path.lower().endswith(".csv") and (separator := _other_separator(path)):
+        raise UserError(
+            f"{where}: its fields are separated by {separator!r}, and a .csv is read with commas (every line "
+            "would be one cell); save it with commas, or as JSON Lines"
+        )
+
+
+def _other_separator(path: str) -> str | None:
+    """The separator of a CSV file written with another than the comma (a spreadsheet set to a
+    locale whose decimal mark is the comma writes ';'): its first line has none of it and
+    `csv.Sniffer` finds another in its first lines; None otherwise."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        sample = handle.read(1 << 14)
+    first = sample.split("\n", 1)[0]
+    if "," in first:
+        return None
+    try:
+        found = csv.Sniffer().sniff(sample, delimiters=";\t|").delimiter
+    except csv.Error:  # one column, or nothing it can tell apart
+        return None
+    return found if found in first else None
 
 
 def _first_ragged_row(path: str) -> str | None:

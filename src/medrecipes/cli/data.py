@@ -228,6 +228,26 @@ def _sampled_answers(args, rows) -> list[list[str]]:
 RANGES = [(0.0, 1.0), (0.0, 0.5), (0.5, 1.0)]
 
 
+def _one_row_per_id(rows: list[dict], recipe: str) -> list[dict]:
+    """`rows` with each id once (the filter reads a pass rate by id): a question asked again under
+    its id is measured once; one line where an id names two different questions."""
+    from medrecipes.usmle.loading import shared_ids
+    from medrecipes.usmle.schema import question_key
+
+    ids = [row["id"] for row in rows]
+    shared = shared_ids(ids, [question_key(row.get("context"), row["question"], row["options"]) for row in rows])
+    if shared:
+        raise UserError(
+            f"{recipe}: {len(shared)} of its questions have the id of another question (the first: "
+            f"{ids[shared[0][0]]!r}; loading named their lines), and the pass_rate filter keeps a question by its "
+            "id; give each question its own id"
+        )
+    first: dict[str, dict] = {}
+    for row in rows:
+        first.setdefault(row["id"], row)
+    return list(first.values())
+
+
 def cmd_pass_rate(args) -> None:
     """Each training question of a GRPO recipe asked `--samples` times with the recipe's own chat prompt
     and sampling (temperature, top_p, top_k, max_completion_length), scored by its correctness reward; one
@@ -267,6 +287,7 @@ def cmd_pass_rate(args) -> None:
     model = model_args.model_name_or_path
     claim_output(output, "pass-rate", "pass-rate --output", [args.recipe, model], args.overwrite)
     rows = [row for source in recipe.mixture.sources for row in load_mcq_source(source, recipe.subjects, False)]
+    rows = _one_row_per_id(rows, args.recipe)
     set_seed(args.seed)
     loaded, tokenizer = load_for_evaluation(model)
     answers, _ = sample_answers(

@@ -238,6 +238,33 @@ def resolve_token_budget(
 LOWER_BETTER, HIGHER_BETTER = ("loss", "perplexity", "ppl"), ("acc", "accuracy", "f1", "reward")
 
 
+# What each setting that evaluates, or ranks checkpoints by an evaluation, is set to for a run without one.
+WITHOUT_EVAL = {"eval_strategy": "no", "eval_on_start": "false", "keep_best_checkpoints": "null",
+                "load_best_model_at_end": "false"}  # fmt: skip
+
+
+def check_eval_needed(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+    """A recipe without eval_sets whose settings evaluate or rank by an evaluation: all of them in
+    one line with the flags that turn them off (a recipe's eval_sets set to null leaves several)."""
+    if recipe.eval_sources:
+        return
+    values = {
+        "eval_strategy": None if args.eval_strategy == "no" else args.eval_strategy.value,
+        "eval_on_start": "true" if args.eval_on_start else None,
+        "keep_best_checkpoints": recipe.keep_best_checkpoints,
+        "load_best_model_at_end": "true" if args.load_best_model_at_end else None,
+    }
+    needing = {key: value for key, value in values.items() if value is not None}
+    if needing:
+        settings = ", ".join(f"{key}: {value}" for key, value in needing.items())
+        flags = " ".join(f"--{key} {WITHOUT_EVAL[key]}" for key in needing)
+        raise UserError(
+            f"{path}: there are no eval_sets, and {settings} {'evaluates' if len(needing) == 1 else 'evaluate'} or "
+            f"{'ranks' if len(needing) == 1 else 'rank'} checkpoints by an evaluation; add eval_sets, or turn "
+            f"{'it' if len(needing) == 1 else 'them'} off ({flags})"
+        )
+
+
 def resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
     # With several named eval sets there is no plain eval_loss: rank by the first set's loss.
     if recipe.eval_sources and args.metric_for_best_model in (None, "loss", "eval_loss"):
@@ -261,8 +288,6 @@ def resolve_best_metric(recipe: RecipeArguments, args: TrainingArguments, path: 
             raise UserError(f"{path}: keep_best_checkpoints must be at least 1")
         if args.save_total_limit is not None:
             raise UserError(f"{path}: set keep_best_checkpoints or save_total_limit, not both")
-        if not recipe.eval_sources:
-            raise UserError(f"{path}: keep_best_checkpoints ranks by eval loss; add eval_sets")
     if recipe.keep_last_checkpoints is not None:
         if recipe.keep_last_checkpoints < 1:
             raise UserError(f"{path}: keep_last_checkpoints must be at least 1")

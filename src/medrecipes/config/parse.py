@@ -93,6 +93,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     derived = checks.resolve_token_budget(recipe, args, path)
     if getattr(args, "prompts_per_step", None) is not None:
         derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
+    checks.check_eval_needed(recipe, args, path)
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
     checks.check_model_args(model_args, path)
@@ -117,15 +118,6 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)
-    if not recipe.eval_sources and args.eval_strategy != "no":
-        raise UserError(
-            f"{path}: eval_strategy is '{args.eval_strategy.value}' but there are no eval_sets; "
-            "add eval_sets, or set eval_strategy: no"
-        )
-    if not recipe.eval_sources and args.eval_on_start:  # the trainer refuses it at the first step
-        raise UserError(
-            f"{path}: eval_on_start evaluates before training, and there are no eval_sets; add eval_sets, or set eval_on_start: false"
-        )
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     recipe.notes = (
         library_checks.notes(args, recipe) + checks.unread_notes(recipe, trains, path) + parser.repeated

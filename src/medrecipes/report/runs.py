@@ -176,6 +176,13 @@ def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
             evaluations.append(read_evaluation(path, name.removesuffix(".json")))
         elif os.path.isdir(path) and is_run(path):
             runs.append(read_run(path, name))
+        elif os.path.isfile(os.path.join(path, "config.json")):
+            parent = os.path.dirname(os.path.abspath(path))
+            run = f"the run it came from ({parent})" if is_run(parent) else "the output_dir of the run it came from"
+            raise UserError(
+                f"{path}: a model folder (config.json), which holds no run's logs and no evaluation; pass {run} "
+                "or the file that `medrecipes eval --output` wrote of it"
+            )
         elif os.path.isdir(path) and (files := sorted(glob.glob(os.path.join(path, "*.json")))):
             evaluations += [read_evaluation(f, f"{name}/{Path(f).stem}") for f in files]
         elif os.path.isdir(path):

@@ -143,18 +143,22 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
     """What a set of questions holds that it cannot mean, each kind counted and its first rows
     named (`where(index)`): a question with an empty option (no model can choose it), and a
     question that repeats an earlier one (`question_key`: it counts twice in training and in a
-    score), or repeats it with another gold answer (one of them is wrong), and a question two of whose options read the same (whichever the model picks, one of
-    them is marked wrong). Said, not refused: a large set may hold a few, and the user decides."""
+    score), or repeats it with another gold answer (one of them is wrong), a question two of whose
+    options read the same (whichever the model picks, one of them is marked wrong), and an id
+    that names two different questions (`shared_ids`). Said, not refused: a large set may hold a
+    few, and the user decides."""
     empty, twins, repeats, conflicts, seen = [], [], [], [], {}
     answers = rows["answer"] if "answer" in rows.column_names else [None] * len(rows)
-    columns = zip(rows["context"], rows["question"], rows["options"], strict=True)
-    for index, (context, question, options) in enumerate(columns):
+    keys = [question_key(*row) for row in zip(rows["context"], rows["question"], rows["options"], strict=True)]
+    shared = shared_ids(rows["id"], keys)
+    for index, key in enumerate(keys):
+        options = key[2]
         if any(not option for option in options):
             empty.append(index)
         written = [" ".join(option.split()).lower() for option in options if option]
         if len(set(written)) < len(written):
             twins.append(index)
-        first = seen.setdefault(question_key(context, question, options), index)
+        first = seen.setdefault(key, index)
         if first != index:
             differs = answers[index] != answers[first] and None not in (answers[index], answers[first])
             (conflicts if differs else repeats).append((index, first))
@@ -187,7 +191,26 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
             f"{len(repeats)} question(s) repeat an earlier one ({pairs}{more if len(repeats) > named else ''}): "
             "each counts twice in training and in a score; drop the repeats"
         )
+    if shared:
+        pairs = ", ".join(f"{where(i)} has {where(first)}'s id {rows[i]['id']!r}" for i, first in shared[:named])
+        found.append(
+            f"{len(shared)} question(s) have the id of another question ({pairs}{more if len(shared) > named else ''}): "
+            "pass rates and preference pairs are kept by id, so the two are mixed; give each question its own id"
+        )
     return found
+
+
+def shared_ids(ids: list, keys: list) -> list[tuple[int, int]]:
+    """(index, first index) of each row whose id an earlier row with another question (`keys`,
+    `question_key`) has: whatever is kept by id (a pass rate, a pair's gold answer) would mix them.
+    The same question asked again under its id is a repeat, not this."""
+    first: dict = {}
+    shared = []
+    for index, (name, key) in enumerate(zip(ids, keys, strict=True)):
+        earlier = first.setdefault(name, index)
+        if earlier != index and keys[earlier] != key:
+            shared.append((index, earlier))
+    return shared
 
 
 def _files_in(directory: Path, split: str | None) -> list[Path]:
