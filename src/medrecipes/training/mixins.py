@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import torch
 from transformers import Trainer
+from trl import GRPOConfig
 
 from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, restore_position
 from medrecipes.errors import UserError
@@ -73,7 +74,7 @@ def _check_whole_batch(dataset, args) -> None:
     """With dataloader_drop_last, the DataLoader drops a last batch it cannot fill: with fewer rows
     than one batch of all processes it yields none, and the run saves an untrained model after 0
     steps. GRPO batches its completions (num_generations of each prompt), not its rows."""
-    if not args.dataloader_drop_last or hasattr(args, "num_generations") or not hasattr(dataset, "__len__"):
+    if not args.dataloader_drop_last or isinstance(args, GRPOConfig) or not hasattr(dataset, "__len__"):
         return
     batch = args.per_device_train_batch_size * args.world_size
     if len(dataset) < batch:
