@@ -258,7 +258,7 @@ def test_outputs_inside_a_file_or_onto_a_folder_are_refused_before_running(tmp_p
     taken.write_text("")
     with pytest.raises(UserError, match=f"output: cannot create {taken}/deeper/results.json: {taken} is a file"):
         parse_eval_args(["--model", "m", "--output", str(taken / "deeper" / "results.json")])
-    with pytest.raises(UserError, match=f"output {tmp_path} is a folder; name the JSON file to write"):
+    with pytest.raises(UserError, match=f"output: {tmp_path} is a folder; name the file to write"):
         parse_eval_args(["--model", "m", "--output", str(tmp_path)])
     with pytest.raises(SystemExit) as info:
         cli.main(["tiny-model", str(taken / "model")])
@@ -274,9 +274,10 @@ def test_a_recipe_needs_a_model_to_start_from(tmp_path):
     data = yaml.safe_load(Path(path).read_text())
     del data["model_name_or_path"]
     Path(path).write_text(yaml.safe_dump(data))
-    recipe, _, model_args = parse(path)  # a data-only recipe parses (decontaminate reads its data)
+    recipe, _, model_args = parse_recipe("cpt", [path], to_train=False)  # read for its data (decontaminate)
     with pytest.raises(UserError, match="recipe: no 'model_name_or_path'; name the model to start from"):
         recipe_tokenizer(recipe, model_args)
+    assert "model_name_or_path is not set; name the model this recipe starts from" in user_error(path)
     assert "init_from_scratch needs 'architecture'" in user_error(path, "--init_from_scratch", "true")
 
 

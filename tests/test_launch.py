@@ -209,3 +209,27 @@ def test_the_offload_devices_named_are_deepspeeds():
     from medrecipes.plan.launch import OFFLOAD_DEVICES
 
     assert OFFLOAD_DEVICES == tuple(device.value for device in OffloadDeviceEnum)
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        ("distributed_type: 'NO'\nnum_processes: 4\n", "distributed_type NO starts one process, not 4"),
+        ("distributed_type: NO\nnum_processes: 4\n", "distributed_type NO starts one process, not 4"),  # false to YAML
+        ("distributed_type: MULTI_CPU\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
+         "fsdp_config does nothing while distributed_type is MULTI_CPU, not FSDP"),
+        ("distributed_type: MULTI_GPU\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 2\n",
+         "deepspeed_config does nothing while distributed_type is MULTI_GPU, not DEEPSPEED"),
+        ("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 2\n  offload_param_device: cpu\n",
+         "offload_param_device cpu does nothing at zero_stage 2"),
+        ("distributed_type: 'NO'\nnum_processes: 1\ndowncast_bf16: 'no'\n", None),  # as `accelerate config` writes it
+    ],
+)  # fmt: skip
+def test_what_an_accelerate_config_sets_that_its_launch_does_not_use_is_said(tmp_path, capsys, config, said):
+    from medrecipes.cli import main
+
+    path = tmp_path / "launch.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\nmixed_precision: 'no'\n" + config)
+    main(["validate", "recipes/tiny_cpt.yaml", "--accelerate-config", str(path)])
+    launch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# launch:"))
+    assert (said in launch) if said else launch.endswith("1 process a machine"), launch

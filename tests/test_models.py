@@ -172,6 +172,19 @@ def test_missing_model_is_a_user_error(tmp_path, tiny_model):
         load_model(model_args, SimpleNamespace(init_from_scratch=False), tokenizer)
 
 
+def test_a_tokenizer_with_more_tokens_than_the_model_has_rows_is_refused_at_load(tiny_model):
+    """Ids past the embedding's last row would fail inside the first step; said in one line."""
+    tokenizer = load_tokenizer(tiny_model)
+    rows = len(tokenizer)
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(8)])
+    recipe = SimpleNamespace(init_from_scratch=False, tokenizer_name_or_path="other")
+    with pytest.raises(
+        UserError,
+        match=rf"tokenizer_name_or_path: {len(tokenizer):,} tokens, and the model has {rows:,} embedding rows",
+    ):
+        load_model(ModelConfig(model_name_or_path=tiny_model), recipe, tokenizer)
+
+
 def test_missing_tokenizer_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no-tokenizer"):
         load_tokenizer(str(tmp_path / "no-tokenizer"))

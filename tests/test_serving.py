@@ -462,6 +462,33 @@ def test_oversized_bodies_slow_clients_and_fifty_clients_leave_it_bounded_and_an
     assert grown < 300, f"the server grew by {grown:.0f} MiB"
 
 
+def test_a_body_that_ends_before_its_content_length_is_a_400_and_no_error_of_the_app(tiny_model):
+    """The client stops sending before the length it announced (uvicorn passes on its disconnect):
+    the app answers 400 in the error shape, with nothing raised that the server would print."""
+    import asyncio
+
+    from medrecipes.serving.app import create_app
+    from medrecipes.serving.model import ServedModel
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+             "headers": [(b"host", b"x"), (b"content-type", b"application/json"), (b"content-length", b"500")]}  # fmt: skip
+    incoming = [{"type": "http.request", "body": b'{"messages": []}', "more_body": True}]
+    sent = []
+
+    async def receive():
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(create_app(ServedModel(tiny_model))(scope, receive, send))
+    assert sent[0]["status"] == 400
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["error"]["message"] == "the body is shorter than its Content-Length; send the whole body"
+
+
 @pytest.mark.slow
 def test_with_an_api_key_only_requests_that_carry_it_are_answered(memorised_model):
     keyed = Server(memorised_model, env={"MEDRECIPES_API_KEY": "s3cret"})

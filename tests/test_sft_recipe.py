@@ -210,7 +210,7 @@ def test_chat_sources_are_used_as_they_are(tmp_path):
         f"dataset_mixture:\n  sources:\n    - {{path: {conversations}, format: chat}}\n"
         f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\n"
     )
-    recipe_args, _, _ = parse_recipe("sft", [str(recipe)])
+    recipe_args, _, _ = parse_recipe("sft", [str(recipe)], to_train=False)
     train, evals, mcq = sft_data(recipe_args)
     assert list(train) == [{"messages": messages}] and evals == {} and mcq == {}
 

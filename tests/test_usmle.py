@@ -742,7 +742,9 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
         "one of each is wrong; fix it or drop the row"
     ]
     caplog.clear()  # one id for two questions: what is kept by id would mix them; a question asked again under its id is a repeat
-    named = [{**_medqa(q, ["a", "b", "c", "d"]), "id": i} for q, i in [("Q1", "x"), ("Q2", "y"), ("Q3", "y"), ("Q1", "x")]]
+    named = [
+        {**_medqa(q, ["a", "b", "c", "d"]), "id": i} for q, i in [("Q1", "x"), ("Q2", "y"), ("Q3", "y"), ("Q1", "x")]
+    ]
     with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
         load_mcq(write_jsonl(tmp_path / "ids.jsonl", named))
     said = [r.getMessage().split(": ", 1)[1] for r in caplog.records]

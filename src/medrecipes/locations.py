@@ -47,6 +47,21 @@ def absent(path: str) -> str:
     return "no such file or folder"
 
 
+def file_as_model(path: str) -> str | None:
+    """What is wrong with a local model path that names a file (a .gguf model aside), in words for a
+    message that starts with the key: the folder to pass where the file is one of a model's, else
+    what a model is; None for anything else."""
+    if not local_path(path) or path.endswith(".gguf") or not os.path.isfile(os.path.expanduser(path)):
+        return None
+    folder = os.path.dirname(path) or "."
+    if any(os.path.isfile(os.path.join(folder, name)) for name in ("config.json", "adapter_config.json")):
+        return f"{path} is one file of the model in {folder}; pass that folder"
+    return (
+        f"{path} is a file, not a model; pass a model's folder (a run's output_dir/final), a .gguf file or a Hub id "
+        "(org/name)"
+    )
+
+
 # Chat templates shipped with the package (medrecipes/templates/<name>.jinja), package data so that
 # they are there pip-installed; a recipe names one by name (chat_template_path: gemma) or by path.
 SHIPPED_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")

@@ -127,10 +127,6 @@ def cmd_decontaminate(args) -> None:
         }
         inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
         for out in drops.values():
-            if os.path.isdir(out):
-                raise UserError(
-                    f"--drop {out} is a folder; name a file for the kept rows ({', '.join(dc.KEPT_FORMATS)})"
-                )
             claim_output(out, "decontaminate", "decontaminate --drop", inputs, args.overwrite)
             if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
                 raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")

@@ -118,6 +118,7 @@ def cmd_perplexity(args) -> None:
     if args.output:
         with staged(args.output, folder=False, kind="perplexity") as path, open(path, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
+        print(f"written to {args.output}")
 
 
 def cmd_calibrate(args) -> None:

@@ -8,6 +8,7 @@ knows only questions), which also gives `reward_weights`; a dotted import path t
 reward can only be checked by importing it.
 """
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -24,6 +25,7 @@ from medrecipes.locations import (
     BUILDERS,
     SAMPLED,
     absent,
+    file_as_model,
     is_url,
     local_path,
     looks_local,
@@ -592,6 +594,34 @@ def check_reference(args: TrainingArguments, model_args: ModelConfig, path: str)
             f"{path}: sync_ref_model moves the reference model, and beta 0 loads none (no KL term); set beta above 0, "
             "or sync_ref_model: false"
         )
+
+
+def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
+    """A text key left empty (or spaces) whose default is not empty and which takes no null: a
+    name, id or revision that names nothing (an optional text key reads the empty text as null,
+    `config.reading`). A key whose default is the empty text (transformers' `debug`) takes it.
+    output_dir given null or empty would write into transformers' `trainer_output` in the working folder."""
+    for obj in parsed:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name, None)
+            if f.name in given and isinstance(value, str) and not value.strip() and f.default != "":
+                raise UserError(f"{path}: {f.name} is empty; give it a value, or leave it out for its default")
+    if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null", "None", "~"):
+        raise UserError(
+            f"{path}: output_dir is not set, and the run would write into ./trainer_output; name its folder"
+        )
+
+
+def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:
+    """A model or tokenizer named by a file (a data file, a model's config.json): one line naming the
+    key, not the loader's words about an unreadable config after the data is built."""
+    named = {
+        "model_name_or_path": model_args.model_name_or_path,
+        "tokenizer_name_or_path": recipe.tokenizer_name_or_path,
+    }
+    for key, value in named.items():
+        if value and (problem := file_as_model(value)):
+            raise UserError(f"{path}: {key}: {problem}")
 
 
 def check_model_args(model_args: ModelConfig, path: str) -> None:

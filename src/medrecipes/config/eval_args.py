@@ -81,6 +81,11 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
             if len(tasks) != 1:
                 raise UserError(f"{flag} {entry}: name the task it is for, as {flag} TASK={entry}")
             name, path = tasks[0], entry
+        if not name.strip() or not path.strip():
+            raise UserError(
+                f"{flag} {entry}: {'no task name before' if not name.strip() else 'no path after'} '='; give {flag} "
+                "TASK=PATH"
+            )
         if name in result and result[name] != path:  # one would be dropped without a word
             raise UserError(
                 f"{flag}: task '{name}' is given twice ({result[name]} and {path}); give each task one {flag} entry"
@@ -150,8 +155,12 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} generated answers, and mode {args.mode} scores "
             f"each option's likelihood, generating nothing: {'it does' if len(given) == 1 else 'they do'} nothing here"
         )
-    if args.output and os.path.isdir(args.output):
-        raise UserError(f"{where}: output {args.output} is a folder; name the JSON file to write")
+    for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):
+        if idle := [name for name in by_task if name not in args.tasks]:
+            args.notes.append(
+                f"{flag} for {', '.join(idle)} is not read: tasks are {', '.join(args.tasks)}; add "
+                f"{'it' if len(idle) == 1 else 'them'} to tasks to score {'it' if len(idle) == 1 else 'them'}"
+            )
     if args.output:  # a path that cannot be written is refused by `validate` too
         check_writable(args.output, f"{where}: output")
     # What the output may not replace; `evaluation.commands.run_evaluation` claims it before any work.

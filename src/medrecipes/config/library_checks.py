@@ -600,12 +600,14 @@ def _they(keys: list[str], one: str, many: str) -> str:
 
 
 def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
-    """transformers clips gradients only at a norm above 0; a schedule whose function takes no
+    """A learning rate of 0 trains nothing; transformers clips gradients only at a norm above 0; a schedule whose function takes no
     warm-up ignores it; a compile mode alone switches compiling on; an interval longer than the
     run happens at no step of it; max_steps ends the run whatever the epochs."""
     from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
 
     found = []
+    if args.learning_rate == 0 and not getattr(args, "embedding_learning_rate", None):
+        found.append("learning_rate 0 changes no weight: the run saves the model it starts from; give a positive rate")
     if args.max_grad_norm is not None and args.max_grad_norm <= 0:
         found.append(
             f"max_grad_norm {args.max_grad_norm:g} turns gradient clipping off (transformers clips only above 0); "

@@ -81,6 +81,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         raise UserError(f"no recipe: run `python {trains.script} RECIPE.yaml [--key value ...]` (see recipes/)")
     recipe.recipe_file, recipe.given = path, parser.given
     path = path or "command line"
+    if to_train and not (recipe.init_from_scratch or model_args.model_name_or_path):  # a data-only recipe parses
+        raise UserError(f"{path}: model_name_or_path is not set; name the model this recipe starts from")
     check_writable(args.output_dir, f"{path}: output_dir", folder=True)
     for obj in (recipe, args, model_args):
         check_choices(obj, path)
@@ -96,6 +98,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_eval_needed(recipe, args, path)
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
+    checks.check_blank_text(outputs, parser.given, path)
+    checks.check_model_paths(recipe, model_args, path)
     checks.check_model_args(model_args, path)
     checks.check_reference(args, model_args, path)
     if recipe.checkpoint_mirror_url:

@@ -72,6 +72,7 @@ class RecipeParser(TrlParser):
         self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
         self.texts: dict[str, Any] = {}  # the keys that take a mapping or text, and how their text is read
         self.repeated: list[str] = []  # the keys the command line gave more than once, as notes
+        self.optional_texts: set[str] = set()  # text keys that take null, which empty text unsets too
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
@@ -95,6 +96,8 @@ class RecipeParser(TrlParser):
                 action.type = _enum_value(action.type)
             if _is_union(hints[action.dest]) and type(None) in typing.get_args(hints[action.dest]):
                 action.type = _or_null(action.type)  # `--key null` unsets an optional key, as in the YAML
+                if action.type.__name__ == "text":
+                    self.optional_texts.add(action.dest)
 
     def _dataclass_value(self, key: str, cls: type):
         """An argparse type: a mapping written as YAML ('{tp_size: 2}'), built into `cls` with its
@@ -116,6 +119,8 @@ class RecipeParser(TrlParser):
             f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
         }
         for key, value in config.items():
+            if key in self.optional_texts and isinstance(value, str) and not value.strip():
+                config[key] = None  # as on the command line
             if key in int_fields and isinstance(value, str | float) and _is_whole_number(value):
                 config[key] = int(float(value))
             if key in self.built and isinstance(value, dict):  # argparse types only the command line's text
@@ -276,12 +281,17 @@ def _base64_mapping(text: str) -> bool:
 
 
 def _or_null(parse):
-    """An argparse type that reads 'null' as None, as YAML does, and other text with `parse`."""
+    """An argparse type that reads 'null' as None, as YAML does, and other text with `parse`; for a
+    text key, the empty text as None too (a wrapper clearing a recipe's value writes `--key ""`)."""
 
     def parse_or_null(text: str):
-        return None if text == "null" else parse(text) if parse is not None else text
+        if text == "null" or (parse in (None, str) and not text.strip()):
+            return None
+        return parse(text) if parse is not None else text
 
-    parse_or_null.__name__ = getattr(parse, "__name__", "text")  # argparse's "invalid <name> value"
+    parse_or_null.__name__ = (
+        "text" if parse in (None, str) else getattr(parse, "__name__", "text")
+    )  # argparse's "invalid <name> value"
     return parse_or_null
 
 
@@ -469,8 +479,10 @@ def check_choices(obj, where: str) -> None:
 
 
 def split_names(entries: list[str]) -> list[str]:
-    """Names given as a list, comma-separated, or both: [a,b c] -> [a, b, c]."""
-    return [name for entry in entries for name in entry.split(",") if name]
+    """Names given as a list, comma-separated, or both, or as a YAML flow list written on the
+    command line ('[a, b]', one word or several): [a,b c] -> [a, b, c]."""
+    names = (name.strip() for entry in entries for name in entry.split(","))
+    return [bare for name in names if (bare := name.removeprefix("[").removesuffix("]").strip())]
 
 
 KINDS = {float: "a number", int: "a whole number", str: "text", bool: "true or false", type(None): "null"}

@@ -225,6 +225,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
         "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
         "num_iterations": Bound(1, True, "each batch of answers is trained on this many times; 0 is no training"),
+        "num_generations": Bound(
+            2, True, "each answer is scored against the other answers to its question, and one answer has none"
+        ),
         "delta": Bound(
             1, False, "it caps the policy ratio of answers with a negative advantage; at or below 1 it clips every one"
         ),
@@ -276,7 +279,10 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         # what accelerate launch and torchrun set for every process, and 1 without them.
         if self.prompts_per_step is not None:
             world = int(os.environ.get("WORLD_SIZE", "1"))
-            self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
+            try:
+                self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
+            except UserError as err:  # a ValueError here is the recipe's line, its file named (parse_recipe)
+                raise ValueError(str(err)) from None
         # Values derived after this point, kept as the recipe set them: GRPOConfig derives each of
         # steps_per_generation and generation_batch_size from the other (or from the
         # accumulation) and refuses both set, and reward_weights come from `rewards`. The

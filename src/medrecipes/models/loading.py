@@ -125,6 +125,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         if "gguf_file" in kwargs:
             unmark_dequantized_gguf(model)
         origin = model_args.model_name_or_path
+        _check_vocabulary(model, tokenizer, recipe)
     if activation_checkpointing:
         model.config.use_cache = False
     # Under ZeRO-3 each parameter is a partitioned placeholder; ds_numel is its full size.
@@ -137,6 +138,18 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         attention,
     )
     return model
+
+
+def _check_vocabulary(model, tokenizer, recipe) -> None:
+    """A tokenizer with more tokens than the model has embedding rows: its ids past the last row
+    fail inside the embedding at the first step (an index error); said here in one line."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        key = "tokenizer_name_or_path" if getattr(recipe, "tokenizer_name_or_path", None) else "the model's tokenizer"
+        raise UserError(
+            f"{key}: {len(tokenizer):,} tokens, and the model has {rows:,} embedding rows, so ids from {rows:,} on "
+            "have none; use the tokenizer the model was trained with, or one of at most that many tokens"
+        )
 
 
 def positions(model) -> int | None:

@@ -32,15 +32,18 @@ _MADE_FOR: dict[str, list[str]] = {}  # an output's lock -> the folders its clai
 
 
 def check_writable(path: str, where: str, folder: bool = False) -> None:
-    """`path` (a `folder` to write into, or either) can be written: the nearest existing folder
+    """`path` (a `folder` to write into, else a file) can be written: not a thing of the other
+    kind (a file result would replace a folder the user made), and the nearest existing folder
     on its way is a folder (not a file) and takes a new file, tried for real (permissions, a
     read-only disk, root or not)."""
     if "://" in path:
         return
     if not path.strip():  # os.path.abspath would make it the working folder
-        raise UserError(f"{where}: the path is empty; name a {'folder' if folder else 'path'} to write to")
+        raise UserError(f"{where}: the path is empty; name a {'folder' if folder else 'file'} to write to")
     if folder and os.path.isfile(path):
         raise UserError(f"{where}: {path} is a file; name a folder to write into")
+    if not folder and os.path.isdir(path):
+        raise UserError(f"{where}: {path} is a folder; name the file to write, in it or beside it")
     existing = os.path.abspath(path)
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)

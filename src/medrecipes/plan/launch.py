@@ -49,6 +49,10 @@ def launch_plan(recipe, training_args, path: str, nodes: int, gpus_per_node: int
     }
 
 
+# Keys ClusterConfig declares true or false that `accelerate config` itself writes as 'no' or 'yes'.
+WRITTEN_AS_WORDS = ("downcast_bf16",)
+
+
 def check_accelerate_config(path: str) -> dict:
     """An accelerate config file as `accelerate launch` will read it, checked before the launch
     (accelerate reads it before any recipe code runs, and answers a mistake with a traceback):
@@ -68,6 +72,8 @@ def check_accelerate_config(path: str) -> dict:
     kinds = {bool: "true or false", int: "a whole number", dict: "a mapping", list: "a list"}
     for declared in dataclasses.fields(ClusterConfig):
         value = data.get(declared.name)
+        if declared.name in WRITTEN_AS_WORDS and value in ("no", "yes"):
+            continue
         kind = next((t for t in (declared.type, *typing.get_args(declared.type)) if t in kinds), None)
         if (
             value is not None
@@ -80,6 +86,8 @@ def check_accelerate_config(path: str) -> dict:
     except (ValueError, TypeError, KeyError) as err:
         raise UserError(f"{path}: accelerate refuses it ({' '.join(str(err).split())}); {fix}") from None
     precisions = [str(p.value) for p in PrecisionType]
+    if isinstance(data.get("mixed_precision"), bool):  # YAML 1.1 reads an unquoted no (or yes, off) as false
+        raise UserError(f"{path}: mixed_precision is {data['mixed_precision']!r} to YAML; write 'no' in quotes; {fix}")
     if "mixed_precision" in data and str(data["mixed_precision"]) not in precisions:
         raise UserError(
             f"{path}: mixed_precision {data['mixed_precision']!r} is none of {', '.join(precisions)}; {fix}"
@@ -135,7 +143,7 @@ def recipe_under_launch(
         raise UserError(f"{recipe_path}: {err}") from None
     _check_wrapped_layers(config, config_path, model_name)
     launch = f"{config_path}: {processes} process{'es' if processes > 1 else ''} a machine"
-    sharded = str(config.get("distributed_type", "NO"))
+    sharded = str(config.get("distributed_type") or "NO")  # an unquoted NO is false to YAML, as accelerate reads it
     if config.get("use_cpu") and not training_args.use_cpu:
         launch += "; it has use_cpu: true, so its processes train on CPUs and the recipe's GPUs stay idle"
     if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
@@ -143,7 +151,31 @@ def recipe_under_launch(
             f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
             "so each CPU process would hold the whole model (plain data parallel)"
         )
-    return launch
+    return launch + "".join(f"; {note}" for note in _idle_settings(config, sharded, processes))
+
+
+def _idle_settings(config: dict, sharded: str, processes: int) -> list[str]:
+    """What an accelerate config sets that its launch does not use, as accelerate's launch command
+    chooses a launcher: several processes under distributed_type NO (it starts one, unless the
+    machine has several GPUs, where it turns multi-GPU on), a sharding section of a type it does
+    not launch, and DeepSpeed's parameter offload below ZeRO stage 3 (it offloads parameters at 3 only)."""
+    idle = []
+    if sharded == "NO" and processes > 1:
+        idle.append(
+            f"distributed_type NO starts one process, not {processes}, unless the machine has several GPUs (then "
+            "accelerate turns multi-GPU on); set distributed_type: MULTI_GPU (or MULTI_CPU), or num_processes: 1"
+        )
+    for section, kind in (("fsdp_config", "FSDP"), ("deepspeed_config", "DEEPSPEED")):
+        if config.get(section) and sharded != kind:
+            idle.append(f"{section} does nothing while distributed_type is {sharded}, not {kind}; drop it, or switch")
+    deepspeed = config.get("deepspeed_config") or {}
+    offload = str(deepspeed.get("offload_param_device", "none")).lower()
+    if sharded == "DEEPSPEED" and offload != "none" and deepspeed.get("zero_stage", 0) != 3:
+        idle.append(
+            f"offload_param_device {offload} does nothing at zero_stage {deepspeed.get('zero_stage', 0)} (DeepSpeed "
+            "offloads parameters at stage 3 only); use zero_stage: 3, or offload_optimizer_device"
+        )
+    return idle
 
 
 # DeepSpeed's OffloadDeviceEnum, as accelerate's `config` offers it: not imported, since the

@@ -239,13 +239,9 @@ def write_report(paths: list[str], output: str, title: str | None = None, overwr
             same = "is given twice" if first == path else f"is {first} again"
             raise UserError(f"report: {path} {same}; name each run folder or eval file once")
         seen[os.path.realpath(path)] = path
-    if os.path.isdir(output):
-        raise UserError(
-            f"report: --output {output} is a folder; name the HTML file to write, e.g. {output}/report.html"
-        )
     images = images_folder(output)
-    for target in (output, images):
-        claim_output(target, "report", "report: --output", paths, overwrite)
+    claim_output(output, "report", "report: --output", paths, overwrite)
+    claim_output(images, "report", "report: --output", paths, overwrite, folder=True)
     runs, evaluations = read_inputs(paths)
     plots = figures(runs, evaluations)
     named = ", ".join(r.name for r in runs) if len(runs) <= 5 else f"{len(runs)} runs"

@@ -17,7 +17,7 @@ import socket
 import sys
 
 from medrecipes.errors import UserError
-from medrecipes.locations import looks_local
+from medrecipes.locations import file_as_model, looks_local
 from medrecipes.serving.app import create_app
 from medrecipes.serving.model import ServedModel, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
@@ -31,10 +31,9 @@ API_KEY_ENV = "MEDRECIPES_API_KEY"
 def _check_model(model: str) -> None:
     from medrecipes.models.files import check_model_folder, check_tokenizer_files
 
+    if problem := file_as_model(model):
+        raise UserError(f"model: {problem}")
     if looks_local(model) and not os.path.isdir(model) and not model.endswith(".gguf"):  # a .gguf: said below
-        if os.path.isfile(model):
-            folder = os.path.dirname(model) or "."
-            raise UserError(f"model '{model}' is a file; pass the folder that holds the model ({folder})")
         raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
     if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's

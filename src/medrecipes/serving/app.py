@@ -29,6 +29,7 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     from fastapi.concurrency import run_in_threadpool
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # no door but the ones below
     waiting = [0]
@@ -73,6 +74,8 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
         """`work(parsed)` for a body `parse` takes, in the queue's turn; the refusals on the way."""
         try:
             payload = json.loads(await request.body())
+        except ClientDisconnect:  # the body ended before the length it announced
+            return refuse(400, "the body is shorter than its Content-Length; send the whole body")
         except (ValueError, UnicodeDecodeError):
             return refuse(400, "the body is not valid JSON")
         except RecursionError:  # arrays or objects nested past what the parser follows
