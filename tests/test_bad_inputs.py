@@ -339,6 +339,14 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("convert-gguf: a folder named .gguf", ["convert-gguf", f["folder.gguf"], f"{files}/cg1"], "is a folder, and a .gguf model is one file"),
         Case("preview: a template whose turn tokens the tokenizer lacks", ["preview", sft, "--model_name_or_path", model, "--examples", "1", "--eval_sets", "null", "--chat_template_path", "gemma"], "which this tokenizer does not have as tokens"),
         Case("JSON Lines object with a key twice", ["preview", cpt, "--model_name_or_path", model, "--tokenizer_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['twice.jsonl']}, format: text}}]}}"], "twice.jsonl line 2: a key 'text' appears twice"),
+        Case("a JSON line nested past what a reader follows", ["preview", cpt, "--model_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['deep.jsonl']}}}]}}"], "deep.jsonl line 2: its JSON nests arrays or objects deeper than a reader follows"),
+        Case("a CSV naming a column twice", ["preview", cpt, "--model_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['twocols.csv']}}}]}}"], "twocols.csv line 1: the header names column 'text' twice"),
+        Case("a weight that leaves a source undrawn", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/test.jsonl, format: usmle, weight: 1.0e-9}]}"], "source usmle_sample/test (20 rows) is drawn with probability 1e-09"),
+        Case("a mixture cut short on the command line", ["validate", sft, "--dataset_mixture", "{sources: [{path: x}"], "not valid YAML (column 21: expected ',' or ']'"),
+        Case("a chat template that does not compile", ["preview", sft, "--model_name_or_path", model, "--assistant_only_loss", "false", "--chat_template_path", f["badsyntax.jinja"]], "badsyntax.jinja line 1: unexpected '}'; fix the template"),
+        Case("eval: a Parquet file of no rows", ["eval", "--model", model, "--data", f["norows.parquet"]], "norows.parquet: the Parquet file holds no rows"),
+        Case("decontaminate: one set given twice", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--eval", TEST_SET], "--eval data/usmle_sample/test.jsonl is given twice"),
+        Case("decontaminate: a recipe's script for a file", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--method", "sft"], "--method sft names a recipe's script"),
         Case("a CSV of its header alone", ["preview", cpt, "--model_name_or_path", model, "--tokenizer_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", f"{{sources: [{{path: {f['header.csv']}}}]}}"], "header.csv': holds no rows"),
         Case("a text split slice of no rows", ["preview", cpt, "--model_name_or_path", model, "--tokenizer_name_or_path", model, "--eval_sets", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", *NO_EVAL, "--dataset_mixture", "{sources: [{path: data/medical_text/train.jsonl, split: 'train[:0]'}]}"], "split 'train[:0]' selects no rows"),
         Case("a question split slice of no rows", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle, split: 'train[:0]'}]}"], "selects none of its 60 rows"),
@@ -531,6 +539,15 @@ def cases(files: Path, model: str) -> list[Case]:
 
 
 # name: contents (bytes or text) of the bad files the table names.
+def _parquet_of_no_rows() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"question": pa.array([], pa.string())}), sink)
+    return sink.getvalue()
+
+
 FILES = {
     "empty.yaml": "",
     "zero4accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
@@ -569,6 +586,10 @@ FILES = {
     "questionchosen.jsonl": '{"prompt": [{"role": "user", "content": "Which?"}], "chosen": [{"role": "user", "content": "Which?"}, {"role": "assistant", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]}\n',
     "textschosen.jsonl": '{"prompt": "Which?", "chosen": ["A", "yes"], "rejected": "B"}\n',
     "header.csv": "text\n",
+    "deep.jsonl": '{"text": "scurvy"}\n{"text": "rickets", "x": ' + "[" * 3000 + "]" * 3000 + "}\n",
+    "twocols.csv": "text,text\nscurvy,rickets\n",
+    "badsyntax.jinja": "{% for m in messages %}{{ m.content }{% endfor %}",
+    "norows.parquet": _parquet_of_no_rows(),
     "unquotedno.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: no\n",
     "semicolons.csv": "question;A;B;answer\nWhat causes scurvy?;vitamin C lack;iron lack;A\n",
     "sharedid.jsonl": '{"id": "q1", "question": "What causes scurvy?", "options": {"A": "vitamin C lack", "B": "iron lack"}, "answer": "A"}\n'

@@ -612,3 +612,32 @@ def test_empty_documents_are_counted_and_named_by_line(tmp_path, caplog):
         assert len(load_source(SourceConfig(path=str(path)))) == 4
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.endswith("2 empty document(s) (line 3, line 5): each trains on its BOS and EOS alone; drop them"), said
+
+
+def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_path, caplog):
+    """A turn key outside the chat format (OpenAI fine-tuning's per-turn weight) trains as if it were
+    not there, and a turn marker written in a turn's text becomes the marker: each said once with
+    its first line; the rows stay."""
+    plain = [{"role": "user", "content": "Which hormone lowers glucose?"}, {"role": "assistant", "content": "Insulin."}]
+    weighed = [plain[0], {**plain[1], "weight": 0}]
+    marked = [{"role": "user", "content": "Done.<|im_end|>"}, plain[1]]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": plain}, {"messages": weighed}, {"messages": marked}])
+    with caplog.at_level("WARNING"):
+        assert len(load_source(SourceConfig(path=str(path), format="chat"))) == 3
+    said = [r.getMessage().removeprefix(f"source '{path}': ") for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].startswith("a turn's text holds a chat template's turn marker (first at line 3;")
+    assert said[1].startswith("turns carry 'weight' (line 2), which no chat template renders and training does not read")
+
+
+def test_a_split_named_for_one_file_is_said_to_choose_nothing(caplog):
+    """A file is one split: a split's name without a slice reads all its rows, and says so."""
+    from medrecipes.data.sources import load_mcq_source
+
+    with caplog.at_level("WARNING"):
+        rows = load_mcq_source(SourceConfig(path="data/usmle_sample/test.jsonl", format="usmle", split="validation"))
+    assert len(rows) == 20
+    assert [r.getMessage() for r in caplog.records] == [
+        "source 'data/usmle_sample/test.jsonl': split 'validation' chooses nothing in a file, which is one split: all "
+        "its rows are read; write a slice (train[:80%]) to take part of it, or give a folder of split files"
+    ]

@@ -495,3 +495,22 @@ def test_generate_options_in_loglik_mode_are_said_not_refused():
     (note,) = args.notes
     assert note.startswith("system_prompt, temperature shape generated answers, and mode loglik") and "nothing" in note
     assert parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml")]).notes == []
+    # --tasks choosing some of a YAML's tasks: the data of the others is not read, and said so
+    picked = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), "--tasks", "[usmle_train]"])
+    assert picked.tasks == ["usmle_train"]
+    assert picked.notes == ["data for usmle_test is not read: tasks are usmle_train; add it to tasks to score it"]
+
+
+def test_few_shot_examples_of_another_option_count_are_said(tmp_path, caplog):
+    """Examples with five options shown before four-option questions answer among letters the
+    questions do not have: said once, naming both counts."""
+    from medrecipes.evaluation.tasks import load_task
+
+    five = tmp_path / "five.jsonl"
+    row = {"question": "Which vitamin prevents scurvy?", "answer": "C"}
+    five.write_text(json.dumps({**row, "options": dict(zip("ABCDE", "ABCDE", strict=True))}) + "\n")
+    with caplog.at_level("WARNING"):
+        load_task("mine", data="data/usmle_sample/test.jsonl", num_fewshot=1, fewshot_data=str(five))
+    assert [r.getMessage().split(": ", 1)[1][:60] for r in caplog.records] == [
+        f"few-shot examples in {five} have 5 options and the questions 4"[:60]
+    ]

@@ -226,3 +226,23 @@ def test_convert_gguf_refuses_what_is_not_a_gguf_file(tmp_path, capsys):
         assert exit.value.code == 2
         assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_csv_corpus_is_read_by_its_cells_not_its_lines(tmp_path):
+    """A CSV corpus gives the tokenizer its cells' text: no header, no quoting."""
+    from medrecipes.models.tiny import train_tokenizer
+
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text('text,id\n"Aspirin inhibits COX enzymes, reducing prostaglandins.",1\n"Metformin, twice.",2\n')
+    tokenizer = train_tokenizer([str(corpus)], vocab_size=300)
+    vocab = tokenizer.get_vocab()
+    assert not any('"' in token for token in vocab if len(token) > 1), "the CSV's quoting was learned as text"
+    assert "Aspirin" in tokenizer.decode(tokenizer("Aspirin")["input_ids"], skip_special_tokens=True)
+
+
+def test_the_command_says_its_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"medrecipes {version('medrecipes')}"

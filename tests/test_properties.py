@@ -715,6 +715,8 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         found = [n for n in notes(max_grad_norm=norm) if "max_grad_norm" in n]
         assert bool(found) == off, (norm, found)
     assert any(n.startswith("fp16 does nothing on a CPU run") for n in notes(fp16=True))
+    for rate, off in ((0.0, True), (1e-9, False)):  # a rate of 0 changes no weight
+        assert any(n.startswith("learning_rate 0 changes no weight") for n in notes(learning_rate=rate)) == off
     assert not any("bf16" in n.split(";")[0] for n in notes(bf16=True))
     needs = {"reduce_lr_on_plateau": {"eval_strategy": "steps", "eval_steps": 1}}
     for kind, function in TYPE_TO_SCHEDULER_FUNCTION.items():

@@ -184,15 +184,18 @@ def not_utf8(where: str, err: UnicodeDecodeError) -> UserError:
 TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
 
 
-def check_text_file(path: str, where: str | None = None, decode: bool = True) -> None:
-    """A local data file that is empty or, for a text format, blank or not UTF-8 (checked when `decode`):
-    one line, where a reader would fail on its first row, or (pyarrow keeps the bytes as they
-    come) only when a row is used."""
+def check_text_file(path: str, where: str | None = None, decode: bool = True, header: bool = True) -> None:
+    """A local data file that is empty or, for a text format, blank or not UTF-8 (checked when `decode`),
+    nested too deep (JSON), written with another separator or, where its first line is a `header`,
+    naming a column twice (CSV): one line, where a reader would fail on its first row, or (pyarrow
+    keeps the bytes as they come) only when a row is used."""
     if not os.path.isfile(path):
         return
     where = f"{where}: {path}" if where else path
     if os.path.getsize(path) == 0:
         raise UserError(f"{where}: the file is empty; give a file with rows")
+    if path.lower().endswith(".parquet") and _parquet_rows(path) == 0:  # datasets fails on it with a batch size of 0
+        raise UserError(f"{where}: the Parquet file holds no rows; give a file with rows")
     if not decode or not path.endswith(TEXT_SUFFIXES):
         return
     decoder, offset, blank = codecs.getincrementaldecoder("utf-8")(), 0, True
@@ -207,10 +210,56 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True) ->
         raise not_utf8(where, err) from None
     if blank:  # `datasets` reads no row from it and fails on the empty split it makes
         raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
+    if path.lower().endswith((".jsonl", ".json")) and (deep := _nested_too_deep(path)):
+        raise UserError(
+            f"{where} line {deep}: its JSON nests arrays or objects deeper than a reader follows (pyarrow stops, or "
+            "crashes); flatten it, or drop the row"
+        )
     if path.lower().endswith(".csv") and (separator := _other_separator(path)):
         raise UserError(
             f"{where}: its fields are separated by {separator!r}, and a .csv is read with commas (every line "
             "would be one cell); save it with commas, or as JSON Lines"
+        )
+    if header and path.lower().endswith(".csv"):
+        check_csv_header(path, where)
+
+
+def _parquet_rows(path: str) -> int | None:
+    """The rows a Parquet file's footer counts; None where it has none to read (the reader names that)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path).num_rows
+    except (OSError, ValueError):
+        return None
+
+
+def _nested_too_deep(path: str, brackets: int = 500) -> int | None:
+    """The first line of a JSON Lines file whose JSON nests past what Python's parser follows (a
+    RecursionError there; pyarrow's reader fails on it in a traceback, or in the process itself
+    deeper down). Only lines with over `brackets` opening brackets are parsed, so a corpus costs a
+    count per line."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.count("[") + line.count("{") > brackets:
+                try:
+                    json.loads(line)
+                except RecursionError:
+                    return number
+                except ValueError:
+                    pass  # not JSON: the reader names it
+    return None
+
+
+def check_csv_header(path: str, where: str | None = None) -> None:
+    """A CSV header that names a column twice: the reader (pandas) keeps the second as 'NAME.1',
+    which nothing reads. One line naming `where` (by default the file) and the line."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        header = [cell.strip() for cell in next(csv.reader(handle), [])]
+    if twice := next((name for i, name in enumerate(header) if name and name in header[:i]), None):
+        raise UserError(
+            f"{where or path} line 1: the header names column '{twice}' twice, and only one "
+            "is read under that name; name each column once"
         )
 
 
@@ -354,3 +403,15 @@ def _interrupted(err: BaseException | None) -> bool:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return False
+
+
+def given_twice(paths: Sequence[str]) -> str | None:
+    """ "P is given twice" (or "P is Q again", the same file by another path) for the first path of
+    `paths` that names a file or folder named before it; None when each is named once."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        first = seen.get(os.path.realpath(path))
+        if first is not None:
+            return f"{path} is given twice" if first == path else f"{path} is {first} again"
+        seen[os.path.realpath(path)] = path
+    return None

@@ -47,6 +47,9 @@ def make_parser() -> argparse.ArgumentParser:
         epilog=examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from importlib.metadata import version
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('medrecipes')}")
     commands = parser.add_subparsers(dest="command", required=True)
     for group in (recipes, data, results, models):  # the order of --help's list
         group.add_commands(commands)

@@ -15,7 +15,7 @@ from medrecipes.cli.arguments import (
     parse_recipe_file,
     recipe_command,
 )
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, given_twice
 from medrecipes.names import PUBMEDQA_SETTINGS
 
 
@@ -100,6 +100,11 @@ def cmd_decontaminate(args) -> None:
         )
     if not is_recipe and not args.eval:
         raise UserError("decontaminate: no evaluation sets to check against; pass --eval FILE")
+    if not is_recipe and args.method:
+        raise UserError(f"decontaminate --method {args.method} names a recipe's script, and --train {args.train} is a "
+                        "data file; leave --method out, or give a recipe")  # fmt: skip
+    if repeat := given_twice(args.eval or []):  # the same set twice would be counted twice, under two names
+        raise UserError(f"decontaminate --eval {repeat}; name each evaluation set once")
     benchmarks, streaming = {}, False
     if is_recipe:
         from medrecipes.data.mixture import source_names

@@ -11,7 +11,9 @@ def add_commands(commands) -> None:
     tiny = commands.add_parser("tiny-model", help="build a random 2-layer model and a local tokenizer")
     tiny.add_argument("out_dir", type=output_path)
     tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
-    tiny.add_argument("--corpus", type=input_path, nargs="+", help="text or JSONL files to train the tokenizer on")
+    tiny.add_argument(
+        "--corpus", type=input_path, nargs="+", help="text, JSONL or CSV files to train the tokenizer on"
+    )
     # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads; tiny means small.
     tiny.add_argument("--vocab-size", type=Number(int, least=300, most=2**18), default=1024)
     tiny.add_argument("--seed", type=SEED, default=0)

@@ -529,6 +529,8 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
                 f"{path}: chat_template_path: {template} is {kind}; name a .jinja file, a tokenizer, "
                 f"or a template shipped with medrecipes ({', '.join(shipped_templates())})"
             )
+    if args.chat_template_path and os.path.isfile(args.chat_template_path):
+        check_template_syntax(args.chat_template_path, f"{path}: chat_template_path")
     sources = named_sources(recipe)
     if args.completion_only_loss:  # TRL masks by it only rows with a completion
         for where, source in sources.items():
@@ -594,6 +596,21 @@ def check_reference(args: TrainingArguments, model_args: ModelConfig, path: str)
             f"{path}: sync_ref_model moves the reference model, and beta 0 loads none (no KL term); set beta above 0, "
             "or sync_ref_model: false"
         )
+
+
+def check_template_syntax(template: str, where: str) -> None:
+    """A .jinja chat template compiled as transformers compiles it (its sandbox and tags, the
+    `generation` block among them): a syntax error is one line with the template's own line, not
+    jinja2's traceback when the first conversation is rendered."""
+    from jinja2 import TemplateSyntaxError
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    with open(template, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    try:
+        _compile_jinja_template(text)
+    except TemplateSyntaxError as err:
+        raise UserError(f"{where}: {template} line {err.lineno}: {err.message}; fix the template") from None
 
 
 def check_blank_text(parsed: tuple, given: dict, path: str) -> None:

@@ -320,6 +320,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def yaml_problem(err: yaml.YAMLError, text: str | None = None) -> str:
+    """What PyYAML found wrong and where, as an editor counts: "line 3, column 5: ..." (a one-line
+    `text`, as a command line value is, by its column alone)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if mark is None:
+        return problem
+    line = "" if text is not None and "\n" not in text else f"line {mark.line + 1}, "
+    return f"{line}column {mark.column + 1}: {problem}"
+
+
 def _yaml_value(kind: type):
     """An argparse type: the text as YAML (so JSON too), which must be a `kind` or null."""
 
@@ -327,7 +338,7 @@ def _yaml_value(kind: type):
         try:
             value = load_yaml(text)
         except yaml.YAMLError as err:
-            raise ArgumentTypeError(f"not valid YAML ({str(err).splitlines()[0]})") from None
+            raise ArgumentTypeError(f"not valid YAML ({yaml_problem(err, text)}); fix it there") from None
         if value is not None and not isinstance(value, kind):
             example = "'{key: value, ...}'" if kind is dict else "'[{key: value, ...}, ...]'"
             raise ArgumentTypeError(f"expected a YAML {kind.__name__} such as {example}, got {text!r}")
@@ -358,10 +369,7 @@ def read_yaml_mapping(path: str, what: str, examples: str) -> dict:
     except UnicodeDecodeError as err:
         raise not_utf8(path, err) from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{path}: not valid YAML ({where}{problem}); fix the {what} there") from None
+        raise UserError(f"{path}: not valid YAML ({yaml_problem(err)}); fix the {what} there") from None
     if data is None:
         raise UserError(f"{path}: the {what} is empty; write its keys ({examples})")
     if not isinstance(data, dict):

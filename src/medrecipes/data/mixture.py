@@ -8,6 +8,7 @@ seen once, which is what a weight larger than a source's natural share asks for;
 """
 
 import logging
+import math
 import os
 from itertools import islice
 
@@ -82,6 +83,28 @@ def build_mixture(
         return _mixed(mixture, render, subjects, tokenizer, tag_sources)
 
 
+# How many times its sources' rows a mixture may draw before it is refused as a weight slip.
+MOST_DRAWS = 100
+
+
+def _check_mixture_length(mixture: MixtureConfig, sizes: list[int], probabilities: list[float]) -> None:
+    """`datasets.interleave_datasets` draws until every source is used whole (all_exhausted) or
+    one is (first_exhausted): about size / probability rows for the source that ends it. A
+    weight so small (or so large) that this is more than MOST_DRAWS times all the rows builds for
+    hours, or never ends: one line naming the source instead."""
+    draws = [size / p if p > 0 else math.inf for size, p in zip(sizes, probabilities, strict=True)]
+    ending = max if mixture.stopping_strategy == "all_exhausted" else min
+    rows = ending(draws)
+    if len(sizes) > 1 and rows > MOST_DRAWS * sum(sizes):
+        name = source_names(mixture)[draws.index(rows)]
+        raise UserError(
+            f"dataset_mixture: source {name} ({sizes[draws.index(rows)]:,} rows) is drawn with probability "
+            f"{probabilities[draws.index(rows)]:.3g}, so the mixture would draw about {rows:,.0f} rows before "
+            f"{'every source is used whole' if ending is max else 'it is used whole'} ({mixture.stopping_strategy}), "
+            f"over {MOST_DRAWS} times its {sum(sizes):,} rows; give the sources weights nearer their sizes"
+        )
+
+
 def _mixed(mixture: MixtureConfig, render, subjects, tokenizer, tag_sources: bool):
     sets = [
         load_source(source, mixture.streaming, render, subjects, tag=i if tag_sources else None, seed=mixture.seed)
@@ -91,6 +114,8 @@ def _mixed(mixture: MixtureConfig, render, subjects, tokenizer, tag_sources: boo
     if lengths:
         for name, length, p in zip(source_names(mixture), lengths, probabilities, strict=True):
             logger.info("source %s: %.1f tokens per document; drawn with probability %.4f", name, length, p)
+    if not mixture.streaming:
+        _check_mixture_length(mixture, [len(rows) for rows in sets], probabilities)
     if len(sets) == 1:
         # A tagged stream is a pretraining stream, whose blocks TokenStream shuffles with a
         # position it can restore; datasets' own shuffle buffer is lost on resume.

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, row_in_files
-from medrecipes.models.templates import ROLES
+from medrecipes.models.templates import ROLES, TURN_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +199,40 @@ def check_turns(conversations: Iterable, indices: Iterable[int], source: SourceC
         problem = _turn_problem(messages)
         if problem:
             raise UserError(f"{row_of(source, index)}: {problem}; fix or drop the row")
+
+
+# A turn's keys in OpenAI's chat format, which chat templates read; others are rendered by none.
+TURN_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+def say_turn_oddities(conversations: list, source: SourceConfig) -> None:
+    """Turn keys outside the chat format (OpenAI fine-tuning's per-turn `weight`, a tool's notes):
+    no template renders them and SFT reads none of them, so a turn marked `weight: 0` trains as
+    any other; and a turn's text that holds a shipped turn marker (`<|im_end|>`), which the
+    tokenizer reads as the marker. The keys and the first line of each are said, not refused."""
+    first: dict[str, int] = {}
+    markers = [token for pair in TURN_TOKENS.values() for token in pair]
+    marked = None  # the first row whose text holds a turn marker
+    for index, turns in enumerate(conversations):
+        for turn in turns if isinstance(turns, list) else []:
+            for key, value in turn.items() if isinstance(turn, dict) else ():
+                if key not in TURN_KEYS and value is not None:
+                    first.setdefault(key, index)
+                if key == "content" and isinstance(value, str) and marked is None and any(m in value for m in markers):
+                    marked = index
+    if marked is not None:
+        logger.warning(
+            "%s: a turn's text holds a chat template's turn marker (first at %s; %s): the tokenizer reads it as the "
+            "marker itself, so the text opens or ends a turn of its own; remove it from the text",
+            named(source), line_of(source, marked), ", ".join(markers),
+        )  # fmt: skip
+    if first:
+        keys = ", ".join(f"'{key}' ({line_of(source, index)})" for key, index in first.items())
+        logger.warning(
+            "%s: turns carry %s, which no chat template renders and training does not read: every assistant turn "
+            "trains%s; drop the key, or the turns not to train",
+            named(source), keys, " whatever its weight" if "weight" in first else "",
+        )  # fmt: skip
 
 
 def _roles(turns: list) -> list:

@@ -28,6 +28,7 @@ from medrecipes.data.rows import (
     row_of,
     say_contradictions,
     say_repeats,
+    say_turn_oddities,
 )
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, unreadable
@@ -143,6 +144,13 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None, pas
     rows its pass_rate keeps unless `pass_rates` is false (the rows `medrecipes pass-rate` measures)."""
     files = source.data_files or source.path
     files = [f.removeprefix("file://") for f in ([files] if isinstance(files, str) else files)]  # local paths
+    if source.split != "train" and "[" not in source.split and all(os.path.isfile(f) for f in files):
+        logger.warning(
+            "source '%s': split '%s' chooses nothing in a file, which is one split: all its rows are read; write a "
+            "slice (train[:80%%]) to take part of it, or give a folder of split files",
+            source.path,
+            source.split,
+        )
     rows = datasets.concatenate_datasets(
         [
             usmle.load_mcq(
@@ -265,6 +273,7 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             # decoded, as the template will see them (mixed JSON contents arrive as datasets' Json feature)
             turns = [row["messages"] for row in documents.select_columns(["messages"]).to_list()]
             check_turns(turns, range(len(documents)), source)
+            say_turn_oddities(turns, source)
         if "text" in fields and not _is_text(documents.data.column("text").type):
             # mixed JSON values arrive as datasets' Json feature: decoded, the first that is not text is named
             first, value = next((i, v) for i, v in enumerate(documents["text"]) if not isinstance(v, str))

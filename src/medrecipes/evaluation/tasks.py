@@ -9,6 +9,7 @@ the registry but comes with its own questions (`--data NAME=FILE`, or a recipe's
 `format: usmle` eval set) is prompted like MedQA.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,8 @@ from medrecipes.data.sources import load_mcq_source
 from medrecipes.errors import UserError
 from medrecipes.locations import looks_local
 from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block
+
+logger = logging.getLogger(__name__)
 
 MMLU_MEDICAL = (
     "anatomy",
@@ -230,6 +233,13 @@ def load_task(
                 + (f" for subject '{short['subject']}'" if task.subjects else "")
                 + f" in {fewshot_data or source}; lower --num_fewshot"
             )
+        counts = sorted({len(r["options"]) for r in loaded.rows})
+        if other := sorted({len(r["options"]) for r in loaded.fewshot} - set(counts)):
+            logger.warning(
+                "%s: few-shot examples in %s have %s options and the questions %s: the examples show answers "
+                "among letters the questions do not have; give examples of the questions' kind",
+                name, fewshot_data or source, " or ".join(map(str, other)), " or ".join(map(str, counts)),
+            )  # fmt: skip
     return loaded
 
 

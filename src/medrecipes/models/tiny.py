@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
-from medrecipes.errors import UserError, not_utf8
+from medrecipes.errors import UserError, check_text_file, not_utf8
 from medrecipes.models.templates import chat_template
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -30,7 +30,15 @@ def _strings(value):
 
 
 def _read_texts(corpus: list[str]):
+    """Each line of a text file, the strings of each JSON line, the cells of each CSV row (its
+    header names the columns and is no text)."""
     for path in corpus:
+        if path.endswith(".csv"):
+            from datasets import load_dataset
+
+            for row in load_dataset("csv", data_files=path, split="train", keep_default_na=False):
+                yield " ".join(str(cell) for cell in row.values() if cell is not None)
+            continue
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if path.endswith(".jsonl"):
@@ -40,12 +48,14 @@ def _read_texts(corpus: list[str]):
 
 
 def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `corpus` (text or JSONL files)."""
+    """A byte-level BPE tokenizer trained on `corpus` (text, JSONL or CSV files)."""
     missing = [p for p in corpus if not os.path.isfile(p)]
     if missing:
         what = "is a folder" if os.path.isdir(missing[0]) else "does not exist"
-        raise UserError(f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text or JSONL)")
+        raise UserError(f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text, JSONL or CSV)")
     for path in corpus:  # read once as the tokenizer's trainer will, so a bad file is one line
+        if path.endswith(".csv"):
+            check_text_file(path, "tiny-model: corpus")
         try:
             for _ in _read_texts([path]):
                 pass
@@ -53,12 +63,12 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
             raise not_utf8(f"tiny-model: corpus {path}", err) from None
         except json.JSONDecodeError as err:
             raise UserError(
-                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text or JSONL files"
+                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text, JSONL or CSV files"
             ) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
-            f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text or "
-            "JSONL files with text in them (--corpus FILE ...)"
+            f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text, "
+            "JSONL or CSV files with text in them (--corpus FILE ...)"
         )
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

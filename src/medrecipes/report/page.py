@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, given_twice
 from medrecipes.evaluation.calibration import headline, with_interval
 from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
@@ -232,13 +232,8 @@ def write_report(paths: list[str], output: str, title: str | None = None, overwr
     a kill leaves the previous report or the new one."""
     if not paths:
         raise UserError("report: name at least one run folder or eval --output file")
-    seen: dict[str, str] = {}
-    for path in paths:  # a run named twice would be drawn twice, under one name
-        first = seen.get(os.path.realpath(path))
-        if first is not None:
-            same = "is given twice" if first == path else f"is {first} again"
-            raise UserError(f"report: {path} {same}; name each run folder or eval file once")
-        seen[os.path.realpath(path)] = path
+    if repeat := given_twice(paths):  # a run named twice would be drawn twice, under one name
+        raise UserError(f"report: {repeat}; name each run folder or eval file once")
     images = images_folder(output)
     claim_output(output, "report", "report: --output", paths, overwrite)
     claim_output(images, "report", "report: --output", paths, overwrite, folder=True)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from datasets import Dataset, Features, ReadInstruction, Value, concatenate_datasets, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
-from medrecipes.errors import UserError, check_choice, check_text_file, did_you_mean, unreadable
+from medrecipes.errors import UserError, check_choice, check_csv_header, check_text_file, did_you_mean, unreadable
 from medrecipes.locations import absent, looks_local
 from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.formats import CONVERTERS, FORMATS, detect_format, medmcqa_one_based
@@ -258,8 +258,10 @@ def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
     files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
     for file in files:
-        check_text_file(str(file))
+        check_text_file(str(file), header=False)
         header = _csv_header(file, reading.fmt)
+        if header:
+            check_csv_header(str(file))
         try:
             raw = _read_file(file, header)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
