@@ -618,7 +618,10 @@ def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_
     """A turn key outside the chat format (OpenAI fine-tuning's per-turn weight) trains as if it were
     not there, and a turn marker written in a turn's text becomes the marker: each said once with
     its first line; the rows stay."""
-    plain = [{"role": "user", "content": "Which hormone lowers glucose?"}, {"role": "assistant", "content": "Insulin."}]
+    plain = [
+        {"role": "user", "content": "Which hormone lowers glucose?"},
+        {"role": "assistant", "content": "Insulin."},
+    ]
     weighed = [plain[0], {**plain[1], "weight": 0}]
     marked = [{"role": "user", "content": "Done.<|im_end|>"}, plain[1]]
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": plain}, {"messages": weighed}, {"messages": marked}])
@@ -627,7 +630,9 @@ def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_
     said = [r.getMessage().removeprefix(f"source '{path}': ") for r in caplog.records]
     assert len(said) == 2, said
     assert said[0].startswith("a turn's text holds a chat template's turn marker (first at line 3;")
-    assert said[1].startswith("turns carry 'weight' (line 2), which no chat template renders and training does not read")
+    assert said[1].startswith(
+        "turns carry 'weight' (line 2), which no chat template renders and training does not read"
+    )
 
 
 def test_a_split_named_for_one_file_is_said_to_choose_nothing(caplog):
