@@ -75,6 +75,9 @@ def test_a_result_replaces_only_an_earlier_result_of_its_own_kind(tmp_path, stat
     allowed = free or (state == "ours" and overwrite)
     if folder and state == "user file":
         allowed = False
+    replaces_a_folder = not folder and state in ("empty folder", "user folder")  # a file result: never a folder
+    if replaces_a_folder:
+        allowed = False
     if allowed:
         claim_output(str(path), "report", "report --output", [], overwrite, folder)
         return
@@ -84,6 +87,8 @@ def test_a_result_replaces_only_an_earlier_result_of_its_own_kind(tmp_path, stat
     assert "\n" not in message and message.startswith("report --output: ")
     if state == "ours":
         assert "pass --overwrite" in message
+    elif replaces_a_folder:
+        assert "is a folder; name the file to write" in message
     elif not (folder and state == "user file"):
         assert "did not write" in message or "a 'eval' result" in message
     assert hashes(tmp_path) == before
@@ -263,9 +268,7 @@ def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_fu
 # The output claimed whole: its name, a link there, a second command, a killed one's staging
 
 
-CLAIM = (
-    "import sys; from medrecipes.outputs.claims import claim_output; claim_output(sys.argv[1], 'eval', 'eval: output')"
-)
+CLAIM = "import sys; from medrecipes.outputs.claims import claim_output; claim_output(sys.argv[1], 'eval', 'eval: output', folder=sys.argv[2] == '1')"
 
 
 @pytest.mark.parametrize("kind, folder", [("eval", False), ("tiny-model", True)])
@@ -273,13 +276,13 @@ def test_a_second_command_on_the_same_output_is_refused_while_the_first_writes(t
     out = tmp_path / ("result" if folder else "result.json")
     claim_output(str(out), kind, "first", folder=folder)
     second = subprocess.run(
-        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out)], capture_output=True, text=True
+        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out), str(int(folder))], capture_output=True, text=True
     )
     assert second.returncode != 0 and f"another medrecipes command is writing {out}" in second.stderr
     with staged(str(out), folder=folder, kind=kind) as path:  # the first one's result, then its lock let go
         Path(path, "x").write_text("1") if folder else Path(path).write_text("{}")
     again = subprocess.run(
-        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out)], capture_output=True, text=True
+        [PYTHON, "-c", CLAIM.replace("'eval'", repr(kind)), str(out), str(int(folder))], capture_output=True, text=True
     )
     assert "another medrecipes command" not in again.stderr and "already exists" in again.stderr
 

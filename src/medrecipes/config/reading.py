@@ -95,8 +95,9 @@ class RecipeParser(TrlParser):
             if isinstance(action.type, type) and issubclass(action.type, Enum):  # argparse names no choice
                 action.type = _enum_value(action.type)
             if _is_union(hints[action.dest]) and type(None) in typing.get_args(hints[action.dest]):
-                action.type = _or_null(action.type)  # `--key null` unsets an optional key, as in the YAML
-                if action.type.__name__ == "text":
+                one = action.nargs is None  # a list's words are its items: an empty one is no name
+                action.type = _or_null(action.type, blank=one)  # `--key null` unsets an optional key, as in the YAML
+                if one and action.type.__name__ == "text":
                     self.optional_texts.add(action.dest)
 
     def _dataclass_value(self, key: str, cls: type):
@@ -280,12 +281,12 @@ def _base64_mapping(text: str) -> bool:
         return False
 
 
-def _or_null(parse):
+def _or_null(parse, blank: bool = True):
     """An argparse type that reads 'null' as None, as YAML does, and other text with `parse`; for a
-    text key, the empty text as None too (a wrapper clearing a recipe's value writes `--key ""`)."""
+    text key (`blank`), the empty text as None too (a wrapper clearing a recipe's value writes `--key ""`)."""
 
     def parse_or_null(text: str):
-        if text == "null" or (parse in (None, str) and not text.strip()):
+        if text == "null" or (blank and parse in (None, str) and not text.strip()):
             return None
         return parse(text) if parse is not None else text
 
