@@ -204,6 +204,7 @@ def resolve_token_budget(
             raise UserError(f"{path}: {key} must be at least {least}, got {value}: it counts the tokens to train")
     if recipe.global_batch_tokens is None:
         raise UserError(f"{path}: total_tokens and warmup_tokens need global_batch_tokens")
+    given_steps = {key: recipe.given[key] for key in STEPS_OF_TOKENS.values() if key in recipe.given}
     world = world_size or args.world_size
     micro = args.per_device_train_batch_size * args.max_length
     per_step = micro * world
@@ -233,7 +234,32 @@ def resolve_token_budget(
                 f"{path}: warmup_tokens {recipe.warmup_tokens:,} is {args.warmup_steps:,} steps, beyond the run's "
                 f"{args.max_steps:,}: the learning rate would never reach its peak; lower warmup_tokens"
             )
+    for tokens, steps in STEPS_OF_TOKENS.items():  # a step count given beside its token count, other than it derives
+        if steps in given_steps and steps in derived and not _same_number(given_steps[steps], derived[steps]):
+            if tokens in recipe.on_command_line and steps not in recipe.on_command_line:  # the later word: said
+                recipe.notes.append(
+                    f"{tokens} on the command line makes {steps} {derived[steps]}, in place of the recipe's "
+                    f"{given_steps[steps]}"
+                )
+                continue
+            raise UserError(
+                f"{path}: {steps} {given_steps[steps]} and {tokens} are both given, and {tokens} makes it "
+                f"{derived[steps]}, so {steps} {given_steps[steps]} would do nothing; give one of them (null for "
+                f"{tokens} to count in steps)"
+            )
     return derived
+
+
+# The step count each token count of a budget derives (a resolved recipe gives both, the same).
+STEPS_OF_TOKENS = {"total_tokens": "max_steps", "global_batch_tokens": "gradient_accumulation_steps",
+                   "warmup_tokens": "warmup_steps"}  # fmt: skip
+
+
+def _same_number(given, derived) -> bool:
+    try:
+        return float(given) == float(derived)
+    except (TypeError, ValueError):
+        return False
 
 
 # Which way a metric improves, by how its name ends (transformers' default reads only "loss").

@@ -79,7 +79,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     model_args = next(o for o in outputs if isinstance(o, ModelConfig))
     if path is None and not (recipe.init_from_scratch or model_args.model_name_or_path):
         raise UserError(f"no recipe: run `python {trains.script} RECIPE.yaml [--key value ...]` (see recipes/)")
-    recipe.recipe_file, recipe.given = path, parser.given
+    recipe.recipe_file, recipe.given, recipe.on_command_line = path, parser.given, parser.on_command_line
     path = path or "command line"
     if to_train and not (recipe.init_from_scratch or model_args.model_name_or_path):  # a data-only recipe parses
         raise UserError(f"{path}: model_name_or_path is not set; name the model this recipe starts from")
@@ -123,9 +123,9 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
-    recipe.notes = (
+    recipe.notes += (
         library_checks.notes(args, recipe) + checks.unread_notes(recipe, trains, path) + parser.repeated
-    )  # likewise, as warnings
+    )  # likewise, as warnings (a check above may have said one)
     return tuple(outputs)
 
 

@@ -72,6 +72,7 @@ class RecipeParser(TrlParser):
         self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
         self.texts: dict[str, Any] = {}  # the keys that take a mapping or text, and how their text is read
         self.repeated: list[str] = []  # the keys the command line gave more than once, as notes
+        self.on_command_line: set[str] = set()  # the keys the command line gave
         self.optional_texts: set[str] = set()  # text keys that take null, which empty text unsets too
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
@@ -154,6 +155,7 @@ class RecipeParser(TrlParser):
                 written[key.replace("-", "_")] = key
                 following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
                 self.given[key] = value if equals else following
+                self.on_command_line.add(key.replace("-", "_"))
         *outputs, remaining = self.parse_args_and_config(argv, return_remaining_strings=True)
         unknown = [arg for arg in remaining if arg.startswith("--")]
         if remaining:

@@ -117,6 +117,7 @@ class RecipeArguments:
         self.notes: list[str] = []  # settings the libraries take and then do nothing with (library_checks.notes)
         self.recipe_file: str | None = None  # the YAML it was read from; None for the command line
         self.given: dict[str, Any] = {}  # the keys its YAML and command line wrote, as written
+        self.on_command_line: set[str] = set()  # those of them the command line wrote (over the YAML's)
 
 
 # Trainer settings that, out of range, fail only once training runs (a division by zero, a

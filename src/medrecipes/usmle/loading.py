@@ -342,6 +342,8 @@ def load_mcq(
     reading = _Reading(format, answered, pubmedqa_setting)
     name = os.fspath(source)
     path = Path(name).expanduser()
+    if path.exists() and not path.is_file() and not path.is_dir():  # a pipe or a device: no rows to read twice
+        raise UserError(f"{name}: {absent(name)}; give a file or a folder of files")
     if path.exists():
         if path.is_file() and path.suffix not in FILE_SUFFIXES:
             raise UserError(f"{name}: unsupported file type '{path.suffix}'; use one of {', '.join(FILE_SUFFIXES)}")
