@@ -158,7 +158,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO reward weight NaN", script("grpo", grpo, "--rewards", "[{name: usmle_accuracy, weight: .nan}]"), "rewards[0].weight must be a finite number"),
         # --- values only the library would refuse, after loading (or never)
         Case("adam_beta1 above 1", script("sft", sft, "--adam_beta1", "1.5"), "adam_beta1 1.5 is refused by the adamw_torch"),
-        Case("adam_epsilon negative", script("cpt", cpt, "--adam_epsilon", "-1e-8"), "Invalid epsilon value"),
+        Case("adam_epsilon negative", script("cpt", cpt, "--adam_epsilon", "-1e-8"), "adam_epsilon must be above 0, got -1e-08"),
         Case("dataloader workers negative", script("sft", sft, "--dataloader_num_workers", "-1"), "dataloader_num_workers -1 is refused by torch's DataLoader"),
         Case("persistent workers without workers", script("cpt", cpt, "--dataloader_persistent_workers", "true"), "dataloader_persistent_workers True is refused"),
         Case("push to the Hub while offline", script("sft", sft, "--push_to_hub", "true", "--hub_model_id", "med/x"), "push_to_hub is true but the Hub is offline here"),
@@ -368,7 +368,12 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("tiny-model: 0 layers", ["tiny-model", f"{files}/t3", "--layers", "0"], "layers"),
         Case("tiny-model: corpus missing", ["tiny-model", f"{files}/t4", "--corpus", "nope.txt"], "nope.txt"),
         # --- medrecipes merge-lora
-        Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "no such folder"),
+        Case("eval: a file for --data_dir", ["eval", "--model", model, "--data_dir", TEST_SET], "--data_dir data/usmle_sample/test.jsonl: a file, not a folder"),
+        Case("perplexity: output a pipe or device", ["perplexity", "--model", model, "--data", "data/medical_text/eval.jsonl", "--output", "/dev/null"], "/dev/null is not a file or folder but a device, pipe or socket"),
+        Case("adam_epsilon 0", ["validate", sft, "--adam_epsilon", "0"], "adam_epsilon must be above 0, got 0"),
+        Case("a step count beside the token count that derives it", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--max_steps", "3"], "max_steps 3 and total_tokens are both given"),
+        Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "nope: no such file or folder"),
+        Case("merge-lora: a data file for the adapter", ["merge-lora", TEST_SET, f"{files}/m1"], "test.jsonl: a file, not a folder"),
         Case("merge-lora: not an adapter", ["merge-lora", model, f"{files}/m2"], "no adapter_config.json"),
         Case("merge-lora: adapter config not JSON", ["merge-lora", f["badadapter"], f"{files}/m3"], "not valid JSON"),
         Case("merge-lora: an adapter config's rank as text", ["merge-lora", f["eightadapter"], f"{files}/m6"], "r must be a whole number, got \"eight\""),

@@ -386,7 +386,7 @@ def test_only_the_documented_doors_are_open(server):
     """No route loads, unloads or resets a model, and no API docs: a 404 in the error shape;
     a method a route does not take, a 405."""
     for path in ("/load_model", "/reset", "/v1/responses", "/v1/embeddings", "/docs", "/openapi.json", "/redoc",
-                 "/../etc/passwd", "/v1/models/x"):  # fmt: skip
+                 "/../etc/passwd", "/v1/models/x", "/v1/chat/completions/", "/health/"):  # fmt: skip
         for method, body in (("GET", None), ("POST", {"model": "/tmp"})):
             assert_refused(*server.call(method, path, body), expected=(404, 405))
     assert_refused(*server.call("GET", "/v1/chat/completions"), expected=405)

@@ -176,9 +176,15 @@ def first_to_report() -> bool:
     return True
 
 
-def not_utf8(where: str, err: UnicodeDecodeError) -> UserError:
-    """The one line for a text file that is not UTF-8."""
-    return UserError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8")
+def not_utf8(where: str, err: UnicodeDecodeError, path: str | None = None) -> UserError:
+    """The one line for a text file that is not UTF-8: the byte's line as an editor counts it where
+    `path` is the file `err.start` counts from."""
+    at = f"byte {err.start}"
+    if path is not None:
+        with open(path, "rb") as f:
+            line = f.read(err.start).count(b"\n") + 1
+        at = f"line {line}, {at}"
+    return UserError(f"{where}: not UTF-8 text ({err.reason} at {at}); save it as UTF-8")
 
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
@@ -207,7 +213,7 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
         decoder.decode(b"", final=True)
     except UnicodeDecodeError as err:
         err.start += offset  # from the start of the file, not of the block
-        raise not_utf8(where, err) from None
+        raise not_utf8(where, err, path) from None
     if blank:  # `datasets` reads no row from it and fails on the empty split it makes
         raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
     if path.lower().endswith((".jsonl", ".json")) and (deep := _nested_too_deep(path)):

@@ -646,6 +646,8 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
             )
     if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
         found.append("num_train_epochs does nothing while max_steps is set (the run stops at max_steps); drop one")
+    elif "num_train_epochs" in given and given.get("total_tokens") is not None:
+        found.append("num_train_epochs does nothing while total_tokens is set (it decides max_steps); drop one")
     return found
 
 

@@ -367,10 +367,10 @@ def read_yaml_mapping(path: str, what: str, examples: str) -> dict:
             f"{path}: {f'no such {what} file' if why == 'no such file or folder' else why}; pass the path of a YAML {what}"
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            data = load_yaml(f)
+        with open(path, "rb") as f:
+            data = load_yaml(f.read().decode("utf-8"))  # decoded whole: the error's byte counts from the start
     except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from None
+        raise not_utf8(path, err, path) from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({yaml_problem(err)}); fix the {what} there") from None
     if data is None:

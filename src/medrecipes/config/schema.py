@@ -190,6 +190,12 @@ COMMON_BOUNDS = {
     "label_smoothing_factor": Bound(
         0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1
     ),
+    "adam_epsilon": Bound(
+        0,
+        False,
+        "Adam divides each update by the root of its second moment plus it, and a weight whose "
+        "gradient is 0 would get 0 / 0",
+    ),
 }
 
 

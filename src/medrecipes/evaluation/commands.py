@@ -85,6 +85,12 @@ def run_evaluation(args) -> dict:
         "top_p": args.top_p,
         "samples": args.samples,
     }
+    if args.max_length and args.max_length > (limit := max_context_length(model, tokenizer)):
+        logger.warning(
+            "max_length %d is past the model's %d positions: prompts longer than those are scored on positions "
+            "it never trained on; set max_length %d or less, or leave it out",
+            args.max_length, limit, limit,
+        )  # fmt: skip
     reports = {}
     for name, data in tasks.items():
         logger.info("%s: %d questions from %s, %s mode", name, len(data.rows), data.source, args.mode)

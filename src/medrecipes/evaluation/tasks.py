@@ -16,7 +16,7 @@ from pathlib import Path
 
 from medrecipes.data.sources import load_mcq_source
 from medrecipes.errors import UserError
-from medrecipes.locations import looks_local
+from medrecipes.locations import absent, looks_local
 from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block
 
 logger = logging.getLogger(__name__)
@@ -155,6 +155,11 @@ class TaskData:
 def _source(task: Task, data: str | None, data_dir: str | None) -> str:
     if data:
         return data
+    if data_dir and not Path(data_dir).is_dir():
+        what = "a file, not a folder" if Path(data_dir).is_file() else absent(data_dir)
+        raise UserError(
+            f"--data_dir {data_dir}: {what}; give the folder that holds the benchmarks, or a file with --data {task.name}=FILE"
+        )
     if data_dir and task.local:
         path = Path(data_dir) / task.local
         if not path.exists():

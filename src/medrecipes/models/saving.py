@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from medrecipes.errors import UserError
-from medrecipes.locations import weights_fingerprint
+from medrecipes.locations import absent, weights_fingerprint
 from medrecipes.models.files import MERGE_RECORD
 from medrecipes.models.files import adapter_base as adapter_base_of
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
@@ -33,7 +33,8 @@ def adapter_base(adapter_dir: str) -> tuple[str, str | None]:
     """The base model (and revision) that the adapter in `adapter_dir` was trained on."""
     path = os.path.join(adapter_dir, "adapter_config.json")
     if not os.path.isdir(adapter_dir):
-        raise UserError(f"merge-lora: no such folder {adapter_dir}; pass the folder a LoRA run saved")
+        what = "a file, not a folder" if os.path.isfile(adapter_dir) else absent(adapter_dir)
+        raise UserError(f"merge-lora: {adapter_dir}: {what}; pass the folder a LoRA run saved")
     if not os.path.isfile(path):
         raise UserError(
             f"merge-lora: {adapter_dir} has no adapter_config.json; pass the folder a LoRA run saved "

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterable
 
 from medrecipes.errors import UserError
+from medrecipes.locations import absent
 from medrecipes.outputs.records import (
     LOCK,
     MARKER,
@@ -40,6 +41,8 @@ def check_writable(path: str, where: str, folder: bool = False) -> None:
         return
     if not path.strip():  # os.path.abspath would make it the working folder
         raise UserError(f"{where}: the path is empty; name a {'folder' if folder else 'file'} to write to")
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):  # /dev/null, a pipe
+        raise UserError(f"{where}: {path} is {absent(path)}; name a {'folder' if folder else 'file'} to write to")
     if folder and os.path.isfile(path):
         raise UserError(f"{where}: {path} is a file; name a folder to write into")
     if not folder and os.path.isdir(path):

@@ -44,10 +44,15 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
     """The model's greedy answer to `prompt`, as a chat turn when the model has a chat template."""
     from transformers import pipeline
 
-    from medrecipes.models.loading import load_for_inference
+    from medrecipes.models.loading import load_for_inference, positions
 
     _check_model(model)
     loaded, tokenizer = load_for_inference(model)
+    room = (positions(loaded) or max_new_tokens + 1) - 1
+    if max_new_tokens > room:  # past its positions a model writes what it never trained on: capped, as serve does
+        print(f"# note: --max-new-tokens {max_new_tokens} is past the {room + 1} positions of {model}; "
+              f"it writes {room} at most", file=sys.stderr)  # fmt: skip
+        max_new_tokens = room
     pipe = pipeline("text-generation", model=loaded, tokenizer=tokenizer)
     if pipe.tokenizer.chat_template is None:
         output = pipe(prompt, max_new_tokens=max_new_tokens, do_sample=False, return_full_text=False)

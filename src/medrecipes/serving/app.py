@@ -31,7 +31,8 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect
 
-    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # no door but the ones below
+    # No door but the ones below; a path with a slash added is no door either (not a 307 to one).
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     waiting = [0]
 
     def refuse(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:

@@ -60,6 +60,19 @@ def _csv_header(path: Path, fmt: str) -> bool:
     return path.suffix == ".csv" and fmt != "mmlu" and _csv_has_header(path)
 
 
+def _check_mmlu_shape(path: Path) -> None:
+    """A CSV whose first line names none of the multiple-choice columns is read as MMLU's (six
+    unnamed columns: question, four options, answer); one of another width is neither."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        first = next(csv.reader(handle), [])
+    if len(first) != len(MMLU_COLUMNS):
+        raise UserError(
+            f"{path} line 1: {', '.join(first[:4])}{', ...' if len(first) > 4 else ''} names no multiple-choice "
+            f"column (question, the options, answer), and the file is not MMLU's {len(MMLU_COLUMNS)} unnamed "
+            "columns; give a header that names them"
+        )
+
+
 def _read_file(path: Path, header: bool) -> Dataset:
     if path.suffix == ".parquet":
         return load_dataset("parquet", data_files=str(path), split="train")
@@ -262,6 +275,8 @@ def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
         header = _csv_header(file, reading.fmt)
         if header:
             check_csv_header(str(file))
+        elif file.suffix == ".csv" and reading.fmt != "mmlu":
+            _check_mmlu_shape(file)
         try:
             raw = _read_file(file, header)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
