@@ -190,11 +190,11 @@ COMMON_BOUNDS = {
     "label_smoothing_factor": Bound(
         0, True, "the share of probability taken off the right token; from 1 on none is left on it", 1
     ),
-    "adam_epsilon": Bound(
+    "adam_epsilon": Bound(  # torch takes 0; its first step then makes every embedding row the batch missed NaN
         0,
         False,
-        "Adam divides each update by the root of its second moment plus it, and a weight whose "
-        "gradient is 0 would get 0 / 0",
+        "Adam divides each update by the root of its second moment plus it, so a weight whose gradient is 0 "
+        "(an embedding row no token of the batch used) gets 0 / 0, NaN, at the first step",
     ),
 }
 
