@@ -370,6 +370,7 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes merge-lora
         Case("eval: a file for --data_dir", ["eval", "--model", model, "--data_dir", TEST_SET], "--data_dir data/usmle_sample/test.jsonl: a file, not a folder"),
         Case("perplexity: output a pipe or device", ["perplexity", "--model", model, "--data", "data/medical_text/eval.jsonl", "--output", "/dev/null"], "/dev/null is not a file or folder but a device, pipe or socket"),
+        Case("min_lr above the learning rate", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--min_lr", "0.1"], "min_lr 0.1 is above learning_rate 0.001"),
         Case("adam_epsilon 0", ["validate", sft, "--adam_epsilon", "0"], "adam_epsilon must be above 0, got 0"),
         Case("a step count beside the token count that derives it", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--max_steps", "3"], "max_steps 3 and total_tokens are both given"),
         Case("merge-lora: adapter missing", ["merge-lora", f"{files}/nope", f"{files}/m1"], "nope: no such file or folder"),

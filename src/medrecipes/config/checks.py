@@ -186,6 +186,11 @@ def resolve_token_budget(
         raise UserError(
             f"{path}: min_lr must be 0 or more (the floor the learning rate decays to), got {recipe.min_lr:g}"
         )
+    if recipe.min_lr is not None and recipe.min_lr > args.learning_rate:
+        raise UserError(
+            f"{path}: min_lr {recipe.min_lr:g} is above learning_rate {args.learning_rate:g}: the schedule decays from "
+            "learning_rate down to min_lr, and would climb instead; give a min_lr below learning_rate (a tenth is usual)"
+        )
     if recipe.min_lr is not None and schedule not in floored:
         raise UserError(
             f"{path}: min_lr decays the learning rate on a cosine to its floor (cosine_with_min_lr), and "
