@@ -356,6 +356,13 @@ def on_interrupt(note: Callable[[], str]) -> None:
     _interrupt_note.append(note)
 
 
+def _say(line: str) -> None:
+    """`line` and its newline in one write: unbuffered (PYTHONUNBUFFERED, as launchers set it), print's
+    two writes let another process's output land between them, mid-line."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def exit_on_user_error(main: Callable) -> Callable:
     """Run `main`; turn a UserError into its one line on stderr (once per launch, see
     first_to_report) and exit code 2, and Ctrl-C into one line that says what was kept and how to
@@ -367,13 +374,13 @@ def exit_on_user_error(main: Callable) -> Callable:
             return main(*args, **kwargs)
         except UserError as err:
             if first_to_report():  # on a line of its own where a progress bar left its line open
-                print(f"{chr(10) if _bar_open() else ''}error: {err}", file=sys.stderr)
+                _say(f"{chr(10) if _bar_open() else ''}error: {err}")
             sys.exit(2)
         except (KeyboardInterrupt, Exception) as err:
             if not _interrupted(err):
                 raise
             if first_to_report():  # on a line of its own: a progress bar may have been cut mid-line
-                print(f"\ninterrupted: {_interrupt_note[-1]()}", file=sys.stderr)
+                _say(f"\ninterrupted: {_interrupt_note[-1]()}")
             _exit_within(EXIT_GRACE_SECONDS, 130)
             sys.exit(130)
 
