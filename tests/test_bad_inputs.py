@@ -370,6 +370,8 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes merge-lora
         Case("eval: a file for --data_dir", ["eval", "--model", model, "--data_dir", TEST_SET], "--data_dir data/usmle_sample/test.jsonl: a file, not a folder"),
         Case("perplexity: output a pipe or device", ["perplexity", "--model", model, "--data", "data/medical_text/eval.jsonl", "--output", "/dev/null"], "/dev/null is not a file or folder but a device, pipe or socket"),
+        Case("decontaminate: pairs for a benchmark", ["decontaminate", "--train", f["notes.jsonl"], "--eval", "data/usmle_sample/pairs_test.jsonl"], "neither multiple-choice questions nor documents with a 'text' column"),
+        Case("an MCQ folder of hidden files only", ["preview", sft, "--model_name_or_path", model, "--examples", "1", "--eval_sets", "null", "--dataset_mixture", f"{{sources: [{{path: {f['hiddenonly']}, format: usmle}}]}}"], "holds no .jsonl, .json, .csv, .parquet files that are not hidden"),
         Case("min_lr above the learning rate", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--min_lr", "0.1"], "min_lr 0.1 is above learning_rate 0.001"),
         Case("adam_epsilon 0", ["validate", sft, "--adam_epsilon", "0"], "adam_epsilon must be above 0, got 0"),
         Case("a step count beside the token count that derives it", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--max_steps", "3"], "max_steps 3 and total_tokens are both given"),
@@ -594,6 +596,7 @@ FILES = {
     "header.csv": "text\n",
     "deep.jsonl": '{"text": "scurvy"}\n{"text": "rickets", "x": ' + "[" * 3000 + "]" * 3000 + "}\n",
     "twocols.csv": "text,text\nscurvy,rickets\n",
+    "hiddenonly/.train.jsonl": '{"question": "What causes scurvy?", "options": {"A": "vitamin C lack", "B": "iron lack"}, "answer": "A"}\n',
     "badsyntax.jinja": "{% for m in messages %}{{ m.content }{% endfor %}",
     "norows.parquet": _parquet_of_no_rows(),
     "unquotedno.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: no\n",

@@ -207,7 +207,16 @@ def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
     try:
         return mcq_texts(load_mcq(path))
     except UserError:
+        pass
+    try:
         return eval_set_texts(SourceConfig(path=path))
+    except UserError as err:  # its fix names a recipe's key, which a file given here has not
+        if "no column 'text'" not in str(err):
+            raise
+        raise UserError(
+            f"{path}: neither multiple-choice questions nor documents with a 'text' column; give a benchmark's "
+            "questions, or its text as JSON Lines with a 'text' key"
+        ) from None
 
 
 def benchmark_name(path: str) -> str:

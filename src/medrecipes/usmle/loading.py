@@ -257,6 +257,11 @@ def _split_files(directory: Path, split: str) -> list[Path]:
         str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()
     }
     files = {name: chosen for name, chosen in files.items() if chosen}
+    if not files:  # datasets' patterns skip hidden files (.train.jsonl) as well
+        raise UserError(
+            f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files that are not hidden; point the source at "
+            "multiple-choice data"
+        )
     if split not in files:
         raise UserError(
             f"{directory}: no '{split}' split{did_you_mean(split, list(files))}: its files make "
