@@ -205,18 +205,25 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
     if not decode or not path.endswith(TEXT_SUFFIXES):
         return
     decoder, offset, blank = codecs.getincrementaldecoder("utf-8")(), 0, True
+    json_lines = path.lower().endswith((".jsonl", ".json"))
+    line, brackets, many = 1, 0, []  # the line being read, its opening brackets, the lines with many
     try:
         with open(path, "rb") as f:
             while block := f.read(1 << 20):
-                blank = blank and not decoder.decode(block).strip()
+                text = decoder.decode(block)  # every block: a bad byte anywhere is found here
+                blank = blank and not text.strip()
                 offset += len(block)
+                if json_lines:  # in the same pass: a corpus is read once
+                    line, brackets = _count_brackets(text, line, brackets, many)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError as err:
         err.start += offset  # from the start of the file, not of the block
         raise not_utf8(where, err, path) from None
     if blank:  # `datasets` reads no row from it and fails on the empty split it makes
         raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
-    if path.lower().endswith((".jsonl", ".json")) and (deep := _nested_too_deep(path)):
+    if brackets > MANY_BRACKETS:
+        many.append(line)
+    if many and (deep := _nested_too_deep(path, many)):
         raise UserError(
             f"{where} line {deep}: its JSON nests arrays or objects deeper than a reader follows (pyarrow stops, or "
             "crashes); flatten it, or drop the row"
@@ -240,20 +247,38 @@ def _parquet_rows(path: str) -> int | None:
         return None
 
 
-def _nested_too_deep(path: str, brackets: int = 500) -> int | None:
-    """The first line of a JSON Lines file whose JSON nests past what Python's parser follows (a
-    RecursionError there; pyarrow's reader fails on it in a traceback, or in the process itself
-    deeper down). Only lines with over `brackets` opening brackets are parsed, so a corpus costs a
-    count per line."""
+# Opening brackets past which a JSON line is parsed to see whether it nests too deep to be read.
+MANY_BRACKETS = 500
+
+
+def _count_brackets(text: str, line: int, brackets: int, many: list[int]) -> tuple[int, int]:
+    """The opening brackets of each line of `text`, a piece of a file read from `line` with
+    `brackets` counted so far on it: the lines with over MANY_BRACKETS go to `many`; returns the
+    line the piece ends in and its count so far."""
+    *ended, rest = text.split("\n")
+    for part in ended:
+        if brackets + part.count("[") + part.count("{") > MANY_BRACKETS:
+            many.append(line)
+        line, brackets = line + 1, 0
+    return line, brackets + rest.count("[") + rest.count("{")
+
+
+def _nested_too_deep(path: str, lines: list[int]) -> int | None:
+    """The first of `lines` (a JSON Lines file's, by number) whose JSON nests past what Python's
+    parser follows (a RecursionError there; pyarrow's reader fails on it in a traceback, or in the
+    process itself deeper down)."""
+    wanted, last = set(lines), max(lines)
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
-            if line.count("[") + line.count("{") > brackets:
+            if number in wanted:
                 try:
                     json.loads(line)
                 except RecursionError:
                     return number
                 except ValueError:
                     pass  # not JSON: the reader names it
+            if number >= last:
+                break
     return None
 
 

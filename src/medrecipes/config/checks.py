@@ -654,7 +654,7 @@ def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
             value = getattr(obj, f.name, None)
             if f.name in given and isinstance(value, str) and not value.strip() and f.default != "":
                 raise UserError(f"{path}: {f.name} is empty; give it a value, or leave it out for its default")
-    if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null", "None", "~"):
+    if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null"):  # as YAML or argv write it
         raise UserError(
             f"{path}: output_dir is not set, and the run would write into ./trainer_output; name its folder"
         )

@@ -600,9 +600,10 @@ def _they(keys: list[str], one: str, many: str) -> str:
 
 
 def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
-    """A learning rate of 0 trains nothing; transformers clips gradients only at a norm above 0; a schedule whose function takes no
-    warm-up ignores it; a compile mode alone switches compiling on; an interval longer than the
-    run happens at no step of it; max_steps ends the run whatever the epochs."""
+    """A learning rate of 0 trains nothing; transformers clips gradients only at a norm above 0; a
+    schedule whose function takes no warm-up ignores it; a compile mode alone switches compiling
+    on; an interval longer than the run happens at no step of it; max_steps (or the total_tokens
+    that decides it) ends the run whatever the epochs."""
     from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
 
     found = []

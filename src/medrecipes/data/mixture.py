@@ -96,10 +96,10 @@ def _check_mixture_length(mixture: MixtureConfig, sizes: list[int], probabilitie
     ending = max if mixture.stopping_strategy == "all_exhausted" else min
     rows = ending(draws)
     if len(sizes) > 1 and rows > MOST_DRAWS * sum(sizes):
-        name = source_names(mixture)[draws.index(rows)]
+        at = draws.index(rows)
         raise UserError(
-            f"dataset_mixture: source {name} ({sizes[draws.index(rows)]:,} rows) is drawn with probability "
-            f"{probabilities[draws.index(rows)]:.3g}, so the mixture would draw about {rows:,.0f} rows before "
+            f"dataset_mixture: source {source_names(mixture)[at]} ({sizes[at]:,} rows) is drawn with probability "
+            f"{probabilities[at]:.3g}, so the mixture would draw about {rows:,.0f} rows before "
             f"{'every source is used whole' if ending is max else 'it is used whole'} ({mixture.stopping_strategy}), "
             f"over {MOST_DRAWS} times its {sum(sizes):,} rows; give the sources weights nearer their sizes"
         )

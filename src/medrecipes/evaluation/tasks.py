@@ -158,7 +158,8 @@ def _source(task: Task, data: str | None, data_dir: str | None) -> str:
     if data_dir and not Path(data_dir).is_dir():
         what = "a file, not a folder" if Path(data_dir).is_file() else absent(data_dir)
         raise UserError(
-            f"--data_dir {data_dir}: {what}; give the folder that holds the benchmarks, or a file with --data {task.name}=FILE"
+            f"--data_dir {data_dir}: {what}; give the folder that holds the benchmarks, or a file with "
+            f"--data {task.name}=FILE"
         )
     if data_dir and task.local:
         path = Path(data_dir) / task.local

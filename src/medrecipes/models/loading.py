@@ -147,8 +147,9 @@ def _check_vocabulary(model, tokenizer, recipe) -> None:
     if len(tokenizer) > rows:
         key = "tokenizer_name_or_path" if getattr(recipe, "tokenizer_name_or_path", None) else "the model's tokenizer"
         raise UserError(
-            f"{key} ({tokenizer.name_or_path}): {len(tokenizer):,} tokens, and the model has {rows:,} embedding rows, so ids from {rows:,} on "
-            "have none; use the tokenizer the model was trained with, or one of at most that many tokens"
+            f"{key} ({tokenizer.name_or_path}): {len(tokenizer):,} tokens, and the model has {rows:,} embedding "
+            f"rows, so ids from {rows:,} on have none; use the tokenizer the model was trained with, or one of at "
+            "most that many tokens"
         )
 
 

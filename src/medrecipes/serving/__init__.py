@@ -19,7 +19,7 @@ import sys
 from medrecipes.errors import UserError
 from medrecipes.locations import file_as_model, looks_local
 from medrecipes.serving.app import create_app
-from medrecipes.serving.model import ServedModel, served_name
+from medrecipes.serving.model import ServedModel, capped_tokens, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
 
 __all__ = ["CHAT_FIELDS", "COMPLETION_FIELDS", "RequestError", "ServedModel", "create_app", "generate", "serve",
@@ -48,11 +48,8 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
 
     _check_model(model)
     loaded, tokenizer = load_for_inference(model)
-    room = (positions(loaded) or max_new_tokens + 1) - 1
-    if max_new_tokens > room:  # past its positions a model writes what it never trained on: capped, as serve does
-        print(f"# note: --max-new-tokens {max_new_tokens} is past the {room + 1} positions of {model}; "
-              f"it writes {room} at most", file=sys.stderr)  # fmt: skip
-        max_new_tokens = room
+    limit = positions(loaded) or tokenizer.model_max_length  # as serve caps its --max-tokens
+    max_new_tokens = capped_tokens(max_new_tokens, limit, "--max-new-tokens", model, "it writes")
     pipe = pipeline("text-generation", model=loaded, tokenizer=tokenizer)
     if pipe.tokenizer.chat_template is None:
         output = pipe(prompt, max_new_tokens=max_new_tokens, do_sample=False, return_full_text=False)

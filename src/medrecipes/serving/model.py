@@ -24,6 +24,16 @@ def served_name(path: str) -> str:
     return name.removesuffix(".gguf") or path
 
 
+def capped_tokens(requested: int, positions: int, flag: str, model: str, what: str) -> int:
+    """`requested` new tokens, at most the model's `positions` less one (past them it writes on
+    positions it never trained on), said in one line where `flag` asked for more: "`model` `what`"."""
+    most = positions - 1
+    if requested > most:
+        print(f"# note: {flag} {requested} is past the {positions} positions of {model}; {what} {most} at most",
+              file=sys.stderr)  # fmt: skip
+    return min(requested, most)
+
+
 class ServedModel:
     """The one model a server answers with; a request is parsed by `parse_chat` or
     `parse_completion`, and answered by `complete`, `stream` or `completion`."""
@@ -36,13 +46,7 @@ class ServedModel:
         self.path, self.name = path, name or served_name(path)
         self.created = int(time.time())
         self.positions = positions(self.model) or self.tokenizer.model_max_length
-        self.max_tokens = min(max_tokens, self.positions - 1)
-        if max_tokens > self.max_tokens:
-            print(
-                f"# note: --max-tokens {max_tokens} is past the {self.positions} positions of {path}; a request may "
-                f"ask for {self.max_tokens} at most",
-                file=sys.stderr,
-            )
+        self.max_tokens = capped_tokens(max_tokens, self.positions, "--max-tokens", path, "a request may ask for")
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos] if eos is not None else []
         self.stop_ids = sorted(
