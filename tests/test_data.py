@@ -140,6 +140,19 @@ def test_local_folder_keeps_its_splits_apart(tmp_path):
     assert list(load_source(SourceConfig(path=str(tmp_path), split="test"))["text"]) == ["held out"]
 
 
+def test_a_folder_save_to_disk_wrote_is_a_source(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["one", "two", "three"]}).save_to_disk(tmp_path / "saved")
+    source = SourceConfig(path=str(tmp_path / "saved"), split="train[:2]")
+    assert list(load_source(source)["text"]) == ["one", "two"]
+    assert [row["text"] for row in load_source(SourceConfig(path=str(tmp_path / "saved")), streaming=True)] == [
+        "one",
+        "two",
+        "three",
+    ]
+
+
 def test_usmle_format_renders_questions_as_text(tmp_path):
     rows = [
         {

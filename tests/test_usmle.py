@@ -179,6 +179,28 @@ def test_a_slice_in_split_takes_those_rows_of_a_file():
         load_mcq(path, split="train[:x]")
 
 
+def test_a_folder_save_to_disk_wrote_is_read_whole(tmp_path):
+    import datasets
+
+    path = ROOT / "data/usmle_sample/train.jsonl"
+    rows = datasets.load_dataset("json", data_files=str(path), split="train")
+    rows.save_to_disk(tmp_path / "one")
+    datasets.DatasetDict(train=rows, test=rows.select(range(5))).save_to_disk(tmp_path / "two")
+    whole = load_mcq(path)
+    assert load_mcq(tmp_path / "one")["question"] == whole["question"]  # not its state.json as a row
+    assert load_mcq(tmp_path / "one", split="train[:4]")["answer"] == whole["answer"][:4]
+    assert load_mcq(tmp_path / "two", split="test")["question"] == whole["question"][:5]
+    with pytest.raises(UserError, match=r"two: several splits: it holds train, test; pass split= one of them"):
+        load_mcq(tmp_path / "two")
+    with pytest.raises(UserError, match=r"no 'tset' split \(did you mean 'test'\?\)"):
+        load_mcq(tmp_path / "two", split="tset")
+    (tmp_path / "one" / "dataset_info.json").unlink()
+    with pytest.raises(
+        UserError, match=r"one: a folder save_to_disk wrote, which cannot be read \(.*\); write it again"
+    ):
+        load_mcq(tmp_path / "one")
+
+
 def test_pubmedqa_jsonl(tmp_path):
     ds = load_mcq(write_jsonl(tmp_path / "pqal.jsonl", [PUBMEDQA_ROW]))
     row = ds[0]

@@ -28,6 +28,15 @@ def local_path(path: str) -> bool:
     return not is_url(path) and (looks_local(path) or os.path.exists(path))
 
 
+def saved_dataset(path: str) -> bool:
+    """A folder `datasets`' save_to_disk wrote (one dataset, or a dict of splits): it is read whole with
+    load_from_disk, not as data files (its state.json is no data)."""
+    # The names datasets.config gives them, spelled here so that a leaf imports no library.
+    return os.path.isdir(path) and any(
+        os.path.isfile(os.path.join(path, name)) for name in ("state.json", "dataset_dict.json")
+    )
+
+
 def absent(path: str) -> str:
     """Why a path that is no file or folder is not one, in words for a message that then says what
     to do: a device, pipe or socket (/dev/null), a symbolic link whose chain loops, a symbolic link

@@ -32,7 +32,7 @@ from medrecipes.data.rows import (
 )
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, unreadable
-from medrecipes.locations import BUILDERS, absent, is_url, local_path
+from medrecipes.locations import BUILDERS, absent, is_url, local_path, saved_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,9 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
                 raise UserError(f"source '{path}': unsupported file type; use {', '.join(BUILDERS)}")
             path, data_files = BUILDERS[ext], [path]
         # A directory goes to `datasets` as is: it maps train/test/validation files to splits.
-        elif not any(os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names):
+        elif not saved_dataset(path) and not any(
+            os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names
+        ):
             raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
     for file in data_files or []:
         if is_url(file):
@@ -110,6 +112,9 @@ def load_documents(source: SourceConfig, streaming: bool):
         path, data_files = _resolve_url(source)
     else:  # a stream is read as it goes: its files are decoded then
         path, data_files = check_local_source(source, decode=not streaming)
+        if saved_dataset(path):
+            rows = usmle.load_saved(path, source.split)
+            return rows.to_iterable_dataset() if streaming else rows
     for file in data_files or []:
         if is_url(file) and "*" not in file and not url_files(file, source.storage_options):
             raise UserError(f"source '{source.path}': data file {file} does not exist; check the URL")

@@ -14,7 +14,7 @@ from datasets import Dataset, Features, ReadInstruction, Value, concatenate_data
 from datasets.exceptions import DatasetGenerationError
 
 from medrecipes.errors import UserError, check_choice, check_csv_header, check_text_file, did_you_mean, unreadable
-from medrecipes.locations import absent, looks_local
+from medrecipes.locations import absent, looks_local, saved_dataset
 from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.formats import CONVERTERS, FORMATS, detect_format, medmcqa_one_based
 from medrecipes.usmle.schema import (
@@ -271,7 +271,33 @@ def _split_files(directory: Path, split: str) -> list[Path]:
     return files[split]
 
 
+def load_saved(path: str, split: str | None) -> Dataset:
+    """The rows of a folder `datasets`' save_to_disk wrote: the one dataset in it whatever `split`
+    names (as a file is one split), or of a dict of splits the one `split` names (its only one
+    where none is named); a slice in `split` ("train[:32]") takes those rows."""
+    from datasets import DatasetDict, load_from_disk
+
+    try:
+        saved = load_from_disk(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a file of it cut, edited or gone
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"{path}: a folder save_to_disk wrote, which cannot be read ({reason}); write it again"
+        ) from None
+    name = split.partition("[")[0] if split else None
+    if isinstance(saved, DatasetDict):
+        splits = list(saved)
+        name = name or (splits[0] if len(splits) == 1 else None)
+        if name not in saved:
+            asked = f"no '{name}' split{did_you_mean(name, splits)}" if name else "several splits"
+            raise UserError(f"{path}: {asked}: it holds {', '.join(splits)}; pass split= one of them")
+        saved = saved[name]
+    return _slice(saved, split, path) if split and "[" in split else saved
+
+
 def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
+    if saved_dataset(str(path)):
+        return _normalise(load_saved(str(path), split), reading, str(path), path.name)
     folder = split.partition("[")[0] if split else None  # "test[:50]": the test folder, first 50 rows
     files = _files_in(path, folder) if path.is_dir() else [path]
     parts = []
