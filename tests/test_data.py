@@ -140,6 +140,14 @@ def test_local_folder_keeps_its_splits_apart(tmp_path):
     assert list(load_source(SourceConfig(path=str(tmp_path), split="test"))["text"]) == ["held out"]
 
 
+def test_a_json_document_of_columns_is_a_text_source(tmp_path):
+    (tmp_path / "columns.json").write_text(json.dumps({"text": ["one", "two"], "id": [1, 2]}), encoding="utf-8")
+    assert list(load_source(SourceConfig(path=str(tmp_path / "columns.json")))["text"]) == ["one", "two"]
+    (tmp_path / "lists.json").write_text(json.dumps({"text": [["a long first text"], ["b"]]}), encoding="utf-8")
+    with pytest.raises(UserError, match=r"""lists.json' row 1: 'text' is \["a long first text"\], not text"""):
+        load_source(SourceConfig(path=str(tmp_path / "lists.json")))
+
+
 def test_a_folder_save_to_disk_wrote_is_a_source(tmp_path):
     import datasets
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from medrecipes.errors import UserError, bad_lines_named, first_to_report
+from medrecipes.errors import UserError, bad_lines_named, first_to_report, quoted
 
 
 def test_the_first_rank_of_a_launch_reports_and_the_others_do_not(tmp_path, monkeypatch):
@@ -31,3 +31,10 @@ def test_a_parse_error_names_the_first_bad_line_of_the_files_read(tmp_path):
     assert str(info.value).startswith(f"{bad} line 3: not JSON (")
     with pytest.raises(ValueError, match="not a parse error"), bad_lines_named([str(good)]):
         raise ValueError("not a parse error")  # the files parse: the error is not theirs
+
+
+def test_a_quoted_value_says_where_it_was_cut():
+    assert quoted({"A": "Mitral"}) == '{"A": "Mitral"}'
+    cut = quoted({"A": "Mitral regurgitation", "B": "Aortic regurgitation"}, 30)
+    assert cut == '{"A": "Mitral regurgitation",...' and len(cut) <= 33
+    assert quoted("é" * 50, 10) == '"' + "é" * 9 + "..."

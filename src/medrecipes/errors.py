@@ -29,6 +29,13 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return " (did you mean " + " or ".join(f"'{c}'" for c in close) + "?)"
 
 
+def quoted(value, width: int = 40) -> str:
+    """A value as a message shows it: its JSON, cut at `width` characters with "..." where longer (cut
+    bare, a text would end in an open quote and read as the whole value)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[:width].rstrip() + "..."
+
+
 def is_number(value) -> bool:
     """A number as JSON and YAML give one, true and false excluded (Python counts them as ints)."""
     return isinstance(value, int | float) and not isinstance(value, bool)

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 
 from medrecipes.data_config import SourceConfig
-from medrecipes.errors import UserError, row_in_files
+from medrecipes.errors import UserError, quoted, row_in_files
 from medrecipes.models.templates import ROLES, TURN_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def check_answers(rows: Iterable[dict], indices: Iterable[int], source: SourceCo
         odd = next((k for k in ANSWER_COLUMNS[:4] if k in row and not isinstance(row[k], str | list)), None)
         if odd is not None:
             raise UserError(
-                f"{row_of(source, index)}: {odd} is {json.dumps(row[odd])[:40]}, neither text nor conversation turns; "
+                f"{row_of(source, index)}: {odd} is {quoted(row[odd])}, neither text nor conversation turns; "
                 "fix or drop the row"
             )
         layouts = {isinstance(row[key], list) for key in ANSWER_COLUMNS[:4] if key in row}

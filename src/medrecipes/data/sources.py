@@ -7,7 +7,6 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 """
 
 import glob
-import json
 import logging
 import os
 import re
@@ -31,7 +30,7 @@ from medrecipes.data.rows import (
     say_turn_oddities,
 )
 from medrecipes.data_config import SourceConfig
-from medrecipes.errors import UserError, check_text_file, unreadable
+from medrecipes.errors import UserError, check_text_file, quoted, unreadable
 from medrecipes.locations import BUILDERS, absent, is_url, local_path, saved_dataset
 
 logger = logging.getLogger(__name__)
@@ -215,6 +214,8 @@ def load_source(
         documents = rows.map(render, remove_columns=rows.column_names)
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
+    if source.format == "text" and isinstance(documents, datasets.Dataset):
+        documents = usmle.columns_as_rows(documents)
     if source.part is not None or source.pass_rate is not None:  # a map-style dataset (config.checks)
         documents = chosen_rows(documents, source, named(source), PART_LABELS.get(source.format))
     if source.format in PREFERENCE_FIELDS:
@@ -283,7 +284,7 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             # mixed JSON values arrive as datasets' Json feature: decoded, the first that is not text is named
             first, value = next((i, v) for i, v in enumerate(documents["text"]) if not isinstance(v, str))
             raise UserError(
-                f"{row_of(source, first)}: '{fields['text']}' is {json.dumps(value)[:40]}, not text; fix or drop the row"
+                f"{row_of(source, first)}: '{fields['text']}' is {quoted(value)}, not text; fix or drop the row"
             )
         if "messages" in fields:
             say_repeats([{"messages": messages} for messages in turns], source)

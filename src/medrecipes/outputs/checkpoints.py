@@ -6,7 +6,7 @@ import os
 import re
 import zipfile
 
-from medrecipes.errors import is_number
+from medrecipes.errors import is_number, quoted
 
 # A run's checkpoint folders in its output_dir, as the trainer names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -132,7 +132,7 @@ def state_damage(state: dict) -> str | None:
         if kind not in _KINDS or name not in state or (optional and state[name] is None):
             continue
         if not _fits(state[name], kind):
-            return f"{name} is {json.dumps(state[name])[:40]}, not {_KINDS[kind]}"
+            return f"{name} is {quoted(state[name])}, not {_KINDS[kind]}"
     return None
 
 

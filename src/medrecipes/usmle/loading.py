@@ -45,7 +45,18 @@ def _read_json(path: Path) -> Dataset:
         # PubMedQA's PQA-L is one object keyed by PubMed id; the json builder has no mode for that.
         if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
             return Dataset.from_list([{**value, "id": key} for key, value in data.items()])
-    return load_dataset("json", data_files=str(path), split="train")
+    return columns_as_rows(load_dataset("json", data_files=str(path), split="train"))
+
+
+def columns_as_rows(rows: Dataset) -> Dataset:
+    """A JSON document of columns ({"question": [...], "answer": [...]}, as `Dataset.to_dict` and
+    pandas' `to_dict("list")` write one) as its rows: the json builder reads it as one row whose
+    every value is a list. Any other dataset as it is."""
+    if len(rows) != 1:
+        return rows
+    row = rows[0]
+    lengths = {len(value) if isinstance(value, list) else -1 for value in row.values()}
+    return Dataset.from_dict(row) if len(lengths) == 1 and lengths.pop() >= 1 else rows
 
 
 def _csv_has_header(path: Path) -> bool:

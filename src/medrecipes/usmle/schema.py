@@ -1,11 +1,10 @@
 """The normalised multiple-choice row: its columns, letters and the helpers that build one."""
 
-import json
 from typing import Any, NamedTuple
 
 from datasets import Features, List, Value
 
-from medrecipes.errors import UserError, row_in_files
+from medrecipes.errors import UserError, quoted, row_in_files
 
 LETTERS = "ABCDEFGHIJ"
 COLUMNS = ["id", "question", "options", "answer", "subject", "explanation", "context"]
@@ -67,7 +66,7 @@ class NotText(ValueError):
     make it its Python text, which would be trained and scored. The loader names the row."""
 
     def __init__(self, value: Any):
-        super().__init__(f"{json.dumps(value)[:60]} is a {'list' if isinstance(value, list) else 'mapping'}")
+        super().__init__(f"{quoted(value, 60)} is a {'list' if isinstance(value, list) else 'mapping'}")
 
 
 def _text(value: Any) -> str:
@@ -115,7 +114,7 @@ def _options(options: Any, where: Where) -> list[str]:
     for letter, value in zip(LETTERS, values, strict=False):
         if isinstance(value, dict | list):  # it would be trained and scored as its Python text
             raise UserError(
-                f"{where}: option {letter} is {json.dumps(value)[:60]}, not text; write each option as its text"
+                f"{where}: option {letter} is {quoted(value, 60)}, not text; write each option as its text"
             )
     return found
 
