@@ -22,7 +22,7 @@ import numpy as np
 import xxhash
 
 from medrecipes.data.rows import files_of
-from medrecipes.data.sources import load_documents, load_mcq_source, load_source
+from medrecipes.data.sources import MissingColumn, load_documents, load_mcq_source, load_source
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, bad_lines_named
 
@@ -210,9 +210,7 @@ def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
         pass
     try:
         return eval_set_texts(SourceConfig(path=path))
-    except UserError as err:  # its fix names a recipe's key, which a file given here has not
-        if "no column 'text'" not in str(err):
-            raise
+    except MissingColumn:  # its fix names a recipe's key, which a file given here has not
         raise UserError(
             f"{path}: neither multiple-choice questions nor documents with a 'text' column; give a benchmark's "
             "questions, or its text as JSON Lines with a 'text' key"
@@ -248,9 +246,7 @@ def training_file_source(path: str) -> SourceConfig:
     source = SourceConfig(path=path)
     try:
         load_source(source)
-    except UserError as err:
-        if "no column 'text'" not in str(err):
-            raise
+    except MissingColumn:
         return SourceConfig(path=path, format="usmle")
     return source
 

@@ -238,12 +238,16 @@ def load_source(
 PREFERENCE_FIELDS = {"preference": ["prompt", "chosen", "rejected"], "unpaired": ["prompt", "completion", "label"]}
 
 
+class MissingColumn(UserError):
+    """A source without a column its format reads: a caller that can read it another way catches it."""
+
+
 def _check_columns(documents, fields: list[str], source: SourceConfig, hint: str) -> None:
     """The columns `fields` are there (a stream read without a schema is checked row by row)."""
     columns = documents.column_names
     for name in fields:
         if columns is not None and name not in columns:
-            raise UserError(f"{named(source)}: no column '{name}' (columns: {', '.join(columns)}); {hint}")
+            raise MissingColumn(f"{named(source)}: no column '{name}' (columns: {', '.join(columns)}); {hint}")
 
 
 def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int | None):
