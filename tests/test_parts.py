@@ -186,6 +186,9 @@ def test_a_damaged_pass_rate_file_is_one_line_naming_its_line(tmp_path, lines, m
         ),
         ({"above": 1}, r"above 1 and below 1, which no rate \(0 to 1\) is; use above < below"),
         ({"below": 0}, r"above 0 and below 0, which no rate"),
+        ({"above": None, "below": 0}, r"above -1 and below 0, which no rate"),
+        ({"below": 80}, r"pass_rate.below 80 is no pass rate \(.*, 0 to 1\); write 0.8 for 80%, or null for no upper"),
+        ({"above": -0.5}, r"pass_rate.above -0.5 is no pass rate \(.*\); null for no lower bound"),
     ],
 )
 def test_a_bad_pass_rate_range_or_file_is_one_line_at_parse(tmp_path, rates, message):
@@ -220,7 +223,7 @@ def test_pass_rate_measures_the_recipes_part_with_its_prompt_and_reward(tmp_path
         "path": USMLE,
         "format": "usmle",
         "part": part,
-        "pass_rate": {"file": str(rates), "above": -1, "below": 2},
+        "pass_rate": {"file": str(rates), "above": None, "below": None},  # every measured rate
     }
     recipe = _recipe(tmp_path, source, model=chat_model, rewards=[{"name": "usmle_accuracy"}],
                      prompt_format="chat", max_completion_length=6, temperature=1.5)  # fmt: skip

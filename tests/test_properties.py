@@ -738,6 +738,18 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     said = notes(system_prompt="You are a doctor.", eval_sets=None, eval_strategy="no", **chat)
     assert any(n.startswith("system_prompt is for questions asked as a prompt") for n in said), said
     assert not any("asked as a prompt" in n for n in notes(system_prompt="You are a doctor."))
+    said = notes(with_explanation=True, chain_of_thought=True, eval_sets=None, eval_strategy="no", **chat)
+    assert any(n.startswith("with_explanation writes the explanation into SFT's answers") for n in said), said
+    assert not any("with_explanation" in n for n in notes(with_explanation=True, chain_of_thought=True))
+    # keys that only a stream or object storage reads
+    text = {"path": str(ROOT / "data/medical_text/train.jsonl"), "format": "chat"}
+    said = notes(eval_sets=None, eval_strategy="no", dataset_mixture={"sources": [text], "shuffle_buffer": 10})
+    assert any(n.startswith("dataset_mixture.shuffle_buffer shuffles a stream's") for n in said), said
+    said = notes(eval_sets=None, eval_strategy="no", dataset_mixture={"sources": [{**text, "storage_options": {}}]})
+    assert not any("storage_options" in n for n in said)  # empty: nothing given
+    local = {**text, "storage_options": {"anon": True}}
+    said = notes(eval_sets=None, eval_strategy="no", dataset_mixture={"sources": [local]})
+    assert any(n.startswith("dataset_mixture.sources[0].storage_options are for object storage") for n in said)
     # a compile mode alone: transformers switches compilation on
     assert any(
         n.startswith("torch_compile_mode switches torch_compile on") for n in notes(torch_compile_mode="default")

@@ -34,8 +34,8 @@ class PassRateConfig:
     out and counted."""
 
     file: str
-    above: float = 0.0
-    below: float = 1.0
+    above: float | None = 0.0  # null: no lower bound (the questions never answered right are kept too)
+    below: float | None = 1.0  # null: no upper bound (those always answered right are kept too)
 
 
 @dataclass

@@ -15,6 +15,24 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
+def unreachable(url: str) -> str | None:
+    """Why fsspec cannot open a URL from this machine, in words for a message that starts with the
+    key and its value: a protocol it does not know, or one whose package is not installed; None for a
+    local path or a URL it can open (whether the place exists is for the one who reads it)."""
+    if not is_url(url):
+        return None
+    import fsspec
+
+    for protocol in url.partition("://")[0].split("::"):  # chained: simplecache::s3://...
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ValueError:
+            return f"{protocol}:// is no filesystem fsspec knows (s3://, gs://, hf://, file://, memory://, ...); fix the URL"
+        except ImportError as err:  # fsspec's own words name the package: "Install s3fs to access S3"
+            return f"{protocol}:// needs a package not installed here ({err}); install it (pip install -e '.[cloud]' brings s3fs and gcsfs)"
+    return None
+
+
 def looks_local(path: str) -> bool:
     """A Hub id is "name" or "org/name"; anything else path-like is meant as a local path."""
     if os.path.splitext(path)[1] in BUILDERS or path.startswith((os.sep, ".", "~")):

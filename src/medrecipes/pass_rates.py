@@ -68,9 +68,10 @@ def in_range(rate: float, above: float, below: float) -> bool:
     return above < rate < below
 
 
-def kept_rows(ids: list, path: str, above: float, below: float, where: str) -> list[int]:
+def kept_rows(ids: list, path: str, above: float | None, below: float | None, where: str) -> list[int]:
     """The indices of `ids` whose pass rate in the file at `path` lies above `above` and below
-    `below`, with how many were left out and why logged; one line where none is kept."""
+    `below` (None: no bound on that side), with how many were left out and why logged; one line
+    where none is kept."""
     rates, _ = read_pass_rates(path)
     why = Counter()
     kept = []
@@ -78,9 +79,9 @@ def kept_rows(ids: list, path: str, above: float, below: float, where: str) -> l
         rate = rates.get(str(question))
         if rate is None:
             why["not measured"] += 1
-        elif rate <= above:
+        elif above is not None and rate <= above:
             why[f"pass rate {above:g} or below"] += 1
-        elif rate >= below:
+        elif below is not None and rate >= below:
             why[f"pass rate {below:g} or above"] += 1
         else:
             kept.append(index)
@@ -91,10 +92,10 @@ def kept_rows(ids: list, path: str, above: float, below: float, where: str) -> l
             "or measure the questions this source reads"
         )
     logger.info(
-        "%s: pass_rate above %g and below %g keeps %d of %d questions (%s)",
+        "%s: pass_rate above %s and below %s keeps %d of %d questions (%s)",
         where,
-        above,
-        below,
+        "none" if above is None else f"{above:g}",
+        "none" if below is None else f"{below:g}",
         len(kept),
         len(ids),
         account,

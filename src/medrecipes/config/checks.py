@@ -31,6 +31,7 @@ from medrecipes.locations import (
     looks_local,
     shipped_template,
     shipped_templates,
+    unreachable,
     weights_fingerprint,
 )
 from medrecipes.mirror import COMPLETE
@@ -73,6 +74,13 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             "set it on format: usmle sources of dataset_mixture only"
         )
     _check_location_keys(source, where)
+    files = source.data_files if source.data_files is not None else []
+    for key, url in [
+        ("path", source.path),
+        *(("data_files", f) for f in ([files] if isinstance(files, str) else files)),
+    ]:
+        if problem := unreachable(url):
+            raise UserError(f"{where}: {key} {url}: {problem}")
     if source.part is not None and not 0 < source.part.share < 1:
         raise UserError(
             f"{where}: part.share must be above 0 and below 1 (the share of the rows in the first part), "
@@ -84,13 +92,30 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"{where}: pass_rate keeps the questions a model answers right at some rate, and this source is format "
             f"{source.format}, whose rows are no questions to measure; leave pass_rate out"
         )
-    if rates is not None and not (rates.above < rates.below and rates.above < 1 and rates.below > 0):
-        raise UserError(
-            f"{where}: pass_rate keeps pass rates above {rates.above:g} and below {rates.below:g}, which no rate "
-            "(0 to 1) is; use above < below (above: 0, below: 1 keeps the questions answered right sometimes, not "
-            "always; below: 2 keeps those always answered right too)"
-        )
+    if rates is not None:
+        _check_pass_rate_window(rates, where)
     return source
+
+
+def _check_pass_rate_window(rates, where: str) -> None:
+    """A pass rate is a share of samples, 0 to 1: a bound outside it is refused (80 for 80% would keep
+    every rate), and so is a window no rate is in."""
+    for key, side in (("above", "lower"), ("below", "upper")):
+        value = getattr(rates, key)
+        if value is not None and not 0 <= value <= 1:
+            percent = f"write {value / 100:g} for {value:g}%, or " if 1 < value <= 100 else ""
+            raise UserError(
+                f"{where}: pass_rate.{key} {value:g} is no pass rate (the share of a question's samples answered "
+                f"right, 0 to 1); {percent}null for no {side} bound"
+            )
+    low = -1 if rates.above is None else rates.above
+    high = 2 if rates.below is None else rates.below
+    if not (low < high and low < 1 and high > 0):
+        raise UserError(
+            f"{where}: pass_rate keeps pass rates above {low:g} and below {high:g}, which no rate (0 to 1) is; "
+            "use above < below (above: 0, below: 1 keeps the questions answered right sometimes, not always; "
+            "below: null keeps those always answered right too)"
+        )
 
 
 def _check_location_keys(source: SourceConfig, where: str) -> None:
@@ -519,6 +544,26 @@ def unread_notes(recipe: RecipeArguments, method, path: str) -> list[str]:
             f"{method.name.upper()} recipe asks none (no format: usmle source it prompts with, no eval_tasks in "
             "generate mode), so nothing reads it"
         )
+    if recipe.with_explanation and not (method.name == "sft" and "usmle" in formats):
+        found.append(
+            f"with_explanation writes the explanation into SFT's answers to questions (format: usmle), and this "
+            f"{method.name.upper()} recipe {'trains no questions' if method.name == 'sft' else 'writes none'}, so "
+            "nothing reads it"
+        )
+    mixture = recipe.mixture
+    if mixture and not mixture.streaming and "shuffle_buffer" in (recipe.dataset_mixture or {}):
+        found.append(
+            "dataset_mixture.shuffle_buffer shuffles a stream's packed blocks, and this mixture is not streamed "
+            "(the trainer shuffles its rows whole), so nothing reads it"
+        )
+    for where, source in named_sources(recipe).items():
+        files = source.data_files if source.data_files is not None else []
+        urls = [u for u in [source.path, *([files] if isinstance(files, str) else files)] if is_url(u)]
+        if source.storage_options and all(u.startswith("file://") for u in urls):
+            found.append(
+                f"{where}.storage_options are for object storage (s3://, gs://, ...), and this source reads local "
+                "files, so nothing reads them"
+            )
     if recipe.decontaminate_against and not recipe.built_data:
         found.append(
             f"decontaminate_against is read by `medrecipes decontaminate --train {path}` and by build-data, and a run "
@@ -730,7 +775,9 @@ def check_mirror_target(url: str, output_dir: str | None, where: str) -> None:
     into its folder, replacing files of those names: refused where it is, holds or lies inside the
     run's output_dir (the run would copy its checkpoints into themselves), and where it holds
     anything but checkpoint copies a mirror completed (a user's own files would be replaced).
-    Object stores (s3://, gs://, ...) are the run's to reach."""
+    Object stores (s3://, gs://, ...) are the run's to reach, once fsspec can open them here."""
+    if problem := unreachable(url):
+        raise UserError(f"{where}: checkpoint_mirror_url {url}: {problem}")
     protocol, _, rest = url.partition("://")
     if rest and protocol != "file":
         return
