@@ -17,7 +17,7 @@ from transformers import Trainer
 from trl import GRPOConfig
 
 from medrecipes.data.stream import STATE_FILE, TokenStream, blocks_per_step, restore_position
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models.loading import check_positions
 from medrecipes.runs.resume import resume_point
 from medrecipes.training.callbacks import NonFiniteGuard
@@ -83,6 +83,23 @@ def _check_whole_batch(dataset, args) -> None:
             f"(per_device_train_batch_size {args.per_device_train_batch_size} on {args.world_size} process"
             f"{'es' if args.world_size > 1 else ''}); lower the batch, or set dataloader_drop_last: false"
         )
+
+
+def _check_best_metric_logged(args, metrics: dict, step: int) -> None:
+    """metric_for_best_model among the metrics of an evaluation in training, every eval set's and
+    task's together, refused in one line at the first: the trainer looks it up next and raises
+    KeyError. The names a recipe evaluates are checked at parse (config.checks.check_best_metric); a
+    library's own (TRL's rewards/accuracies, ...) are known only here."""
+    wanted = args.metric_for_best_model
+    name = f"eval_{wanted.removeprefix('eval_')}" if wanted else None  # as the trainer looks it up
+    if name is None or name in metrics:
+        return
+    logged = sorted(k for k in metrics if k.startswith("eval_") and not k.endswith(("_runtime", "_per_second")))
+    raise UserError(
+        f"metric_for_best_model '{wanted}' is none of the metrics this run's evaluation logs ({', '.join(logged)})"
+        f"{did_you_mean(name, logged)}; set one of them (the run stopped at its evaluation at step {step}, "
+        "before saving it)"
+    )
 
 
 class RecipeTrainerMixin(TrainerSeams):
@@ -170,12 +187,15 @@ class RecipeTrainerMixin(TrainerSeams):
         outer, self._evaluating = not self._evaluating, True
         started = time.perf_counter()
         try:
-            return super().evaluate(*args, **kwargs)
+            metrics = super().evaluate(*args, **kwargs)
         finally:
             if outer:
                 self._evaluating = False
                 if self.monitor is not None:
                     self.monitor.pause(time.perf_counter() - started)
+        if outer and self.is_in_train:
+            _check_best_metric_logged(self.args, metrics, self.state.global_step)
+        return metrics
 
     def create_model_card(self, *args, **kwargs) -> None:
         """One model card per run, ours: `hub.card.write_card` when the run pushes, `medrecipes card`
