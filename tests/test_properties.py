@@ -741,6 +741,9 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     said = notes(with_explanation=True, chain_of_thought=True, eval_sets=None, eval_strategy="no", **chat)
     assert any(n.startswith("with_explanation writes the explanation into SFT's answers") for n in said), said
     assert not any("with_explanation" in n for n in notes(with_explanation=True, chain_of_thought=True))
+    # the best checkpoints kept with no evaluation in training to rank them: only the newest stays
+    said = notes(eval_strategy="no", keep_best_checkpoints=2)
+    assert any(n.startswith("keep_best_checkpoints 2 keeps the checkpoints an evaluation ranks best") for n in said)
     # keys that only a stream or object storage reads
     text = {"path": str(ROOT / "data/medical_text/train.jsonl"), "format": "chat"}
     said = notes(eval_sets=None, eval_strategy="no", dataset_mixture={"sources": [text], "shuffle_buffer": 10})

@@ -303,8 +303,15 @@ WITHOUT_EVAL = {"eval_strategy": "no", "eval_on_start": "false", "keep_best_chec
 
 def check_eval_needed(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
     """A recipe without eval_sets whose settings evaluate or rank by an evaluation: all of them in
-    one line with the flags that turn them off (a recipe's eval_sets set to null leaves several)."""
+    one line with the flags that turn them off (a recipe's eval_sets set to null leaves several); and
+    keep_best_checkpoints said where eval sets are there and no evaluation in training ranks by them."""
     if recipe.eval_sources:
+        if args.eval_strategy == "no" and recipe.keep_best_checkpoints is not None:
+            recipe.notes.append(
+                f"keep_best_checkpoints {recipe.keep_best_checkpoints} keeps the checkpoints an evaluation ranks "
+                "best, and eval_strategy is no, so none is ranked and only the newest is kept (keep_last_checkpoints); "
+                "set eval_strategy: steps to rank them, or drop keep_best_checkpoints"
+            )
         return
     values = {
         "eval_strategy": None if args.eval_strategy == "no" else args.eval_strategy.value,
