@@ -730,6 +730,15 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
             continue  # a schedule this recipe cannot take at all (refused in its own line)
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
+        assert not any("unchanged after warm-up" in n for n in found), (name, found)  # each moves as it comes
+    # kwargs that hold a moving schedule still after its warm-up
+    for name, kwargs in (
+        ("cosine", {"num_cycles": 0}),
+        ("polynomial", {"power": 0}),
+        ("cosine_with_min_lr", {"min_lr_rate": 1}),
+    ):
+        found = notes(lr_scheduler_type=name, lr_scheduler_kwargs=kwargs, max_steps=20)
+        assert any(n.startswith(f"lr_scheduler_type {name} with lr_scheduler_kwargs") for n in found), (name, found)
     # decontaminate_against is read by the commands that check data, not by a run from the sources
     against = {"decontaminate_against": [str(ROOT / "data/usmle_sample/test.jsonl")]}
     assert any(n.startswith("decontaminate_against is read by") for n in notes(**against))

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import math
 import os
 import re
 import typing
@@ -274,7 +275,6 @@ def _optimizer_probe(args: TrainingArguments):
     some 8-bit optimizers): the trainer then checks it at its own time."""
     import torch
     from transformers import Trainer
-    from transformers.optimization import get_scheduler
 
     try:
         cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
@@ -282,6 +282,25 @@ def _optimizer_probe(args: TrainingArguments):
         return None
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = cls([{"params": [parameter], "weight_decay": args.weight_decay}], **kwargs)
+    # transformers' schedules scale learning_rate by a factor from 0 to 1 at each step; a factor
+    # outside (a polynomial of negative power, a cosine of negative cycles) is a setting's slip.
+    steps, factors = _schedule_factors(args, optimizer)
+    for step, value in factors.items():
+        if not 0 <= value <= 1 + 1e-9:
+            raise ValueError(
+                f"the learning rate would be {value * args.learning_rate:.3g} at step {step} of {steps}, outside "
+                f"0 to learning_rate {args.learning_rate:g}"
+            )
+    return optimizer
+
+
+def _schedule_factors(args: TrainingArguments, optimizer=None) -> tuple[int, dict[int, float]]:
+    """The run's step count (100 where it is counted in epochs) and the factor transformers' schedule
+    scales learning_rate by at steps spread over it ({} for a schedule of no factor: plateau)."""
+    import torch
+    from transformers.optimization import get_scheduler
+
+    optimizer = optimizer or torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     steps = args.max_steps if args.max_steps > 0 else 100
     scheduler = get_scheduler(
         args.lr_scheduler_type,
@@ -290,17 +309,16 @@ def _optimizer_probe(args: TrainingArguments):
         num_training_steps=steps,
         scheduler_specific_kwargs=args.lr_scheduler_kwargs,
     )
-    # transformers' schedules scale learning_rate by a factor from 0 to 1 at each step; a factor
-    # outside (a polynomial of negative power, a cosine of negative cycles) is a setting's slip.
-    for factor in getattr(scheduler, "lr_lambdas", []):
-        for step in sorted({*range(0, steps + 1, max(1, steps // 200)), steps - 1, steps}):
-            value = factor(step)
-            if not 0 <= value <= 1 + 1e-9:
-                raise ValueError(
-                    f"the learning rate would be {value * args.learning_rate:.3g} at step {step} of {steps}, outside "
-                    f"0 to learning_rate {args.learning_rate:g}"
-                )
-    return optimizer
+    lambdas = getattr(scheduler, "lr_lambdas", [])
+    sampled = sorted({*range(0, steps + 1, max(1, steps // 200)), steps - 1, steps})
+    return steps, {step: _factor(lambdas[0], step) for step in sampled} if lambdas else {}
+
+
+def _factor(schedule, step: int) -> float:
+    try:
+        return schedule(step)
+    except ArithmeticError:  # 0 to a negative power, ...: no rate at all
+        return math.inf
 
 
 def _refused_key(args: TrainingArguments, probe, keys: tuple[str, ...], path: str, refuser: str) -> None:
@@ -599,6 +617,17 @@ def _they(keys: list[str], one: str, many: str) -> str:
     return f"{', '.join(keys)} {one if len(keys) == 1 else many}"
 
 
+def _flat_after_warmup(args: TrainingArguments) -> bool:
+    """Whether the run's schedule holds one factor from the end of its warm-up to its last step (a
+    cosine of 0 cycles, a polynomial of power 0): transformers builds it without a word."""
+    try:
+        steps, factors = _schedule_factors(args)
+    except Exception:  # refused, in check_optimizer's line
+        return False
+    after = [value for step, value in factors.items() if args.get_warmup_steps(steps) <= step < steps]
+    return len(after) > 1 and max(after) - min(after) < 1e-9
+
+
 def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
     """A learning rate of 0 trains nothing; transformers clips gradients only at a norm above 0; a
     schedule whose function takes no warm-up ignores it; a compile mode alone switches compiling
@@ -625,6 +654,11 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
         found.append(
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
+        )
+    if "constant" not in schedule and _flat_after_warmup(args):
+        found.append(
+            f"lr_scheduler_type {schedule} with lr_scheduler_kwargs {args.lr_scheduler_kwargs} keeps learning_rate "
+            "unchanged after warm-up (a constant schedule); change the kwargs for it to move, or say constant"
         )
     switches = [key for key in ("torch_compile_mode", "torch_compile_backend") if key in given]
     if args.torch_compile and switches and "torch_compile" not in given:  # transformers switches it on

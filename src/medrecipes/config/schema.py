@@ -233,6 +233,11 @@ def check_ranges(args) -> None:
     # Relations between keys: warmup (steps from 1 up, a fraction of the run below 1) within the run.
     if args.warmup_steps < 0:
         raise ValueError(f"warmup_steps must be 0 or more, got {args.warmup_steps}")
+    if args.warmup_steps > 1 and args.warmup_steps != int(args.warmup_steps):  # transformers' get_warmup_steps
+        raise ValueError(
+            f"warmup_steps {args.warmup_steps:g} would warm up for {int(args.warmup_steps)} step(s): from 1 up it "
+            "counts whole steps, below 1 it is a fraction of the run; give one of them"
+        )
     if args.max_steps > 0 and args.warmup_steps >= 1 and args.warmup_steps > args.max_steps:
         raise ValueError(
             f"warmup_steps {args.warmup_steps:g} is beyond max_steps {args.max_steps}: the learning rate would never "
