@@ -108,6 +108,7 @@ def check_accelerate_config(path: str) -> dict:
     if stage is not None and stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
     _check_named_values(data, path, fix)
+    _check_plugin_kinds(data, path, fix)
     if (ds_file := deepspeed.get("deepspeed_config_file")) and not os.path.isfile(ds_file):
         raise UserError(
             f"{path}: deepspeed_config.deepspeed_config_file {ds_file}: {absent(ds_file)} (accelerate reads it from "
@@ -219,12 +220,46 @@ def _rendezvous_backends() -> list[str]:
     return list(rendezvous_handler_registry._registry)
 
 
+def _check_plugin_kinds(data: dict, path: str, fix: str) -> None:
+    """The keys of fsdp_config and deepspeed_config of the kind accelerate's plugin declares for them:
+    a switch true or false (the launch passes it on as text, which the plugin reads with str_to_bool,
+    and a traceback in every process where it cannot), a count a whole number, a norm a number."""
+    import dataclasses
+
+    from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin, str_to_bool
+
+    sections = (
+        ("fsdp_config", FullyShardedDataParallelPlugin, lambda key: key.removeprefix("fsdp_")),
+        ("deepspeed_config", DeepSpeedPlugin, lambda key: key),
+    )
+    for section, plugin, field_of in sections:
+        declared = {f.name: f.type for f in dataclasses.fields(plugin)}
+        declared["offload_params"] = bool  # fsdp_offload_params: the plugin's cpu_offload
+        for key, value in (data.get(section) or {}).items():
+            kind = declared.get(field_of(key))
+            if kind in (bool, bool | None) and not isinstance(value, bool):
+                try:
+                    str_to_bool(str(value))
+                except ValueError:
+                    raise UserError(f"{path}: {section}.{key} must be true or false, got {value!r}; {fix}") from None
+            elif kind in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+                if value != "auto":  # DeepSpeed's word for "as the trainer says"
+                    what = "a whole number" if kind is int else "a number"
+                    raise UserError(f"{path}: {section}.{key} must be {what} (or auto), got {value!r}; {fix}")
+
+
 def _check_named_values(data: dict, path: str, fix: str) -> None:
     """The port and the names an accelerate config chooses by, against the names accelerate and
     DeepSpeed define (the launch refuses another only once its processes start): the dynamo
-    backend, FSDP's sharding strategy, DeepSpeed's offload devices."""
+    backend, FSDP's sharding strategy, state dict type, wrap policy and prefetch, DeepSpeed's
+    offload devices."""
     from accelerate.utils import DynamoBackend
-    from accelerate.utils.constants import FSDP_SHARDING_STRATEGY
+    from accelerate.utils.constants import (
+        FSDP_AUTO_WRAP_POLICY,
+        FSDP_BACKWARD_PREFETCH,
+        FSDP_SHARDING_STRATEGY,
+        FSDP_STATE_DICT_TYPE,
+    )
 
     port = data.get("main_process_port")
     if port is not None and not (isinstance(port, int) and 0 <= port <= 65535):
@@ -232,9 +267,15 @@ def _check_named_values(data: dict, path: str, fix: str) -> None:
     named = [
         ("dynamo_config.dynamo_backend", (data.get("dynamo_config") or {}).get("dynamo_backend"),
          [b.value for b in DynamoBackend]),
-        ("fsdp_config.fsdp_sharding_strategy", (data.get("fsdp_config") or {}).get("fsdp_sharding_strategy"),
-         FSDP_SHARDING_STRATEGY),
     ]  # fmt: skip
+    fsdp = data.get("fsdp_config") or {}
+    for key, known in (
+        ("sharding_strategy", FSDP_SHARDING_STRATEGY),
+        ("state_dict_type", FSDP_STATE_DICT_TYPE),
+        ("auto_wrap_policy", FSDP_AUTO_WRAP_POLICY),
+        ("backward_prefetch", FSDP_BACKWARD_PREFETCH),
+    ):
+        named.append((f"fsdp_config.fsdp_{key}", fsdp.get(f"fsdp_{key}"), known))  # fmt: skip
     deepspeed = data.get("deepspeed_config") or {}
     named += [(f"deepspeed_config.{k}", v, OFFLOAD_DEVICES) for k, v in deepspeed.items() if k.endswith("_device")]
     named.append(("rdzv_backend", data.get("rdzv_backend"), _rendezvous_backends()))
