@@ -199,6 +199,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a checkpoint mirror whose package is missing", ["validate", cpt, "--checkpoint_mirror_url", "oci://bucket/run"], "oci:// needs a package not installed here (Install ocifs"),
         Case("one source twice in a mixture", ["validate", sft, "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/train.jsonl, format: usmle}]}"], "sources[1] is sources[0] again"),
         Case("an eval set with an empty name", ["validate", sft, "--eval_sets", "{'': {path: data/usmle_sample/test.jsonl, format: usmle}}"], "eval_sets has a set with an empty name"),
+        Case("a loss weight fewer than the losses, as a YAML list", ["validate", dpo, "--loss_type", "[sigmoid, sft]", "--loss_weights", "[1.0]"], "Got 1 weights for 2 loss types"),
+        Case("a loss weight fewer than the losses, as one word", ["validate", dpo, "--loss_type", "[sigmoid, sft]", "--loss_weights", "1.0"], "Got 1 weights for 2 loss types"),
         Case("a loss named twice", ["validate", dpo, "--loss_type", "[sigmoid, sigmoid]"], "loss_type names 'sigmoid' twice"),
         Case("a name YAML reads as a date", ["validate", _recipe(files, cpt, append="run_name: 2024-01-01\n")], "run_name 2024-01-01 is read by YAML as a date; quote it"),
         Case("GRPO answers per eval question that split no batch", ["validate", grpo, "--num_generations_eval", "3"], "num_generations_eval 3 does not divide the eval batch"),

@@ -222,6 +222,18 @@ def test_a_mixture_on_the_command_line_is_one_yaml_value(tmp_path):
     assert "argument --dataset_mixture/--dataset-mixture: expected a YAML dict such as '{key: value, ...}'" in message
 
 
+@pytest.mark.parametrize(
+    "words",
+    [["[sigmoid, sft]", "--loss_weights", "[1.0, 0.5]"], ["[sigmoid,", "sft]", "--loss_weights", "[1.0,", "0.5]"],
+     ["sigmoid", "sft", "--loss_weights=[1.0,0.5]"], ["sigmoid", "sft", "--loss_weights", "1.0", "0.5"]],
+)  # fmt: skip
+def test_a_list_on_the_command_line_is_read_as_the_recipe_writes_it(words):
+    """A list key's YAML flow list, in one word or several, is its items before the library's own
+    checks see it (TRL's DPOConfig compares the weights with the losses)."""
+    _, training, _ = parse_recipe("dpo", [str(ROOT / "recipes/tiny_dpo.yaml"), "--loss_type", *words])
+    assert training.loss_type == ["sigmoid", "sft"] and training.loss_weights == [1.0, 0.5]
+
+
 @pytest.mark.parametrize("method", ["sft", "grpo"])
 def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_path, method, recwarn):
     path = write_recipe(tmp_path)

@@ -143,6 +143,7 @@ class RecipeParser(TrlParser):
             self.recipe_path = path
             self._check_yaml_keys(path)
             self.given |= read_recipe_yaml(path)
+        argv = self._expand_flow_lists(argv)
         written: dict[str, str] = {}  # argparse keeps the last of a key given twice (a wrapper's override): said
         for i, arg in enumerate(argv):
             if arg.startswith("--") and arg != "--config":
@@ -167,6 +168,28 @@ class RecipeParser(TrlParser):
             _check_repeats(obj, path or "command line")
         return outputs, path
 
+    def _expand_flow_lists(self, argv: list[str]) -> list[str]:
+        """A list key given a YAML flow list ('--loss_weights [1.0, 0.5]', as the recipe writes it, in
+        one word or, unquoted, several) as its items, the words argparse takes for a list (it would
+        read '[1.0,' as a number)."""
+        lists = {s for action in self._actions if action.nargs in ("+", "*") for s in action.option_strings}
+        out, i = [], 0
+        while i < len(argv):
+            key, equals, value = argv[i].partition("=")
+            flow = value if equals and key in lists else argv[i] if out and out[-1] in lists else None
+            end = i
+            while flow is not None and flow.startswith("[") and not flow.endswith("]") and end + 1 < len(argv):
+                end += 1
+                flow += " " + argv[end]
+            items = _flow_items(flow) if flow is not None else None
+            if items:
+                out += [key, *items] if equals else items
+                i = end + 1
+            else:
+                out.append(argv[i])
+                i += 1
+        return out
+
     def _keys(self) -> list[str]:
         return field_names(self.dataclass_types)
 
@@ -177,6 +200,19 @@ class RecipeParser(TrlParser):
         for key, value in data.items():
             if key in hints and value is not None:
                 check_value(key, value, hints[key], path, top_level=True)
+
+
+def _flow_items(text: str) -> list[str] | None:
+    """The items of a non-empty YAML flow list ('[1.0, 0.5]') as words, else None."""
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        parsed = load_yaml(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(parsed, list) or not parsed or any(isinstance(v, dict | list) for v in parsed):
+        return None
+    return [str(v) for v in parsed]
 
 
 def _read_flow_lists(obj) -> None:
