@@ -100,6 +100,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accumulation 0", script("sft", sft, "--gradient_accumulation_steps", "0"), "at least 1"),
         Case("max_length 0", script("cpt", cpt, "--max_length", "0"), "max_length must be at least 1"),
         Case("max_steps 0", script("cpt", cpt, "--max_steps", "0"), "max_steps must be at least 1"),
+        Case("the best model kept with no saving", ["validate", cpt, "--model_name_or_path", model, "--save_strategy", "no"], "but found Evaluation strategy: steps, Save strategy: no: it keeps the best of the saved checkpoints"),
         Case("warm-up steps neither whole nor a fraction", ["validate", sft, "--warmup_steps", "2.5"], "warmup_steps 2.5 would warm up for 2 step(s)"),
         Case("a best-checkpoint metric no evaluation logs", script("cpt", cpt, "--model_name_or_path", model, "--output_dir", f"{files}/best", "--metric_for_best_model", "eval_accuracyx"), "metric_for_best_model 'eval_accuracyx' is none of the metrics this run's evaluation logs (eval_medical_text_loss"),
         Case("max_steps -5", script("sft", sft, "--max_steps", "-5"), "max_steps must be at least 1"),

@@ -630,3 +630,13 @@ def test_a_librarys_mapping_key_takes_yaml_on_the_command_line_and_a_path_stays_
     assert "--transformers_continuous_batching_config" in str(info.value) and "not a valid mapping" in str(info.value)
     cosine = [path, "--lr_scheduler_type", "cosine", "--lr_scheduler_kwargs", "{num_cycles: 0.25}"]
     assert parse_recipe("sft", cosine)[1].lr_scheduler_kwargs == {"num_cycles": 0.25}
+
+
+def test_a_librarys_refusal_reads_as_one_line_in_a_recipes_words():
+    from medrecipes.config.parse import library_words
+
+    err = ValueError(
+        "needs them to match, but found\n- Evaluation strategy: IntervalStrategy.STEPS\n- Save strategy: SaveStrategy.NO"
+    )
+    assert library_words(err) == "needs them to match, but found Evaluation strategy: steps, Save strategy: no"
+    assert library_words(ValueError("a - b\nc")) == "a - b c"

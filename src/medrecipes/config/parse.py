@@ -3,6 +3,7 @@ resolved recipe it gives back (`medrecipes validate`, the run record, the model 
 
 import dataclasses
 import os
+import re
 import sys
 from enum import Enum
 from typing import Any
@@ -41,6 +42,14 @@ def recipe_method(path: str) -> str:
     return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
 
 
+def library_words(err: BaseException) -> str:
+    """A library's refusal as one line: its lines joined (a list of "- item" lines as "item, item"),
+    its enum members as the values a recipe writes ("IntervalStrategy.STEPS" as steps)."""
+    text = re.sub(r"\n\s*-\s+", lambda m: " " if m.start() == str(err).find("\n") else ", ", str(err))
+    text = re.sub(r"\b[A-Z]\w*(?:Strategy|Type|Policy)\.([A-Z][A-Z0-9_]*)\b", lambda m: m.group(1).lower(), text)
+    return " ".join(text.split())
+
+
 def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = True, here: bool = True):
     """Parse a recipe for `method` ("cpt", ...) and return its dataclasses in script order.
     `to_train`: the recipe is about to train (a recipe script, `medrecipes validate`), so its
@@ -54,7 +63,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     try:
         outputs, path = parser.parse_recipe(argv)
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
-        reason = " ".join(str(err).split())  # its lines, as one
+        reason = library_words(err)
         if reason.startswith("--load_best_model_at_end requires"):  # transformers names no fix
             reason = (
                 f"{reason[2:].rstrip('.')}: it keeps the best of the saved checkpoints, so each save must fall on an "
