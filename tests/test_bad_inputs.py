@@ -100,6 +100,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accumulation 0", script("sft", sft, "--gradient_accumulation_steps", "0"), "at least 1"),
         Case("max_length 0", script("cpt", cpt, "--max_length", "0"), "max_length must be at least 1"),
         Case("max_steps 0", script("cpt", cpt, "--max_steps", "0"), "max_steps must be at least 1"),
+        Case("an SFT recipe run by the DPO script", script("dpo", sft), "a recipe for recipes/sft.py (assistant_only_loss is a key of sft recipes, which recipes/dpo.py does not take); run it with recipes/sft.py"),
         Case("the best model kept with no saving", ["validate", cpt, "--model_name_or_path", model, "--save_strategy", "no"], "but found Evaluation strategy: steps, Save strategy: no: it keeps the best of the saved checkpoints"),
         Case("warm-up steps neither whole nor a fraction", ["validate", sft, "--warmup_steps", "2.5"], "warmup_steps 2.5 would warm up for 2 step(s)"),
         Case("a best-checkpoint metric no evaluation logs", script("cpt", cpt, "--model_name_or_path", model, "--output_dir", f"{files}/best", "--metric_for_best_model", "eval_accuracyx"), "metric_for_best_model 'eval_accuracyx' is none of the metrics this run's evaluation logs (eval_medical_text_loss"),
@@ -276,7 +277,7 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes validate / plan / launch-plan
         Case("validate: file missing", ["validate", f"{files}/nope.yaml"], "no such recipe file"),
         Case("validate: unknown method", ["validate", cpt, "--method", "ppo"], "unknown method 'ppo'; one of cpt, sft, grpo, dpo, kto"),
-        Case("validate: an SFT recipe as GRPO", ["validate", sft, "--method", "grpo"], "unknown key"),
+        Case("validate: an SFT recipe as GRPO", ["validate", sft, "--method", "grpo"], "a recipe for recipes/sft.py (assistant_only_loss is a key of sft recipes, which --method grpo does not take)"),
         Case("build-data: a data line not JSON", ["build-data", _recipe(files, src(f"{{path: {f['notjson.jsonl']}}}"), ("outputs/demo/tiny-model", model)), "--out", f"{files}/built"], "notjson.jsonl line 2: not JSON"),
         Case("decontaminate: a streamed line not JSON", ["decontaminate", "--train", _recipe(files, cpt, ("sources:\n", f"streaming: true\n  sources:\n    - {{path: {f['notjson.jsonl']}}}\n")), "--eval", TEST_SET], "line 2: not JSON"),
         Case("validate: a data file missing", ["validate", src("{path: json, data_files: data/medical_text/trian.jsonl}")], "trian.jsonl does not exist"),

@@ -10,8 +10,14 @@ import yaml
 from conftest import AVX512_BF16_CPU, PYTHON, ROOT, run
 
 from medrecipes import cli
-from medrecipes.cli.arguments import script_of
-from medrecipes.config import parse_eval_args, parse_recipe, recipe_method, resolve_token_budget, resolved_recipe
+from medrecipes.config import (
+    parse_eval_args,
+    parse_recipe,
+    recipe_method,
+    resolve_token_budget,
+    resolved_recipe,
+    script_of,
+)
 from medrecipes.config.checks import TASK_METRIC_SUFFIXES
 from medrecipes.errors import UserError
 from medrecipes.models.loading import recipe_tokenizer

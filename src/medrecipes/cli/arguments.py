@@ -9,23 +9,22 @@ import sys
 from medrecipes.errors import UserError
 
 
-def script_of(method: str) -> str:
-    """The recipe script of a method (`config.methods`), or of "eval"."""
-    from medrecipes.config import method_named
-
-    return "recipes/evaluate.py" if method == "eval" else method_named(method).script
-
-
 def method_of(path: str, given: str | None, allowed: tuple[str, ...] | None = None, why: str = "") -> str:
     """--method as given, or the method the recipe's keys are for (config.recipe_method), one of
     `allowed` (default: every training method); `why`: what the user should know of a recipe for
     another script."""
-    from medrecipes.config import METHODS, recipe_method
+    from medrecipes.config import METHODS, method_misfit, recipe_method, script_of
 
     allowed = tuple(METHODS) if allowed is None else allowed
     method = given if given is not None else recipe_method(path)
     if given is not None and given not in (*METHODS, "eval"):
         raise UserError(f"--method: unknown method '{given}'; one of {', '.join(allowed)}")
+    if given is not None and (misfit := method_misfit(path, given)):
+        key, fitting = misfit
+        raise UserError(
+            f"{path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which --method {given} "
+            f"does not take); drop --method, or give a recipe for {script_of(given)}"
+        )
     if method not in allowed:
         takes = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
         raise UserError(f"{path}: a recipe for {script_of(method)}; this command takes a {takes} recipe{why}")

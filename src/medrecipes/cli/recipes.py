@@ -11,7 +11,6 @@ from medrecipes.cli.arguments import (
     output_path,
     parse_recipe_file,
     recipe_command,
-    script_of,
 )
 from medrecipes.errors import UserError
 
@@ -59,7 +58,7 @@ def add_commands(commands) -> None:
 
 
 def cmd_validate(args) -> None:
-    from medrecipes.config import METHODS, parse_eval_args, resolved_yaml
+    from medrecipes.config import METHODS, parse_eval_args, resolved_yaml, script_of
 
     method = method_of(args.recipe, args.method, (*METHODS, "eval"))
     launch, config = None, {}

@@ -15,7 +15,15 @@ dataclasses, every key checked and the derived settings computed once, for the a
 from medrecipes.config.checks import resolve_token_budget
 from medrecipes.config.eval_args import EvalArguments, parse_eval_args
 from medrecipes.config.methods import METHODS, Method, method_named, method_of_args, register_method
-from medrecipes.config.parse import parse_recipe, recipe_method, recorded_command, resolved_recipe, resolved_yaml
+from medrecipes.config.parse import (
+    method_misfit,
+    parse_recipe,
+    recipe_method,
+    recorded_command,
+    resolved_recipe,
+    resolved_yaml,
+    script_of,
+)
 from medrecipes.config.reading import read_yaml_mapping
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import (
@@ -43,6 +51,7 @@ __all__ = [
     "method_named",
     "method_of_args",
     "parse_eval_args",
+    "method_misfit",
     "parse_recipe",
     "prompts_per_step_accumulation",
     "read_yaml_mapping",
@@ -52,4 +61,5 @@ __all__ = [
     "recorded_command",
     "resolved_recipe",
     "resolved_yaml",
+    "script_of",
 ]

@@ -37,9 +37,30 @@ def recipe_method(path: str) -> str:
     sources = mixture.get("sources") if isinstance(mixture, dict) else None
     formats = {s.get("format", "text") for s in sources if isinstance(s, dict)} if isinstance(sources, list) else set()
     fitting = [m.name for m in METHODS.values() if formats <= set(m.formats)] or list(METHODS)
-    keys = {method: set(field_names(script_classes(method))) for method in fitting}
-    keys["eval"] = set(field_names((EvalArguments,)))
-    return min(keys, key=lambda method: len(set(data) - keys[method] - {"env"}))
+    return min([*fitting, "eval"], key=lambda method: len(set(data) - _keys_of(method)))
+
+
+def script_of(method: str) -> str:
+    """The recipe script of a method (`config.methods`), or of "eval"."""
+    return "recipes/evaluate.py" if method == "eval" else method_named(method).script
+
+
+def _keys_of(method: str) -> set[str]:
+    return set(field_names((EvalArguments,) if method == "eval" else script_classes(method))) | {"env"}
+
+
+def method_misfit(path: str, method: str) -> tuple[str, str] | None:
+    """(a key, the method whose recipes take it) where a recipe written for another method is read
+    as `method`: its keys that `method` does not take are all of the method its keys fit. None where
+    they fit `method`, or where a key fits no method (a slip the parse names as an unknown key)."""
+    try:
+        data, fitting = read_recipe_yaml(path), recipe_method(path)
+    except UserError:  # no such file, not YAML, ...: the parse says so
+        return None
+    unfit = sorted(set(data) - _keys_of(method))
+    if fitting == method or not unfit or not set(unfit) <= _keys_of(fitting):
+        return None
+    return unfit[0], fitting
 
 
 def library_words(err: BaseException) -> str:
@@ -62,6 +83,14 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     parser = RecipeParser(script_classes(method))
     try:
         outputs, path = parser.parse_recipe(argv)
+    except UserError:
+        if parser.recipe_path != "command line" and (misfit := method_misfit(parser.recipe_path, method)):
+            key, fitting = misfit
+            raise UserError(
+                f"{parser.recipe_path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which "
+                f"{script_of(method)} does not take); run it with {script_of(fitting)}"
+            ) from None
+        raise
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = library_words(err)
         if reason.startswith("--load_best_model_at_end requires"):  # transformers names no fix
