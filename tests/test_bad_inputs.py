@@ -400,6 +400,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: output is the adapter", ["merge-lora", f["adapter"], f["adapter"]], "also what"),
         Case("merge-lora: output holds a user's file", ["merge-lora", f["adapter"], f["emptyish"]], "medrecipes did not write"),
         # --- medrecipes generate / serve
+        Case("generate: a prompt past the model's positions", ["generate", model, "--prompt", "fever " * 2100], "positions for the prompt and the answer together; shorten the prompt"),
         Case("generate: model missing", ["generate", f"{files}/no-model", "--prompt", "hi"], "no such folder"),
         Case("generate: empty prompt", ["generate", model, "--prompt", ""], "prompt"),
         Case("generate: max-new-tokens 0", ["generate", model, "--prompt", "hi", "--max-new-tokens", "0"], "max-new-tokens"),

@@ -48,13 +48,21 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
 
     _check_model(model)
     loaded, tokenizer = load_for_inference(model)
-    limit = positions(loaded) or tokenizer.model_max_length  # as serve caps its --max-tokens
-    max_new_tokens = capped_tokens(max_new_tokens, limit, "--max-new-tokens", model, "it writes")
+    limit = positions(loaded) or tokenizer.model_max_length
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    chat = tokenizer.chat_template is not None
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) if chat else prompt
+    length = len(tokenizer(text, add_special_tokens=not chat, verbose=False)["input_ids"])
+    if length >= limit:  # no room for one token (serve refuses such a request with a 400)
+        raise UserError(
+            f"generate: the prompt is {length:,} tokens, and {model} has {limit:,} positions for the prompt and the "
+            "answer together; shorten the prompt"
+        )
+    max_new_tokens = capped_tokens(max_new_tokens, limit, "--max-new-tokens", model, "it writes", prompt=length)
     pipe = pipeline("text-generation", model=loaded, tokenizer=tokenizer)
-    if pipe.tokenizer.chat_template is None:
+    if not chat:
         output = pipe(prompt, max_new_tokens=max_new_tokens, do_sample=False, return_full_text=False)
         return output[0]["generated_text"]
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     output = pipe(messages, max_new_tokens=max_new_tokens, do_sample=False)
     return output[0]["generated_text"][-1]["content"]
 

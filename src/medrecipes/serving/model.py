@@ -24,12 +24,14 @@ def served_name(path: str) -> str:
     return name.removesuffix(".gguf") or path
 
 
-def capped_tokens(requested: int, positions: int, flag: str, model: str, what: str) -> int:
-    """`requested` new tokens, at most the model's `positions` less one (past them it writes on
-    positions it never trained on), said in one line where `flag` asked for more: "`model` `what`"."""
-    most = positions - 1
+def capped_tokens(requested: int, positions: int, flag: str, model: str, what: str, prompt: int = 1) -> int:
+    """`requested` new tokens, at most the model's `positions` less the `prompt`'s (at least one:
+    past them it writes on positions it never trained on), said in one line where `flag` asked for
+    more: "`model` `what`"."""
+    most = positions - prompt
     if requested > most:
-        print(f"# note: {flag} {requested} is past the {positions} positions of {model}; {what} {most} at most",
+        after = f" after a prompt of {prompt:,} tokens" if prompt > 1 else ""
+        print(f"# note: {flag} {requested} is past the {positions:,} positions of {model}{after}; {what} {most} at most",
               file=sys.stderr)  # fmt: skip
     return min(requested, most)
 
