@@ -140,9 +140,12 @@ def test_local_folder_keeps_its_splits_apart(tmp_path):
     assert list(load_source(SourceConfig(path=str(tmp_path), split="test"))["text"]) == ["held out"]
 
 
-def test_a_json_document_of_columns_is_a_text_source(tmp_path):
+def test_a_json_document_of_columns_or_of_rows_under_a_key_is_a_text_source(tmp_path):
     (tmp_path / "columns.json").write_text(json.dumps({"text": ["one", "two"], "id": [1, 2]}), encoding="utf-8")
     assert list(load_source(SourceConfig(path=str(tmp_path / "columns.json")))["text"]) == ["one", "two"]
+    held = {"version": 2, "data": [{"text": "one", "id": 1}, {"text": "two", "id": 2}]}  # rows under one key
+    (tmp_path / "held.json").write_text(json.dumps(held), encoding="utf-8")
+    assert list(load_source(SourceConfig(path=str(tmp_path / "held.json")))["text"]) == ["one", "two"]
     (tmp_path / "lists.json").write_text(json.dumps({"text": [["a long first text"], ["b"]]}), encoding="utf-8")
     with pytest.raises(UserError, match=r"""lists.json' row 1: 'text' is \["a long first text"\], not text"""):
         load_source(SourceConfig(path=str(tmp_path / "lists.json")))

@@ -179,13 +179,15 @@ def test_a_slice_in_split_takes_those_rows_of_a_file():
         load_mcq(path, split="train[:x]")
 
 
-def test_a_json_document_of_columns_is_read_as_its_rows(tmp_path):
+def test_a_json_document_of_columns_or_of_rows_under_a_key_is_read_as_its_rows(tmp_path):
     path = ROOT / "data/usmle_sample/train.jsonl"
     whole = load_mcq(path)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[:5]]
     columns = {key: [row.get(key) for row in rows] for key in rows[0]}  # Dataset.to_dict's layout
     (tmp_path / "columns.json").write_text(json.dumps(columns), encoding="utf-8")
     assert load_mcq(tmp_path / "columns.json")["question"] == whole["question"][:5]
+    (tmp_path / "held.json").write_text(json.dumps({"version": "1.0", "data": rows}), encoding="utf-8")
+    assert load_mcq(tmp_path / "held.json")["question"] == whole["question"][:5]  # rows under one key
 
 
 def test_a_folder_save_to_disk_wrote_is_read_whole(tmp_path):

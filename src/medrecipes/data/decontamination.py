@@ -227,7 +227,12 @@ Benchmarks = dict[str, tuple[list[str], list[str]]]  # name -> (texts, item ids)
 def recipe_benchmarks(recipe) -> Benchmarks:
     """A recipe's eval sets and its `decontaminate_against` files."""
     benchmarks = {name: eval_set_texts(source) for name, source in recipe.eval_sources.items()}
-    benchmarks.update(file_benchmarks(recipe.decontaminate_against or []))
+    try:
+        benchmarks.update(file_benchmarks(recipe.decontaminate_against or []))
+    except UserError as err:  # a file's own line, with the key that named it
+        raise UserError(
+            f"decontaminate_against: {err} (it takes benchmark files of questions, or Hub dataset ids)"
+        ) from None
     return benchmarks
 
 

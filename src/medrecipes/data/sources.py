@@ -215,7 +215,7 @@ def load_source(
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
     if source.format == "text" and isinstance(documents, datasets.Dataset):
-        documents = usmle.columns_as_rows(documents)
+        documents = usmle.document_rows(documents)
     if source.part is not None or source.pass_rate is not None:  # a map-style dataset (config.checks)
         documents = chosen_rows(documents, source, named(source), PART_LABELS.get(source.format))
     if source.format in PREFERENCE_FIELDS:

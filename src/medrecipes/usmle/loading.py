@@ -45,16 +45,21 @@ def _read_json(path: Path) -> Dataset:
         # PubMedQA's PQA-L is one object keyed by PubMed id; the json builder has no mode for that.
         if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
             return Dataset.from_list([{**value, "id": key} for key, value in data.items()])
-    return columns_as_rows(load_dataset("json", data_files=str(path), split="train"))
+    return document_rows(load_dataset("json", data_files=str(path), split="train"))
 
 
-def columns_as_rows(rows: Dataset) -> Dataset:
-    """A JSON document of columns ({"question": [...], "answer": [...]}, as `Dataset.to_dict` and
-    pandas' `to_dict("list")` write one) as its rows: the json builder reads it as one row whose
-    every value is a list. Any other dataset as it is."""
+def document_rows(rows: Dataset) -> Dataset:
+    """The rows of one JSON document that holds them in another shape than a list, which the json
+    builder reads as one row: columns ({"question": [...], "answer": [...]}, as `Dataset.to_dict`
+    and pandas' `to_dict("list")` write them), or the rows under one key beside fields of the
+    file's own ({"version": 2, "data": [{...}, ...]}, as many exports do). Any other dataset as it
+    is; a caller whose rows may hold a list of mappings themselves (chat turns) does not ask."""
     if len(rows) != 1:
         return rows
     row = rows[0]
+    held = [v for v in row.values() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
+    if len(held) == 1 and not any(isinstance(v, list) for v in row.values() if v is not held[0]):
+        return Dataset.from_list(held[0])
     lengths = {len(value) if isinstance(value, list) else -1 for value in row.values()}
     return Dataset.from_dict(row) if len(lengths) == 1 and lengths.pop() >= 1 else rows
 
