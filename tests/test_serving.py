@@ -394,6 +394,18 @@ def test_only_the_documented_doors_are_open(server):
 
 
 @pytest.mark.slow
+def test_a_compressed_body_is_refused_by_its_encoding(server):
+    import gzip
+
+    body = gzip.compress(json.dumps({"messages": [{"role": "user", "content": QUESTION}]}).encode())
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    status, answer = server.call("POST", "/v1/chat/completions", raw=body, headers=headers)
+    assert_refused(status, answer, 415)
+    assert "Content-Encoding gzip, which this server does not decode" in answer["error"]["message"]
+    assert server.call("GET", "/health")[0] == 200
+
+
+@pytest.mark.slow
 def test_a_request_a_web_page_could_send_across_origins_is_refused(server):
     """A browser sends a form or text/plain POST to any address without asking first; the server
     takes JSON bodies only, and names no origin it allows."""

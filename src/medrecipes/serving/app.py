@@ -55,6 +55,10 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return refuse(415, f"the body must be JSON (Content-Type: application/json), not '{kind or 'none'}'")
+            encoding = request.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":  # the body would be read as its compressed bytes
+                return refuse(415, f"the body is sent with Content-Encoding {encoding}, which this server does not "
+                                   "decode; send it uncompressed")  # fmt: skip
             length = request.headers.get("content-length", "")
             if not length.isdigit():
                 return refuse(411, "send the body with its Content-Length (chunked bodies are not taken)")
