@@ -769,7 +769,8 @@ def table_markdown(files: Path, model: str) -> str:
     for case in cases(files, model):
         code, lines, traceback = outcome(case.argv)
         seen = next((line for line in lines if line.startswith("error:")), traceback or f"(exit {code})")
-        shown = short(" ".join(case.argv))
+        words = (word if len(word) <= 200 else f"'{word[:24]}...' ({len(word):,} characters)" for word in case.argv)
+        shown = short(" ".join(words))
         command = shown if shown.startswith("recipes/") else f"medrecipes {shown}".rstrip()
         rows.append(f"| {case.name} | `{command}` | {short(seen).replace('|', chr(92) + '|')} |")
     return "\n".join(rows) + "\n"
