@@ -396,6 +396,9 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
+        Case("generate: a model type this transformers lacks", ["generate", f["unknowntype"], "--prompt", "hi"], "config.json: model_type 'medllama9' is no architecture this transformers knows"),
+        Case("generate: a model's chat template that does not compile", ["generate", f["badtemplate"], "--prompt", "hi"], "chat_template.jinja: its chat template does not compile (line"),
+        Case("perplexity: a model's tokenizer config cut short", ["perplexity", "--model", f["badtokconfig"], "--data", "data/medical_text/eval.jsonl"], "tokenizer_config.json is not valid JSON"),
         Case("generate: a model without tokenizer files", ["generate", f["notokenizer"], "--prompt", "Which drug?"], "has no tokenizer files"),
         Case("merge-lora: output is the adapter", ["merge-lora", f["adapter"], f["adapter"]], "also what"),
         Case("merge-lora: output holds a user's file", ["merge-lora", f["adapter"], f["emptyish"]], "medrecipes did not write"),
@@ -678,7 +681,13 @@ FILES = {
     "eightadapter/adapter_model.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
 }
 # Copies of the tiny model, broken one way each (make_files).
-BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json"}
+BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json",
+                 "unknowntype": "config.json", "badtemplate": "chat_template.jinja",
+                 "badtokconfig": "tokenizer_config.json"}  # fmt: skip
+# What each of the last three is spoilt with: a model type transformers lacks, a template that does
+# not compile, a JSON file cut short.
+SPOILT = {"unknowntype": lambda text: text.replace('"llama"', '"medllama9"'), "badtemplate": lambda text: text + "{% if %}",
+          "badtokconfig": lambda text: text[: len(text) // 2]}  # fmt: skip
 
 
 def make_files(folder: Path, model: str) -> Path:
@@ -698,10 +707,13 @@ def make_files(folder: Path, model: str) -> Path:
         for file in copy.iterdir():
             if broken == "model.safetensors" and file.name == broken:
                 file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
-            elif file.name.startswith(broken):
+            elif file.name.startswith(broken) and name not in SPOILT:
                 file.unlink()
         if broken == "calibration.json":  # what `medrecipes calibrate` saves, spoilt
             (copy / broken).write_text('{"temperature": "warm"}')
+        if name in SPOILT:
+            file = copy / broken
+            file.write_text(SPOILT[name](file.read_text(encoding="utf-8") if file.exists() else ""), encoding="utf-8")
     return folder
 
 

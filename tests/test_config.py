@@ -144,7 +144,7 @@ def test_mixture_without_sources(tmp_path):
         ({"path": "json", "format": "markdown"}, ["format", "'markdown'"]),
         ({"path": "json", "weight": "abc"}, ["sources[0]: weight must be a number, got 'abc'"]),
         ({"path": "json", "data_files": 5}, ["data_files must be text or a list or null, got 5"]),
-        ({"path": "json", "split": True}, ["split must be text, got True"]),
+        ({"path": "json", "split": True}, ["split must be text, got true (YAML's reading of an unquoted"]),
         ({"path": "json", "format": "usmle", "pubmedqa_setting": "free"}, ["pubmedqa_setting 'free' is unknown"]),
         ({"path": "json", "pubmedqa_setting": "reasoning_free"}, ["sources[0]: pubmedqa_setting", "format text"]),
         ({"path": "json", "format": "chat", "pubmedqa_setting": "reasoning_free"}, ["format chat; set format: usmle"]),
@@ -646,3 +646,20 @@ def test_a_librarys_refusal_reads_as_one_line_in_a_recipes_words():
     )
     assert library_words(err) == "needs them to match, but found Evaluation strategy: steps, Save strategy: no"
     assert library_words(ValueError("a - b\nc")) == "a - b c"
+
+
+def test_yaml_words_a_key_would_misread_are_said_or_read_as_the_command_line_reads_them(tmp_path):
+    path = write_recipe(tmp_path, "eval_strategy: no\n")  # YAML 1.1: false
+    assert "eval_strategy must be one of no, steps, epoch" in user_error(path)
+    assert "got false (YAML's reading of an unquoted yes, no, on, off, true or false); write the word in quotes" in (
+        user_error(path)
+    )
+    quoted = user_error(write_recipe(tmp_path, name="quoted.yaml", use_cpu="true"))
+    assert "use_cpu must be true or false, got the text 'true' (in quotes); write true without them" in quoted
+
+
+def test_a_world_size_that_is_no_count_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    assert user_error(write_recipe(tmp_path)) == (
+        "WORLD_SIZE='abc' in the environment is no count of processes; unset it (a launcher sets it)"
+    )

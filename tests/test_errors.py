@@ -38,3 +38,15 @@ def test_a_quoted_value_says_where_it_was_cut():
     cut = quoted({"A": "Mitral regurgitation", "B": "Aortic regurgitation"}, 30)
     assert cut == '{"A": "Mitral regurgitation",...' and len(cut) <= 33
     assert quoted("é" * 50, 10) == '"' + "é" * 9 + "..."
+
+
+def test_a_line_break_in_a_message_is_shown_as_one_line(capsys):
+    from medrecipes.errors import exit_on_user_error
+
+    @exit_on_user_error
+    def fails():
+        raise UserError("data/da\nta.jsonl: no such file")
+
+    with pytest.raises(SystemExit):
+        fails()
+    assert capsys.readouterr().err == "error: data/da\\nta.jsonl: no such file\n"

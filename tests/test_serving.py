@@ -154,7 +154,8 @@ def bad_values(field: str) -> list:
         "seed": ["x", 1.5, [1], 2**64, -(2**63) - 1],
         "model": ["another/model", 7],
         "messages": [[], "hi", [{"role": "user"}], [{"role": "robot", "content": "hi"}], [{"role": "user", "content": 7}],
-                     [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], [1], None],
+                     [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+                     [{"role": "user", "content": [{"type": "text"}]}], [1], None],
         "user": [],
     }[field]  # fmt: skip
 
@@ -188,9 +189,12 @@ def test_every_value_in_a_documented_range_is_answered(server):
     """The ends of each documented range, written as a client may (2 and 2.0; the seeds torch takes)."""
     for fields in ({"temperature": 2}, {"temperature": 2.0, "top_p": 1}, {"temperature": 0}, {"temperature": 1e-6},
                    {"top_p": 1e-9, "temperature": 1}, {"seed": 2**64 - 1, "temperature": 1},
-                   {"seed": -(2**63), "temperature": 1}, {"max_tokens": 1}):  # fmt: skip
+                   {"seed": -(2**63), "temperature": 1}, {"max_tokens": 1}, {"temperature": None, "seed": None}):  # fmt: skip
         status, reply = server.chat(**fields)
         assert status == 200, (fields, reply)
+    # null is the field's default, as OpenAI's API reads it: it leaves the other limit in force
+    status, reply = server.chat(max_tokens=1, max_completion_tokens=None)
+    assert status == 200 and reply["usage"]["completion_tokens"] == 1, reply
 
 
 @pytest.mark.slow
@@ -528,6 +532,15 @@ def test_an_empty_api_key_is_refused_at_start(memorised_model, how):
         "error: serve: the API key is empty (--api-key or MEDRECIPES_API_KEY), which would leave the server open; "
         "give a key, or leave both unset for a server without one"
     ]
+
+
+def test_an_api_key_some_clients_cannot_send_is_refused_at_start(memorised_model):
+    """HTTP headers carry Latin-1 at most and the OpenAI SDK sends ASCII only: a key of other
+    characters would answer 401 to one client and not to another."""
+    result = run(PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(free_port()),
+                 "--api-key", "clé-secrète")  # fmt: skip
+    assert result.returncode == 2
+    assert "holds a character other than printable ASCII" in error_lines(result.stderr)[0]
 
 
 def test_an_address_other_machines_reach_is_told_apart_from_loopback():

@@ -218,6 +218,13 @@ def test_pubmedqa_jsonl(tmp_path):
     assert row["options"] == ["yes", "no", "maybe"] and row["answer"] == "C"
     assert row["context"] == "Background sentence.\nResults sentence."
     assert row["explanation"] == "The evidence is mixed."
+    # the Hub copy's context mapping, or the abstract as one text
+    for context in (
+        {"contexts": ["Background sentence.", "Results sentence."]},
+        "Background sentence.\nResults sentence.",
+    ):
+        row = {"question": "Does exercise lower blood pressure?", "context": context, "final_decision": "maybe"}
+        assert load_mcq(write_jsonl(tmp_path / "hub.jsonl", [row]))[0]["context"] == ds[0]["context"]
 
 
 # What each PubMedQA setting asks the question about: the abstract alone (reasoning-required), the

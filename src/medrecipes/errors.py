@@ -406,7 +406,8 @@ def exit_on_user_error(main: Callable) -> Callable:
             return main(*args, **kwargs)
         except UserError as err:
             if first_to_report():  # on a line of its own where a progress bar left its line open
-                _say(f"{chr(10) if _bar_open() else ''}error: {err}")
+                one = str(err).replace("\r", "\\r").replace("\n", "\\n")  # a name's line break, as \n
+                _say(f"{chr(10) if _bar_open() else ''}error: {one}")
             sys.exit(2)
         except (KeyboardInterrupt, Exception) as err:
             if not _interrupted(err):

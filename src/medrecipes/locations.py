@@ -104,6 +104,19 @@ def shipped_template(name: str) -> str | None:
     return path if os.sep not in name and os.path.isfile(path) else None
 
 
+def template_error(text: str) -> str | None:
+    """Why a chat template does not compile as transformers compiles it (its sandbox and tags, the
+    `generation` block among them), "line N: message"; None where it does."""
+    from jinja2 import TemplateSyntaxError
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        _compile_jinja_template(text)
+    except TemplateSyntaxError as err:
+        return f"line {err.lineno}: {err.message}"
+    return None
+
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 SAMPLED = 1 << 20  # bytes of each end of a weight file that a quick fingerprint reads
 

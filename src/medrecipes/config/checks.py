@@ -31,6 +31,7 @@ from medrecipes.locations import (
     looks_local,
     shipped_template,
     shipped_templates,
+    template_error,
     unreachable,
     weights_fingerprint,
 )
@@ -685,15 +686,10 @@ def check_template_syntax(template: str, where: str) -> None:
     """A .jinja chat template compiled as transformers compiles it (its sandbox and tags, the
     `generation` block among them): a syntax error is one line with the template's own line, not
     jinja2's traceback when the first conversation is rendered."""
-    from jinja2 import TemplateSyntaxError
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
     with open(template, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    try:
-        _compile_jinja_template(text)
-    except TemplateSyntaxError as err:
-        raise UserError(f"{where}: {template} line {err.lineno}: {err.message}; fix the template") from None
+        problem = template_error(f.read())
+    if problem:
+        raise UserError(f"{where}: {template} {problem}; fix the template")
 
 
 def check_blank_text(parsed: tuple, given: dict, path: str) -> None:

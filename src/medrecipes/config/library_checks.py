@@ -18,6 +18,7 @@ import typing
 from transformers import TrainingArguments
 
 from medrecipes.config.reading import build_dataclass, check_value
+from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError, check_choice, did_you_mean
 
 
@@ -692,7 +693,7 @@ def _machine_notes(args: TrainingArguments, given: dict) -> list[str]:
     and activation offloading are nothing on a CPU; FSDP and the settings transformers' help says
     are for several processes do nothing in one; the launcher sets local_rank."""
     found = []
-    cpu, processes = trains_on_cpu(args), int(os.environ.get("WORLD_SIZE", "1"))
+    cpu, processes = trains_on_cpu(args), world_size()
     if args.fp16 and cpu:
         found.append("fp16 does nothing on a CPU run (accelerate runs fp16 only on an accelerator); bf16 is the CPU's")
     if args.torch_empty_cache_steps and cpu:

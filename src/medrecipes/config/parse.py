@@ -2,7 +2,6 @@
 resolved recipe it gives back (`medrecipes validate`, the run record, the model card)."""
 
 import dataclasses
-import os
 import re
 import sys
 from enum import Enum
@@ -16,7 +15,7 @@ from medrecipes.config import checks, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
-from medrecipes.config.schema import RecipeArguments
+from medrecipes.config.schema import RecipeArguments, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import check_writable
@@ -80,6 +79,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     machine (a recipe script), so the packages it asks for must be installed; off for the
     `medrecipes` commands, which may read a GPU recipe on a machine without them."""
     trains = method_named(method)
+    world_size()  # the launcher's WORLD_SIZE, read by the trainer configs as they are built: a count
     parser = RecipeParser(script_classes(method))
     try:
         outputs, path = parser.parse_recipe(argv)
@@ -156,7 +156,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_branch_settings(args, path)
     if to_train and here:  # names the libraries know, installed on this machine; the processes started
         library_checks.check_installed(args, model_args, path)
-        library_checks.check_parallelism(args, path, int(os.environ.get("WORLD_SIZE", "1")))
+        library_checks.check_parallelism(args, path, world_size())
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)

@@ -472,6 +472,15 @@ def check_value(key: str, value, hint, where: str, top_level: bool = False):
         return value
     if isinstance(value, datetime.date) and _fits("", hint):  # YAML reads 2024-01-01 as a date
         raise UserError(f"{where}: {key} {value} is read by YAML as a date; quote it ('{value}') to keep it text")
+    if isinstance(value, str) and value.lower() in ("true", "false") and _fits(True, hint):
+        raise UserError(
+            f"{where}: {key} must be true or false, got the text '{value}' (in quotes); write {value.lower()} without them"
+        )
+    if isinstance(value, bool) and _fits("", hint):  # YAML 1.1 reads an unquoted no, off, yes or on so
+        raise UserError(
+            f"{where}: {key} must be {_kind(hint)}, got {str(value).lower()} (YAML's reading of an unquoted yes, no, "
+            "on, off, true or false); write the word in quotes"
+        )
     raise UserError(f"{where}: {key} must be {_kind(hint)}, got {value!r}")
 
 
@@ -542,6 +551,8 @@ def _kind(hint) -> str:
     if typing.get_origin(hint) is typing.Literal:
         return " or ".join(sorted({_kind(type(choice)) for choice in typing.get_args(hint)}))
     origin = typing.get_origin(hint) or hint
+    if isinstance(origin, type) and issubclass(origin, Enum):  # transformers' strategies: their values
+        return "one of " + ", ".join(str(member.value) for member in origin)
     if dataclasses.is_dataclass(origin):
         return f"a mapping of {', '.join(f.name for f in dataclasses.fields(origin))}"
     return KINDS.get(origin) or {list: "a list", dict: "a mapping"}.get(origin, getattr(origin, "__name__", str(hint)))

@@ -6,13 +6,14 @@ runs, prompts, benchmarks during training); the ranges of numeric keys are state
 (`Bound`, `check_ranges`). A field whose values are a fixed list is a `Literal`: the parser checks
 it (`reading.check_choices`) and the list is written once, here."""
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from transformers.trainer_utils import SchedulerType
 
 from medrecipes.data_config import MixtureConfig, SourceConfig
-from medrecipes.errors import did_you_mean
+from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import EvalMode
 
 
@@ -197,6 +198,17 @@ COMMON_BOUNDS = {
         "(an embedding row no token of the batch used) gets 0 / 0, NaN, at the first step",
     ),
 }
+
+
+def world_size() -> int:
+    """The processes a launcher started: its WORLD_SIZE (accelerate launch and torchrun set it in
+    every process), 1 without one; one line where the environment holds something else."""
+    text = os.environ.get("WORLD_SIZE", "1")
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UserError(
+            f"WORLD_SIZE={text!r} in the environment is no count of processes; unset it (a launcher sets it)"
+        )
+    return int(text)
 
 
 def check_ranges(args) -> None:

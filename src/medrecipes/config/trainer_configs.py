@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 from transformers import TrainingArguments
 from trl import DPOConfig, GRPOConfig, KTOConfig, ModelConfig, SFTConfig
 
-from medrecipes.config.schema import ANSWER_WEIGHT, POSITIVE_BETA, Bound, check_ranges
+from medrecipes.config.schema import ANSWER_WEIGHT, POSITIVE_BETA, Bound, check_ranges, world_size
 from medrecipes.errors import UserError
 
 
@@ -278,7 +278,7 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         # Before GRPOConfig derives generation_batch_size from the accumulation; WORLD_SIZE is
         # what accelerate launch and torchrun set for every process, and 1 without them.
         if self.prompts_per_step is not None:
-            world = int(os.environ.get("WORLD_SIZE", "1"))
+            world = world_size()
             try:
                 self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
             except UserError as err:  # a ValueError here is the recipe's line, its file named (parse_recipe)
@@ -292,7 +292,7 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
             name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
         }
         # TRL's own refusal of this names neither key nor fix: said here, as it counts (its processes too).
-        evals = (self.per_device_eval_batch_size or 0) * int(os.environ.get("WORLD_SIZE", "1"))
+        evals = (self.per_device_eval_batch_size or 0) * world_size()
         if self.num_generations_eval and evals % self.num_generations_eval:
             raise ValueError(
                 f"num_generations_eval {self.num_generations_eval} does not divide the eval batch of {evals} "

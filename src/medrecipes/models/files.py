@@ -4,8 +4,8 @@ its index names, tokenizer files; one line naming the file and what to do."""
 import json
 import os
 
-from medrecipes.errors import UserError
-from medrecipes.locations import WEIGHT_SUFFIXES, looks_local
+from medrecipes.errors import UserError, did_you_mean
+from medrecipes.locations import WEIGHT_SUFFIXES, looks_local, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 
@@ -46,11 +46,53 @@ def check_model_folder(path: str) -> None:
             f"model: {path} is not a complete model (no {missing}); pass a folder a run saved whole, "
             "such as output_dir/final or a checkpoint-N folder"
         )
+    check_folder_files(path)
     for name in sorted(os.listdir(path)):
         if name.endswith(".safetensors"):
             _check_safetensors(os.path.join(path, name))
         elif name.endswith(".safetensors.index.json"):
             _check_shards(os.path.join(path, name))
+
+
+# The JSON files of a folder that transformers reads as it loads a model or tokenizer (a record of
+# medrecipes' own, merged_from.json, is read where it is used, and left out where unreadable).
+LOADED_JSON = {"config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
+               "special_tokens_map.json", "added_tokens.json", "chat_template.json"}  # fmt: skip
+
+
+def check_folder_files(path: str) -> None:
+    """The files of a model or tokenizer folder that transformers reads as it loads, each one line
+    where it would fail with a traceback or a message that names no file: each JSON file parses,
+    config.json names a model type this transformers knows, and the chat template (chat_template.jinja,
+    or tokenizer_config.json's) compiles."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    read = {}
+    for name in sorted(set(os.listdir(path)) & LOADED_JSON):
+        file = os.path.join(path, name)
+        if os.path.isfile(file):
+            try:
+                with open(file, encoding="utf-8") as f:
+                    read[name] = json.load(f)
+            except (ValueError, UnicodeDecodeError) as err:
+                raise UserError(f"model: {file} is not valid JSON ({err}); copy the model folder again") from None
+    kind = read.get("config.json", {}).get("model_type") if isinstance(read.get("config.json"), dict) else None
+    if kind is not None and kind not in CONFIG_MAPPING_NAMES:
+        close = did_you_mean(str(kind), CONFIG_MAPPING_NAMES)
+        raise UserError(
+            f"model: {path}/config.json: model_type '{kind}' is no architecture this transformers knows{close}; "
+            "fix model_type, or install the transformers that wrote it"
+        )
+    templates = {}
+    if os.path.isfile(jinja := os.path.join(path, "chat_template.jinja")):
+        with open(jinja, encoding="utf-8", errors="replace") as f:
+            templates[jinja] = f.read()
+    settings = read.get("tokenizer_config.json")
+    if isinstance(settings, dict) and isinstance(settings.get("chat_template"), str):
+        templates[os.path.join(path, "tokenizer_config.json")] = settings["chat_template"]
+    for file, text in templates.items():
+        if problem := template_error(text):
+            raise UserError(f"model: {file}: its chat template does not compile ({problem}); fix the template")
 
 
 def _check_safetensors(file: str) -> None:
@@ -79,7 +121,10 @@ def _check_shards(index: str) -> None:
 
 
 def check_tokenizer_files(name_or_path: str) -> None:
-    """A local model folder holds its tokenizer's files (a save of the model alone does not)."""
+    """A local model folder holds its tokenizer's files (a save of the model alone does not), each
+    readable (`check_folder_files`)."""
+    if os.path.isdir(name_or_path):
+        check_folder_files(name_or_path)
     if os.path.isdir(name_or_path) and not set(os.listdir(name_or_path)) & TOKENIZER_FILES:
         raise UserError(
             f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
@@ -144,6 +189,11 @@ def adapter_base(config_path: str) -> tuple[str, str | None]:
     base = config.get("base_model_name_or_path")
     if not base:
         raise UserError(f"{config_path}: no base_model_name_or_path; set it to the model the adapter was trained on")
+    if missing_local_model(base):  # peft loads the base the adapter names
+        raise UserError(
+            f"{config_path}: base_model_name_or_path {base} is not there; put the base model at that path, "
+            "or set base_model_name_or_path to where it is"
+        )
     if os.path.isdir(base) and (missing := missing_part(base)):  # e.g. a run's output_dir, not its final/
         raise UserError(
             f"{config_path}: base_model_name_or_path {base} is a folder with no {missing}, not a whole model; set it "

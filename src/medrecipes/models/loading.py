@@ -9,13 +9,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.locations import looks_local
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
     check_model_folder,
     check_tokenizer_files,
-    read_adapter_config,
 )
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
@@ -59,12 +57,7 @@ def starting_model(model_args) -> str:
     check_model_folder(path)
     adapter = os.path.join(path, "adapter_config.json")
     if os.path.isfile(adapter):  # peft loads the base the adapter names: a missing one is said here
-        base = read_adapter_config(adapter).get("base_model_name_or_path")
-        if base and looks_local(base) and not os.path.exists(os.path.expanduser(base)):
-            raise UserError(
-                f"{adapter}: base_model_name_or_path {base} is not there; put the base model at that path, "
-                "or set base_model_name_or_path to where it is"
-            )
+        adapter_base(adapter)
     return model_args.model_name_or_path
 
 

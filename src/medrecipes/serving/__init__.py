@@ -112,6 +112,12 @@ def serve(
             f"serve: the API key is empty (--api-key or {API_KEY_ENV}), which would leave the server open; "
             f"give a key, or leave both unset for a server without one"
         )
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable() and " " not in api_key.strip()):
+        raise UserError(
+            f"serve: the API key (--api-key or {API_KEY_ENV}) holds a character other than printable ASCII, which "
+            "an Authorization header does not carry alike from every client (the OpenAI SDK refuses it); use "
+            "letters, digits and punctuation"
+        )
     if not loopback:
         print(
             f"warning: serve: {host} is reachable from other machines; "

@@ -3,7 +3,7 @@ value the documented ranges admit and the generation library accepts, every othe
 `RequestError` (a 4xx and one line). Knows no model: `model.ServedModel` turns the checked values
 into token ids."""
 
-from medrecipes.errors import is_number
+from medrecipes.errors import is_number, quoted
 from medrecipes.models.templates import ROLES
 
 # The request fields answered, per endpoint; others (tools, response_format, ...) are refused by name.
@@ -28,11 +28,12 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     """`payload` as a mapping of fields the endpoint takes, else the one line that says which are not."""
     if not isinstance(payload, dict):
         raise RequestError(400, f"the body must be a JSON object with '{what}'")
+    payload = {key: value for key, value in payload.items() if value is not None}  # null: the default, as OpenAI's
     unknown = sorted(set(payload) - set(fields))
     if unknown:
         raise RequestError(400, f"unsupported field(s) {', '.join(unknown)}; this endpoint takes {', '.join(fields)}")
     if payload.get("n", 1) != 1:
-        raise RequestError(400, f"n must be 1, got {payload.get('n')!r}")
+        raise RequestError(400, f"n must be 1 (one answer a request), got {quoted(payload.get('n'))}")
     return payload
 
 
@@ -109,9 +110,16 @@ def chat_turns(messages) -> list[dict]:
             raise RequestError(400, f"messages[{i}]: expected {{role: {'|'.join(ROLES)}, content: text}}")
         content = message.get("content")
         if isinstance(content, list):  # OpenAI's content parts: text ones only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):  # fmt: skip
-                raise RequestError(400, f"messages[{i}].content: only text parts are supported")
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind != "text":
+                    raise RequestError(
+                        400, f"messages[{i}].content[{j}]: only text parts are supported, got type {quoted(kind)}"
+                    )
+                if not isinstance(part.get("text"), str):
+                    raise RequestError(
+                        400, f"messages[{i}].content[{j}]: a text part needs its text, got {quoted(part.get('text'))}"
+                    )
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content must be text")

@@ -85,7 +85,8 @@ def _from_mmlu(row: Row, where: Where, subject: str = "", **_: Any) -> Row:
 def _pubmedqa_context(row: Row, setting: str, where: Where) -> str:
     """The text the question is asked about in `setting`: the abstract's sections, one a line (as
     lm-evaluation-harness's pubmedqa prompt joins them), its conclusion, or both, each named."""
-    contexts = row.get("CONTEXTS") or (row.get("context") or {}).get("contexts") or []
+    context = row.get("context")  # the Hub copy's {"contexts": [...]}, or the abstract as one text
+    contexts = row.get("CONTEXTS") or (context.get("contexts") if isinstance(context, dict) else context) or []
     abstract = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
     if setting == "reasoning_required":
         return abstract
