@@ -551,6 +551,8 @@ def test_a_method_key_whose_sign_or_zero_defeats_the_method_is_refused_with_why(
         data[key] = value
         if (method, key) == ("dpo", "label_smoothing"):
             data["loss_type"] = ["robust"]  # a loss that reads it (the others are refused it, by name)
+        if key.startswith("sapo_"):
+            data["loss_type"] = "sapo"  # likewise
         if key == "entropy_coef_min":
             data["entropy_coef_max"] = 1e13  # the floor stays under its ceiling (refused by a check of its own)
         if key == "num_generations_eval" and bound.admits(value):
@@ -750,6 +752,10 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     said = notes(with_explanation=True, chain_of_thought=True, eval_sets=None, eval_strategy="no", **chat)
     assert any(n.startswith("with_explanation writes the explanation into SFT's answers") for n in said), said
     assert not any("with_explanation" in n for n in notes(with_explanation=True, chain_of_thought=True))
+    # a system prompt that is the path of a file: the model would read the path
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("You are a careful physician.")
+    assert any(n.startswith("system_prompt is the prompt's own text") for n in notes(system_prompt=str(prompt_file)))
     # the best checkpoints kept with no evaluation in training to rank them: only the newest stays
     said = notes(eval_strategy="no", keep_best_checkpoints=2)
     assert any(n.startswith("keep_best_checkpoints 2 keeps the checkpoints an evaluation ranks best") for n in said)

@@ -552,6 +552,12 @@ def unread_notes(recipe: RecipeArguments, method, path: str) -> list[str]:
             f"{method.name.upper()} recipe asks none (no format: usmle source it prompts with, no eval_tasks in "
             "generate mode), so nothing reads it"
         )
+    prompt = (recipe.system_prompt or "").strip()
+    if prompt and "\n" not in prompt and os.path.isfile(os.path.expanduser(prompt)):
+        found.append(
+            f"system_prompt is the prompt's own text, and '{prompt}' is a file here: the model would be prompted "
+            "with its path; write the text itself"
+        )
     if recipe.with_explanation and not (method.name == "sft" and "usmle" in formats):
         found.append(
             f"with_explanation writes the explanation into SFT's answers to questions (format: usmle), and this "
@@ -702,6 +708,12 @@ def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
             value = getattr(obj, f.name, None)
             if f.name in given and isinstance(value, str) and not value.strip() and f.default != "":
                 raise UserError(f"{path}: {f.name} is empty; give it a value, or leave it out for its default")
+            place = f.name.endswith(("_dir", "_path", "_url", "_file"))  # a folder or file the run writes or reads
+            if f.name in given and place and isinstance(value, str) and value.strip() and value != value.strip():
+                raise UserError(
+                    f"{path}: {f.name} {value!r} starts or ends with a space, which a folder or file name keeps; "
+                    "drop it"
+                )
     if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null"):  # as YAML or argv write it
         raise UserError(
             f"{path}: output_dir is not set, and the run would write into ./trainer_output; name its folder"

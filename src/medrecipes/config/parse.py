@@ -4,6 +4,7 @@ resolved recipe it gives back (`medrecipes validate`, the run record, the model 
 import dataclasses
 import re
 import sys
+import warnings
 from enum import Enum
 from typing import Any
 
@@ -82,7 +83,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     world_size()  # the launcher's WORLD_SIZE, read by the trainer configs as they are built: a count
     parser = RecipeParser(script_classes(method))
     try:
-        outputs, path = parser.parse_recipe(argv)
+        with warnings.catch_warnings(record=True) as said:  # the configs' deprecations, as notes below
+            warnings.simplefilter("always", FutureWarning)
+            outputs, path = parser.parse_recipe(argv)
+        deprecated = [" ".join(str(w.message).split()).replace("`", "") for w in said if w.category is FutureWarning]
+        for other in (w for w in said if w.category is not FutureWarning):
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     except UserError:
         if parser.recipe_path != "command line" and (misfit := method_misfit(parser.recipe_path, method)):
             key, fitting = misfit
@@ -162,7 +168,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_best_metric(recipe, args, path, trains)
     recipe.derived = derived  # logged by medrecipes.logs.setup_logging once logging is set up
     recipe.notes += (
-        library_checks.notes(args, recipe) + checks.unread_notes(recipe, trains, path) + parser.repeated
+        library_checks.notes(args, recipe) + checks.unread_notes(recipe, trains, path) + parser.repeated + deprecated
     )  # likewise, as warnings (a check above may have said one)
     return tuple(outputs)
 

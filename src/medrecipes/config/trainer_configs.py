@@ -224,6 +224,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "beta": Bound(0, True, "a negative beta rewards moving away from the reference model (0: no reference)"),
         "temperature": Bound(0, False, "answers are sampled, and 0 divides the logits by zero"),
         "epsilon": Bound(0, False, "it is the clipping range of the policy ratio; 0 or less leaves no update"),
+        # SAPO's soft gate divides the policy ratio's log by them: 0 makes every gradient NaN (measured)
+        "sapo_temperature_pos": Bound(0, False, "it divides the gate of answers with a positive advantage"),
+        "sapo_temperature_neg": Bound(0, False, "it divides the gate of answers with a negative advantage"),
         "num_iterations": Bound(1, True, "each batch of answers is trained on this many times; 0 is no training"),
         "num_generations": Bound(
             2, True, "each answer is scored against the other answers to its question, and one answer has none"

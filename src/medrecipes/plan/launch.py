@@ -105,7 +105,11 @@ def check_accelerate_config(path: str) -> dict:
         )
     deepspeed = data.get("deepspeed_config") or {}
     stage = deepspeed.get("zero_stage")
-    if stage is not None and stage not in (0, 1, 2, 3):
+    if isinstance(stage, str) and stage.strip() in ("0", "1", "2", "3"):
+        raise UserError(
+            f"{path}: deepspeed_config.zero_stage is the text {stage!r}; write {stage.strip()} without quotes; {fix}"
+        )
+    if stage is not None and (isinstance(stage, bool) or stage not in (0, 1, 2, 3)):
         raise UserError(f"{path}: deepspeed_config.zero_stage {stage!r} is none of DeepSpeed's stages 0-3; {fix}")
     _check_named_values(data, path, fix)
     _check_plugin_kinds(data, path, fix)
@@ -237,6 +241,8 @@ def _check_plugin_kinds(data: dict, path: str, fix: str) -> None:
         declared["offload_params"] = bool  # fsdp_offload_params: the plugin's cpu_offload
         for key, value in (data.get(section) or {}).items():
             kind = declared.get(field_of(key))
+            if key == "fsdp_reshard_after_forward" and (data.get(section) or {}).get("fsdp_version") == 2:
+                kind = bool  # FSDP 2 reshards or not; a sharding strategy's name is FSDP 1's
             if kind in (bool, bool | None) and not isinstance(value, bool):
                 try:
                     str_to_bool(str(value))
