@@ -33,7 +33,7 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     if unknown:
         raise RequestError(400, f"unsupported field(s) {', '.join(unknown)}; this endpoint takes {', '.join(fields)}")
     if payload.get("n", 1) != 1:
-        raise RequestError(400, f"n must be 1 (one answer a request), got {quoted(payload.get('n'))}")
+        raise RequestError(400, f"n must be the number 1 (one answer a request), got {quoted(payload.get('n'))}")
     return payload
 
 
