@@ -285,7 +285,8 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
             try:
                 self.gradient_accumulation_steps = prompts_per_step_accumulation(self, world)
             except UserError as err:  # a ValueError here is the recipe's line, its file named (parse_recipe)
-                raise ValueError(str(err)) from None
+                launched = f" (the {world} processes: WORLD_SIZE in the environment)" if world > 1 else ""
+                raise ValueError(f"{err}{launched}") from None
         # Values derived after this point, kept as the recipe set them: GRPOConfig derives each of
         # steps_per_generation and generation_batch_size from the other (or from the
         # accumulation) and refuses both set, and reward_weights come from `rewards`. The
