@@ -45,6 +45,11 @@ HARMLESS_LOG_LINES = (
         "Failed to read file",
         # The same for a CSV file: the error that follows names its first bad line.
     ),
+    (
+        "datasets.packaged_modules.parquet.parquet",
+        "Failed to read schema",
+        # The same for a file that is no Parquet: the error that follows names the file and pyarrow's reason.
+    ),
 )
 
 # (category, first words of the message): warnings about the libraries' own code.
