@@ -76,6 +76,17 @@ class SourceConfig:
     # anon); passed to `datasets` as `storage_options`.
     storage_options: dict[str, Any] | None = None
 
+    def locations(self) -> list[str]:
+        """Its path and each of its data_files (one name or a list), as written."""
+        files = (
+            []
+            if self.data_files is None
+            else [self.data_files]
+            if isinstance(self.data_files, str)
+            else self.data_files
+        )
+        return [self.path, *files]
+
 
 @dataclass
 class MixtureConfig:

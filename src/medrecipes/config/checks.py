@@ -75,11 +75,8 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             "set it on format: usmle sources of dataset_mixture only"
         )
     _check_location_keys(source, where)
-    files = source.data_files if source.data_files is not None else []
-    for key, url in [
-        ("path", source.path),
-        *(("data_files", f) for f in ([files] if isinstance(files, str) else files)),
-    ]:
+    for index, url in enumerate(source.locations()):
+        key = "path" if index == 0 else "data_files"
         if problem := unreachable(url):
             raise UserError(f"{where}: {key} {url}: {problem}")
     if source.part is not None and not 0 < source.part.share < 1:
@@ -571,8 +568,7 @@ def unread_notes(recipe: RecipeArguments, method, path: str) -> list[str]:
             "(the trainer shuffles its rows whole), so nothing reads it"
         )
     for where, source in named_sources(recipe).items():
-        files = source.data_files if source.data_files is not None else []
-        urls = [u for u in [source.path, *([files] if isinstance(files, str) else files)] if is_url(u)]
+        urls = [u for u in source.locations() if is_url(u)]
         if source.storage_options and all(u.startswith("file://") for u in urls):
             found.append(
                 f"{where}.storage_options are for object storage (s3://, gs://, ...), and this source reads local "

@@ -67,15 +67,19 @@ def check_folder_files(path: str) -> None:
     or tokenizer_config.json's) compiles."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+    names = [n for n in sorted(set(os.listdir(path)) & (LOADED_JSON | {"chat_template.jinja"}))
+             if os.path.isfile(os.path.join(path, n))]  # fmt: skip
+    state = (os.path.abspath(path), *((n, os.stat(os.path.join(path, n)).st_mtime_ns) for n in names))
+    if state in _CHECKED_FOLDERS:  # a folder is checked as a model, then as its tokenizer: read once
+        return
     read = {}
-    for name in sorted(set(os.listdir(path)) & LOADED_JSON):
+    for name in (n for n in names if n in LOADED_JSON):
         file = os.path.join(path, name)
-        if os.path.isfile(file):
-            try:
-                with open(file, encoding="utf-8") as f:
-                    read[name] = json.load(f)
-            except (ValueError, UnicodeDecodeError) as err:
-                raise UserError(f"model: {file} is not valid JSON ({err}); copy the model folder again") from None
+        try:
+            with open(file, encoding="utf-8") as f:
+                read[name] = json.load(f)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise UserError(f"model: {file} is not valid JSON ({err}); copy the model folder again") from None
     kind = read.get("config.json", {}).get("model_type") if isinstance(read.get("config.json"), dict) else None
     if kind is not None and kind not in CONFIG_MAPPING_NAMES:
         close = did_you_mean(str(kind), CONFIG_MAPPING_NAMES)
@@ -84,8 +88,8 @@ def check_folder_files(path: str) -> None:
             "fix model_type, or install the transformers that wrote it"
         )
     templates = {}
-    if os.path.isfile(jinja := os.path.join(path, "chat_template.jinja")):
-        with open(jinja, encoding="utf-8", errors="replace") as f:
+    if "chat_template.jinja" in names:
+        with open(jinja := os.path.join(path, "chat_template.jinja"), encoding="utf-8", errors="replace") as f:
             templates[jinja] = f.read()
     settings = read.get("tokenizer_config.json")
     if isinstance(settings, dict) and isinstance(settings.get("chat_template"), str):
@@ -93,6 +97,10 @@ def check_folder_files(path: str) -> None:
     for file, text in templates.items():
         if problem := template_error(text):
             raise UserError(f"model: {file}: its chat template does not compile ({problem}); fix the template")
+    _CHECKED_FOLDERS.add(state)
+
+
+_CHECKED_FOLDERS: set[tuple] = set()  # (folder, (file, mtime) ...) found whole in this process
 
 
 def _check_safetensors(file: str) -> None:

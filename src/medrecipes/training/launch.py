@@ -7,6 +7,7 @@ accelerate falls back without a word where the machine cannot give them: each pr
 import logging
 import os
 
+from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ def check_launch(args) -> None:
     """One line and exit 2 where the launcher started several processes and accelerate set each
     up alone (they would train the same run twice into one folder); a warning where the config's
     sharding gave way to plain data parallel."""
-    started = int(os.environ.get("WORLD_SIZE", "1"))
+    started = world_size()
     kind = args.distributed_state.distributed_type.value if args.distributed_state else "NO"
     device = args.device.type
     if started > 1 and args.world_size == 1:
