@@ -201,6 +201,27 @@ def test_validate_reads_the_recipe_with_the_launchers_precision(tmp_path, capsys
     assert "accelerate launch runs with mixed_precision fp16 but the recipe with no" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "recipe, setting, config, launched",
+    [
+        ("tiny_grpo", "--ds3_gather_for_generation", "zero3.yaml", True),  # read under ZeRO-3
+        ("tiny_grpo", "--ds3_gather_for_generation", "zero2.yaml", False),
+        ("tiny_sft", "--ddp_find_unused_parameters", "ddp.yaml", True),  # read by several processes
+    ],
+)
+def test_validate_notes_what_the_launch_will_read(recipe, setting, config, launched, capsys):
+    """A setting for several processes or for a sharding is noted as doing nothing in a process alone,
+    and not where `--accelerate-config` names the launch that reads it."""
+    from medrecipes.cli import main
+
+    argv = ["validate", f"recipes/{recipe}.yaml", setting, "false", "--per_device_train_batch_size", "2"]
+    main(argv)
+    assert setting[2:] in "".join(line for line in capsys.readouterr().out.splitlines() if "# note:" in line)
+    main([*argv, "--accelerate-config", f"accelerate_configs/{config}"])
+    notes = "".join(line for line in capsys.readouterr().out.splitlines() if "# note:" in line)
+    assert (setting[2:] not in notes) == launched
+
+
 def test_the_offload_devices_named_are_deepspeeds():
     """The names `validate --accelerate-config` takes for DeepSpeed's offload devices are those of
     the installed DeepSpeed (kept out of the read-only commands' process, so written down)."""

@@ -246,3 +246,25 @@ def test_the_command_says_its_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"medrecipes {version('medrecipes')}"
+
+
+def test_an_adapter_on_the_output_layer_is_refused_for_trl_trainers_only():
+    """TRL's trainers refuse LoRA on the output layer once the model loads; the layer is found in
+    the model (a name in a list, or a pattern of the whole name), and CPT's Trainer takes it."""
+    from transformers import AutoConfig
+    from trl import ModelConfig
+
+    from medrecipes.config import CPTConfig, MedSFTConfig
+    from medrecipes.errors import UserError
+    from medrecipes.models.loading import check_adapter_targets
+
+    config = AutoConfig.for_model(
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=64
+    )
+    cpt, sft = CPTConfig(output_dir="unused", use_cpu=True), MedSFTConfig(output_dir="unused", use_cpu=True)
+    for targets in (["q_proj", "lm_head"], ".*(lm_head|q_proj)"):
+        model_args = ModelConfig(use_peft=True, lora_target_modules=targets)
+        check_adapter_targets(model_args, None, config, cpt)
+        with pytest.raises(UserError, match="lm_head is the output layer"):
+            check_adapter_targets(model_args, None, config, sft)
+    check_adapter_targets(ModelConfig(use_peft=True, lora_target_modules=".*_proj"), None, config, sft)

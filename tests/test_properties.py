@@ -733,6 +733,9 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
         assert not any("unchanged after warm-up" in n for n in found), (name, found)  # each moves as it comes
+    # a warm-up of 1.0: one step, where a share of the run is written below 1
+    for steps, said in ((1.0, True), (1, False), (2.0, False), (0.5, False)):
+        assert any(n.startswith("warmup_steps 1.0 is one step") for n in notes(warmup_steps=steps)) == said, steps
     # kwargs that hold a moving schedule still after its warm-up
     for name, kwargs in (
         ("cosine", {"num_cycles": 0}),

@@ -580,3 +580,23 @@ def test_serve_names_an_address_it_cannot_listen_on_in_one_line(memorised_model,
     lines = capsys.readouterr().err.splitlines()
     assert exit.value.code == 2 and len(lines) == 1, lines
     assert ("cannot listen on" if taken else "unknown host") in lines[0]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /health HTTP/1.1\r\n\r\n",  # no Host header
+        b"GET /health HTTP/1.1\r\nHost: x\r\nbroken header line\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello sent to the plain-HTTP port
+    ],
+)
+def test_bytes_that_are_no_http_request_get_the_json_error_and_the_server_answers_after(server, request_bytes):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+        client.sendall(request_bytes)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), answer
+    assert_refused(400, json.loads(body))
+    assert server.call("GET", "/health")[0] == 200

@@ -1,5 +1,5 @@
 """The names a recipe or a command may give for benchmark tasks, evaluation modes and PubMedQA's
-settings.
+settings, and the most answers sampled a question.
 
 A leaf: the recipe schema checks these names when a recipe is read, without importing the code
 that loads and scores the tasks (`eval_tasks`, `evaluation`), which sits above it.
@@ -14,6 +14,9 @@ TASK_NAMES = ("medqa_4opt", "medqa_5opt", "medmcqa", "pubmedqa", "mmlu_medical")
 # How `evaluation` scores a question: lm-eval's log-likelihood of each answer, or a generated reply.
 EvalMode = Literal["loglik", "generate"]
 EVAL_MODES = get_args(EvalMode)
+# Answers sampled a question at most (generate mode's votes, pass-rate, on-policy pairs): a share
+# finer than 1/1024 changes no vote or filter, and each answer is generated and held in memory.
+MOST_SAMPLES = 1024
 # PubMedQA's two settings (Jin et al. 2019): reasoning-required asks about the abstract without its
 # conclusion, the benchmark's standard score; reasoning-free gives the conclusion (`LONG_ANSWER`),
 # alone or after the abstract. A figure is reported under its setting's name.

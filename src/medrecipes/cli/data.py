@@ -16,7 +16,7 @@ from medrecipes.cli.arguments import (
     recipe_command,
 )
 from medrecipes.errors import UserError, given_twice
-from medrecipes.names import PUBMEDQA_SETTINGS
+from medrecipes.names import MOST_SAMPLES, PUBMEDQA_SETTINGS
 
 
 def add_commands(commands) -> None:
@@ -58,7 +58,10 @@ def add_commands(commands) -> None:
         "--model", type=input_path, help="on-policy: pair this model's own right and wrong sampled answers"
     )
     pairs.add_argument(
-        "--samples", type=Number(int, least=2), default=4, help="--model: answers sampled per question (default 4)"
+        "--samples",
+        type=Number(int, least=2, most=MOST_SAMPLES),
+        default=4,
+        help="--model: answers sampled per question (default 4)",
     )
     pairs.add_argument("--temperature", type=Number(float, above=0), default=1.0, help="--model: sampling temperature")
     pairs.add_argument("--max-new-tokens", type=COUNT, help="--model: tokens per answer (default: eval's)")
@@ -76,7 +79,10 @@ def add_commands(commands) -> None:
         "--output", type=output_path, help="the JSONL file to write (default: the file the recipe's pass_rate reads)"
     )
     rates.add_argument(
-        "--samples", type=Number(int, least=2), default=8, help="answers sampled a question (default 8)"
+        "--samples",
+        type=Number(int, least=2, most=MOST_SAMPLES),
+        default=8,
+        help="answers sampled a question (default 8)",
     )
     rates.add_argument("--batch-size", type=COUNT, default=16, help="prompts generated at once (default 16)")
     rates.add_argument("--seed", type=SEED, default=42, help="draws the samples (default 42)")

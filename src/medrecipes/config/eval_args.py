@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from medrecipes.config.reading import RecipeParser, check_choices, check_revision, split_names
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.names import TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
+from medrecipes.names import MOST_SAMPLES, TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
 from medrecipes.outputs.claims import check_writable
 
 
@@ -121,6 +121,11 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     for key in ("limit", "batch_size", "max_new_tokens", "samples", "max_length"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             raise UserError(f"{where}: {key} must be at least 1, got {getattr(args, key)}")
+    if args.samples > MOST_SAMPLES:
+        raise UserError(
+            f"{where}: samples {args.samples} is more than the {MOST_SAMPLES} a question that any vote needs (each "
+            f"is a generated answer, held in memory); use {MOST_SAMPLES} or fewer"
+        )
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
     if args.fewshot_by_task and not args.num_fewshot:

@@ -656,6 +656,11 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
             f"warmup_steps {args.warmup_steps:g} is ignored by lr_scheduler_type {schedule}, which has no warm-up; "
             f"use {instead} to warm up, or drop warmup_steps"
         )
+    if isinstance(given.get("warmup_steps"), float | str) and str(given["warmup_steps"]).strip() in ("1.0", "1."):
+        found.append(
+            "warmup_steps 1.0 is one step: transformers counts steps from 1 up and reads a share of the run only "
+            "below 1; write 1 for one step, or a share such as 0.1"
+        )
     if "constant" not in schedule and _flat_after_warmup(args):
         found.append(
             f"lr_scheduler_type {schedule} with lr_scheduler_kwargs {args.lr_scheduler_kwargs} keeps learning_rate "
@@ -722,7 +727,23 @@ def _machine_notes(args: TrainingArguments, given: dict) -> list[str]:
         )
     if "local_rank" in given:
         found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
+    zero3 = args.deepspeed or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"
+    if not zero3 and (read := [k for k in zero3_keys(type(args)) if k in given]):
+        found.append(
+            f"{_they(read, 'applies', 'apply')} only under DeepSpeed ZeRO-3, and this run is not launched with it "
+            "(accelerate launch --config_file accelerate_configs/zero3.yaml); launch it so, or drop "
+            f"{'it' if len(read) == 1 else 'them'}"
+        )
     return found
+
+
+@functools.cache
+def zero3_keys(config: type) -> tuple[str, ...]:
+    """The settings of `config` whose help says they apply to DeepSpeed ZeRO-3 (GRPO's gathering of
+    the weights for generation)."""
+    return tuple(
+        f.name for f in dataclasses.fields(config) if "applies to DeepSpeed ZeRO-3" in (f.metadata.get("help") or "")
+    )
 
 
 def _unread_notes(args: TrainingArguments, given: dict) -> list[str]:
@@ -842,7 +863,7 @@ def _checkpoint_keywords() -> dict:
     return kinds
 
 
-def check_structured_settings(args: TrainingArguments, path: str) -> None:
+def check_structured_settings(args: TrainingArguments, path: str, given: dict) -> None:
     """The settings that are mappings of a library's own keys, checked key by key against that
     library's types: transformers builds accelerator_config into its AcceleratorConfig without
     checking a value (split_batches: maybe is kept), and hands activation_checkpointing_kwargs to
@@ -877,10 +898,13 @@ def check_structured_settings(args: TrainingArguments, path: str) -> None:
                 f"{path}: dataset_kwargs.{unknown[0]} is not read by TRL's trainer{did_you_mean(unknown[0], known)}; "
                 f"it reads {', '.join(known) or 'none'}"
             )
-    for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
-        kwargs = getattr(args, key, None)
-        if not isinstance(kwargs, dict):
-            continue
+    # transformers mirrors the deprecated name onto the new one: the name the recipe wrote is said.
+    key = (
+        "gradient_checkpointing_kwargs"
+        if "gradient_checkpointing_kwargs" in given
+        else "activation_checkpointing_kwargs"
+    )
+    if isinstance(kwargs := getattr(args, key, None), dict):
         kinds = _checkpoint_keywords()
         for name, value in kwargs.items():
             if name not in kinds:

@@ -155,7 +155,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     library_checks.check_hub_model_id(args, path)
     library_checks.check_optimizer(args, path)
     library_checks.check_dataloader(args, path)
-    library_checks.check_structured_settings(args, path)
+    library_checks.check_structured_settings(args, path, parser.given)
     library_checks.check_seed(args, path)
     library_checks.check_compile_mode(args, path)
     library_checks.check_trainer_choices(args, path)

@@ -297,21 +297,24 @@ def check_model_settings(model_args, recipe=None, args=None) -> None:
                 f"model's hidden_size): the update is then no low-rank one and costs more than the weights; "
                 f"use a rank below {width} (8 to 64 is usual)"
             )
-    check_adapter_targets(model_args, recipe, config)
+    check_adapter_targets(model_args, recipe, config, args)
 
 
-def check_adapter_targets(model_args, recipe=None, config=None) -> None:
+def check_adapter_targets(model_args, recipe=None, config=None, args=None) -> None:
     """LoRA's `lora_target_modules` name modules the model has, checked on the meta device (no
     weights, seconds for a 27B architecture) before the data is built: PEFT refuses a name that
     matches nothing only once the model has loaded. PEFT's rule: a name matches a module whose
     name is it or ends with "." and it (`self_attn.q_proj` too); a single text is a regular
-    expression the whole module name must match. `config`: the model's (`_local_config`)."""
+    expression the whole module name must match. `config`: the model's (`_local_config`). TRL's
+    trainers (`args` one of their configs: all but CPT's) refuse an adapter on the output layer once the model loads:
+    they compute log-probabilities from its weight directly, and the adapter would never train."""
     import re
 
+    where = getattr(recipe, "recipe_file", None) or "command line"
     targets = model_args.lora_target_modules
     if model_args.use_peft and targets is not None and len(targets) == 0:
         raise UserError(
-            "lora_target_modules is an empty list, so LoRA would adapt nothing; name modules ([q_proj, v_proj]), "
+            f"{where}: lora_target_modules is an empty list, so LoRA would adapt nothing; name modules ([q_proj, v_proj]), "
             "all-linear, or leave it out for PEFT's choice for the model"
         )
     saved = model_args.lora_modules_to_save or []
@@ -328,7 +331,7 @@ def check_adapter_targets(model_args, recipe=None, config=None) -> None:
     if unsaved := [t for t in saved if not any(n == t or n.endswith("." + t) for n in names)]:
         tops = sorted({name.rsplit(".", 1)[-1] for name in names})
         raise UserError(
-            f"lora_modules_to_save: {', '.join(unsaved)} names no module of {config.model_type}"
+            f"{where}: lora_modules_to_save: {', '.join(unsaved)} names no module of {config.model_type}"
             f"{did_you_mean(unsaved[0], tops)}; name modules it has (lm_head, embed_tokens, ...), or leave it out"
         )
     if everything:
@@ -338,21 +341,33 @@ def check_adapter_targets(model_args, recipe=None, config=None) -> None:
             pattern = re.compile(targets)
         except re.error as err:
             raise UserError(
-                f"lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression, and it is "
+                f"{where}: lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression, and it is "
                 f"not one ({err}); give a list of names ([q_proj, v_proj]), or all-linear"
             ) from None
         missing = [] if any(pattern.fullmatch(name) for name in names) else [targets]
     else:
         missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    output = next((name for name, module in model.named_modules() if module is model.get_output_embeddings()), "")
+    adapted = (
+        pattern.fullmatch(output)
+        if isinstance(targets, str)
+        else any(output == t or output.endswith("." + t) for t in targets)
+    )
+    trl = any(kind.__module__.startswith("trl.") for kind in type(args).__mro__)  # CPT's is transformers' own
+    if output and adapted and trl:
+        raise UserError(
+            f"{where}: lora_target_modules: {output} is the output layer, and TRL's trainer computes log-probabilities from "
+            f"its weight directly, so an adapter on it would never train (TRL refuses it); leave {output} out"
+        )
     if missing and isinstance(targets, str):
         raise UserError(
-            f"lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression the whole "
+            f"{where}: lora_target_modules: '{targets}' is one text, which PEFT reads as a regular expression the whole "
             f"module name must match, and no module of {config.model_type} does (they are named like "
             f"{linear[0]}); give a list of names ([q_proj, v_proj]), a pattern such as '.*{targets}', or all-linear"
         )
     if missing:
         hint = did_you_mean(missing[0], leaves)
         raise UserError(
-            f"lora_target_modules: {', '.join(missing)} names no module of {config.model_type}{hint}; its linear "
+            f"{where}: lora_target_modules: {', '.join(missing)} names no module of {config.model_type}{hint}; its linear "
             f"layers are {', '.join(leaves)} (or all-linear)"
         )

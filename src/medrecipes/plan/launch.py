@@ -156,7 +156,25 @@ def recipe_under_launch(
             f"; it asks for {sharded}, which accelerate sets up on GPUs only, and the recipe has use_cpu: true, "
             "so each CPU process would hold the whole model (plain data parallel)"
         )
+    recipe.notes = _notes_under_launch(recipe, training_args, config, sharded, processes)
     return launch + "".join(f"; {note}" for note in _idle_settings(config, sharded, processes))
+
+
+def _notes_under_launch(recipe, training_args, config: dict, sharded: str, processes: int) -> list[str]:
+    """The recipe's notes as the launch's processes will say them: the settings for several
+    processes or for a sharding read the environment accelerate launch sets (the process count,
+    DeepSpeed and its stage, FSDP), which this process, not launched, has not."""
+    from unittest import mock
+
+    alone = library_checks.notes(training_args, recipe)
+    launched = {"WORLD_SIZE": str(processes)}
+    if sharded == "DEEPSPEED":
+        stage = (config.get("deepspeed_config") or {}).get("zero_stage", 0)
+        launched |= {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": str(stage)}
+    if sharded == "FSDP":
+        launched["ACCELERATE_USE_FSDP"] = "true"
+    with mock.patch.dict(os.environ, launched):
+        return [note for note in recipe.notes if note not in alone] + library_checks.notes(training_args, recipe)
 
 
 def _idle_settings(config: dict, sharded: str, processes: int) -> list[str]:

@@ -132,8 +132,35 @@ def serve(
 
 
 def run_server(app, host: str, port: int) -> None:
-    """uvicorn until stopped: at most 256 connections at once (503 beyond), idle keep-alive closed after 5 s."""
+    """uvicorn until stopped: at most 256 connections at once (503 beyond), idle keep-alive closed
+    after 5 s, HTTP read by h11 (`_protocol`)."""
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False, limit_concurrency=256,
-                timeout_keep_alive=5)  # fmt: skip
+                timeout_keep_alive=5, http=_protocol())  # fmt: skip
+
+
+def _protocol():
+    """uvicorn's h11 protocol with its answer to bytes that are no HTTP request (no Host header, a
+    malformed request line or header) in the API's JSON error shape: uvicorn's own is plain text,
+    which clients that read the error's message cannot parse. The connection is closed after it."""
+    import json
+
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    message = (
+        "the request is no valid HTTP/1.1 (its request line, a Host header and each header must be well-formed); "
+        "send it with an HTTP client"
+    )
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}}).encode()
+
+    class JSONErrorProtocol(H11Protocol):
+        def send_400_response(self, msg: str) -> None:
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]  # fmt: skip
+            for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return JSONErrorProtocol
