@@ -174,6 +174,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("scheduler argument past the peak rate", script("cpt", cpt, "--lr_scheduler_type", "polynomial", "--lr_scheduler_kwargs", "{power: -1.0}"), "outside 0 to learning_rate"),
         Case("checkpointing argument of the wrong kind", ["validate", sft, "--activation_checkpointing", "true", "--activation_checkpointing_kwargs", "{use_reentrant: maybe}"], "activation_checkpointing_kwargs.use_reentrant must be true or false"),
         Case("checkpointing argument under its deprecated name", ["validate", sft, "--activation_checkpointing", "true", "--gradient_checkpointing_kwargs", "{use_reentrant: maybe}"], "gradient_checkpointing_kwargs.use_reentrant must be true or false"),
+        Case("deepspeed given an accelerate config", ["validate", sft, "--deepspeed", "accelerate_configs/zero3.yaml"], "accelerate_configs/zero3.yaml is an accelerate config, which `accelerate launch --config_file"),
+        Case("deepspeed given a file that is no JSON", ["validate", sft, "--deepspeed", "README.md"], "README.md is not JSON (line 1, column 1"),
         Case("checkpointing argument misspelt", ["validate", sft, "--activation_checkpointing", "true", "--activation_checkpointing_kwargs", "{reentrant: false}"], "not a setting of torch's checkpoint (did you mean 'use_reentrant'?)"),
         Case("accelerator_config value of the wrong kind", ["validate", cpt, "--accelerator_config", "{split_batches: maybe}"], "accelerator_config.split_batches must be true or false"),
         Case("accelerator_config accumulation beside the recipe's", ["validate", cpt, "--accelerator_config", "{gradient_accumulation_kwargs: {num_steps: 4}}"], "would replace gradient_accumulation_steps"),

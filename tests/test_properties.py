@@ -196,6 +196,17 @@ def test_a_key_written_twice_is_refused_with_both_lines(tmp_path, method):
         parse_recipe(method, [str(path)])
 
 
+def test_a_merge_key_takes_in_its_anchor_and_its_keys_may_be_set_again():
+    """YAML's merge (`<<: *anchor`, what PyYAML's safe loader reads) in a recipe: the mapping takes
+    the anchor's keys, its own override them, and a key of its own written twice is still refused."""
+    from medrecipes.config.reading import load_yaml
+
+    text = "base: &b {lr: 1, seed: 2}\nrun:\n  <<: *b\n  seed: 3\n"
+    assert load_yaml(text)["run"] == {"lr": 1, "seed": 3}
+    with pytest.raises(yaml.YAMLError, match="key 'seed' is written twice"):
+        load_yaml(text + "  seed: 4\n")
+
+
 def test_bools_and_fractions_are_not_whole_numbers_anywhere_in_a_mixture(tmp_path):
     data = base_recipe("cpt", tmp_path)
     for value, words in ((math.nan, "finite"), (True, "number"), ("abc", "number")):
@@ -733,6 +744,9 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
         assert not any("unchanged after warm-up" in n for n in found), (name, found)  # each moves as it comes
+    # transformers' own SIGTERM checkpoint: a recipe's handler replaces its handler
+    assert any(n.startswith("enable_jit_checkpoint does nothing") for n in notes(enable_jit_checkpoint=True))
+    assert not any("enable_jit_checkpoint" in n for n in notes(enable_jit_checkpoint=False))
     # a warm-up of 1.0: one step, where a share of the run is written below 1
     for steps, said in ((1.0, True), (1, False), (2.0, False), (0.5, False)):
         assert any(n.startswith("warmup_steps 1.0 is one step") for n in notes(warmup_steps=steps)) == said, steps
@@ -801,11 +815,11 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     from medrecipes.config.library_checks import distributed_keys
 
     several = distributed_keys(method_named("sft").config)
-    assert {"ddp_find_unused_parameters", "save_on_each_node"} <= set(several), several
+    assert {"ddp_find_unused_parameters", "save_on_each_node", "average_tokens_across_devices"} <= set(several)
     kinds = typing.get_type_hints(method_named("sft").config)
     tried = 0
     for key in several:
-        value = {bool: True, bool | None: True, int | None: 25}.get(kinds[key])
+        value = {bool: True, bool | None: True, int | None: 25, int: 25}.get(kinds[key])
         if value is None:
             continue  # a name (a backend starts a process group: refused outside a launch)
         tried += 1

@@ -155,7 +155,9 @@ def bad_values(field: str) -> list:
         "model": ["another/model", 7],
         "messages": [[], "hi", [{"role": "user"}], [{"role": "robot", "content": "hi"}], [{"role": "user", "content": 7}],
                      [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
-                     [{"role": "user", "content": [{"type": "text"}]}], [1], None],
+                     [{"role": "user", "content": [{"type": "text"}]}], [1], None,
+                     [{"role": "user", "content": "hi", "name": "bob"}],
+                     [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}]],
         "user": [],
     }[field]  # fmt: skip
 
@@ -373,13 +375,20 @@ def test_a_completion_gives_each_tokens_logprob_and_the_likeliest_there(server, 
     status, reply = server.call("POST", "/v1/completions", {"prompt": [ids, QUESTION], "max_tokens": 0, "echo": True,
                                                             "logprobs": 2})  # fmt: skip
     assert status == 200, reply
-    for choice in reply["choices"]:
-        logprobs = choice["logprobs"]
-        assert len(logprobs["tokens"]) == len(ids) and logprobs["token_logprobs"][0] is None
-        for logprob, top in zip(logprobs["token_logprobs"][1:], logprobs["top_logprobs"][1:], strict=True):
-            assert logprob <= max(top.values()) + 1e-6 and 1 <= len(top) <= 2
-        assert choice["text"] == tokenizer.decode(ids)
-    assert reply["choices"][0]["logprobs"] == reply["choices"][1]["logprobs"]  # text is tokenized as ids are
+    given, text = reply["choices"]
+    logprobs = given["logprobs"]
+    assert len(logprobs["tokens"]) == len(ids) and logprobs["token_logprobs"][0] is None
+    for logprob, top in zip(logprobs["token_logprobs"][1:], logprobs["top_logprobs"][1:], strict=True):
+        assert logprob <= max(top.values()) + 1e-6 and 1 <= len(top) <= 2
+    assert given["text"] == tokenizer.decode(ids)
+    # Text is tokenized as the ids were, and echoed as sent: without the BOS the tokenizer put ahead
+    # of it (lm-eval counts a text context's tokens without it), each token scored as in the ids.
+    ahead = len(ids) - len(tokenizer(QUESTION, add_special_tokens=False)["input_ids"])
+    assert ahead == 1 and text["text"] == tokenizer.decode(ids[ahead:]) and "<" not in text["text"][:1]
+    assert {key: value[ahead:] for key, value in logprobs.items() if key != "text_offset"} == {
+        key: value for key, value in text["logprobs"].items() if key != "text_offset"
+    }
+    assert text["logprobs"]["text_offset"][0] == 0
     for bad in ({"prompt": []}, {"prompt": [[-1]]}, {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "logprobs": 6},
                 {"prompt": "x", "stream": True}, {"prompt": "x", "messages": []}):  # fmt: skip
         assert_refused(*server.call("POST", "/v1/completions", bad), expected=400)

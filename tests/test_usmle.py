@@ -808,3 +808,19 @@ def test_a_benchmark_file_with_another_option_count_is_refused_by_its_name(tmp_p
         with pytest.raises(UserError, match=rf"1 of the 4 questions in .* have other than the 4 options of {name}"):
             load_task(name, data=path)
     assert len(load_task("my_set", data=path).rows) == 4
+
+
+@pytest.mark.parametrize("name", ["train[v2].jsonl", "questions*.csv", "what?.parquet"])
+def test_a_file_whose_name_holds_pattern_characters_is_read_as_itself(tmp_path, name):
+    """`datasets` reads *, ? and [ in data_files as a pattern: a file named with them is read, by a
+    command and by a recipe's source, and not the files such a pattern would match."""
+    from medrecipes.data.sources import load_documents
+    from medrecipes.data_config import SourceConfig
+
+    flat = [{"question": r["question"], **dict(zip("ABCD", r["options"], strict=True)), "answer": r["answer"]}
+            for r in usmle.load_mcq(ROOT / "data/usmle_sample/test.jsonl")]  # fmt: skip
+    rows, path = Dataset.from_list(flat), tmp_path / name
+    {".jsonl": rows.to_json, ".csv": rows.to_csv, ".parquet": rows.to_parquet}[path.suffix](str(path))
+    (tmp_path / name.replace("[v2]", "v").replace("*", "x").replace("?", "y")).write_text("")  # what a pattern finds
+    assert len(usmle.load_mcq(path)) == len(rows)
+    assert len(load_documents(SourceConfig(path=str(path), format="usmle"), streaming=False)) == len(rows)

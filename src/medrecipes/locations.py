@@ -46,6 +46,14 @@ def local_path(path: str) -> bool:
     return not is_url(path) and (looks_local(path) or os.path.exists(path))
 
 
+def data_file(path: str) -> str:
+    """A local file as `datasets` takes it in data_files, where *, ? and [ make a pattern: escaped,
+    so that a file whose own name holds them (train[v2].jsonl) is read, not the files it would match."""
+    import glob
+
+    return glob.escape(path)
+
+
 def saved_dataset(path: str) -> bool:
     """A folder `datasets`' save_to_disk wrote (one dataset, or a dict of splits): it is read whole with
     load_from_disk, not as data files (its state.json is no data)."""

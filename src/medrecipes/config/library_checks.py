@@ -578,7 +578,7 @@ def trains_on_cpu(args: TrainingArguments) -> bool:
 # How transformers' help words the settings that only a run of several processes reads.
 SEVERAL_PROCESSES = re.compile(
     r"^(When (using|doing) (a )?(multi-?node )?distributed training|The backend to use for distributed training|"
-    r"Logging level for replica processes)|from all devices",
+    r"Logging level for replica processes)|from all devices|across devices|init_process_group",
     re.IGNORECASE,
 )
 
@@ -586,7 +586,8 @@ SEVERAL_PROCESSES = re.compile(
 @functools.cache
 def distributed_keys(config: type) -> tuple[str, ...]:
     """The settings of `config` whose help says they set up training on several processes (DDP's
-    flags, its backend, logging and saving per node, gathering from all devices)."""
+    flags, its backend and timeout, logging and saving per node, gathering from all devices,
+    averaging the tokens across them)."""
     return tuple(
         f.name
         for f in dataclasses.fields(config)
@@ -772,6 +773,11 @@ def _unread_notes(args: TrainingArguments, given: dict) -> list[str]:
                 f"{', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
                 f"{'it' if len(named) == 1 else 'them'}"
             )
+    if _said_true(given.get("enable_jit_checkpoint", False)):  # its handler is set first, ours replaces it
+        found.append(
+            "enable_jit_checkpoint does nothing: a recipe checkpoints on SIGTERM and SIGUSR1 itself, at the end of "
+            "the optimizer step, and exits (docs/long-runs.md); drop it"
+        )
     optim = getattr(args.optim, "value", args.optim)
     if "optim_target_modules" in given and not any(name in optim for name in TARGETED_OPTIMIZERS):
         found.append(
@@ -814,6 +820,7 @@ SWITCHED_OFF = {
     "precompute_ref_log_probs": ((False,), ("precompute_ref_batch_size",)),  # DPO, KTO
     "prompt_format": (("plain",), ("chat_template_kwargs",)),  # GRPO: no template is applied to a plain prompt
     "fsdp": ((None, False, ""), ("fsdp_config",)),
+    "use_liger_kernel": ((False,), ("liger_kernel_config",)),
     "use_adaptive_entropy": (
         (False,),
         ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target"),

@@ -27,11 +27,14 @@ from medrecipes.locations import absent, local_path
 
 class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key written twice in one mapping (YAML keeps the later value
-    without a word, so a recipe edited at its end would silently change a key set above)."""
+    without a word, so a recipe edited at its end would silently change a key set above). A key
+    taken in by a merge (`<<: *anchor`) may be set again: that is what a merge is for."""
 
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -292,6 +295,8 @@ def _mapping_or_path(reads_files: bool):
                 raise ArgumentTypeError(
                     f"no such file {text!r}; give the path of a JSON file, or a mapping such as '{{key: value, ...}}'"
                 )
+            if os.path.isfile(os.path.expanduser(text)) and (problem := _not_json_mapping(text)):
+                raise ArgumentTypeError(problem)
             return text
         try:
             value = load_yaml(text)
@@ -305,6 +310,33 @@ def _mapping_or_path(reads_files: bool):
 
     parse.__name__ = "mapping"
     return parse
+
+
+def _not_json_mapping(path: str) -> str | None:
+    """What keeps a file from being the JSON mapping the library reads (transformers' own words are
+    json's, with no file): not JSON, or JSON of something else. An accelerate config (YAML with
+    distributed_type) is said to be one: it belongs to `accelerate launch --config_file`."""
+    import json
+
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as err:
+        return f"cannot read {path} ({err.strerror if isinstance(err, OSError) else 'not UTF-8 text'})"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        try:
+            read = load_yaml(text)
+        except yaml.YAMLError:
+            read = None
+        if isinstance(read, dict) and "distributed_type" in read:
+            return (
+                f"{path} is an accelerate config, which `accelerate launch --config_file {path}` reads; "
+                "launch the recipe with it and leave this key out"
+            )
+        return f"{path} is not JSON (line {err.lineno}, column {err.colno}: {err.msg}); give a JSON file of a mapping"
+    return None if isinstance(value, dict) else f"{path} holds JSON of a {type(value).__name__}; give a mapping"
 
 
 def _base64_mapping(text: str) -> bool:

@@ -31,7 +31,7 @@ from medrecipes.data.rows import (
 )
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, check_text_file, quoted, unreadable
-from medrecipes.locations import BUILDERS, absent, is_url, local_path, saved_dataset
+from medrecipes.locations import BUILDERS, absent, data_file, is_url, local_path, saved_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,9 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
     for file in data_files or []:
         if is_url(file):
             continue
+        if os.path.isfile(file):  # a file whose name holds *, ? or [ too
+            check_text_file(file, f"source '{source.path}'", decode=decode)
+            continue
         if any(
             c in file for c in "*?["
         ):  # a pattern: `datasets` fails with no line of its own when it matches nothing
@@ -102,6 +105,8 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
                 f"source '{source.path}': data file {file} does not exist; check the path (relative paths start where the command runs)"
             )
         check_text_file(file, f"source '{source.path}'", decode=decode)
+    if data_files is not None:
+        data_files = [data_file(f) if not is_url(f) and os.path.isfile(f) else f for f in data_files]
     return path, data_files
 
 

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
 from medrecipes.errors import UserError, check_text_file, not_utf8
+from medrecipes.locations import data_file
 from medrecipes.models.templates import chat_template
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -36,7 +37,7 @@ def _read_texts(corpus: list[str]):
         if path.endswith(".csv"):
             from datasets import load_dataset
 
-            for row in load_dataset("csv", data_files=path, split="train", keep_default_na=False):
+            for row in load_dataset("csv", data_files=data_file(path), split="train", keep_default_na=False):
                 yield " ".join(str(cell) for cell in row.values() if cell is not None)
             continue
         with open(path, encoding="utf-8") as f:

@@ -110,16 +110,17 @@ class ServedModel:
         if not isinstance(echo, bool):
             raise RequestError(400, f"echo must be true or false, got {echo!r}")
         limit = fields.token_limit(payload.get("max_tokens", 16), 0 if echo else 1, self.max_tokens)
-        prompts = [
-            p if isinstance(p, list) else self.tokenizer(p)["input_ids"]
-            for p in fields.prompts_of(payload.get("prompt"))
-        ]
+        prompts, added = [], []
+        for prompt in fields.prompts_of(payload.get("prompt")):
+            ids = prompt if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
+            prompts.append(ids)
+            added.append(0 if isinstance(prompt, list) else _added_ahead(ids, self.tokenizer, prompt))
         vocabulary = len(self.tokenizer)
         for ids in prompts:
             if any(not 0 <= t < vocabulary for t in ids):
                 raise RequestError(400, f"prompt: token ids must be from 0 to {vocabulary - 1}")
             self._fits(ids, limit)
-        return {**request, "prompts": prompts, "max_tokens": limit, "echo": echo,
+        return {**request, "prompts": prompts, "added": added, "max_tokens": limit, "echo": echo,
                 "logprobs": fields.logprobs_of(payload)}  # fmt: skip
 
     # ------------------------------------------------------------------ answers
@@ -237,11 +238,11 @@ class ServedModel:
         and with `logprobs` each token's log-probability and the `logprobs` likeliest at its place."""
         choices, prompt_tokens, completion_tokens = [], 0, 0
         with self.lock:
-            for index, ids in enumerate(request["prompts"]):
+            for index, (ids, added) in enumerate(zip(request["prompts"], request["added"], strict=True)):
                 out = self._generate(ids, request) if request["max_tokens"] else []
                 text, finish = self._text(out, request) if out else ("", "length")
-                shown = ids + out if request["echo"] else out
-                choice = {"index": index, "text": (self.tokenizer.decode(ids) if request["echo"] else "") + text,
+                shown = ids[added:] + out if request["echo"] else out  # the prompt as sent: no BOS added to it
+                choice = {"index": index, "text": (self.tokenizer.decode(ids[added:]) if request["echo"] else "") + text,
                           "finish_reason": finish, "logprobs": None}  # fmt: skip
                 if request["logprobs"] is not None:
                     choice["logprobs"] = self._logprobs(ids + out, len(ids + out) - len(shown), request["logprobs"])
@@ -282,3 +283,11 @@ class ServedModel:
             "top_logprobs": top_logprobs,
             "text_offset": offsets,
         }
+
+
+def _added_ahead(ids: list[int], tokenizer, text: str) -> int:
+    """How many tokens the tokenizer put ahead of a text prompt's own (a BOS): the model reads them,
+    and an echo leaves them out, as the client sent none."""
+    own = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ahead = len(ids) - len(own)
+    return ahead if ahead > 0 and ids[ahead:] == own else 0

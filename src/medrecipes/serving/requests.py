@@ -108,6 +108,7 @@ def chat_turns(messages) -> list[dict]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise RequestError(400, f"messages[{i}]: expected {{role: {'|'.join(ROLES)}, content: text}}")
+        _check_read(message, ("role", "content"), f"messages[{i}]")
         content = message.get("content")
         if isinstance(content, list):  # OpenAI's content parts: text ones only
             for j, part in enumerate(content):
@@ -116,6 +117,7 @@ def chat_turns(messages) -> list[dict]:
                     raise RequestError(
                         400, f"messages[{i}].content[{j}]: only text parts are supported, got type {quoted(kind)}"
                     )
+                _check_read(part, ("type", "text"), f"messages[{i}].content[{j}]")
                 if not isinstance(part.get("text"), str):
                     raise RequestError(
                         400, f"messages[{i}].content[{j}]: a text part needs its text, got {quoted(part.get('text'))}"
@@ -127,6 +129,13 @@ def chat_turns(messages) -> list[dict]:
             raise RequestError(400, f"messages[{i}].content holds a lone surrogate (\\ud800-\\udfff), no character")
         turns.append({"role": message["role"], "content": content})
     return turns
+
+
+def _check_read(fields: dict, read: tuple[str, ...], where: str) -> None:
+    """A field of a message or of a content part that the answer would not read (a name, a
+    provider's cache_control) is refused, as a field the endpoint does not take is."""
+    if unread := sorted(set(fields) - set(read)):
+        raise RequestError(400, f"{where}: unsupported field(s) {', '.join(unread)}; it takes {', '.join(read)}")
 
 
 def prompts_of(prompt) -> list:

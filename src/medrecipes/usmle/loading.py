@@ -14,7 +14,7 @@ from datasets import Dataset, Features, ReadInstruction, Value, concatenate_data
 from datasets.exceptions import DatasetGenerationError
 
 from medrecipes.errors import UserError, check_choice, check_csv_header, check_text_file, did_you_mean, unreadable
-from medrecipes.locations import absent, looks_local, saved_dataset
+from medrecipes.locations import absent, data_file, looks_local, saved_dataset
 from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.formats import CONVERTERS, FORMATS, detect_format, medmcqa_one_based
 from medrecipes.usmle.schema import (
@@ -45,7 +45,7 @@ def _read_json(path: Path) -> Dataset:
         # PubMedQA's PQA-L is one object keyed by PubMed id; the json builder has no mode for that.
         if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
             return Dataset.from_list([{**value, "id": key} for key, value in data.items()])
-    return document_rows(load_dataset("json", data_files=str(path), split="train"))
+    return document_rows(load_dataset("json", data_files=data_file(str(path)), split="train"))
 
 
 def document_rows(rows: Dataset) -> Dataset:
@@ -91,14 +91,14 @@ def _check_mmlu_shape(path: Path) -> None:
 
 def _read_file(path: Path, header: bool) -> Dataset:
     if path.suffix == ".parquet":
-        return load_dataset("parquet", data_files=str(path), split="train")
+        return load_dataset("parquet", data_files=data_file(str(path)), split="train")
     if path.suffix == ".csv":
         if header:
-            return load_dataset("csv", data_files=str(path), split="train")
+            return load_dataset("csv", data_files=data_file(str(path)), split="train")
         # MMLU CSVs have no header; read every cell as text so "0.50" or "None" survive.
         return load_dataset(
             "csv",
-            data_files=str(path),
+            data_files=data_file(str(path)),
             split="train",
             column_names=MMLU_COLUMNS,
             header=None,
