@@ -141,3 +141,22 @@ def test_an_evaluation_of_the_merge_counts_as_one_of_the_adapters_run(adapter, t
     assert json.loads(evaluation.read_text())["settings"]["merged_adapter_fingerprint"] is None
     with pytest.raises(UserError, match="nor a merge-lora output of it"):
         _check_scored_model(str(evaluation), adapter)
+
+
+def test_a_run_starts_from_an_adapter_folder_as_the_model_it_made(base, adapter, tmp_path, capsys):
+    """model_name_or_path an earlier stage's LoRA output: the model loads with the adapter folded
+    into its base, every weight trainable (PEFT loads the base frozen); a new adapter or a quantised
+    base on it would name the bare base as its own, so that is refused before anything loads."""
+    from trl import ModelConfig
+
+    from medrecipes.errors import UserError
+    from medrecipes.models.loading import check_model_settings, load_model
+
+    tokenizer = AutoTokenizer.from_pretrained(adapter if os.path.isfile(f"{adapter}/tokenizer.json") else base)
+    model = load_model(ModelConfig(model_name_or_path=adapter), None, tokenizer)
+    assert not any("lora" in name for name, _ in model.named_modules())
+    assert all(p.requires_grad for p in model.parameters())
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
+    assert torch.allclose(logits(model, tokenizer), logits(with_adapter, tokenizer), atol=1e-5)
+    with pytest.raises(UserError, match="is a LoRA adapter.*merge it first"):
+        check_model_settings(ModelConfig(model_name_or_path=adapter, use_peft=True))

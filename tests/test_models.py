@@ -1,5 +1,6 @@
 """Tests for model loading: scratch presets, tiny local models, .gguf paths, dtype and attention."""
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -146,7 +147,10 @@ def test_other_paths_load_as_they_are(tmp_path):
 def test_a_missing_local_path_is_not_taken_for_a_hub_id(path):
     with pytest.raises(UserError) as info:
         split_gguf(path)
-    assert str(info.value) == f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)"
+    where = "" if path.startswith("/") else f" under {os.getcwd()}, where relative paths start"
+    assert str(info.value) == (
+        f"{path}: no such file or folder{where}; pass a model's folder, a .gguf file or a Hub id (org/name)"
+    )
 
 
 def test_dtype_names():

@@ -144,7 +144,7 @@ def test_a_recipe_starting_from_a_run_not_trained_yet_is_planned_with_its_archit
         cli.main(["plan", recipe, "--model_name_or_path", "outputs/not-trained-yet/final"])
     message = capsys.readouterr().err
     assert info.value.code == 2
-    assert "outputs/not-trained-yet/final: no such folder; train it first" in message and "--architecture" in message
+    assert "outputs/not-trained-yet/final: no such file or folder" in message and "--architecture" in message
     result = plan_json(
         capsys, recipe, "--model_name_or_path", "outputs/not-trained-yet/final", "--architecture", "medium-large"
     )

@@ -51,7 +51,7 @@ def test_generate_names_a_missing_model_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["generate", str(tmp_path / "absent"), "--prompt", "hi"])
     assert exit_.value.code == 2
-    assert f"error: model '{tmp_path / 'absent'}': no such folder" in capsys.readouterr().err
+    assert f"error: model '{tmp_path / 'absent'}': no such file or folder" in capsys.readouterr().err
 
 
 def free_port() -> int:

@@ -824,3 +824,20 @@ def test_a_file_whose_name_holds_pattern_characters_is_read_as_itself(tmp_path, 
     (tmp_path / name.replace("[v2]", "v").replace("*", "x").replace("?", "y")).write_text("")  # what a pattern finds
     assert len(usmle.load_mcq(path)) == len(rows)
     assert len(load_documents(SourceConfig(path=str(path), format="usmle"), streaming=False)) == len(rows)
+
+
+def test_a_folder_whose_files_name_no_split_is_one_split_whatever_is_asked(tmp_path):
+    """Files named by subject (anatomy.jsonl, cardiology.jsonl) name no split as `datasets` names
+    them: the folder is read whole for a task's split, as one file is; a folder whose files do name
+    splits gives the one asked."""
+    rows = usmle.load_mcq(ROOT / "data/usmle_sample/test.jsonl")
+    (tmp_path / "subjects").mkdir()
+    for name in ("anatomy", "cardiology"):
+        rows.select(range(5)).to_json(str(tmp_path / "subjects" / f"{name}.jsonl"))
+    assert len(usmle.load_mcq(tmp_path / "subjects", split="test")) == 10
+    (tmp_path / "named").mkdir()
+    rows.select(range(3)).to_json(str(tmp_path / "named" / "test.jsonl"))
+    rows.select(range(4)).to_json(str(tmp_path / "named" / "train.jsonl"))
+    assert len(usmle.load_mcq(tmp_path / "named", split="test")) == 3
+    with pytest.raises(UserError, match="no 'validation' split"):
+        usmle.load_mcq(tmp_path / "named", split="validation")

@@ -66,7 +66,8 @@ def saved_dataset(path: str) -> bool:
 def absent(path: str) -> str:
     """Why a path that is no file or folder is not one, in words for a message that then says what
     to do: a device, pipe or socket (/dev/null), a symbolic link whose chain loops, a symbolic link
-    to a path that is gone, or no such file or folder (os.path.exists answers False for the last three)."""
+    to a path that is gone, or no such file or folder (os.path.exists answers False for the last
+    three), under the working folder where the path is relative."""
     import errno
 
     try:
@@ -79,6 +80,8 @@ def absent(path: str) -> str:
             return "not a file or folder but a device, pipe or socket"
     if os.path.islink(path):
         return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    if not os.path.isabs(os.path.expanduser(path)):  # a recipe's relative paths read from another folder
+        return f"no such file or folder under {os.getcwd()}, where relative paths start"
     return "no such file or folder"
 
 

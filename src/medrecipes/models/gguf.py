@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from medrecipes.errors import UserError
-from medrecipes.locations import file_as_model
+from medrecipes.locations import absent, file_as_model
 from medrecipes.models.files import missing_local_model
 
 
@@ -19,13 +19,13 @@ def split_gguf(path: str) -> tuple[str, dict]:
                 "rename a model's folder without .gguf"
             )
         if not os.path.isfile(path):
-            raise UserError(f"model: no such file {path}")
+            raise UserError(f"model: {path}: {absent(path)}; pass a .gguf file")
         check_gguf(path)
         return str(Path(path).parent), {"gguf_file": Path(path).name}
     if problem := file_as_model(path):
         raise UserError(f"model: {problem}")
     if missing_local_model(path):
-        raise UserError(f"{path}: no such folder; pass a model's folder, a .gguf file or a Hub id (org/name)")
+        raise UserError(f"{path}: {absent(path)}; pass a model's folder, a .gguf file or a Hub id (org/name)")
     return os.path.expanduser(path), {}  # a Hub id has no "~" to expand
 
 

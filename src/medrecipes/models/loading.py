@@ -86,8 +86,9 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
 
 
 def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = False):
-    """The model a recipe asks for: pretrained (CPT, SFT) or from a scratch preset. `recipe` (its
-    `init_from_scratch` and `architecture`) may be None: then the pretrained model of `model_args`."""
+    """The model a recipe asks for: pretrained (CPT, SFT), a LoRA adapter's folder as the model it
+    made (`load_merged_adapter`), or from a scratch preset. `recipe` (its `init_from_scratch` and
+    `architecture`) may be None: then the pretrained model of `model_args`."""
     dtype = resolve_dtype(model_args.dtype)
     attention = resolve_attention(model_args.attn_implementation)
     if recipe is not None and recipe.init_from_scratch:
@@ -102,6 +103,12 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
             config, dtype=torch.float32 if dtype == "auto" else dtype, attn_implementation=attention
         )
         origin = f"scratch architecture '{recipe.architecture}'"
+    elif os.path.isfile(os.path.join(os.path.expanduser(starting_model(model_args)), "adapter_config.json")):
+        # An earlier stage's LoRA output: the model it made, its adapter folded into its base.
+        model = load_merged_adapter(os.path.expanduser(model_args.model_name_or_path), model_args.dtype)[0]
+        model.requires_grad_(True)  # PEFT loads the base frozen under the adapter
+        origin = f"{model_args.model_name_or_path} (a LoRA adapter, merged into its base)"
+        _check_vocabulary(model, tokenizer, recipe)
     else:
         source, kwargs = split_gguf(starting_model(model_args))
         quantization = get_quantization_config(model_args)  # QLoRA: 4-bit NF4 base weights
@@ -271,9 +278,19 @@ def check_model_settings(model_args, recipe=None, args=None) -> None:
     only once the model is there. TRL's rule for router_aux_loss_coef (a Mixture-of-Experts model
     that returns its router logits); lengths within the model's positions; a LoRA rank below the
     width of the layers it adapts (at or above it the update is no longer low-rank and costs more
-    than the weights); LoRA's target modules (`check_adapter_targets`)."""
+    than the weights); LoRA's target modules (`check_adapter_targets`); a LoRA adapter's folder
+    trains whole (`load_model` folds it into its base), not under a new adapter."""
     config = _local_config(model_args, recipe)
     where = getattr(recipe, "recipe_file", None) or "command line"
+    start = os.path.expanduser(model_args.model_name_or_path or "")
+    adapting = [key for key in ("use_peft", "load_in_4bit", "load_in_8bit") if getattr(model_args, key, False)]
+    if adapting and os.path.isfile(os.path.join(start, "adapter_config.json")):
+        raise UserError(
+            f"{where}: model_name_or_path {model_args.model_name_or_path} is a LoRA adapter, which a run starts from "
+            f"folded into its base, and {adapting[0]} would put a new adapter on that merged model while naming the "
+            f"base alone as its own; merge it first (medrecipes merge-lora {model_args.model_name_or_path} OUT) and "
+            "start from OUT"
+        )
     if config is not None and args is not None:
         text = config.get_text_config()
         coef = getattr(args, "router_aux_loss_coef", None)

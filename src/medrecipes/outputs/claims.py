@@ -41,6 +41,11 @@ def check_writable(path: str, where: str, folder: bool = False) -> None:
         return
     if not path.strip():  # os.path.abspath would make it the working folder
         raise UserError(f"{where}: the path is empty; name a {'folder' if folder else 'file'} to write to")
+    if path.strip() == "-":  # a file named '-' is what it would be
+        raise UserError(
+            f"{where}: '-' is standard output to many tools, and this writes a {'folder' if folder else 'file'}; "
+            "give its path"
+        )
     if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):  # /dev/null, a pipe
         raise UserError(f"{where}: {path} is {absent(path)}; name a {'folder' if folder else 'file'} to write to")
     if folder and os.path.isfile(path):

@@ -11,6 +11,7 @@ from medrecipes.config import (
     RecipeArguments,
 )
 from medrecipes.errors import UserError
+from medrecipes.locations import absent
 from medrecipes.models.files import missing_local_model
 from medrecipes.models.loading import load_config
 from medrecipes.models.scratch import PRESETS, scratch_config
@@ -42,7 +43,7 @@ def model_config(recipe: RecipeArguments, model_name_or_path: str | None):
         raise UserError("plan: the recipe names no model_name_or_path")
     if missing_local_model(model_name_or_path):
         raise UserError(
-            f"plan: {model_name_or_path}: no such folder; train it first, or plan with the architecture it "
+            f"plan: {model_name_or_path}: {absent(model_name_or_path)}; train it first, or plan with the architecture it "
             f"will have: --architecture NAME (a preset: {', '.join(PRESETS)}; a packaged config; a config.json)"
         )
     return load_config(model_name_or_path)

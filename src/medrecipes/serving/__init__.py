@@ -17,7 +17,7 @@ import socket
 import sys
 
 from medrecipes.errors import UserError
-from medrecipes.locations import file_as_model, looks_local
+from medrecipes.locations import absent, file_as_model, looks_local
 from medrecipes.serving.app import create_app
 from medrecipes.serving.model import ServedModel, capped_tokens, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
@@ -34,7 +34,7 @@ def _check_model(model: str) -> None:
     if problem := file_as_model(model):
         raise UserError(f"model: {problem}")
     if looks_local(model) and not os.path.isdir(model) and not model.endswith(".gguf"):  # a .gguf: said below
-        raise UserError(f"model '{model}': no such folder; pass a trained model's folder (e.g. output_dir/final)")
+        raise UserError(f"model '{model}': {absent(model)}; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
     if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's
         check_tokenizer_files(model)

@@ -262,13 +262,17 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
 
 def _split_files(directory: Path, split: str) -> list[Path]:
     """The files of one split of a folder, named as `datasets` names them (train.jsonl,
-    dev-00.csv, ...: its own patterns); every file is one split, train, where none is named so."""
-    from datasets.data_files import DataFilesDict, get_data_patterns
+    dev-00.csv, ...: its own patterns). Where no file is named so (anatomy.csv, cardiology.jsonl),
+    every file is the one split, whatever it is called, as a single file is."""
+    from datasets.data_files import DEFAULT_PATTERNS_ALL, DataFilesDict, get_data_patterns
 
     try:
-        found = DataFilesDict.from_patterns(get_data_patterns(str(directory)), base_path=str(directory))
+        patterns = get_data_patterns(str(directory))
+        found = DataFilesDict.from_patterns(patterns, base_path=str(directory))
     except FileNotFoundError:
-        found = {}
+        patterns, found = None, {}
+    if patterns == DEFAULT_PATTERNS_ALL:  # no file names a split
+        found = {split: [f for names in found.values() for f in names]}
     files = {
         str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()
     }
