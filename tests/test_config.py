@@ -664,3 +664,14 @@ def test_a_world_size_that_is_no_count_is_one_line(tmp_path, monkeypatch):
     assert user_error(write_recipe(tmp_path)) == (
         "WORLD_SIZE='abc' in the environment is no count of processes; unset it (a launcher sets it)"
     )
+
+
+def test_a_data_path_whose_name_holds_an_equals_sign_is_a_path(tmp_path, monkeypatch):
+    """--data TASK=PATH, and a bare PATH for the one task: a file named fold=1.jsonl is a path,
+    written as it is or with a folder before it, and TASK=fold=1.jsonl names the task."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fold=1.jsonl").write_text((ROOT / "data/usmle_sample/test.jsonl").read_text())
+    for given in ("fold=1.jsonl", str(tmp_path / "fold=1.jsonl")):
+        assert parse_eval_args(["--model", "m", "--data", given]).data_by_task == {"medqa_4opt": given}
+    named = parse_eval_args(["--model", "m", "--tasks", "medqa_4opt", "--data", "medqa_4opt=fold=1.jsonl"])
+    assert named.data_by_task == {"medqa_4opt": "fold=1.jsonl"}

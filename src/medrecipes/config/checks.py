@@ -11,6 +11,7 @@ reward can only be checked by importing it.
 import dataclasses
 import math
 import os
+import re
 from typing import Any
 
 from transformers import TrainingArguments
@@ -120,7 +121,11 @@ def _check_location_keys(source: SourceConfig, where: str) -> None:
     """The keys that choose among a Hub dataset's versions, configs and files, refused where
     `datasets` would read the source without them (it ignores them there without a word): a
     revision of anything but a Hub dataset, a config name, data_dir or data_files beside a path
-    that names one file, and a config name or data_dir for a packaged builder (json, csv, ...)."""
+    that names one file, and a config name or data_dir for a packaged builder (json, csv, ...). A
+    shell's variable in a location ($HOME) is kept as written, so it is refused."""
+    for location in source.locations():
+        if problem := shell_variable(location):
+            raise UserError(f"{where}: {problem}")
     local = local_path(source.path)
     one_file = local and os.path.splitext(source.path)[1] in BUILDERS
     builder = source.path in BUILDERS.values()
@@ -694,6 +699,17 @@ def check_template_syntax(template: str, where: str) -> None:
         raise UserError(f"{where}: {template} {problem}; fix the template")
 
 
+def shell_variable(location: str) -> str | None:
+    """What is wrong with a path that holds a shell's variable ($HOME, ${DATA}): a recipe's paths
+    are read as written, so it would name a folder of that name; None for any other path."""
+    variable = re.search(r"\$(\w+|\{\w+\})", location)
+    if variable is None:
+        return None
+    expanded = os.path.expandvars(location)
+    instead = f", such as '{expanded}'" if expanded != location else f" ({variable.group()} is not set here either)"
+    return f"'{location}' holds {variable.group()}, which a shell expands and a recipe does not; write the path itself{instead}"
+
+
 def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
     """A text key left empty (or spaces) whose default is not empty and which takes no null: a
     name, id or revision that names nothing (an optional text key reads the empty text as null,
@@ -710,6 +726,8 @@ def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
                     f"{path}: {f.name} {value!r} starts or ends with a space, which a folder or file name keeps; "
                     "drop it"
                 )
+            if f.name in given and place and isinstance(value, str) and (problem := shell_variable(value)):
+                raise UserError(f"{path}: {f.name} {problem}")
     if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null"):  # as YAML or argv write it
         raise UserError(
             f"{path}: output_dir is not set, and the run would write into ./trainer_output; name its folder"
@@ -726,6 +744,29 @@ def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: st
     for key, value in named.items():
         if value and (problem := file_as_model(value)):
             raise UserError(f"{path}: {key}: {problem}")
+        if value and not local_path(value) and not is_url(value):
+            check_hub_id(value, key, path)
+
+
+def check_hub_id(name: str, key: str, path: str) -> None:
+    """A name that is no local path is a Hub id, which the Hub's own rule holds to (it refuses
+    another only when the model loads, after the data): a revision after '@' (as pip and vLLM
+    write it) has a key of its own."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        repo, at, revision = name.partition("@")
+        if at and revision:
+            raise UserError(
+                f"{path}: {key} '{name}': a Hub id takes no @revision; write {key}: {repo} and "
+                f"model_revision: {revision}"
+            ) from None
+        raise UserError(
+            f"{path}: {key} '{name}' is no local path, and not a Hub id either ({str(err).split(':')[0]}); "
+            "give a folder that exists or an id such as org/name"
+        ) from None
 
 
 def check_model_args(model_args: ModelConfig, path: str) -> None:

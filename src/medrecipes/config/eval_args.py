@@ -73,11 +73,12 @@ class EvalArguments:
 
 
 def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str, str]:
-    """{task: path} from TASK=PATH entries; a bare PATH belongs to the only task."""
+    """{task: path} from TASK=PATH entries; a bare PATH belongs to the only task, also one whose
+    name holds '=' (fold=1.jsonl): a task's name has no '/', and a path that exists is a path."""
     result = {}
     for entry in entries or []:
         name, sep, path = entry.partition("=")
-        if not sep:
+        if not sep or "/" in name or os.path.exists(entry):
             if len(tasks) != 1:
                 raise UserError(f"{flag} {entry}: name the task it is for, as {flag} TASK={entry}")
             name, path = tasks[0], entry

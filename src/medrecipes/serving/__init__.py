@@ -127,7 +127,8 @@ def serve(
         )  # fmt: skip
     served = ServedModel(model, name=name, max_tokens=max_tokens)
     app = create_app(served, api_key=api_key, max_body_bytes=max_body_bytes)
-    print(f"serving {model} at http://{host}:{port}/v1 (model name: {served.name})", flush=True)
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
+    print(f"serving {model} at http://{shown}:{port}/v1 (model name: {served.name})", flush=True)
     run_server(app, host, port)
 
 
