@@ -407,6 +407,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: adapter config not JSON", ["merge-lora", f["badadapter"], f"{files}/m3"], "not valid JSON"),
         Case("merge-lora: an adapter config's rank as text", ["merge-lora", f["eightadapter"], f"{files}/m6"], "r must be a whole number, got \"eight\""),
         Case("generate: an adapter config's rank as text", ["generate", f["eightadapter"], "--prompt", "hi"], "r must be a whole number"),
+        Case("SFT: a template whose answers end with no token", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--chat_template_path", f["noend.jinja"]], "an assistant's answer is followed by no '<|im_end|>'"),
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
@@ -658,6 +659,8 @@ FILES = {
     + b'{"a.lora_A.weight":{"dtype":"F32","shape":[4,64],"data_offsets":[0,1024]}}'
     + bytes(100),
     "nogen.jinja": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    "noend.jinja": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
+    "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
     "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",
     "emptyish/keep.txt": "an earlier result",
     "emptyq.jsonl": '{"question": "  ", "options": {"A": "a", "B": "b"}, "answer": "A"}\n',

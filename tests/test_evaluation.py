@@ -2,6 +2,7 @@
 generate mode on a model with known answers, subjects, the command, real benchmark files."""
 
 import json
+import logging
 import math
 import re
 
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from medrecipes import cli
 from medrecipes.config import parse_eval_args, parse_recipe
 from medrecipes.errors import UserError
+from medrecipes.evaluation.commands import _say_cut_answers
 from medrecipes.evaluation.generate import chat_prompt, generate_answers, score
 from medrecipes.evaluation.loglik import continuation_logliks
 from medrecipes.evaluation.scoring import evaluate_task
@@ -172,7 +174,7 @@ def train_to_answer(model, tokenizer, rows, answers, max_steps=400):
     return loss.item()
 
 
-def test_generate_mode_reads_the_answers_the_model_gives(tiny_model):
+def test_generate_mode_reads_the_answers_the_model_gives(tiny_model, caplog):
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     answers = ["A. Heart", "The answer is (B).", "D", "Unsure."]
@@ -181,6 +183,11 @@ def test_generate_mode_reads_the_answers_the_model_gives(tiny_model):
     assert completions == answers and stopped == [True] * 4  # each ended at EOS
     _, cut = generate_answers(model, tokenizer, ROWS, batch_size=3, max_new_tokens=1)
     assert cut == [False] * 4  # one token: every reply ran to max_new_tokens
+    with caplog.at_level(logging.WARNING):
+        _say_cut_answers("t", score(ROWS, [""] * 4, cut), 1)  # nothing readable, cut at the limit
+        _say_cut_answers("u", score(ROWS, completions, stopped), None)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["t"]
+    assert "4 of 4 answers reached max_new_tokens (1) before an answer could be read" in caplog.text
     report = score(ROWS, completions, stopped)
     assert report["stopped"] == 1.0
     assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "D", None]

@@ -744,6 +744,10 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
         assert not any("unchanged after warm-up" in n for n in found), (name, found)  # each moves as it comes
+    # the tokens seen are counted whatever the library's switch says
+    assert any(
+        n.startswith("include_num_input_tokens_seen false leaves") for n in notes(include_num_input_tokens_seen=False)
+    )
     # transformers' own SIGTERM checkpoint: a recipe's handler replaces its handler
     assert any(n.startswith("enable_jit_checkpoint does nothing") for n in notes(enable_jit_checkpoint=True))
     assert not any("enable_jit_checkpoint" in n for n in notes(enable_jit_checkpoint=False))

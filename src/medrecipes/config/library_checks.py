@@ -773,6 +773,11 @@ def _unread_notes(args: TrainingArguments, given: dict) -> list[str]:
                 f"{', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
                 f"{'it' if len(named) == 1 else 'them'}"
             )
+    if "include_num_input_tokens_seen" in given and args.include_num_input_tokens_seen in ("no", False):
+        found.append(
+            "include_num_input_tokens_seen false leaves the count on: a recipe counts the tokens seen from its "
+            "batches' shapes, with no sync per step, and logs them (true, or all, uses transformers' count); drop it"
+        )
     if _said_true(given.get("enable_jit_checkpoint", False)):  # its handler is set first, ours replaces it
         found.append(
             "enable_jit_checkpoint does nothing: a recipe checkpoints on SIGTERM and SIGUSR1 itself, at the end of "

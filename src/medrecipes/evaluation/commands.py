@@ -98,6 +98,7 @@ def run_evaluation(args) -> dict:
             model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True,
             fitted,
         )  # fmt: skip
+        _say_cut_answers(name, reports[name], args.max_new_tokens)
     settings = {
         "model": args.model_name_or_path,
         "model_fingerprint": weights_fingerprint(args.model_name_or_path),  # which weights, whatever the path
@@ -120,6 +121,20 @@ def run_evaluation(args) -> dict:
             json.dump(results, f, indent=1)
         logger.info("results written to %s", args.output)
     return results
+
+
+def _say_cut_answers(name: str, report: dict, max_new_tokens: int | None) -> None:
+    """Generated answers that ended at the token limit before an answer could be read are scored
+    as wrong, a figure of the limit and not of the model: said in one line with their count."""
+    cut = [p for p in report.get("predictions", []) if p.get("stopped") is False and p["predicted"] is None
+           and not p["abstained"]]  # fmt: skip
+    if cut:
+        limit = f" ({max_new_tokens})" if max_new_tokens else ""
+        logger.warning(
+            "%s: %d of %d answers reached max_new_tokens%s before an answer could be read, and are scored as wrong; "
+            "raise --max-new-tokens (a chain of thought takes hundreds)",
+            name, len(cut), len(report["predictions"]), limit,
+        )  # fmt: skip
 
 
 def run_calibration(

@@ -90,6 +90,21 @@ def turn_end(template: str | None) -> str | None:
     return next((end for _, end in TURN_TOKENS.values() if template and end in template), None)
 
 
+def answer_end(tokenizer, template: str) -> str:
+    """What `template` renders after an assistant's answer, up to its next turn: where SFT's
+    trained answer must end with a token for the model to learn to stop (TRL adds none to
+    conversations)."""
+    answer = "\x00answer\x00"
+    turns = [{"role": "user", "content": "question"}, {"role": "assistant", "content": answer},
+             {"role": "user", "content": "next"}]  # fmt: skip
+    try:
+        text = tokenizer.apply_chat_template(turns, chat_template=template, tokenize=False)
+    except Exception:  # a template that takes no second question: the answer's turn alone
+        text = tokenizer.apply_chat_template(turns[:2], chat_template=template, tokenize=False)
+    after = text.partition(answer)[2]
+    return after.partition("next")[0]
+
+
 def align_generation_eos(model, tokenizer, end_of_turn: str | None) -> None:
     """Make generation stop at the chat template's end of turn as well as at EOS.
 

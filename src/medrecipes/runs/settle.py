@@ -15,7 +15,7 @@ the push read it; nothing works one of its facts out again.
 from medrecipes.config.methods import method_named
 from medrecipes.errors import UserError
 from medrecipes.models.loading import positions
-from medrecipes.models.templates import sft_template, turn_end
+from medrecipes.models.templates import answer_end, sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
@@ -28,13 +28,27 @@ def chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str |
     """(template, end of turn) of a run: for SFT the template it trains with (`sft_template`, set on
     the tokenizer) and its end of turn, unless the recipe names `eos_token`; for the others the
     tokenizer's own; CPT trains on plain text, in no template (`Method.chat`). `medrecipes preview`
-    shows the examples through the same."""
+    shows the examples through the same. SFT's answers must end with that token in its template
+    (TRL adds none to a conversation), or the model is never trained to stop."""
     chat = method_named(method).chat
     if chat == "none":
         return None, None
     if chat == "trains":
         template = sft_template(training_args, tokenizer)
-        return template, training_args.eos_token or turn_end(template)
+        end = training_args.eos_token or turn_end(template)
+        if end and tokenizer.convert_tokens_to_ids(end) in (None, tokenizer.unk_token_id):
+            raise UserError(  # TRL refuses it once its trainer is built, after the data is tokenised
+                f"eos_token: {end!r} is not a token of {tokenizer.name_or_path}'s tokenizer; name one of its tokens "
+                f"({tokenizer.eos_token!r} is its end), or leave eos_token out for its template's end of turn"
+            )
+        ending = end or tokenizer.eos_token
+        if template and ending and ending not in (after := answer_end(tokenizer, template)):
+            raise UserError(
+                f"chat template: an assistant's answer is followed by no {ending!r} ({after!r} comes next), so the "
+                "model would never be trained to stop; end the assistant turn with it, or name the token that does "
+                "end it in eos_token"
+            )
+        return template, end
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     return template, turn_end(template)
 
@@ -53,11 +67,6 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         )
     template, end_of_turn = chat_turns(method, training_args, tokenizer)
     if trains.chat == "trains":
-        if end_of_turn and tokenizer.convert_tokens_to_ids(end_of_turn) in (None, tokenizer.unk_token_id):
-            raise UserError(  # TRL refuses it once its trainer is built, after the data is tokenised
-                f"eos_token: {end_of_turn!r} is not a token of {model_args.model_name_or_path}'s tokenizer; name one "
-                f"of its tokens ({tokenizer.eos_token!r} is its end), or leave eos_token out for its template's end of turn"
-            )
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()
     if trains.generates:
