@@ -332,6 +332,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: answer not an option", ["eval", "--model", model, "--data", f["badanswer.jsonl"]], "answer"),
         Case("eval: a CSV separated by semicolons", ["eval", "--model", model, "--data", f["semicolons.csv"]], "semicolons.csv: its fields are separated by ';'"),
         Case("eval: CSV row of the wrong width", ["eval", "--model", model, "--data", f["ragged.csv"]], "ragged.csv line 3: 6 cells where the header has 4"),
+        Case("eval: two JSON objects on one line", ["eval", "--model", model, "--data", f["glued.jsonl"]], "glued.jsonl line 2: holds more than one JSON object, and JSON Lines takes one a line"),
         Case("eval: output '-' for standard output", ["eval", "--model", model, "--data", TEST_SET, "--output", "-"], "output: '-' is standard output to many tools, and this writes a file"),
         Case("eval: output is a folder", ["eval", "--model", model, "--data", TEST_SET, "--output", str(files)], "is a folder"),
         Case("eval: output over a user's file", ["eval", "--model", model, "--data", TEST_SET, "--output", f["existing.json"]], "medrecipes did not write"),
@@ -659,6 +660,9 @@ FILES = {
     + b'{"a.lora_A.weight":{"dtype":"F32","shape":[4,64],"data_offsets":[0,1024]}}'
     + bytes(100),
     "nogen.jinja": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    "glued.jsonl": '{"question": "Which {x}{y} organ pumps blood?", "options": ["Heart", "Lung", "Liver", "Skin"], '
+    '"answer": "A"}\n{"question": "Q2?", "options": ["a", "b", "c", "d"], "answer": "B"} {"question": "Q3?", '
+    '"options": ["a", "b", "c", "d"], "answer": "C"}\n',
     "noend.jinja": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
     "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
     "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",

@@ -675,3 +675,12 @@ def test_a_data_path_whose_name_holds_an_equals_sign_is_a_path(tmp_path, monkeyp
         assert parse_eval_args(["--model", "m", "--data", given]).data_by_task == {"medqa_4opt": given}
     named = parse_eval_args(["--model", "m", "--tasks", "medqa_4opt", "--data", "medqa_4opt=fold=1.jsonl"])
     assert named.data_by_task == {"medqa_4opt": "fold=1.jsonl"}
+
+
+def test_an_evaluation_under_a_launch_of_several_processes_is_refused(monkeypatch):
+    """Each process would score every question and write the one output: one line, before any loads."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="an evaluation runs in one process, and this launch started 2"):
+        parse_eval_args(["--model", "m"])
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert parse_eval_args(["--model", "m"]).model_name_or_path == "m"

@@ -744,6 +744,11 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
         ignored = "num_warmup_steps" not in inspect.signature(function).parameters
         assert any(n.startswith("warmup_steps 2 is ignored") for n in found) == ignored, (name, found)
         assert not any("unchanged after warm-up" in n for n in found), (name, found)  # each moves as it comes
+    # an interval in steps beside a strategy of epochs
+    said = notes(eval_strategy="epoch", eval_steps=5, logging_strategy="epoch", logging_steps=3)
+    assert sum(n.endswith("is epoch; set eval_strategy: steps to use it, or drop it") for n in said) == 1, said
+    assert any(n.startswith("logging_steps is read only while logging_strategy is steps") for n in said), said
+    assert not any("is read only while" in n for n in notes(eval_strategy="steps", eval_steps=5))
     # the tokens seen are counted whatever the library's switch says
     assert any(
         n.startswith("include_num_input_tokens_seen false leaves") for n in notes(include_num_input_tokens_seen=False)

@@ -552,6 +552,14 @@ def test_an_api_key_some_clients_cannot_send_is_refused_at_start(memorised_model
     assert "holds a character other than printable ASCII" in error_lines(result.stderr)[0]
 
 
+def test_a_flag_key_beside_another_in_the_environment_is_said_at_start(memorised_model):
+    """--api-key wins over MEDRECIPES_API_KEY; where they differ, the environment's key would be a
+    401 without a word: said in one line as the server starts (here it stops at the bad key after it)."""
+    result = run(PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(free_port()),
+                 "--api-key", "clé", env={"MEDRECIPES_API_KEY": "other"})  # fmt: skip
+    assert "warning: serve: --api-key and MEDRECIPES_API_KEY differ" in result.stderr
+
+
 def test_an_address_other_machines_reach_is_told_apart_from_loopback():
     port = free_port()
     assert _check_address("127.0.0.1", port) is True and _check_address("localhost", port) is True

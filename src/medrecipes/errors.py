@@ -9,6 +9,7 @@ import codecs
 import csv
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -214,6 +215,7 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
     decoder, offset, blank = codecs.getincrementaldecoder("utf-8")(), 0, True
     json_lines = path.lower().endswith((".jsonl", ".json"))
     line, brackets, many = 1, 0, []  # the line being read, its opening brackets, the lines with many
+    glued = []  # the lines where one object may end and another start ("}{")
     try:
         with open(path, "rb") as f:
             while block := f.read(1 << 20):
@@ -221,6 +223,7 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
                 blank = blank and not text.strip()
                 offset += len(block)
                 if json_lines:  # in the same pass: a corpus is read once
+                    glued += [line + text.count("\n", 0, m.start()) for m in GLUED.finditer(text)]
                     line, brackets = _count_brackets(text, line, brackets, many)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError as err:
@@ -234,6 +237,11 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
         raise UserError(
             f"{where} line {deep}: its JSON nests arrays or objects deeper than a reader follows (pyarrow stops, or "
             "crashes); flatten it, or drop the row"
+        )
+    if glued and path.lower().endswith(".jsonl") and (twice := _two_objects(path, glued)):
+        raise UserError(
+            f"{where} line {twice}: holds more than one JSON object, and JSON Lines takes one a line (each would be "
+            "a row, and every row after it would be counted a line off); put each on a line of its own"
         )
     if path.lower().endswith(".csv") and (separator := _other_separator(path)):
         raise UserError(
@@ -268,6 +276,29 @@ def _count_brackets(text: str, line: int, brackets: int, many: list[int]) -> tup
             many.append(line)
         line, brackets = line + 1, 0
     return line, brackets + rest.count("[") + rest.count("{")
+
+
+# One JSON object closed and another opened on the same line.
+GLUED = re.compile(r"\}[ \t]*\{")
+
+
+def _two_objects(path: str, lines: list[int]) -> int | None:
+    """The first of `lines` of a JSON Lines file that holds a whole JSON value and more after it
+    (json's "Extra data"); a "}{" inside a string is no such line."""
+    wanted, last = set(lines), max(lines)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if number in wanted:
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as err:
+                    if err.msg == "Extra data":
+                        return number
+                except RecursionError:
+                    pass  # too deep: said on its own
+            if number >= last:
+                break
+    return None
 
 
 def _nested_too_deep(path: str, lines: list[int]) -> int | None:

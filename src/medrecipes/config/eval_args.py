@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from medrecipes.config.reading import RecipeParser, check_choices, check_revision, split_names
+from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import MOST_SAMPLES, TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
 from medrecipes.outputs.claims import check_writable
@@ -99,6 +100,11 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
     (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
     where = path or "command line"
+    if (processes := world_size()) > 1:  # each would score every question and write the one output
+        raise UserError(
+            f"{where}: an evaluation runs in one process, and this launch started {processes} (WORLD_SIZE); run it "
+            "with python or medrecipes eval, not under accelerate launch or torchrun"
+        )
     check_task_names(args.tasks, list(args.data_by_task), where, "give a name its own questions with --data NAME=FILE")
     # An entry for a task not run is fine (a YAML's data for several tasks, --tasks picking some),
     # unless its name is a misspelling of a task that runs without an entry of its own.

@@ -686,6 +686,13 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
                 f"{key} {value:g} is beyond max_steps {args.max_steps}, so it happens at no step of the run; "
                 f"lower it to {args.max_steps} or less"
             )
+    for key, strategy in intervals:  # "no" is said with the feature it switches off
+        every = getattr(getattr(args, strategy, None), "value", getattr(args, strategy, None))
+        if key in given and every not in ("steps", "no", None):
+            found.append(
+                f"{key} is read only while {strategy} is steps, and it is {every}; set {strategy}: steps to use it, "
+                "or drop it"
+            )
     if "num_train_epochs" in given and "max_steps" in given and args.max_steps > 0:
         found.append("num_train_epochs does nothing while max_steps is set (the run stops at max_steps); drop one")
     elif "num_train_epochs" in given and given.get("total_tokens") is not None:

@@ -106,6 +106,9 @@ def serve(
         raise UserError("serve: needs fastapi and uvicorn; pip install 'medrecipes[serve]'") from None
     _check_model(model)
     loopback = _check_address(host, port)
+    if api_key is not None and os.environ.get(API_KEY_ENV) not in (None, api_key):
+        print(f"warning: serve: --api-key and {API_KEY_ENV} differ; requests must carry --api-key's, and the "
+              f"environment's is refused", file=sys.stderr, flush=True)  # fmt: skip
     api_key = os.environ.get(API_KEY_ENV) if api_key is None else api_key
     if api_key is not None and not api_key.strip():
         raise UserError(
