@@ -180,6 +180,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("model that is neither a path nor a Hub id", ["validate", sft, "--model_name_or_path", "my model"], "'my model' is no local path, and not a Hub id either"),
         Case("a shell variable in a path key", ["validate", sft, "--output_dir", "$HOME/runs/sft"], "output_dir '$HOME/runs/sft' holds $HOME, which a shell expands and a recipe does not; write the path itself"),
         Case("a shell variable in a source's path", ["validate", sft, "--dataset_mixture", "{sources: [{path: $DATA/train.jsonl, format: usmle}]}"], "holds $DATA, which a shell expands and a recipe does not"),
+        Case("float16 weights trained whole", ["validate", sft, "--dtype", "float16"], "dtype float16 trains the weights themselves in half precision"),
+        Case("a streaming mixture counted in epochs", ["validate", cpt, "--dataset_mixture", "{streaming: true, sources: [{path: data/medical_text/train.jsonl}]}", "--max_steps", "-1"], "a streaming mixture has no length; set max_steps or total_tokens"),
         Case("checkpointing argument misspelt", ["validate", sft, "--activation_checkpointing", "true", "--activation_checkpointing_kwargs", "{reentrant: false}"], "not a setting of torch's checkpoint (did you mean 'use_reentrant'?)"),
         Case("accelerator_config value of the wrong kind", ["validate", cpt, "--accelerator_config", "{split_batches: maybe}"], "accelerator_config.split_batches must be true or false"),
         Case("accelerator_config accumulation beside the recipe's", ["validate", cpt, "--accelerator_config", "{gradient_accumulation_kwargs: {num_steps: 4}}"], "would replace gradient_accumulation_steps"),

@@ -264,7 +264,7 @@ def test_a_checkpoint_another_run_saved_is_set_aside_for_this_runs(tmp_path, cap
     earlier, newest = _whole_checkpoint(run, 2), _whole_checkpoint(run, 320)
     (run / RECORD).write_text(json.dumps({**ours, "recipe": {}}))
     stamp_checkpoint(str(earlier), str(run))
-    assert json.loads((earlier / RECORD).read_text()) == ours  # the identity alone
+    assert json.loads((earlier / RECORD).read_text()) == {**ours, "processes": 1}  # the identity, and the processes
     for theirs, named in (({"script": "recipes/sft.py"}, "script recipes/sft.py, here recipes/cpt.py"),
                           ({"data": "d2"}, "dataset_mixture d2, here d1")):  # fmt: skip
         (newest / RECORD).write_text(json.dumps({**ours, **theirs}))

@@ -370,3 +370,29 @@ def test_resuming_with_a_setting_the_checkpoint_overrides_is_refused(finished_ru
         assert "set them back to resume, or set overwrite_output_dir: true" in errors(result)[0]
     result = cpt_again(out, tiny_model, "--logging_steps", "1")
     assert result.returncode == 0 and f"resuming from {out}/checkpoint-6" in result.stdout, result.stderr[-2000:]
+
+
+def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path, caplog, monkeypatch):
+    """The trainer resumes a checkpoint without its optimizer state, or one saved by another number
+    of processes, without a word: each is a warning as the run resumes (the checkpoint's stamp
+    counts the processes that saved it)."""
+    import logging
+
+    from medrecipes.runs.resume import last_checkpoint
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run / "checkpoint-6", out / "checkpoint-6")
+    shutil.copy(finished_run / "run.json", out / "run.json")
+    stamp = json.loads((out / "checkpoint-6" / "run.json").read_text())
+    assert stamp["processes"] == 1
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with caplog.at_level(logging.WARNING):
+        assert last_checkpoint(str(out)) == str(out / "checkpoint-6")
+    assert caplog.records == []  # as it was saved: nothing to say
+    (out / "checkpoint-6" / "optimizer.pt").unlink()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING):
+        last_checkpoint(str(out))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("holds no optimizer state: the run resumes its weights and step" in m for m in said), said
+    assert any("was saved by a run of WORLD_SIZE 1 and resumes in one of 2" in m for m in said), said

@@ -283,6 +283,13 @@ def resolve_token_budget(
     return derived
 
 
+def check_stream_length(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
+    """A streaming mixture has no length for epochs to count: its run ends at max_steps, given or
+    derived from total_tokens (the trainer refuses it only once the data is built)."""
+    if recipe.mixture is not None and recipe.mixture.streaming and args.max_steps <= 0:
+        raise UserError(f"{path}: a streaming mixture has no length; set max_steps or total_tokens")
+
+
 # The step count each token count of a budget derives (a resolved recipe gives both, the same).
 STEPS_OF_TOKENS = {"total_tokens": "max_steps", "global_batch_tokens": "gradient_accumulation_steps",
                    "warmup_tokens": "warmup_steps"}  # fmt: skip
@@ -798,6 +805,13 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         raise UserError(
             f"{path}: lora_alpha must be above 0, got {model_args.lora_alpha}: the adapter's output is scaled by "
             "lora_alpha / lora_r, so 0 trains nothing (the usual choice is 2 x lora_r)"
+        )
+    if str(model_args.dtype) in ("float16", "half") and not model_args.use_peft:
+        raise UserError(
+            f"{path}: dtype {model_args.dtype} trains the weights themselves in half precision, with no float32 copy: "
+            "updates underflow or overflow (the loss diverges within steps), and fp16: true refuses to unscale their "
+            "gradients; load bfloat16 or float32 weights (fp16: true computes in float16 on a GPU), or train an "
+            "adapter (use_peft: true)"
         )
     bits = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(model_args, key)]  # one: RecipeModelConfig
     if bits and not model_args.use_peft:

@@ -137,6 +137,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     for check in trains.checks:
         check(recipe, args, path)
     derived = checks.resolve_token_budget(recipe, args, path)
+    checks.check_stream_length(recipe, args, path)
     if getattr(args, "prompts_per_step", None) is not None:
         derived["gradient_accumulation_steps"] = args.gradient_accumulation_steps
     checks.check_eval_needed(recipe, args, path)

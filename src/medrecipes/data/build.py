@@ -58,9 +58,7 @@ def blocks_needed(recipe, args, path: str, num_processes: int) -> int | None:
     be split over is refused here, as the run would refuse it."""
     resolve_token_budget(recipe, args, path, world_size=num_processes)
     if not recipe.mixture.streaming:
-        return None
-    if args.max_steps <= 0:
-        raise UserError(f"{path}: a streaming mixture has no length; set max_steps or total_tokens")
+        return None  # a streaming one has max_steps (config.checks.check_stream_length)
     return args.max_steps * args.gradient_accumulation_steps * args.per_device_train_batch_size * num_processes
 
 

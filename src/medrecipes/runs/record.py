@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from medrecipes.config.methods import method_named
+from medrecipes.config.schema import world_size
 from medrecipes.data.rows import local_files
 from medrecipes.errors import UserError
 from medrecipes.locations import SAMPLED, files_fingerprint, weights_fingerprint
@@ -30,6 +31,7 @@ IDENTITY = ("script", "model", "data")
 IDENTITY_WORDS = {"script": "script", "model": "model", "data": "dataset_mixture"}
 WEIGHTS = "weights"
 DATA_FILES = "data_files"  # a fingerprint of the training data files' contents (their sizes and ends)
+PROCESSES = "processes"  # in a checkpoint's stamp: how many processes trained to it
 
 
 def run_identity(method: str, recipe, model_args) -> dict:
@@ -99,7 +101,8 @@ def stamp_checkpoint(checkpoint: str, output_dir: str) -> None:
     there for another run's (`runs.resume.last_checkpoint`)."""
     record = read_record(output_dir)
     if record:
-        write_record(checkpoint, {key: record[key] for key in (*IDENTITY, WEIGHTS, DATA_FILES) if key in record})
+        kept = {key: record[key] for key in (*IDENTITY, WEIGHTS, DATA_FILES) if key in record}
+        write_record(checkpoint, {**kept, PROCESSES: world_size()})  # the processes its data position counts
 
 
 def write_record(output_dir: str, record: dict) -> None:

@@ -7,11 +7,12 @@ training. Whether a checkpoint fits the model in hand is the trainer's side
 import logging
 import os
 
+from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError
 from medrecipes.outputs.checkpoints import TRAINER_STATE, checkpoint_damage, checkpoint_steps
 from medrecipes.outputs.records import STAGING
 from medrecipes.outputs.writes import REPLACED, finish_publish
-from medrecipes.runs.record import identity_differences, read_record
+from medrecipes.runs.record import PROCESSES, identity_differences, read_record
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ def last_checkpoint(output_dir: str) -> str | None:
         logger.warning("ignoring %s: %s", folder, why)
     if path is not None:
         logger.info("resuming from %s", path)
+        _say_what_differs(path)
         return path
     damaged = [f"{os.path.basename(folder)}: {why}" for folder, why, damage in skipped if damage]
     if damaged:
@@ -61,6 +63,26 @@ def last_checkpoint(output_dir: str) -> str | None:
             "aside to start over, or set overwrite_output_dir: true to delete them"
         )
     return None
+
+
+def _say_what_differs(checkpoint: str) -> None:
+    """What the trainer resumes without a word but not as the run was: a checkpoint with no
+    optimizer state (a copy that left it out: the optimizer starts again), or one saved by another
+    number of processes (each step's batch and the data still to come are not the run's)."""
+    names = [name for _, _, files in os.walk(checkpoint) for name in files]
+    if not any("optim" in name for name in names):  # optimizer.pt, DeepSpeed's and FSDP's shards
+        logger.warning(
+            "%s holds no optimizer state: the run resumes its weights and step, and the optimizer starts again "
+            "(its moments at zero); resume from a checkpoint with its optimizer.pt to continue it",
+            checkpoint,
+        )
+    saved, now = (_stamp(checkpoint) or {}).get(PROCESSES), world_size()
+    if isinstance(saved, int) and saved != now:
+        logger.warning(
+            "%s was saved by a run of WORLD_SIZE %d and resumes in one of %d: a step's batch is per_device_train_batch_size "
+            "x %d, not x %d, and the data to come is not what the run would have read; launch %d to resume it as it was",
+            checkpoint, saved, now, now, saved, saved,
+        )  # fmt: skip
 
 
 def kept(output_dir: str) -> str:
