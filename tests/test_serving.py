@@ -214,6 +214,7 @@ def test_the_openai_sdk_streams_what_it_is_answered_whole(server):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0)
     name = client.models.list().data[0].id
+    assert client.models.retrieve(name).id == name
     messages = [{"role": "user", "content": QUESTION}]
     whole = client.chat.completions.create(model=name, messages=messages, max_tokens=32)
     assert whole.choices[0].message.content.strip() == ANSWER
@@ -617,3 +618,16 @@ def test_bytes_that_are_no_http_request_get_the_json_error_and_the_server_answer
     assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), answer
     assert_refused(400, json.loads(body))
     assert server.call("GET", "/health")[0] == 200
+
+
+def test_a_served_name_with_a_slash_is_retrieved_by_it(memorised_model):
+    """GET /v1/models/{model}, what the OpenAI SDK's models.retrieve asks, for a Hub-style name."""
+    from fastapi.testclient import TestClient
+
+    from medrecipes.serving.app import create_app
+    from medrecipes.serving.model import ServedModel
+
+    client = TestClient(create_app(ServedModel(memorised_model, name="med/tiny-sft")))
+    assert client.get("/v1/models/med/tiny-sft").json()["id"] == "med/tiny-sft"
+    missing = client.get("/v1/models/med/other")
+    assert missing.status_code == 404 and "is not served here; this server serves 'med/tiny-sft'" in missing.text

@@ -133,13 +133,7 @@ def recipe_under_launch(
 
     processes = config.get("num_processes", 1)
     for_world_size(recipe, training_args, recipe_path, processes)
-    ds_steps = (config.get("deepspeed_config") or {}).get("gradient_accumulation_steps")
-    if isinstance(ds_steps, int) and ds_steps != training_args.gradient_accumulation_steps:
-        raise UserError(
-            f"{config_path}: deepspeed_config.gradient_accumulation_steps {ds_steps} and the "
-            f"recipe's {training_args.gradient_accumulation_steps} (for {processes} processes) disagree; drop "
-            "it from the accelerate config (the recipe sets it), or make them equal"
-        )
+    _check_against_recipe(config, config_path, training_args, processes)
     precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
     given = training_args.bf16 if "bf16" in recipe.given else None
     try:
@@ -158,6 +152,34 @@ def recipe_under_launch(
         )
     recipe.notes = _notes_under_launch(recipe, training_args, config, sharded, processes)
     return launch + "".join(f"; {note}" for note in _idle_settings(config, sharded, processes))
+
+
+def _check_against_recipe(config: dict, config_path: str, training_args, processes: int) -> None:
+    """What the accelerate config sets that the recipe sets too, or reads from it, refused where
+    transformers would refuse it once the model is loaded: DeepSpeed's gradient accumulation and
+    clipping unlike the recipe's (it requires them to match), FSDP's activation checkpointing beside
+    the recipe's; and ZeRO-3 without zero3_save_16bit_model, which saves final/ as DeepSpeed's
+    shards with no model weights for the evaluations, the card and the push to read."""
+    deepspeed, fsdp = config.get("deepspeed_config") or {}, config.get("fsdp_config") or {}
+    for key, recipe_key in (("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                            ("gradient_clipping", "max_grad_norm")):  # fmt: skip
+        value, ours = deepspeed.get(key), getattr(training_args, recipe_key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value != ours:
+            raise UserError(
+                f"{config_path}: deepspeed_config.{key} {value} and the recipe's {recipe_key} {ours} (for {processes} "
+                f"processes) disagree; drop it from the accelerate config (the recipe sets it), or make them equal"
+            )
+    if fsdp.get("fsdp_activation_checkpointing") is True and training_args.activation_checkpointing:
+        raise UserError(
+            f"{config_path}: fsdp_config.fsdp_activation_checkpointing and the recipe's activation_checkpointing are "
+            "both on, which transformers refuses; keep FSDP's and set activation_checkpointing: false in the recipe"
+        )
+    if config.get("distributed_type") == "DEEPSPEED" and deepspeed.get("zero_stage") == 3:
+        if deepspeed.get("zero3_save_16bit_model") is False:
+            raise UserError(
+                f"{config_path}: zero3_save_16bit_model false saves final/ as DeepSpeed's shards, with no model "
+                "weights for the evaluations, the card and the push to read; set it true"
+            )
 
 
 def _notes_under_launch(recipe, training_args, config: dict, sharded: str, processes: int) -> list[str]:

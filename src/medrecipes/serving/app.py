@@ -9,7 +9,7 @@ import threading
 from medrecipes.serving.model import ServedModel
 from medrecipes.serving.requests import RequestError
 
-DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models and GET /health"
+DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model} and GET /health"
 
 
 def bearer_token(header: str) -> str | None:
@@ -70,10 +70,18 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     async def health():
         return {"status": "ok", "model": served.name}
 
+    described = {"id": served.name, "object": "model", "created": served.created, "owned_by": "medrecipes"}
+
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": served.created,
-                                            "owned_by": "medrecipes"}]}  # fmt: skip
+        return {"object": "list", "data": [described]}
+
+    @app.get("/v1/models/{name:path}")  # a served name may hold a slash, as a Hub id does
+    async def model(name: str):
+        if name != served.name:
+            return refuse(404, f"model '{name}' is not served here; this server serves '{served.name}'",
+                          "not_found_error")  # fmt: skip
+        return described
 
     async def answer(request: Request, parse, work):
         """`work(parsed)` for a body `parse` takes, in the queue's turn; the refusals on the way."""
