@@ -185,6 +185,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("DeepSpeed's clipping unlike the recipe's", ["validate", cpt, "--accelerate-config", f["clip03accel.yaml"]], "deepspeed_config.gradient_clipping 0.3 and the recipe's max_grad_norm"),
         Case("ZeRO-3 saving no whole weights", ["validate", cpt, "--accelerate-config", f["no16accel.yaml"]], "zero3_save_16bit_model false saves final/ as DeepSpeed's shards"),
         Case("FSDP's activation checkpointing beside the recipe's", ["validate", cpt, "--activation_checkpointing", "true", "--accelerate-config", f["fsdpacaccel.yaml"]], "fsdp_config.fsdp_activation_checkpointing and the recipe's activation_checkpointing are both on"),
+        Case("GRPO: an answer form the prompt does not ask for", ["validate", grpo, "--rewards", "[{name: usmle_accuracy}, {name: answer_format, style: final_answer_line}]"], "answer_format style final_answer_line rewards another form than the prompt asks for"),
         Case("checkpointing argument misspelt", ["validate", sft, "--activation_checkpointing", "true", "--activation_checkpointing_kwargs", "{reentrant: false}"], "not a setting of torch's checkpoint (did you mean 'use_reentrant'?)"),
         Case("accelerator_config value of the wrong kind", ["validate", cpt, "--accelerator_config", "{split_batches: maybe}"], "accelerator_config.split_batches must be true or false"),
         Case("accelerator_config accumulation beside the recipe's", ["validate", cpt, "--accelerator_config", "{gradient_accumulation_kwargs: {num_steps: 4}}"], "would replace gradient_accumulation_steps"),
@@ -414,6 +415,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("merge-lora: an adapter config's rank as text", ["merge-lora", f["eightadapter"], f"{files}/m6"], "r must be a whole number, got \"eight\""),
         Case("generate: an adapter config's rank as text", ["generate", f["eightadapter"], "--prompt", "hi"], "r must be a whole number"),
         Case("SFT: a template whose answers end with no token", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--chat_template_path", f["noend.jinja"]], "an assistant's answer is followed by no '<|im_end|>'"),
+        Case("SFT: explanations trained from rows that hold none", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--with_explanation", "true", "--chain_of_thought", "true", "--dataset_mixture", f"{{sources: [{{path: {f['noexpl.jsonl']}, format: usmle}}]}}"], "with_explanation trains each question's explanation, and none of the training rows holds one"),
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
@@ -671,6 +673,8 @@ FILES = {
     "glued.jsonl": '{"question": "Which {x}{y} organ pumps blood?", "options": ["Heart", "Lung", "Liver", "Skin"], '
     '"answer": "A"}\n{"question": "Q2?", "options": ["a", "b", "c", "d"], "answer": "B"} {"question": "Q3?", '
     '"options": ["a", "b", "c", "d"], "answer": "C"}\n',
+    "noexpl.jsonl": '{"question": "Which organ pumps blood?", "options": ["Heart", "Lung", "Liver", "Skin"], '
+    '"answer": "A"}\n',
     "noend.jinja": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
     "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
     "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",

@@ -399,6 +399,15 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
     functions, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
+    asked = "final_answer_line" if recipe.chain_of_thought else "letter"  # the form the prompt asks for
+    for i, (entry, function) in enumerate(zip(args.rewards, functions, strict=True)):
+        style = entry.get("style", "final_answer_line") if isinstance(entry, dict) else None
+        if getattr(function, "__name__", None) == "answer_format" and style != asked:
+            raise UserError(
+                f"{path}: rewards[{i}]: answer_format style {style} rewards another form than the prompt asks for "
+                f"(chain_of_thought {str(recipe.chain_of_thought).lower()}: {asked}), so answers that do as asked "
+                f"score 0; use style {asked}, or chain_of_thought: {str(not recipe.chain_of_thought).lower()}"
+            )
     for i, function in enumerate(functions):
         if getattr(function, "__name__", None) == "overlong_penalty":
             start = function.settings["max_tokens"] - function.settings["buffer_tokens"]

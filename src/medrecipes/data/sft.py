@@ -27,6 +27,8 @@ def sft_data(recipe, completion_only_loss: bool | None = None):
     # Only training is restricted to `subjects`: evaluation reports every subject, so a
     # per-subject run shows what it gains and what it loses elsewhere.
     train = build_mixture(recipe.mixture, render, recipe.subjects)
+    if recipe.with_explanation:
+        _check_explained(train, recipe)
     evals = {name: load_source(source, render=render) for name, source in recipe.eval_sources.items()}
     mcq = {name: load_mcq_source(source) for name, source in recipe.eval_sources.items() if source.format == "usmle"}
     if completion_only_loss:
@@ -38,3 +40,26 @@ def sft_data(recipe, completion_only_loss: bool | None = None):
                     "(assistant_only_loss trains their answers), or give rows with prompt and completion"
                 )
     return train, evals, mcq
+
+
+def _check_explained(train, recipe) -> None:
+    """with_explanation trains the rows' explanations before their 'Final Answer: X': rows that
+    hold none are trained on that line alone, after a prompt that asks for reasoning. None of them
+    explained is one line; some, a warning with their count."""
+    import logging
+
+    if "messages" not in (train.column_names or []) or not hasattr(train, "__len__"):
+        return  # a stream: read as it trains
+    answers = [messages[-1]["content"] for messages in train["messages"] if messages[-1]["role"] == "assistant"]
+    bare = sum(answer.startswith("Final Answer:") for answer in answers)
+    where = recipe.recipe_file or "recipe"
+    if answers and bare == len(answers):
+        raise UserError(
+            f"{where}: with_explanation trains each question's explanation, and none of the training rows holds "
+            "one (an 'explanation' field); give rows that do, or set with_explanation: false"
+        )
+    if bare:
+        logging.getLogger(__name__).warning(
+            "%s: with_explanation: %d of %d training answers have no explanation in their rows and are trained as "
+            "'Final Answer: X' alone", where, bare, len(answers),
+        )  # fmt: skip
