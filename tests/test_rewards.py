@@ -270,3 +270,26 @@ def test_rewards_survive_a_pickle_round_trip(name, settings):
         "completion_ids": [[1] * n for n in (2, 6, 8, 9)],
     }
     assert again(completions=completions, **columns) == built(completions=completions, **columns)
+
+
+def test_a_reward_of_ones_own_is_held_to_the_scores_trl_takes(tmp_path, monkeypatch):
+    """A reward by import path that returns one float for the batch, too few scores or a text
+    score: one line naming it, where TRL fails in its step; a list of numbers and None passes, and
+    the reward pickles and keeps its own name for the logs."""
+    import pickle
+
+    from medrecipes.rewards import get_reward
+
+    (tmp_path / "my_scores.py").write_text(
+        "def batch(completions, **kw):\n    return 1.0\n"
+        "def short(completions, **kw):\n    return [1.0]\n"
+        "def text(completions, **kw):\n    return ['1'] * len(completions)\n"
+        "def fine(completions, **kw):\n    return [1.0, None]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, said in (("batch", "returned a float"), ("short", "returned 1 scores for 2 completions"),
+                       ("text", "returned a score of str ('1')")):  # fmt: skip
+        with pytest.raises(UserError, match=re.escape(f"reward 'my_scores.{name}' {said}")):
+            get_reward(f"my_scores.{name}")(["A", "B"])
+    fine = pickle.loads(pickle.dumps(get_reward("my_scores.fine")))
+    assert fine(["A", "B"]) == [1.0, None] and fine.__name__ == "fine"

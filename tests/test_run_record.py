@@ -162,6 +162,8 @@ def test_pushed_recipe_runs_the_same_settings_again(pushed_run, tmp_path, monkey
     from medrecipes.config import parse_recipe, resolved_recipe
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # rerun where the Hub is reachable: it pushes too
+    monkeypatch.setenv("HF_TOKEN", "hf_user")  # and knows the token (the stand-in is gone by now)
+    monkeypatch.setattr("huggingface_hub.HfApi.whoami", lambda self, token=None: {"name": "user"})
 
     _, _, hub, _ = pushed_run
     text = hub.repos["med/tiny-cpt"]["main"]["recipe.yaml"].decode()

@@ -4,6 +4,7 @@ push read the method from run.json, never from the process that happens to run t
 
 import dataclasses
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -56,8 +57,10 @@ def test_run_json_records_the_settled_run_whole(method, tiny_model, tmp_path):
 def test_sft_trains_answers_to_the_settled_end_of_turn(tiny_model, tmp_path):
     run, args, _ = settled("sft", tiny_model, tmp_path / "a", "--eos_token", "")
     assert run.end_of_turn == "<|im_end|>" == args.eos_token  # the shipped ChatML template's
-    named, args, _ = settled("sft", tiny_model, tmp_path / "b", "--eos_token", "<|endoftext|>")
-    assert named.end_of_turn == "<|endoftext|>" == args.eos_token  # the recipe's own, kept
+    named, args, _ = settled("sft", tiny_model, tmp_path / "b", "--eos_token", "<|im_end|>")
+    assert named.end_of_turn == "<|im_end|>" == args.eos_token  # the recipe's own, kept
+    with pytest.raises(UserError, match=re.escape("an assistant's answer is followed by no '<|endoftext|>'")):
+        settled("sft", tiny_model, tmp_path / "d", "--eos_token", "<|endoftext|>")  # a token no answer ends with
     with pytest.raises(UserError, match="eos_token: '</s>' is not a token of"):  # one the tokenizer lacks
         settled("sft", tiny_model, tmp_path / "c", "--eos_token", "</s>")
 

@@ -1,6 +1,6 @@
 """A local stand-in for the few Hub HTTP endpoints a push uses, for huggingface_hub's HF_ENDPOINT.
 
-Repository creation, branch creation, the README metadata check, the preupload check (every
+Who a token is, repository creation, branch creation, the README metadata check, the preupload check (every
 file answered as a regular git file, sent inline with the commit) and commits; everything received is kept in memory so
 that tests can read what was pushed, where, and with which credentials.
 """
@@ -31,6 +31,8 @@ class HubStandIn:
 
             def do_GET(self):
                 stand_in.requests.append(("GET", self.path, self.headers.get("authorization", "")))
+                if self.path.split("?")[0] == "/api/whoami-v2":  # who the token is: asked before a run pushes
+                    return self._reply(200, {"type": "user", "name": "user", "orgs": []})
                 stand_in.unknown.append(f"GET {self.path}")
                 self._reply(404, {"error": "not found"})
 

@@ -97,8 +97,9 @@ def get_reward(name: str, **settings) -> Callable:
     """The reward `name` (a registered name or a dotted import path) built with `settings`."""
     func = _resolve(name)
     _reject_unknown_keys(name, settings)
+    ours = any(func is registered for registered in REWARDS.values())  # a user's own is held to TRL's scores
     if not _is_factory(func):
-        return func
+        return func if ours else CheckedReward(name, func)
     for key, parameter in inspect.signature(func).parameters.items():
         named = parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if named and parameter.default is inspect.Parameter.empty and key not in settings:
@@ -106,7 +107,7 @@ def get_reward(name: str, **settings) -> Callable:
     built = func(**settings)
     if not callable(built):
         raise UserError(f"reward '{name}': takes no 'completions' argument and does not return a reward function")
-    return built
+    return built if ours else CheckedReward(name, built)
 
 
 def reward_functions(entries: list, where: str = "rewards") -> tuple[list[Callable], list[float]]:
@@ -163,6 +164,36 @@ class BoundReward:
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         return f"{self.__name__}({settings})"
+
+
+class CheckedReward:
+    """A reward of the user's own (an import path), its scores held to what TRL takes: a list of one
+    number a completion, None for one it does not score. TRL fails on another with a traceback
+    inside its step (a float for the batch is "not iterable"); this says which reward in one line.
+    A class, as BoundReward, so that it pickles; logged under the function's own name."""
+
+    def __init__(self, name: str, function: Callable):
+        self.path, self.function = name, function
+        self.__name__ = getattr(function, "__name__", name.rsplit(".", 1)[-1])
+
+    def __call__(self, completions, **kwargs):
+        scores = self.function(completions, **kwargs)
+        wrong = None
+        if not isinstance(scores, list | tuple):
+            wrong = f"a {type(scores).__name__}"
+        elif len(scores) != len(completions):
+            wrong = f"{len(scores)} scores for {len(completions)} completions"
+        elif bad := [s for s in scores if s is not None and (isinstance(s, bool) or not isinstance(s, int | float))]:
+            wrong = f"a score of {type(bad[0]).__name__} ({bad[0]!r})"
+        if wrong:
+            raise UserError(
+                f"reward '{self.path}' returned {wrong}; a reward returns a list of one number a completion "
+                "(None for one it does not score)"
+            )
+        return scores
+
+    def __repr__(self) -> str:
+        return self.path
 
 
 # The rewards that score whether an answer is right (the others score its form or its length): a

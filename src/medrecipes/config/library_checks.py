@@ -567,6 +567,23 @@ def check_hub_reachable(args: TrainingArguments, recipe, path: str) -> None:
             f"{path}: {asked[0]} is true but the Hub is offline here (HF_HUB_OFFLINE=1), so the push would fail "
             f"after training; set {asked[0]}: false and upload final/ later (hf upload), or unset HF_HUB_OFFLINE"
         )
+    if asked:  # the trainer creates the repository as it is built, with this token: no token fails there
+        from huggingface_hub import HfApi, get_token
+
+        token = getattr(args, "hub_token", None) or get_token()
+        if token is None:
+            raise UserError(
+                f"{path}: {asked[0]} is true and no Hub token is set here (hf auth login, HF_TOKEN, or hub_token), "
+                f"so the push would fail; log in, or set {asked[0]}: false and upload final/ later (hf upload)"
+            )
+        try:
+            HfApi().whoami(token=token)
+        except Exception as err:  # no network, a revoked token: the trainer's repository call fails the same way
+            reason = " ".join(str(err).split())[:160] or type(err).__name__
+            raise UserError(
+                f"{path}: {asked[0]} is true and the Hub does not answer for this token ({reason}); check the network "
+                f"and the token, or set {asked[0]}: false and upload final/ later (hf upload)"
+            ) from None
 
 
 def trains_on_cpu(args: TrainingArguments) -> bool:
@@ -932,6 +949,18 @@ def check_structured_settings(args: TrainingArguments, path: str, given: dict) -
                     f"use {', '.join(sorted(kinds))}"
                 )
             check_value(f"{key}.{name}", value, kinds[name], path)
+
+
+def check_accelerator_settings(args: TrainingArguments, path: str) -> None:
+    """Settings that need an accelerator on the machine, which TRL reads from torch as it builds
+    the trainer and fails without (its activation offloading asks for the accelerator's type)."""
+    import torch
+
+    if getattr(args, "activation_offloading", False) and not torch.accelerator.is_available():
+        raise UserError(
+            f"{path}: activation_offloading moves activations from an accelerator's memory to the CPU's, and this "
+            "machine has no accelerator (TRL fails on it); drop it"
+        )
 
 
 def check_parallelism(args: TrainingArguments, path: str, world_size: int) -> None:

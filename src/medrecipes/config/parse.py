@@ -164,6 +164,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     if to_train and here:  # names the libraries know, installed on this machine; the processes started
         library_checks.check_installed(args, model_args, path)
         library_checks.check_parallelism(args, path, world_size())
+        library_checks.check_accelerator_settings(args, path)
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)
