@@ -4,6 +4,7 @@ a sort in plain Python for selective accuracy), the bootstrap intervals, tempera
 and the calibration that loglik and sampled generate evaluations report."""
 
 import json
+import logging
 import math
 import shutil
 
@@ -112,7 +113,9 @@ def test_temperature_scaling_recovers_the_temperature_that_made_the_answers():
 def test_the_saved_temperature_is_read_and_a_bad_one_refused(tmp_path):
     assert cal.read_temperature(str(tmp_path)) is None
     (tmp_path / "calibration.json").write_text(json.dumps({"temperature": 1.7}))
-    assert cal.read_temperature(str(tmp_path)) == 1.7
+    assert cal.read_temperature(str(tmp_path)) == (1.7, None)
+    (tmp_path / "calibration.json").write_text(json.dumps({"temperature": 1.7, "task": "medqa_4opt"}))
+    assert cal.read_temperature(str(tmp_path)) == (1.7, "medqa_4opt")
     for bad in ({"temperature": 0}, {"temperature": "warm"}, {"temperature": True}, {}, []):
         (tmp_path / "calibration.json").write_text(json.dumps(bad))
         with pytest.raises(UserError, match="calibration.json: no positive temperature in it"):
@@ -182,7 +185,7 @@ def test_sampled_answers_vote_and_their_agreement_is_the_confidence():
 SAMPLE = ROOT / "data/usmle_sample"
 
 
-def test_calibrate_saves_a_temperature_that_eval_then_reports(tiny_model, tmp_path, capsys):
+def test_calibrate_saves_a_temperature_that_eval_then_reports(tiny_model, tmp_path, capsys, caplog):
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     argv = ["calibrate", "--model", str(model), "--task", "medqa_4opt", "--dev", str(SAMPLE / "train.jsonl"),
@@ -206,6 +209,11 @@ def test_calibrate_saves_a_temperature_that_eval_then_reports(tiny_model, tmp_pa
     assert (scaled["mean_confidence"] < raw["mean_confidence"]) == (saved["temperature"] > 1)
     assert scaled["ece"] == pytest.approx(saved["held_out"]["after"]["ece"])
     assert "log-likelihoods / fitted temperature" in capsys.readouterr().out
+    # A task it was not fitted on is scaled by it too: said as the evaluation starts.
+    with caplog.at_level(logging.WARNING):
+        cli.main(["eval", "--model", str(model), "--tasks", "other", "--data", f"other={SAMPLE / 'test.jsonl'}",
+                  "--batch_size", "4", "--limit", "2"])  # fmt: skip
+    assert "was fitted on medqa_4opt and scales the confidences of other too" in caplog.text
     # Its own earlier result is replaced only when asked; questions both fitted and measured are refused.
     for extra, words in (
         ([], "pass --overwrite"),

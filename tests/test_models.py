@@ -244,6 +244,20 @@ def test_a_csv_corpus_is_read_by_its_cells_not_its_lines(tmp_path):
     assert "Aspirin" in tokenizer.decode(tokenizer("Aspirin")["input_ids"], skip_special_tokens=True)
 
 
+def test_a_parquet_corpus_is_read_by_its_text_cells(tmp_path):
+    """A Parquet corpus (the layout of most Hub text datasets) gives the tokenizer its rows' text,
+    not its bytes as if it were a text file."""
+    from datasets import Dataset
+
+    from medrecipes.models.tiny import train_tokenizer
+
+    corpus = tmp_path / "corpus.parquet"
+    Dataset.from_dict({"text": ["Aspirin inhibits COX enzymes."] * 20, "id": list(range(20))}).to_parquet(str(corpus))
+    tokenizer = train_tokenizer([str(corpus)], vocab_size=300)
+    assert "Aspirin" in tokenizer.decode(tokenizer("Aspirin")["input_ids"], skip_special_tokens=True)
+    assert not any("PAR1" in token for token in tokenizer.get_vocab())  # Parquet's magic bytes were not learned
+
+
 def test_the_command_says_its_version(capsys):
     from importlib.metadata import version
 

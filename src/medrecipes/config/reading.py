@@ -116,6 +116,9 @@ class RecipeParser(TrlParser):
         return parse
 
     def error(self, message):  # argparse calls this for bad values and types
+        if message.endswith("expected one argument"):  # the value is missing, or starts with '-'
+            flag = message.removeprefix("argument ").split("/")[0].split(":")[0]
+            message += f"; give it one, and a value that starts with '-' as {flag}=VALUE"
         raise UserError(f"{self.recipe_path}: {message}")
 
     def set_defaults_with_config(self, **config):

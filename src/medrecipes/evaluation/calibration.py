@@ -239,18 +239,20 @@ def with_interval(found: dict, key: str, spec: str) -> str:
 TEMPERATURE_FILE = "calibration.json"  # in the model folder, written by `medrecipes calibrate`
 
 
-def read_temperature(model: str) -> float | None:
-    """The temperature `medrecipes calibrate` saved with a local model, or None."""
+def read_temperature(model: str) -> tuple[float, str | None] | None:
+    """(temperature, the task it was fitted on) that `medrecipes calibrate` saved with a local
+    model, or None."""
     path = os.path.join(model, TEMPERATURE_FILE)
     if not os.path.isfile(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            value = json.load(f)["temperature"]
-    except (OSError, ValueError, KeyError, TypeError):
-        value = None
+            saved = json.load(f)
+        value, task = saved["temperature"], saved.get("task")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        value, task = None, None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise UserError(
             f"{path}: no positive temperature in it; fit one again with `medrecipes calibrate`, or delete the file"
         )
-    return float(value)
+    return float(value), task if isinstance(task, str) else None

@@ -75,7 +75,13 @@ def run_evaluation(args) -> dict:
         )
         for name in args.tasks
     }
-    fitted = cal.read_temperature(args.model_name_or_path)  # saved with the model by `medrecipes calibrate`
+    fitted, fitted_on = cal.read_temperature(args.model_name_or_path) or (None, None)  # `medrecipes calibrate`'s
+    if fitted is not None and args.mode == "loglik" and (others := [t for t in args.tasks if t != fitted_on]):
+        logger.warning(
+            "the calibration temperature saved with %s was fitted on %s and scales the confidences of %s too; "
+            "fit one on each task's dev questions (medrecipes calibrate --task) to read their calibration",
+            args.model_name_or_path, fitted_on or "a task not named", ", ".join(others),
+        )  # fmt: skip
     model, tokenizer = load_for_evaluation(args.model_name_or_path, args.model_revision, args.dtype, args.device)
     generation = {
         "system_prompt": args.system_prompt,

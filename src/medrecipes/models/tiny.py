@@ -31,14 +31,21 @@ def _strings(value):
 
 
 def _read_texts(corpus: list[str]):
-    """Each line of a text file, the strings of each JSON line, the cells of each CSV row (its
-    header names the columns and is no text)."""
+    """Each line of a text file, the strings of each JSON line, the cells of each CSV or Parquet row
+    (a CSV's header names the columns and is no text)."""
     for path in corpus:
-        if path.endswith(".csv"):
+        if path.endswith((".csv", ".parquet")):
             from datasets import load_dataset
 
-            for row in load_dataset("csv", data_files=data_file(path), split="train", keep_default_na=False):
-                yield " ".join(str(cell) for cell in row.values() if cell is not None)
+            csv = path.endswith(".csv")
+            options = {"keep_default_na": False} if csv else {}
+            rows = load_dataset("csv" if csv else "parquet", data_files=data_file(path), split="train", **options)
+            for row in rows:
+                yield (
+                    " ".join(str(cell) for cell in row.values() if cell is not None)
+                    if csv
+                    else " ".join(_strings(row))
+                )
             continue
         with open(path, encoding="utf-8") as f:
             for line in f:
@@ -49,13 +56,15 @@ def _read_texts(corpus: list[str]):
 
 
 def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `corpus` (text, JSONL or CSV files)."""
+    """A byte-level BPE tokenizer trained on `corpus` (text, JSONL, CSV or Parquet files)."""
     missing = [p for p in corpus if not os.path.isfile(p)]
     if missing:
         what = "is a folder" if os.path.isdir(missing[0]) else "does not exist"
-        raise UserError(f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text, JSONL or CSV)")
+        raise UserError(
+            f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text, JSONL, CSV or Parquet)"
+        )
     for path in corpus:  # read once as the tokenizer's trainer will, so a bad file is one line
-        if path.endswith(".csv"):
+        if path.endswith((".csv", ".parquet")):
             check_text_file(path, "tiny-model: corpus")
         try:
             for _ in _read_texts([path]):
@@ -64,12 +73,12 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
             raise not_utf8(f"tiny-model: corpus {path}", err) from None
         except json.JSONDecodeError as err:
             raise UserError(
-                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text, JSONL or CSV files"
+                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text, JSONL, CSV or Parquet files"
             ) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
             f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text, "
-            "JSONL or CSV files with text in them (--corpus FILE ...)"
+            "JSONL, CSV or Parquet files with text in them (--corpus FILE ...)"
         )
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
