@@ -117,3 +117,16 @@ def test_command_reports_json_and_drops_contaminated_rows(tmp_path):
 def test_at_most_64_evaluation_sets_at_once():
     with pytest.raises(dc.UserError, match="at most 64 evaluation sets at once, got 65; run it in parts"):
         dc.EvalIndex({f"set{i}": ["the same words in every set"] for i in range(65)})
+
+
+def test_a_benchmark_folder_of_questions_and_passages_is_read_file_by_file(tmp_path):
+    """A benchmark folder holding its questions (multiple choice) and its passages (a text column):
+    the texts of both, each item named by its file."""
+    questions = load_mcq("data/usmle_sample/test.jsonl").select(range(3)).to_list()
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    write_jsonl(folder / "test.jsonl", [{k: q[k] for k in ("id", "question", "options", "answer")} for q in questions])
+    write_jsonl(folder / "passages.jsonl", [{"text": "Iron deficiency is the commonest cause of anaemia."}])
+    texts, ids = dc.benchmark_texts(str(folder))
+    assert len(texts) == 4 and any("Iron deficiency" in t for t in texts)
+    assert {i.split(":")[0] for i in ids} == {"passages.jsonl", "test.jsonl"}

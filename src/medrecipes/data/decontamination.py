@@ -25,6 +25,7 @@ from medrecipes.data.rows import files_of
 from medrecipes.data.sources import MissingColumn, load_documents, load_mcq_source, load_source
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, bad_lines_named
+from medrecipes.locations import BUILDERS
 
 DEFAULT_N = 13
 NORMALISATION = "lowercase, punctuation stripped, whitespace collapsed"
@@ -201,13 +202,26 @@ def eval_set_texts(source: SourceConfig) -> tuple[list[str], list[str]]:
 
 
 def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
-    """The texts of a benchmark file or folder: MCQ rows when load_mcq reads it, else a `text` column."""
+    """The texts of a benchmark file or folder: MCQ rows when load_mcq reads it, else a `text` column;
+    a folder of both (questions and their passages), file by file."""
     from medrecipes.usmle import load_mcq
 
     try:
         return mcq_texts(load_mcq(path))
     except UserError:
         pass
+    if os.path.isdir(path):
+        files = sorted(
+            os.path.join(d, n) for d, _, names in os.walk(path) for n in names if n.endswith(tuple(BUILDERS))
+        )
+        if not files:
+            raise UserError(f"{path}: a folder with no {', '.join(BUILDERS)} files; give a benchmark's files")
+        texts, ids = [], []
+        for file in files:
+            read, named = benchmark_texts(file)
+            texts += read
+            ids += [f"{os.path.relpath(file, path)}:{item}" for item in named]
+        return texts, ids
     try:
         return eval_set_texts(SourceConfig(path=path))
     except MissingColumn:  # its fix names a recipe's key, which a file given here has not
