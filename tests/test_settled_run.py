@@ -102,6 +102,28 @@ def test_the_resume_point_is_settled(tiny_model, tmp_path):
     assert read_record(str(out))["settled"]["resume_from"] == str(checkpoint)
 
 
+def test_a_run_resumed_with_another_chat_template_is_refused(tiny_model, tmp_path):
+    """The starting model's template edited (or chat_template_path changed) between a stop and the
+    rerun: the rest of the run would train on other turns than its checkpoints. One line; the same
+    template resumes."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    out = tmp_path / "run"
+    settled("sft", str(model), out, "--chat_template_path", "null")
+    checkpoint = out / "checkpoint-1"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    shutil.copy(model / "model.safetensors", checkpoint)
+    assert settled("sft", str(model), out, "--chat_template_path", "null")[0].resume_from == str(checkpoint)
+    template = (model / "chat_template.jinja").read_text()
+    (model / "chat_template.jinja").write_text(
+        template.replace("'<|im_start|>' + message['role']", "'### ' + message['role']")
+    )
+    assert (model / "chat_template.jinja").read_text() != template
+    with pytest.raises(UserError, match="the run resumes with another chat template than it trained with"):
+        settled("sft", str(model), out, "--chat_template_path", "null")
+
+
 def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monkeypatch):
     """`push_run` names the method of the run it pushes from run.json: run under another script's
     name (a wrapper, a notebook), the card and the commit still say GRPO."""

@@ -97,6 +97,13 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         rewards=rewards,
         reward_funcs=tuple(functions),
     )
+    before = (read_record(training_args.output_dir) or {}).get("settled") or {}
+    if run.resume_from and before.get("chat_template") not in (None, template):
+        raise UserError(
+            f"output_dir {training_args.output_dir}: the run resumes with another chat template than it trained with "
+            "(the tokenizer's template or chat_template_path changed since it started), and the rest of it would "
+            "train on other turns; restore the template, or start over in another output_dir"
+        )
     entries = {"settled": run.record()}
     # The card's facts hash the data files whole: worked out by the process that writes, once per
     # run (a resumed run keeps those it recorded when it started).
