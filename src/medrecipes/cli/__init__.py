@@ -25,6 +25,7 @@ medrecipes card outputs/demo/sft outputs/demo/eval.json --output outputs/demo/sf
 
 import argparse
 import os
+import re
 import sys
 
 from medrecipes.cli import data, models, recipes, results
@@ -66,8 +67,28 @@ def main(argv: list[str] | None = None) -> None:
     args.overrides = overrides
     try:
         args.func(args)
+    except UserError as err:  # a recipe key the recipe does not know may be another command's option
+        unknown = re.match(r"command line: unknown argument '([\w-]+)'", str(err))
+        if unknown and (others := _commands_with(parser, unknown.group(1), args.command)):
+            command = f"{parser.prog} {args.command}"
+            raise UserError(
+                f"{command}: --{unknown.group(1)} is an option of {' and '.join(others)}, not of {args.command} (nor a "
+                f"key of the recipe); see {command} --help"
+            ) from None
+        raise
     finally:  # a command run in a process that goes on (a notebook, a test) leaves no lock behind
         release_all()
+
+
+def _commands_with(parser, name: str, but: str) -> list[str]:
+    """The other commands that take option --name (as written, or with '-' for '_')."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {f"--{name}", f"--{name.replace('_', '-')}"}
+    return [
+        f"{parser.prog} {command}"
+        for command, sub in subparsers.choices.items()
+        if command != but and any(flags & set(action.option_strings) for action in sub._actions)
+    ]
 
 
 def run() -> None:
