@@ -44,6 +44,7 @@ def stream_recipe(tmp_path, corpora, tokenizer_path, *overrides, **mixture):
         "output_dir": str(tmp_path / "out"),
         "max_length": 32,
         "dataloader_num_workers": 0,
+        "max_steps": 100_000,  # a stream has no length: the run ends at max_steps
         "dataset_mixture": {
             "seed": 3,
             "streaming": True,
