@@ -243,7 +243,9 @@ def test_pass_rate_measures_the_recipes_part_with_its_prompt_and_reward(tmp_path
 
 
 def test_pass_rate_needs_a_correctness_reward_and_an_output(tmp_path):
-    recipe = _recipe(tmp_path, {"path": USMLE, "format": "usmle"}, rewards=[{"name": "answer_format", "style": "letter"}])
+    recipe = _recipe(
+        tmp_path, {"path": USMLE, "format": "usmle"}, rewards=[{"name": "answer_format", "style": "letter"}]
+    )
     result = run(PYTHON, "-m", "medrecipes.cli", "pass-rate", recipe)
     assert result.returncode == 2
     assert error_lines(result.stderr) == [
