@@ -808,10 +808,13 @@ def test_the_table_has_a_hundred_cases():
 
 def table_markdown(files: Path, model: str) -> str:
     """docs/bad-inputs.md's table: input, command, the line a user sees (paths shortened)."""
+    import os
     import re
 
     def short(text: str) -> str:  # the test's temporary paths as names a reader can follow
         text = text.replace(model, "MODEL").replace(str(files) + "/", "").replace(str(files), "files/")
+        text = text.replace(str(ROOT) + "/", "").replace(str(ROOT), "the working folder")  # this checkout
+        text = text.replace(os.path.expanduser("~"), "~") if os.path.expanduser("~") != "/" else text
         return re.sub(r"recipe-\d+\.yaml", "edited.yaml", text)
 
     rows = ["| input | command | what the user sees |", "|---|---|---|"]
