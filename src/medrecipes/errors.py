@@ -233,12 +233,12 @@ def check_text_file(path: str, where: str | None = None, decode: bool = True, he
         raise UserError(f"{where}: the file holds only blank lines and spaces; give a file with rows")
     if brackets > MANY_BRACKETS:
         many.append(line)
-    if many and (deep := _nested_too_deep(path, many)):
+    if many and (deep := _first_line_with(path, many, "deep")):
         raise UserError(
             f"{where} line {deep}: its JSON nests arrays or objects deeper than a reader follows (pyarrow stops, or "
             "crashes); flatten it, or drop the row"
         )
-    if glued and path.lower().endswith(".jsonl") and (twice := _two_objects(path, glued)):
+    if glued and path.lower().endswith(".jsonl") and (twice := _first_line_with(path, glued, "more")):
         raise UserError(
             f"{where} line {twice}: holds more than one JSON object, and JSON Lines takes one a line (each would be "
             "a row, and every row after it would be counted a line off); put each on a line of its own"
@@ -282,39 +282,30 @@ def _count_brackets(text: str, line: int, brackets: int, many: list[int]) -> tup
 GLUED = re.compile(r"\}[ \t]*\{")
 
 
-def _two_objects(path: str, lines: list[int]) -> int | None:
-    """The first of `lines` of a JSON Lines file that holds a whole JSON value and more after it
-    (json's "Extra data"); a "}{" inside a string is no such line."""
-    wanted, last = set(lines), max(lines)
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if number in wanted:
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as err:
-                    if err.msg == "Extra data":
-                        return number
-                except RecursionError:
-                    pass  # too deep: said on its own
-            if number >= last:
-                break
+def _json_trouble(line: str) -> str | None:
+    """What keeps one JSON Lines line from being one row as a reader takes it: "deep" (nested past
+    what Python's parser follows: a RecursionError there, and pyarrow's reader fails on it in a
+    traceback, or in the process itself deeper down), "more" (a whole JSON value and more after it,
+    json's "Extra data"; a "}{" inside a string is none), else None (fine, or not JSON: the reader
+    names that)."""
+    try:
+        json.loads(line)
+    except RecursionError:
+        return "deep"
+    except json.JSONDecodeError as err:
+        return "more" if err.msg == "Extra data" else None
+    except ValueError:
+        return None
     return None
 
 
-def _nested_too_deep(path: str, lines: list[int]) -> int | None:
-    """The first of `lines` (a JSON Lines file's, by number) whose JSON nests past what Python's
-    parser follows (a RecursionError there; pyarrow's reader fails on it in a traceback, or in the
-    process itself deeper down)."""
+def _first_line_with(path: str, lines: list[int], trouble: str) -> int | None:
+    """The first of `lines` (a JSON Lines file's, by number) with `trouble` (`_json_trouble`)."""
     wanted, last = set(lines), max(lines)
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
-            if number in wanted:
-                try:
-                    json.loads(line)
-                except RecursionError:
-                    return number
-                except ValueError:
-                    pass  # not JSON: the reader names it
+            if number in wanted and _json_trouble(line) == trouble:
+                return number
             if number >= last:
                 break
     return None
