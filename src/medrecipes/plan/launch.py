@@ -202,13 +202,22 @@ def _notes_under_launch(recipe, training_args, config: dict, sharded: str, proce
 def _idle_settings(config: dict, sharded: str, processes: int) -> list[str]:
     """What an accelerate config sets that its launch does not use, as accelerate's launch command
     chooses a launcher: several processes under distributed_type NO (it starts one, unless the
-    machine has several GPUs, where it turns multi-GPU on), a sharding section of a type it does
-    not launch, and DeepSpeed's parameter offload below ZeRO stage 3 (it offloads parameters at 3 only)."""
+    machine has several GPUs, where it turns multi-GPU on), MULTI_CPU or use_cpu: true (one, unless
+    under mpirun), a sharding section of a type it does not launch, and DeepSpeed's parameter
+    offload below ZeRO stage 3 (it offloads parameters at 3 only)."""
     idle = []
+    several = f"for {processes} processes set distributed_type: MULTI_GPU and use_cpu: false in it (torchrun starts them; a recipe's use_cpu: true keeps them on CPUs), or num_processes: 1"
+    hostfile = (config.get("mpirun_config") or {}).get("mpirun_hostfile")
     if sharded == "NO" and processes > 1:
         idle.append(
             f"distributed_type NO starts one process, not {processes}, unless the machine has several GPUs (then "
-            "accelerate turns multi-GPU on); set distributed_type: MULTI_GPU (or MULTI_CPU), or num_processes: 1"
+            f"accelerate turns multi-GPU on); {several}"
+        )
+    elif processes > 1 and not hostfile and (sharded == "MULTI_CPU" or config.get("use_cpu") is True):
+        why = "distributed_type MULTI_CPU" if sharded == "MULTI_CPU" else "use_cpu: true"
+        idle.append(
+            f"{why} starts one process, not {processes}: accelerate's plain launcher, or mpirun with "
+            f"mpirun_config.mpirun_hostfile; {several}"
         )
     for section, kind in (("fsdp_config", "FSDP"), ("deepspeed_config", "DEEPSPEED")):
         if config.get(section) and sharded != kind:
