@@ -286,3 +286,22 @@ def test_an_adapter_on_the_output_layer_is_refused_for_trl_trainers_only():
         with pytest.raises(UserError, match="lm_head is the output layer"):
             check_adapter_targets(model_args, None, config, sft)
     check_adapter_targets(ModelConfig(use_peft=True, lora_target_modules=".*_proj"), None, config, sft)
+
+
+def test_a_gguf_without_a_tokenizer_is_said_before_transformers_guesses(tmp_path):
+    """A weights-only .gguf (no tokenizer.ggml.* metadata): one line where its tokenizer is asked
+    for, not transformers' warning about a guessed vocabulary and then its refusal."""
+    import gguf
+
+    from medrecipes.errors import UserError
+    from medrecipes.models.files import check_tokenizer_files
+
+    path = tmp_path / "weights.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UserError, match="holds no tokenizer \\(no tokenizer.ggml.\\* metadata\\)"):
+        check_tokenizer_files(str(path))

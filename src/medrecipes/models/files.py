@@ -138,6 +138,22 @@ def check_tokenizer_files(name_or_path: str) -> None:
             f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
             "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
         )
+    if name_or_path.endswith(".gguf") and os.path.isfile(name_or_path) and not _gguf_has_tokenizer(name_or_path):
+        raise UserError(
+            f"tokenizer: {name_or_path} holds no tokenizer (no tokenizer.ggml.* metadata), and transformers builds one "
+            "from those alone; export the .gguf with its tokenizer (llama.cpp's convert_hf_to_gguf.py writes it), or "
+            "name the tokenizer's folder (tokenizer_name_or_path)"
+        )
+
+
+def _gguf_has_tokenizer(path: str) -> bool:
+    """Whether a .gguf file's metadata holds a tokenizer (its tokenizer.ggml.model key)."""
+    import gguf
+
+    try:
+        return "tokenizer.ggml.model" in gguf.GGUFReader(path).fields
+    except Exception:  # a cut or corrupt file: its own line comes where it is read (`gguf.check_gguf`)
+        return True
 
 
 def read_adapter_config(path: str) -> dict:
