@@ -373,7 +373,8 @@ def _filter_subjects(ds: Dataset, subjects: list[str], source: str) -> Dataset:
         if subject not in present:
             raise UserError(
                 f"{source}: no rows with subject '{subject}'{did_you_mean(subject, present)}; "
-                f"subjects present: {', '.join(present) or '(none)'}"
+                f"subjects present: {', '.join(present) or '(none)'}; add its questions, or choose only subjects "
+                "it has"
             )
     wanted = set(subjects)
     return ds.filter(lambda row: row["subject"] in wanted, desc="selecting subjects")
