@@ -606,6 +606,7 @@ def test_serve_names_an_address_it_cannot_listen_on_in_one_line(memorised_model,
         b"GET /health HTTP/1.1\r\n\r\n",  # no Host header
         b"GET /health HTTP/1.1\r\nHost: x\r\nbroken header line\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello sent to the plain-HTTP port
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # HTTP/2's preface, as a client with prior knowledge sends it
     ],
 )
 def test_bytes_that_are_no_http_request_get_the_json_error_and_the_server_answers_after(server, request_bytes):

@@ -45,6 +45,13 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
+        version = str(request.scope.get("http_version", "1.1"))
+        if not version.startswith("1"):  # h11 reads HTTP/2's preface as a request line: its answer first
+            answer = refuse(
+                400, f"the request is HTTP/{version}, and this server speaks HTTP/1.1; send it as HTTP/1.1"
+            )
+            answer.headers["connection"] = "close"  # the rest of what it sends is no request either
+            return answer
         if api_key and request.url.path != "/health":
             given = bearer_token(request.headers.get("authorization", ""))
             if given is None or not _same(given, api_key):
