@@ -18,7 +18,7 @@ import typing
 from transformers import TrainingArguments
 
 from medrecipes.config.reading import build_dataclass, check_value
-from medrecipes.config.schema import world_size
+from medrecipes.config.schema import world_size, zero_stage
 from medrecipes.errors import UserError, check_choice, did_you_mean
 
 
@@ -752,7 +752,7 @@ def _machine_notes(args: TrainingArguments, given: dict) -> list[str]:
         )
     if "local_rank" in given:
         found.append("local_rank is set for each process by the launcher (accelerate launch, torchrun); drop it")
-    zero3 = args.deepspeed or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"
+    zero3 = args.deepspeed or zero_stage() == "3"
     if not zero3 and (read := [k for k in zero3_keys(type(args)) if k in given]):
         found.append(
             f"{_they(read, 'applies', 'apply')} only under DeepSpeed ZeRO-3, and this run is not launched with it "

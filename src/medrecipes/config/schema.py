@@ -211,6 +211,12 @@ def world_size() -> int:
     return int(text)
 
 
+def zero_stage() -> str:
+    """The DeepSpeed ZeRO stage a launch set up ("0" to "3", as accelerate launch writes it in every
+    process from its config), "" outside a DeepSpeed launch."""
+    return os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "")
+
+
 def check_ranges(args) -> None:
     """A ValueError (the recipe's one line, from parse_recipe) for a setting out of range."""
     schedulers = [s.value for s in SchedulerType]

@@ -1,9 +1,13 @@
 """Conversations for supervised fine-tuning, and the multiple-choice rows to score accuracy on."""
 
+import logging
+
 from medrecipes.data.mixture import build_mixture
 from medrecipes.data.sources import load_mcq_source, load_source
 from medrecipes.errors import UserError
 from medrecipes.usmle import chat_messages, sft_target
+
+logger = logging.getLogger(__name__)
 
 
 def mcq_conversation(recipe):
@@ -46,8 +50,6 @@ def _check_explained(train, recipe) -> None:
     """with_explanation trains the rows' explanations before their 'Final Answer: X': rows that
     hold none are trained on that line alone, after a prompt that asks for reasoning. None of them
     explained is one line; some, a warning with their count."""
-    import logging
-
     if "messages" not in (train.column_names or []) or not hasattr(train, "__len__"):
         return  # a stream: read as it trains
     answers = [messages[-1]["content"] for messages in train["messages"] if messages[-1]["role"] == "assistant"]
@@ -59,7 +61,7 @@ def _check_explained(train, recipe) -> None:
             "one (an 'explanation' field); give rows that do, or set with_explanation: false"
         )
     if bare:
-        logging.getLogger(__name__).warning(
+        logger.warning(
             "%s: with_explanation: %d of %d training answers have no explanation in their rows and are trained as "
             "'Final Answer: X' alone", where, bare, len(answers),
         )  # fmt: skip

@@ -156,6 +156,12 @@ def _gguf_has_tokenizer(path: str) -> bool:
         return True
 
 
+def adapter_config(path: str) -> str | None:
+    """The adapter_config.json of a LoRA adapter's folder `path` (~ expanded); None for any other path."""
+    config = os.path.join(os.path.expanduser(path), "adapter_config.json")
+    return config if os.path.isfile(config) else None
+
+
 def read_adapter_config(path: str) -> dict:
     """A LoRA adapter's adapter_config.json, checked as PEFT will use it: a JSON mapping whose
     numeric settings (r, lora_alpha, lora_dropout, ...) are numbers of the type PEFT's LoraConfig

@@ -12,6 +12,7 @@ from medrecipes.errors import UserError, did_you_mean
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
+    adapter_config,
     check_model_folder,
     check_tokenizer_files,
 )
@@ -53,10 +54,9 @@ def starting_model(model_args) -> str:
             "recipe: no 'model_name_or_path'; name the model to start from (a Hub id or a folder), "
             "or set init_from_scratch with 'architecture' and 'tokenizer_name_or_path'"
         )
-    path = os.path.expanduser(model_args.model_name_or_path)
-    check_model_folder(path)
-    adapter = os.path.join(path, "adapter_config.json")
-    if os.path.isfile(adapter):  # peft loads the base the adapter names: a missing one is said here
+    check_model_folder(os.path.expanduser(model_args.model_name_or_path))
+    # peft loads the base an adapter names: a missing one is said here
+    if adapter := adapter_config(model_args.model_name_or_path):
         adapter_base(adapter)
     return model_args.model_name_or_path
 
@@ -103,7 +103,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
             config, dtype=torch.float32 if dtype == "auto" else dtype, attn_implementation=attention
         )
         origin = f"scratch architecture '{recipe.architecture}'"
-    elif os.path.isfile(os.path.join(os.path.expanduser(starting_model(model_args)), "adapter_config.json")):
+    elif adapter_config(starting_model(model_args)):
         # An earlier stage's LoRA output: the model it made, its adapter folded into its base.
         model = load_merged_adapter(os.path.expanduser(model_args.model_name_or_path), model_args.dtype)[0]
         model.requires_grad_(True)  # PEFT loads the base frozen under the adapter
@@ -204,13 +204,11 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
     (`load_merged_adapter`: its base with the adapter folded in)."""
     from trl import ModelConfig
 
-    path = os.path.expanduser(name_or_path)
-    adapter = os.path.join(path, "adapter_config.json")
-    if not os.path.isfile(adapter):
+    if not adapter_config(name_or_path):
         tokenizer = load_tokenizer(name_or_path, revision)
         model_args = ModelConfig(model_name_or_path=name_or_path, model_revision=revision, dtype=dtype or "auto")
         return load_model(model_args, None, tokenizer), tokenizer
-    return load_merged_adapter(path, dtype)
+    return load_merged_adapter(os.path.expanduser(name_or_path), dtype)
 
 
 def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
@@ -282,9 +280,8 @@ def check_model_settings(model_args, recipe=None, args=None) -> None:
     trains whole (`load_model` folds it into its base), not under a new adapter."""
     config = _local_config(model_args, recipe)
     where = getattr(recipe, "recipe_file", None) or "command line"
-    start = os.path.expanduser(model_args.model_name_or_path or "")
     adapting = [key for key in ("use_peft", "load_in_4bit", "load_in_8bit") if getattr(model_args, key, False)]
-    if adapting and os.path.isfile(os.path.join(start, "adapter_config.json")):
+    if adapting and adapter_config(model_args.model_name_or_path or ""):
         raise UserError(
             f"{where}: model_name_or_path {model_args.model_name_or_path} is a LoRA adapter, which a run starts from "
             f"folded into its base, and {adapting[0]} would put a new adapter on that merged model while naming the "

@@ -5,6 +5,7 @@ import math
 from dataclasses import asdict
 
 from medrecipes.config import method_of_args
+from medrecipes.config.schema import zero_stage
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.plan.hardware import GIB, GPUS
 from medrecipes.plan.launch import for_world_size
@@ -177,7 +178,7 @@ def settle_checkpointing(recipe, training_args, model_args, capacity_gib: float 
             capacity_gib = psutil.virtual_memory().available / GIB
         else:
             capacity_gib = torch.cuda.mem_get_info()[1] / GIB
-    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "")
+    stage = zero_stage()
     fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
     strategy = "zero3" if stage == "3" or fsdp else "zero2" if stage == "2" else "ddp"
     shape, method = shape_and_method(recipe, training_args, model_args, "recipe")

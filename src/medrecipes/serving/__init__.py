@@ -18,7 +18,7 @@ import sys
 
 from medrecipes.errors import UserError
 from medrecipes.locations import absent, file_as_model, looks_local
-from medrecipes.serving.app import create_app
+from medrecipes.serving.app import create_app, error_body
 from medrecipes.serving.model import ServedModel, capped_tokens, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
 
@@ -157,7 +157,7 @@ def _protocol():
         "the request is no valid HTTP/1.1 (its request line, a Host header and each header must be well-formed); "
         "send it with an HTTP client"
     )
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}}).encode()
+    body = json.dumps(error_body(message)).encode()
 
     class JSONErrorProtocol(H11Protocol):
         def send_400_response(self, msg: str) -> None:

@@ -12,6 +12,11 @@ from medrecipes.serving.requests import RequestError
 DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model} and GET /health"
 
 
+def error_body(message: str, kind: str = "invalid_request_error") -> dict:
+    """OpenAI's error shape, which every refusal of the server takes."""
+    return {"error": {"message": message, "type": kind}}
+
+
 def bearer_token(header: str) -> str | None:
     """The token of an Authorization header of the Bearer scheme, whose name HTTP reads in any case."""
     scheme, _, token = header.strip().partition(" ")
@@ -36,7 +41,7 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     waiting = [0]
 
     def refuse(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+        return JSONResponse(error_body(message, kind), status_code=status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request, err):  # 404 and 405 in the same shape as the others
