@@ -19,6 +19,7 @@ from medrecipes.config import (
     script_of,
 )
 from medrecipes.config.checks import TASK_METRIC_SUFFIXES
+from medrecipes.config.schema import LAUNCH_COUNTS
 from medrecipes.errors import UserError
 from medrecipes.models.loading import recipe_tokenizer
 
@@ -662,8 +663,30 @@ def test_yaml_words_a_key_would_misread_are_said_or_read_as_the_command_line_rea
 def test_a_world_size_that_is_no_count_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "abc")
     assert user_error(write_recipe(tmp_path)) == (
-        "WORLD_SIZE='abc' in the environment is no count of processes; unset it (a launcher sets it)"
+        "WORLD_SIZE='abc' in the environment is not a whole number; unset it (a launcher sets it)"
     )
+
+
+def test_a_launch_environment_no_launcher_writes_is_one_line(tmp_path, monkeypatch):
+    """The counts torch, accelerate and transformers read from a launcher, set by hand: each is one
+    line naming the variable, before a library's int() refusal or its multi-node setup."""
+    recipe = write_recipe(tmp_path)
+    for name in LAUNCH_COUNTS:
+        with monkeypatch.context() as env:
+            env.setenv(name, "two")
+            assert user_error(recipe) == f"{name}='two' in the environment is not a whole number; unset it (a launcher sets it)"
+    with monkeypatch.context() as env:
+        env.setenv("WORLD_SIZE", "2")
+        env.setenv("MASTER_ADDR", "127.0.0.1")
+        env.setenv("MASTER_PORT", "29500")
+        env.setenv("RANK", "2")
+        assert user_error(recipe).startswith("RANK=2 in the environment is not below the 2 processes started")
+        env.delenv("RANK")
+        env.delenv("MASTER_PORT")
+        assert "with no MASTER_PORT for the processes to meet at" in user_error(recipe)
+    with monkeypatch.context() as env:
+        env.setenv("LOCAL_RANK", "0")  # transformers sets up torch.distributed for one process too
+        assert "LOCAL_RANK=0 in the environment, with no MASTER_ADDR or MASTER_PORT" in user_error(recipe)
 
 
 def test_a_data_path_whose_name_holds_an_equals_sign_is_a_path(tmp_path, monkeypatch):
@@ -680,6 +703,8 @@ def test_a_data_path_whose_name_holds_an_equals_sign_is_a_path(tmp_path, monkeyp
 def test_an_evaluation_under_a_launch_of_several_processes_is_refused(monkeypatch):
     """Each process would score every question and write the one output: one line, before any loads."""
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     with pytest.raises(UserError, match="an evaluation runs in one process, and this launch started 2"):
         parse_eval_args(["--model", "m"])
     monkeypatch.setenv("WORLD_SIZE", "1")

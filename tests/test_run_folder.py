@@ -391,6 +391,8 @@ def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path
     assert caplog.records == []  # as it was saved: nothing to say
     (out / "checkpoint-6" / "optimizer.pt").unlink()
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     with caplog.at_level(logging.WARNING):
         last_checkpoint(str(out))
     said = [r.getMessage() for r in caplog.records]

@@ -200,15 +200,39 @@ COMMON_BOUNDS = {
 }
 
 
+# The counts a launcher (accelerate launch, torchrun) writes into every process it starts, which
+# torch's env:// rendezvous, accelerate's state and transformers' TrainingArguments read as whole numbers.
+LAUNCH_COUNTS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_PORT")
+
+
 def world_size() -> int:
     """The processes a launcher started: its WORLD_SIZE (accelerate launch and torchrun set it in
-    every process), 1 without one; one line where the environment holds something else."""
-    text = os.environ.get("WORLD_SIZE", "1")
-    if not text.strip().isdigit() or int(text) < 1:
+    every process), 1 without one; one line where the environment holds what no launcher writes
+    (a count that is not a whole number, a rank beyond the processes, several processes with no
+    address to meet at), which the libraries would report as int()'s refusal or a multi-node setup."""
+    env = os.environ
+    for name in (n for n in LAUNCH_COUNTS if n in env):
+        if not env[name].strip().isdigit():
+            raise UserError(
+                f"{name}={env[name]!r} in the environment is not a whole number; unset it (a launcher sets it)"
+            )
+    world = int(env.get("WORLD_SIZE", "1"))
+    if world < 1:
+        raise UserError("WORLD_SIZE='0' in the environment is no count of processes; unset it (a launcher sets it)")
+    for rank, size in (("RANK", world), ("LOCAL_RANK", int(env.get("LOCAL_WORLD_SIZE", world)))):
+        if int(env.get(rank, 0)) >= size:
+            raise UserError(
+                f"{rank}={env[rank]} in the environment is not below the {size} processes started; unset it "
+                "(a launcher sets it)"
+            )
+    # transformers sets up torch.distributed once LOCAL_RANK is there, whatever the count
+    if (world > 1 or "LOCAL_RANK" in env) and (unset := [n for n in ("MASTER_ADDR", "MASTER_PORT") if not env.get(n)]):
+        given = ", ".join(f"{n}={env[n]}" for n in ("WORLD_SIZE", "LOCAL_RANK") if n in env)
         raise UserError(
-            f"WORLD_SIZE={text!r} in the environment is no count of processes; unset it (a launcher sets it)"
+            f"{given} in the environment, with no {' or '.join(unset)} for the processes to meet at: a launcher "
+            "sets these together; run with accelerate launch (or torchrun), or unset them"
         )
-    return int(text)
+    return world
 
 
 def zero_stage() -> str:

@@ -189,7 +189,7 @@ def _notes_under_launch(recipe, training_args, config: dict, sharded: str, proce
     from unittest import mock
 
     alone = library_checks.notes(training_args, recipe)
-    launched = {"WORLD_SIZE": str(processes)}
+    launched = {"WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     if sharded == "DEEPSPEED":
         stage = (config.get("deepspeed_config") or {}).get("zero_stage", 0)
         launched |= {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": str(stage)}
