@@ -674,7 +674,10 @@ def test_a_launch_environment_no_launcher_writes_is_one_line(tmp_path, monkeypat
     for name in LAUNCH_COUNTS:
         with monkeypatch.context() as env:
             env.setenv(name, "two")
-            assert user_error(recipe) == f"{name}='two' in the environment is not a whole number; unset it (a launcher sets it)"
+            assert (
+                user_error(recipe)
+                == f"{name}='two' in the environment is not a whole number; unset it (a launcher sets it)"
+            )
     with monkeypatch.context() as env:
         env.setenv("WORLD_SIZE", "2")
         env.setenv("MASTER_ADDR", "127.0.0.1")

@@ -50,3 +50,38 @@ def test_a_line_break_in_a_message_is_shown_as_one_line(capsys):
     with pytest.raises(SystemExit):
         fails()
     assert capsys.readouterr().err == "error: data/da\\nta.jsonl: no such file\n"
+
+
+def test_a_library_cache_the_environment_points_at_a_file_is_one_line(tiny_model, tmp_path):
+    """HF_HOME (or any cache or temporary folder the environment names) that no folder can be made
+    in: datasets fails deep in its builder; the line names the variable, whichever command asked."""
+    from conftest import PYTHON, run
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for name, value in (("HF_HOME", blocker), ("HF_DATASETS_CACHE", blocker / "datasets")):
+        said = run(
+            PYTHON,
+            "-m",
+            "medrecipes.cli",
+            "preview",
+            "recipes/tiny_sft.yaml",
+            "--model_name_or_path",
+            tiny_model,
+            env={name: str(value)},
+        )
+        assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
+        assert said.stderr.splitlines()[-1] == (
+            f"error: {name}={value} in the environment: a library cannot use {blocker / 'datasets'} (Not a directory); "
+            f"point {name} at a folder you can write, or unset it"
+        )
+
+
+def test_an_error_outside_the_environments_folders_keeps_its_traceback(monkeypatch, tmp_path):
+    from medrecipes.errors import environment_folder
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # a user's own files are not a library's folder
+    assert environment_folder(PermissionError(13, "Permission denied", str(tmp_path / "hf" / "hub"))) is not None
+    assert environment_folder(PermissionError(13, "Permission denied", str(tmp_path / "runs" / "x"))) is None
+    assert environment_folder(ValueError(str(tmp_path / "hf"))) is None

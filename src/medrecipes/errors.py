@@ -427,11 +427,10 @@ def exit_on_user_error(main: Callable) -> Callable:
         try:
             return main(*args, **kwargs)
         except UserError as err:
-            if first_to_report():  # on a line of its own where a progress bar left its line open
-                one = str(err).replace("\r", "\\r").replace("\n", "\\n")  # a name's line break, as \n
-                _say(f"{chr(10) if _bar_open() else ''}error: {one}")
-            sys.exit(2)
+            _report(err)
         except (KeyboardInterrupt, Exception) as err:
+            if (folder := environment_folder(err)) is not None:
+                _report(folder)
             if not _interrupted(err):
                 raise
             if first_to_report():  # on a line of its own: a progress bar may have been cut mid-line
@@ -440,6 +439,42 @@ def exit_on_user_error(main: Callable) -> Callable:
             sys.exit(130)
 
     return wrapper
+
+
+def _report(err: UserError) -> None:
+    """The one line on stderr (once per launch, see first_to_report) and exit code 2."""
+    if first_to_report():  # on a line of its own where a progress bar left its line open
+        one = str(err).replace("\r", "\\r").replace("\n", "\\n")  # a name's line break, as \n
+        _say(f"{chr(10) if _bar_open() else ''}error: {one}")
+    sys.exit(2)
+
+
+# The environment's folders for the libraries' caches and temporary files, by the names' own
+# convention (HF_HOME, XDG_CACHE_HOME, HF_DATASETS_CACHE, TRITON_CACHE_DIR, TMPDIR): a library
+# makes them, or a folder in them, when it first needs one, deep in its own code.
+ENVIRONMENT_FOLDER = re.compile(r"CACHE|.+_HOME$|^(TMPDIR|TEMP|TMP)$")
+
+
+def environment_folder(err: BaseException) -> UserError | None:
+    """The one line for an OSError on a path inside a folder the environment names for a library
+    (HF_HOME=/etc/passwd, a file: datasets cannot make its cache in it), naming the variable; None
+    for any other error."""
+    path = getattr(err, "filename", None)
+    if not isinstance(err, OSError) or not isinstance(path, str) or not os.path.isabs(path):
+        return None
+    named = [
+        (name, value)
+        for name, value in os.environ.items()
+        if ENVIRONMENT_FOLDER.search(name) and os.path.isabs(value) and os.path.commonpath([value, path]) == value
+    ]
+    if not named:
+        return None
+    name, value = max(named, key=lambda item: len(item[1]))  # the innermost: HF_DATASETS_CACHE within HF_HOME
+    why = err.strerror or type(err).__name__
+    return UserError(
+        f"{name}={value} in the environment: a library cannot use {path} ({why}); point {name} at a folder "
+        "you can write, or unset it"
+    )
 
 
 def _bar_open() -> bool:
