@@ -85,3 +85,40 @@ def test_an_error_outside_the_environments_folders_keeps_its_traceback(monkeypat
     assert environment_folder(PermissionError(13, "Permission denied", str(tmp_path / "hf" / "hub"))) is not None
     assert environment_folder(PermissionError(13, "Permission denied", str(tmp_path / "runs" / "x"))) is None
     assert environment_folder(ValueError(str(tmp_path / "hf"))) is None
+
+
+def test_a_library_setting_the_environment_holds_that_the_library_refuses_is_one_line(monkeypatch):
+    """A value a library reads from the environment and refuses (huggingface_hub's timeouts as its
+    constants load, accelerate's flags as its state is built): the line names the variable, at
+    import as later; a refusal of the same text by code that does not read the environment keeps
+    its traceback."""
+    import os
+
+    from conftest import PYTHON, run
+
+    from medrecipes.errors import environment_value
+
+    said = run(PYTHON, "-m", "medrecipes.cli", "validate", "recipes/tiny_sft.yaml", env={"HF_HUB_ETAG_TIMEOUT": "ten"})
+    assert said.returncode == 2 and said.stderr.splitlines() == [
+        "error: HF_HUB_ETAG_TIMEOUT='ten' in the environment is refused by a library (invalid literal for int() "
+        "with base 10: 'ten'); set it as that library's documentation says, or unset it"
+    ], said.stderr
+
+    def flag(name):
+        return {"yes": True, "no": False}[os.environ[name]] if os.environ[name] in ("yes", "no") else bad(name)
+
+    def bad(name):
+        raise ValueError(f"invalid truth value {os.environ[name]}")
+
+    def unrelated():
+        raise ValueError("invalid truth value banana")
+
+    def called_by(call, depth=3):  # the error's innermost frames are the library's, not the caller's
+        return call() if depth == 0 else called_by(call, depth - 1)
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "banana")
+    for call, named in ((lambda: flag("ACCELERATE_USE_CPU"), True), (unrelated, False)):
+        try:
+            called_by(call)
+        except ValueError as err:
+            assert (environment_value(err) is not None) is named

@@ -429,8 +429,8 @@ def exit_on_user_error(main: Callable) -> Callable:
         except UserError as err:
             _report(err)
         except (KeyboardInterrupt, Exception) as err:
-            if (folder := environment_folder(err)) is not None:
-                _report(folder)
+            if (line := environment_folder(err) or environment_value(err)) is not None:
+                _report(line)
             if not _interrupted(err):
                 raise
             if first_to_report():  # on a line of its own: a progress bar may have been cut mid-line
@@ -475,6 +475,73 @@ def environment_folder(err: BaseException) -> UserError | None:
         f"{name}={value} in the environment: a library cannot use {path} ({why}); point {name} at a folder "
         "you can write, or unset it"
     )
+
+
+# The libraries' own settings in the environment, by their prefixes.
+LIBRARY_SETTING = re.compile(
+    r"^(ACCELERATE|HF|HUGGINGFACE|TRANSFORMERS|DATASETS|TOKENIZERS|TORCH|PYTORCH|TRL|PEFT|DEEPSPEED|NCCL|OMP|MKL)_"
+)
+
+
+def environment_value(err: BaseException) -> UserError | None:
+    """The one line for a library's refusal of a setting in the environment (accelerate's
+    ACCELERATE_USE_CPU=banana, huggingface_hub's HF_HUB_ETAG_TIMEOUT=abc, read where the library
+    first needs them): a ValueError that quotes the value of a library's variable, raised in code
+    that reads the environment. None for any other error."""
+    if not isinstance(err, ValueError) or err.__traceback__ is None:
+        return None
+    message = str(err)
+    named = [
+        (name, value)
+        for name, value in os.environ.items()
+        if LIBRARY_SETTING.match(name)
+        and value.strip()
+        and re.search(rf"(?<![\w.-]){re.escape(value.strip())}(?![\w.-])", message, re.IGNORECASE)
+    ]
+    if not named or not _reads_environment(err.__traceback__):
+        return None
+    name, value = max(named, key=lambda item: len(item[1]))
+    return UserError(
+        f"{name}={value!r} in the environment is refused by a library ({' '.join(message.split())}); set it as "
+        "that library's documentation says, or unset it"
+    )
+
+
+def _reads_environment(trace, depth: int = 3) -> bool:
+    """Whether one of the `depth` innermost functions the error went through reads the environment
+    (os.environ, getenv, a library's *_from_env): the refusal is of a variable's value, not of an
+    argument's (accelerate's str_to_bool refuses in the function its parse_flag_from_env calls)."""
+    import inspect
+
+    frames = []
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    for frame in frames[-depth:]:
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            continue
+        if re.search(r"environ|getenv|_from_env", source):
+            return True
+    return False
+
+
+def report_environment_on_import() -> None:
+    """Report a library's refusal of the environment (above) in its one line and exit code 2 where
+    it comes while a library is imported, before any command's own handling (huggingface_hub reads
+    HF_HUB_ETAG_TIMEOUT as its constants load); any other uncaught error keeps its traceback."""
+    default = sys.excepthook
+
+    def hook(kind, err, trace):
+        line = environment_folder(err) or environment_value(err)
+        if line is None:
+            return default(kind, err, trace)
+        _say(f"error: {line}")
+        sys.stdout.flush()
+        os._exit(2)  # an excepthook's own exit code is 1 whatever it does; nothing is written yet
+
+    sys.excepthook = hook
 
 
 def _bar_open() -> bool:
