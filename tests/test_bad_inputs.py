@@ -496,6 +496,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("card: no --output", ["card", f["staterun"]], "--output"),
         # --- values the schema's types and relations refuse, in the YAML and on the command line
         Case("key written twice", script("cpt", _recipe(files, cpt, append="\nmax_steps: 5\n")), "key 'max_steps' is written twice"),
+        Case("key YAML reads as a number", script("cpt", _recipe(files, cpt, append="\n1: 5\n")), "the key 1 is not a name (YAML reads it as a number)"),
+        Case("key written as a list", ["validate", _recipe(files, sft, append="\n[a, b]: 5\n")], 'the key ["a", "b"] is not a name'),
         Case("learning_rate NaN in the YAML", key("cpt", cpt, "learning_rate: 3.0e-3", "learning_rate: .nan"), "learning_rate must be a finite number"),
         Case("learning_rate inf on the command line", script("cpt", cpt, "--learning_rate", "inf"), "must be a finite number"),
         Case("whole number given a fraction", key("cpt", cpt, "max_steps: 60", "max_steps: 2.7"), "max_steps must be a whole number"),

@@ -8,6 +8,7 @@ become dataclasses through `build_dataclass`; `check_choices` checks every `Lite
 
 import dataclasses
 import datetime
+import json
 import math
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 from trl import TrlParser
 
-from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8
+from medrecipes.errors import UserError, check_choice, did_you_mean, not_utf8, quoted
 from medrecipes.locations import absent, local_path
 
 
@@ -30,18 +31,47 @@ class UniqueKeyLoader(yaml.SafeLoader):
     without a word, so a recipe edited at its end would silently change a key set above). A key
     taken in by a merge (`<<: *anchor`) may be set again: that is what a merge is for."""
 
+    def construct_document(self, node):
+        self.root = node
+        return super().construct_document(node)
+
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
+            if not _hashable(key) or (node is getattr(self, "root", None) and not isinstance(key, str)):
+                # a list as a key is no key at all (PyYAML's TypeError); the document's keys are settings' names
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {quoted(key)} is not a name (YAML reads it as {_kind_of(key)}); write the setting's "
+                    "name there",
+                    key_node.start_mark,
+                )
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key '{key}' is written twice (first on line {seen[key] + 1})", key_node.start_mark
                 )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _kind_of(value) -> str:
+    """What YAML made of a scalar or collection, in a user's words."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kinds = {int: "a number", float: "a number", list: "a list", dict: "a mapping", set: "a set", bytes: "binary data"}
+    return kinds.get(type(value), "a date")
 
 
 def load_yaml(stream):
