@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import AVX512_BF16_CPU, PYTHON, ROOT, run
 
@@ -664,6 +665,14 @@ def test_a_world_size_that_is_no_count_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "abc")
     assert user_error(write_recipe(tmp_path)) == (
         "WORLD_SIZE='abc' in the environment is not a whole number; unset it (a launcher sets it)"
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="TF32 is refused only where no GPU has it")
+def test_tf32_asked_of_a_machine_with_no_ampere_gpu_is_one_line_with_its_fix(tmp_path):
+    assert user_error(write_recipe(tmp_path, tf32=True)) == f"{tmp_path / 'recipe.yaml'}: " + (
+        "tf32: true needs an NVIDIA GPU of Ampere or newer (TF32 is its matmul format), and this machine has none; "
+        "drop it (a recipe turns tf32 on where the GPU has it)"
     )
 
 

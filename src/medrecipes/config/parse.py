@@ -65,9 +65,11 @@ def method_misfit(path: str, method: str) -> tuple[str, str] | None:
 
 def library_words(err: BaseException) -> str:
     """A library's refusal as one line: its lines joined (a list of "- item" lines as "item, item"),
-    its enum members as the values a recipe writes ("IntervalStrategy.STEPS" as steps)."""
+    its enum members as the values a recipe writes ("IntervalStrategy.STEPS" as steps), its
+    command-line flags as the keys a recipe writes ("--save_steps" as save_steps)."""
     text = re.sub(r"\n\s*-\s+", lambda m: " " if m.start() == str(err).find("\n") else ", ", str(err))
     text = re.sub(r"\b[A-Z]\w*(?:Strategy|Type|Policy)\.([A-Z][A-Z0-9_]*)\b", lambda m: m.group(1).lower(), text)
+    text = re.sub(r"(?<![\w-])--([a-z]\w*)", r"\1", text)
     return " ".join(text.split())
 
 
@@ -99,9 +101,9 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         raise
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = library_words(err)
-        if reason.startswith("--load_best_model_at_end requires"):  # transformers names no fix
+        if reason.startswith("load_best_model_at_end requires"):  # transformers names no fix
             reason = (
-                f"{reason[2:].rstrip('.')}: it keeps the best of the saved checkpoints, so each save must fall on an "
+                f"{reason.rstrip('.')}: it keeps the best of the saved checkpoints, so each save must fall on an "
                 "evaluation; make save_strategy and eval_strategy one, and save_steps a multiple of eval_steps, or set "
                 "load_best_model_at_end: false"
             )

@@ -53,6 +53,13 @@ class DeviceDefaults:
         self.bf16 = launch_precision(self.bf16, self.fp16, launcher, gpu and torch.cuda.is_bf16_supported())
         if self.tf32 is None:
             self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
+        elif self.tf32 and not (
+            torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+        ):  # transformers names no fix
+            raise ValueError(
+                "tf32: true needs an NVIDIA GPU of Ampere or newer (TF32 is its matmul format), and this machine has "
+                "none; drop it (a recipe turns tf32 on where the GPU has it)"
+            )
         super().__post_init__()
 
 
