@@ -134,8 +134,12 @@ def _from_seed(row: Row, where: Where, **_: Any) -> Row:
 
 
 class Format(NamedTuple):
-    keys: tuple[str, ...]  # the keys that identify the format in "auto" mode
+    keys: tuple[str, ...]  # the keys that identify the format in "auto" mode, its gold answer's last
     convert: Callable[..., Row]
+
+    @property
+    def gold(self) -> str:
+        return self.keys[-1]
 
 
 # Order matters in "auto": medqa rows also carry seed's keys (question, options, answer).

@@ -149,9 +149,11 @@ def _normalise(
         if not str(out["question"] or "").strip():
             raise UserError(f"{where}: the question is empty; write the question, or drop the row")
         if answered and out["answer"] is None:
+            layout = CONVERTERS[fmt]
+            read_as = f", the layout of the file's first row ({', '.join(layout.keys)})" if reading.fmt == "auto" else ""
             raise UserError(
-                f"{where}: has no gold answer, which training and scoring need on every row; "
-                "fill it in or drop the row (the MedMCQA test split has none)"
+                f"{where}: has no gold answer in '{layout.gold}'{read_as}, which training and scoring need on every "
+                f"row; fill in '{layout.gold}' or drop the row (the MedMCQA test split has none)"
             )
         out["id"] = out["id"] or f"{id_prefix}-{index}"
         return out
