@@ -521,3 +521,25 @@ def test_few_shot_examples_of_another_option_count_are_said(tmp_path, caplog):
     assert [r.getMessage().split(": ", 1)[1][:60] for r in caplog.records] == [
         f"few-shot examples in {five} have 5 options and the questions 4"[:60]
     ]
+
+
+def test_a_file_laid_out_as_another_benchmarks_is_refused_for_a_task_and_read_under_its_own_name(tmp_path):
+    """The layouts only one benchmark's files have (MMLU's header-less CSV, MedMCQA's opa..cop,
+    PubMedQA's QUESTION/final_decision) given to another registry task: one line naming the task
+    they fit; MedQA's JSON Lines layout, which collections write every benchmark in, fits all."""
+    from medrecipes.usmle.formats import CONVERTERS
+
+    mmlu = tmp_path / "anatomy_test.csv"
+    mmlu.write_text("Which bone?,Femur,Tibia,Ulna,Radius,B\n", encoding="utf-8")
+    medqa = tmp_path / "medqa.jsonl"
+    medqa.write_text(
+        json.dumps({"question": "Which?", "options": {"A": "a", "B": "b", "C": "c", "D": "d"}, "answer_idx": "A"})
+        + "\n"
+    )
+    specific = {layout: task.name for task in TASKS.values() for layout in task.layouts}
+    assert set(specific) == set(CONVERTERS) - {"medqa", "seed"}  # every benchmark's own layout is someone's
+    with pytest.raises(UserError, match=r"anatomy_test\.csv: its rows are laid out as mmlu_medical's files are"):
+        load_task("medqa_4opt", data=str(mmlu))
+    assert load_task("mmlu_questions", data=str(mmlu)).rows[0]["answer"] == "B"
+    for name in ("medqa_4opt", "medmcqa"):
+        assert load_task(name, data=str(medqa)).rows[0]["answer"] == "A"

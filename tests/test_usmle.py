@@ -408,7 +408,10 @@ def test_data_to_train_on_needs_a_gold_answer_on_every_row(tmp_path):
     rows = [medmcqa_row(0), {**medmcqa_row(1), "cop": -1}]  # MedMCQA's unanswered test rows
     path = write_jsonl(tmp_path / "medmcqa.jsonl", rows)
     assert load_mcq(path)["answer"][1] is None  # fine to predict on
-    with pytest.raises(UserError, match=r"medmcqa\.jsonl line 2: has no gold answer in .cop., the layout of the file.s first row \(question, opa, cop\), which training"):
+    with pytest.raises(
+        UserError,
+        match=r"medmcqa\.jsonl line 2: has no gold answer in .cop., the layout of the file.s first row \(question, opa, cop\), which training",
+    ):
         load_mcq(path, answered=True)
 
 

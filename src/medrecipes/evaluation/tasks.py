@@ -66,6 +66,7 @@ class Task:
     subjects: tuple[str, ...] = ()  # keep these subjects only; few-shot examples match the subject
     description: Callable[[str], str] | None = None
     options: int | None = None  # every question's option count, where the benchmark fixes it
+    layouts: tuple[str, ...] = ()  # the row layouts (usmle's FORMATS) only this benchmark's files have
 
     def choices(self, row: Row) -> list[str]:
         """The strings whose log-likelihood is scored after the prompt (lm-eval's doc_to_choice)."""
@@ -85,6 +86,7 @@ TASKS = {
             "medqa_4opt",
             "medqa_4options",
             options=4,
+            layouts=("medqa_hf",),
             local="medqa/medqa_us_4opt_test.jsonl",
             hub="GBaker/MedQA-USMLE-4-options-hf",
             fewshot_split="train",
@@ -93,12 +95,14 @@ TASKS = {
             "medqa_5opt",
             "medqa_4options with a fifth option E",
             options=5,
+            layouts=("medqa_hf",),
             local="medqa/medqa_us_5opt_test.jsonl",
         ),
         Task(
             "medmcqa",
             "medmcqa",
             options=4,
+            layouts=("medmcqa",),
             prompt=_medmcqa_prompt,
             local="medmcqa/dev.json",
             hub="openlifescienceai/medmcqa",
@@ -109,6 +113,7 @@ TASKS = {
             "pubmedqa",
             "pubmedqa",
             options=3,
+            layouts=("pubmedqa",),
             prompt=_pubmedqa_prompt,
             local="pubmedqa/ori_pqal.json",
             hub="qiaojin/PubMedQA",
@@ -127,6 +132,7 @@ TASKS = {
             subjects=MMLU_MEDICAL,
             description=_mmlu_description,
             options=4,
+            layouts=("mmlu",),
         ),
     ]
 }
@@ -173,10 +179,28 @@ def _source(task: Task, data: str | None, data_dir: str | None) -> str:
     raise UserError(f"{task.name}: has no Hub copy; pass --data_dir (with {task.local}) or --data {task.name}=FILE")
 
 
+def _misfit(task: Task) -> Callable[[str], str | None]:
+    """Why rows of a layout are not a registry task's: the layout only another benchmark's files
+    have (MMLU's header-less CSV given to medqa_4opt would be scored with MedQA's prompt and
+    reported as MedQA). MedQA's JSON Lines layout fits every task: benchmark collections
+    (medagents') write MedMCQA and MMLU in it too."""
+
+    def misfit(layout: str) -> str | None:
+        theirs = next((t.name for t in TASKS.values() if layout in t.layouts), None)
+        if theirs is None or layout in task.layouts or task.name not in TASKS:  # a name of its own reads any
+            return None
+        return (
+            f"its rows are laid out as {theirs}'s files are ({layout}), not as {task.name}'s; score them as {theirs} "
+            f"(--tasks {theirs} --data {theirs}=FILE), or as questions of their own (--data NAME=FILE)"
+        )
+
+    return misfit
+
+
 def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | None = None) -> list[Row]:
     subjects = list(task.subjects) or None
     # answered: a question without its gold answer is named by its line where it is read
-    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True}
+    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True, "misfit": _misfit(task)}
     if looks_local(source) or Path(source).exists():
         return load_mcq(source, split=split, **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)

@@ -118,6 +118,7 @@ class _Reading(NamedTuple):
     fmt: str = "auto"
     answered: bool = False  # refuse a row without a gold answer
     pubmedqa_setting: str | None = None  # None: PubMedQA's default; a setting: the rows must be PubMedQA's
+    misfit: Callable[[str], str | None] | None = None  # why rows of a detected layout are not what is asked
 
 
 def _normalise(
@@ -128,6 +129,8 @@ def _normalise(
     fmt, answered = reading.fmt, reading.answered
     if fmt == "auto":
         fmt = detect_format(raw[0], Where(source, 1, header))
+        if reading.misfit and (why := reading.misfit(fmt)):
+            raise UserError(f"{source}: {why}")
     extra: dict[str, Any] = {"subject": subject}
     if reading.pubmedqa_setting is not None:
         if fmt != "pubmedqa":
@@ -150,7 +153,9 @@ def _normalise(
             raise UserError(f"{where}: the question is empty; write the question, or drop the row")
         if answered and out["answer"] is None:
             layout = CONVERTERS[fmt]
-            read_as = f", the layout of the file's first row ({', '.join(layout.keys)})" if reading.fmt == "auto" else ""
+            read_as = (
+                f", the layout of the file's first row ({', '.join(layout.keys)})" if reading.fmt == "auto" else ""
+            )
             raise UserError(
                 f"{where}: has no gold answer in '{layout.gold}'{read_as}, which training and scoring need on every "
                 f"row; fill in '{layout.gold}' or drop the row (the MedMCQA test split has none)"
@@ -390,6 +395,7 @@ def load_mcq(
     config: str | None = None,
     answered: bool = False,
     pubmedqa_setting: str | None = None,
+    misfit: Callable[[str], str | None] | None = None,
 ) -> Dataset:
     """Load MCQ data from a file, a directory or a Hub id into the normalised schema.
 
@@ -403,12 +409,13 @@ def load_mcq(
     `pubmedqa_setting` (one of `PUBMEDQA_SETTINGS`) picks what PubMedQA's questions are asked
     about: the abstract (reasoning_required, also the default when it is None), the conclusion
     (reasoning_free) or both (reasoning_free_with_abstract); given for rows that are not
-    PubMedQA's, it is refused.
+    PubMedQA's, it is refused. `misfit(layout)`, where given, says why rows detected as that
+    layout (a `FORMATS` name) are not what the caller reads (another benchmark's), or None.
     """
     check_choice(format, ["auto", *FORMATS], "format")
     if pubmedqa_setting is not None:
         check_choice(pubmedqa_setting, list(PUBMEDQA_SETTINGS), "pubmedqa_setting")
-    reading = _Reading(format, answered, pubmedqa_setting)
+    reading = _Reading(format, answered, pubmedqa_setting, misfit)
     name = os.fspath(source)
     path = Path(name).expanduser()
     if path.exists() and not path.is_file() and not path.is_dir():  # a pipe or a device: no rows to read twice
