@@ -158,7 +158,7 @@ def bad_values(field: str) -> list:
                      [{"role": "user", "content": [{"type": "text"}]}], [1], None,
                      [{"role": "user", "content": "hi", "name": "bob"}],
                      [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}]],
-        "user": [],
+        "user": [7, ["a"], {"id": 1}, True],
     }[field]  # fmt: skip
 
 

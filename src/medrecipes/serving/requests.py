@@ -11,6 +11,7 @@ CHAT_FIELDS = ("model", "messages", "max_tokens", "max_completion_tokens", "temp
                "stream_options", "seed", "stop", "user")  # fmt: skip
 COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "seed", "stop", "echo",
                      "logprobs", "user")  # fmt: skip
+TEXT_FIELDS = ("model", "user")  # fields that are strings, whatever else they say
 SEEDS = (-(2**63), 2**64 - 1)  # the seeds torch.manual_seed takes: a signed 64-bit number, or an unsigned one
 MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API takes
 MAX_LOGPROBS = 5  # the most likely tokens a completion's logprobs may list at each position, as OpenAI's
@@ -32,6 +33,9 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     unknown = sorted(set(payload) - set(fields))
     if unknown:
         raise RequestError(400, f"unsupported field(s) {', '.join(unknown)}; this endpoint takes {', '.join(fields)}")
+    for key in TEXT_FIELDS:  # the OpenAI API's strings: a number for a user's id is a client's slip
+        if key in payload and not isinstance(payload[key], str):
+            raise RequestError(400, f"{key} must be a string, got {quoted(payload[key])}")
     if payload.get("n", 1) != 1:
         raise RequestError(400, f"n must be the number 1 (one answer a request), got {quoted(payload.get('n'))}")
     return payload
