@@ -422,6 +422,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
+        Case("generate: a Hub id not in the cache, offline", ["generate", "medrecipes-tests/not-cached", "--prompt", "hi"], "'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
+        Case("plan: a Hub model whose config is not cached, offline", ["plan", "recipes/tiny_sft.yaml", "--model_name_or_path", "medrecipes-tests/not-cached"], "model config: 'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
         Case("generate: a model type this transformers lacks", ["generate", f["unknowntype"], "--prompt", "hi"], "config.json: model_type 'medllama9' is no architecture this transformers knows"),
         Case("generate: a model's chat template that does not compile", ["generate", f["badtemplate"], "--prompt", "hi"], "chat_template.jinja: its chat template does not compile (line"),
         Case("perplexity: a model's tokenizer config cut short", ["perplexity", "--model", f["badtokconfig"], "--data", "data/medical_text/eval.jsonl"], "tokenizer_config.json is not valid JSON"),

@@ -46,6 +46,26 @@ def resolve_attention(requested: str | None) -> str:
     return "sdpa"
 
 
+def cannot_load(where: str, name: str, err: BaseException, fix: str = "") -> UserError:
+    """The one line for a model, config or tokenizer that did not load: a Hub id that is not in the
+    cache while the Hub cannot be asked (HF_HUB_OFFLINE, no network) said as such, with how to get it
+    (transformers says only that it could not connect); else the library's first line and `fix`."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cause, seen = err, set()
+    while cause is not None and id(cause) not in seen and not isinstance(cause, LocalEntryNotFoundError):
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
+        return UserError(
+            f"{where}: '{name}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}; download it "
+            f"where the Hub is reachable (hf download {name}), or pass a local folder"
+        )
+    return UserError(f"{where}: cannot load '{name}' ({str(err).splitlines()[0]}){f'; {fix}' if fix else ''}")
+
+
 def starting_model(model_args) -> str:
     """The model a recipe starts from; a recipe that names none (a data-only recipe is fine for
     `medrecipes decontaminate`) gets its one line here, where a model is needed."""
@@ -72,7 +92,7 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
     except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all
-        raise UserError(f"tokenizer: cannot load '{name_or_path}' ({str(err).splitlines()[0]})") from None
+        raise cannot_load("tokenizer", name_or_path, err) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None and (name := native_template(tokenizer)):
@@ -119,9 +139,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
                 source, revision=model_args.model_revision, dtype=dtype, attn_implementation=attention, **kwargs
             )
         except OSError as err:
-            raise UserError(
-                f"model_name_or_path: cannot load '{model_args.model_name_or_path}' ({str(err).splitlines()[0]})"
-            ) from None
+            raise cannot_load("model_name_or_path", model_args.model_name_or_path, err) from None
         if "gguf_file" in kwargs:
             unmark_dequantized_gguf(model)
         origin = model_args.model_name_or_path
@@ -195,7 +213,7 @@ def load_config(name_or_path: str):
     try:
         return AutoConfig.from_pretrained(source, **kwargs)
     except OSError as err:
-        raise UserError(f"model: cannot read the config of '{name_or_path}' ({str(err).splitlines()[0]})") from None
+        raise cannot_load("model config", name_or_path, err) from None
 
 
 def load_for_inference(name_or_path: str, revision: str | None = None, dtype: str | None = None):
@@ -225,9 +243,11 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
     except OSError as err:
-        raise UserError(
-            f"{adapter_dir}/adapter_config.json: cannot load base_model_name_or_path '{base}' "
-            f"({str(err).splitlines()[0]}); fix the path or make the model available"
+        raise cannot_load(
+            f"{adapter_dir}/adapter_config.json: base_model_name_or_path",
+            base,
+            err,
+            "fix the path or make the model available",
         ) from None
     # Training saves the tokenizer beside the adapter, with any chat template or tokens it added.
     saved = any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES)
