@@ -534,6 +534,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("DPO: an empty prompt", script("dpo", dpo, *run_in(files, model), *pairs(f["emptyprompt.jsonl"])), "emptyprompt.jsonl line 1: prompt is empty"),
         Case("CPT: a data_files pattern that matches nothing", script("cpt", src("{path: json, data_files: nothing-here-*.jsonl}"), *run_in(files, model)), "data_files pattern nothing-here-*.jsonl matches no file"),
         Case("CPT: a document whose text is a number", script("cpt", src(f"{{path: {f['numbertext.jsonl']}}}"), *run_in(files, model)), "numbertext.jsonl line 2: 'text' is 42, not text"),
+        Case("perplexity: questions, with no text column", ["perplexity", "--model", model, "--data", TEST_SET], "no column 'text' (columns: id, question, options, answer, explanation, subject); pass --text-field"),
         Case("perplexity: a folder of several files", ["perplexity", "--model", model, "--data", "data/medical_text"], "is a folder of 2 files (eval.jsonl, train.jsonl)"),
         Case("perplexity: a document whose text is a number", ["perplexity", "--model", model, "--data", f["numbertext.jsonl"]], "numbertext.jsonl line 2: 'text' is 42, not text"),
         Case("pretraining: an architecture file that is not JSON", script("cpt", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--architecture", f"{f['notjson-config']}/config.json", "--output_dir", str(files / "runs" / "notjson")), "is not a model config"),

@@ -82,7 +82,7 @@ def cmd_eval(args) -> None:
 
 
 def cmd_perplexity(args) -> None:
-    from medrecipes.data.sources import load_source
+    from medrecipes.data.sources import MissingColumn, load_source
     from medrecipes.data_config import SourceConfig
     from medrecipes.errors import UserError
     from medrecipes.evaluation.commands import load_for_evaluation
@@ -100,7 +100,13 @@ def cmd_perplexity(args) -> None:
             f"perplexity --data: {args.data} is a folder of {len(files)} files ({', '.join(files[:4])}), of which "
             "datasets would read one split; pass the file to score"
         )
-    texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
+    try:
+        texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
+    except MissingColumn as err:  # its fix names the recipes' key
+        raise UserError(
+            f"perplexity --data {args.data}: no column '{args.text_field}' (columns: {err.shown}); pass --text-field "
+            "with the column that holds its documents"
+        ) from None
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
     lo, hi = result["ci95"]

@@ -244,15 +244,24 @@ PREFERENCE_FIELDS = {"preference": ["prompt", "chosen", "rejected"], "unpaired":
 
 
 class MissingColumn(UserError):
-    """A source without a column its format reads: a caller that can read it another way catches it."""
+    """A source without a column its format reads: a caller that can read it another way, or that
+    names the setting by its own option, catches it (`shown`: the columns there, as the line gives them)."""
+
+    def __init__(self, message: str, shown: str = ""):
+        super().__init__(message)
+        self.shown = shown
 
 
 def _check_columns(documents, fields: list[str], source: SourceConfig, hint: str) -> None:
-    """The columns `fields` are there (a stream read without a schema is checked row by row)."""
+    """The columns `fields` are there (a stream read without a schema is checked row by row). A
+    column's name is cut where long: a CSV with no header row has its first row's texts as names."""
     columns = documents.column_names
     for name in fields:
         if columns is not None and name not in columns:
-            raise MissingColumn(f"{named(source)}: no column '{name}' (columns: {', '.join(columns)}); {hint}")
+            shown = ", ".join(c if len(c) <= 40 else quoted(c) for c in columns)
+            if any(len(c) > 40 for c in columns) and any(f.endswith(".csv") for f in local_files(source)):
+                shown += "; a CSV's first row names its columns, and this one's reads as a row of data"
+            raise MissingColumn(f"{named(source)}: no column '{name}' (columns: {shown}); {hint}", shown)
 
 
 def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int | None):
