@@ -20,7 +20,7 @@ from medrecipes.config import (
     script_of,
 )
 from medrecipes.config.checks import TASK_METRIC_SUFFIXES
-from medrecipes.config.schema import LAUNCH_COUNTS
+from medrecipes.config.schema import LAUNCH_COUNTS, say_rendezvous
 from medrecipes.errors import UserError
 from medrecipes.models.loading import recipe_tokenizer
 
@@ -666,6 +666,24 @@ def test_a_world_size_that_is_no_count_is_one_line(tmp_path, monkeypatch):
     assert user_error(write_recipe(tmp_path)) == (
         "WORLD_SIZE='abc' in the environment is not a whole number; unset it (a launcher sets it)"
     )
+
+
+def test_counts_of_several_processes_with_no_launcher_say_the_process_waits(monkeypatch, caplog):
+    """WORLD_SIZE and its fellows left in a shell: torch waits for the others, silent, for
+    ddp_timeout; the line says so. Under a launcher (its marks) nothing is said."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level("WARNING"):
+        say_rendezvous()
+    assert [r.getMessage() for r in caplog.records] == [
+        "WORLD_SIZE=2 with no launcher's marks: this process (RANK 0) now waits for the other 1 to join at "
+        "127.0.0.1:29555, up to ddp_timeout; start them, or unset WORLD_SIZE and its fellows to run alone"
+    ]
+    caplog.clear()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    with caplog.at_level("WARNING"):
+        say_rendezvous()
+    assert caplog.records == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="TF32 is refused only where no GPU has it")

@@ -16,7 +16,7 @@ from medrecipes.config import checks, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
 from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
-from medrecipes.config.schema import RecipeArguments, world_size
+from medrecipes.config.schema import RecipeArguments, say_rendezvous, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import check_writable
@@ -82,7 +82,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     machine (a recipe script), so the packages it asks for must be installed; off for the
     `medrecipes` commands, which may read a GPU recipe on a machine without them."""
     trains = method_named(method)
-    world_size()  # the launcher's WORLD_SIZE, read by the trainer configs as they are built: a count
+    say_rendezvous()  # the launcher's WORLD_SIZE, read by the trainer configs as they are built: a count
     parser = RecipeParser(script_classes(method))
     try:
         with warnings.catch_warnings(record=True) as said:  # the configs' deprecations, as notes below

@@ -6,6 +6,7 @@ runs, prompts, benchmarks during training); the ranges of numeric keys are state
 (`Bound`, `check_ranges`). A field whose values are a fixed list is a `Literal`: the parser checks
 it (`reading.check_choices`) and the list is written once, here."""
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -233,6 +234,24 @@ def world_size() -> int:
             "sets these together; run with accelerate launch (or torchrun), or unset them"
         )
     return world
+
+
+# What each launcher of several processes writes besides the counts: torchrun's (accelerate launch's
+# for GPUs), DeepSpeed's, MPI's (accelerate's MULTI_CPU) and Slurm's.
+LAUNCHER_MARKS = ("TORCHELASTIC_RUN_ID", "LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID")
+
+
+def say_rendezvous() -> None:
+    """One line where the counts of several processes were set with no launcher's marks (by hand,
+    or left in a shell): the process then waits, silent, for the others to join, as long as
+    ddp_timeout; the line says so while it waits."""
+    world = world_size()
+    if world > 1 and not any(mark in os.environ for mark in LAUNCHER_MARKS):
+        logging.getLogger("medrecipes").warning(
+            "WORLD_SIZE=%d with no launcher's marks: this process (RANK %s) now waits for the other %d to join at "
+            "%s:%s, up to ddp_timeout; start them, or unset WORLD_SIZE and its fellows to run alone",
+            world, os.environ.get("RANK", "0"), world - 1, os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"],
+        )  # fmt: skip
 
 
 def zero_stage() -> str:
