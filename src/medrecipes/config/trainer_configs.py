@@ -4,6 +4,7 @@ chosen by the device, activation checkpointing as the recipe or the memory plan 
 ranges of its numeric keys (`schema.Bound`)."""
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -191,6 +192,17 @@ class MedDPOConfig(DeviceDefaults, CheckpointingOnByDefault, DPOConfig):
         ),
         "ld_alpha": Bound(0, True, "LD-DPO's weight of the tokens past the shared length", 1, high_ok=True),
     }
+
+    def __post_init__(self):
+        # TRL checks only that there is a weight for each loss_type: one below 0 trains that loss
+        # backwards (toward the rejected answers, or away from the chosen), all 0 learns nothing.
+        weights = self.loss_weights or []
+        if any(not math.isfinite(w) or w < 0 for w in weights) or (weights and not any(w > 0 for w in weights)):
+            raise ValueError(
+                f"loss_weights {[float(w) for w in weights]}: each loss_type's weight must be 0 or more, and one above "
+                "0 (below 0 trains that loss backwards; all 0 learns nothing)"
+            )
+        super().__post_init__()
 
 
 @dataclass
