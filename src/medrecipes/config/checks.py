@@ -313,7 +313,8 @@ WITHOUT_EVAL = {"eval_strategy": "no", "eval_on_start": "false", "keep_best_chec
 
 def check_eval_needed(recipe: RecipeArguments, args: TrainingArguments, path: str) -> None:
     """A recipe without eval_sets whose settings evaluate or rank by an evaluation: all of them in
-    one line with the flags that turn them off (a recipe's eval_sets set to null leaves several); and
+    one line with the flags that turn them off (a recipe's eval_sets set to null leaves several), or
+    eval_tasks, which are scored at an evaluation; and
     keep_best_checkpoints said where eval sets are there and no evaluation in training ranks by them."""
     if recipe.eval_sources:
         if args.eval_strategy == "no" and recipe.keep_best_checkpoints is not None:
@@ -323,6 +324,12 @@ def check_eval_needed(recipe: RecipeArguments, args: TrainingArguments, path: st
                 "set eval_strategy: steps to rank them, or drop keep_best_checkpoints"
             )
         return
+    if recipe.eval_tasks:  # the trainer evaluates, and so scores the tasks, only with eval sets
+        raise UserError(
+            f"{path}: eval_tasks are scored at each evaluation, which runs on eval_sets, and there are none; add "
+            "eval_sets (with eval_strategy: steps and eval_steps), or drop eval_tasks and score the model after "
+            "training (medrecipes eval)"
+        )
     values = {
         "eval_strategy": None if args.eval_strategy == "no" else args.eval_strategy.value,
         "eval_on_start": "true" if args.eval_on_start else None,
