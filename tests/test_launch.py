@@ -257,3 +257,21 @@ def test_what_an_accelerate_config_sets_that_its_launch_does_not_use_is_said(tmp
     main(["validate", "recipes/tiny_cpt.yaml", "--accelerate-config", str(path)])
     launch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# launch:"))
     assert (said in launch) if said else launch.endswith(("1 process a machine", "2 processes a machine")), launch
+
+
+def test_a_launch_of_more_cpu_processes_than_cores_is_said(capsys, tmp_path, monkeypatch):
+    """Processes that train on the CPU share its cores: more of them than there are cores is said,
+    as many is not (the count read where the launch runs: the cores this process may use)."""
+    import os
+
+    import yaml
+
+    from medrecipes.cli import main
+
+    cores = len(os.sched_getaffinity(0))
+    for processes, said in ((cores, False), (cores + 1, True)):
+        config = yaml.safe_load((ROOT / "accelerate_configs" / "ddp.yaml").read_text()) | {"num_processes": processes}
+        (tmp_path / "cpus.yaml").write_text(yaml.safe_dump(config))
+        main(["validate", "recipes/tiny_sft.yaml", "--accelerate-config", str(tmp_path / "cpus.yaml")])
+        notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# note:")]
+        assert any(f"processes train on the CPU and share this machine's {cores} cores" in n for n in notes) == said

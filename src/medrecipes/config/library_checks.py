@@ -732,6 +732,11 @@ def _machine_notes(args: TrainingArguments, given: dict) -> list[str]:
         found.append("dataloader_pin_memory does nothing on a CPU run (it pins memory for copies to an accelerator)")
     if getattr(args, "activation_offloading", False) and cpu:
         found.append("activation_offloading does nothing on a CPU run (the activations are in CPU memory already)")
+    if cpu and processes > (cores := len(os.sched_getaffinity(0))):
+        found.append(
+            f"the launch's {processes} processes train on the CPU and share this machine's {cores} cores: each step "
+            f"waits on the slowest, so it runs slower than {cores} would; launch at most {cores} (--num_processes)"
+        )
     if args.fsdp and (processes == 1 or cpu):
         found.append(
             f"fsdp shards the model over the GPU processes of a launch, and this run "
