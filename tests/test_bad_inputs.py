@@ -198,6 +198,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("label_names the batches do not hold", ["validate", cpt, "--label_names", "[answer]"], "the batches hold their labels as 'labels'"),
         Case("output_dir empty", ["validate", cpt, "--output_dir", ""], "output_dir is not set, and the run would write into ./trainer_output"),
         Case("output_dir null", ["validate", cpt, "--output_dir", "null"], "output_dir is not set, and the run would write into ./trainer_output"),
+        Case("eval: the model given as empty text", ["eval", "--model", ""], "model_name_or_path is empty; give it a value"),
+        Case("report: an empty title", ["report", "data", "--title", ""], "medrecipes report: --title is empty; give it a value, or leave it out"),
         Case("a text key left empty", ["validate", sft, "--dataset_text_field", ""], "dataset_text_field is empty; give it a value"),
         Case("no model to start from", ["validate", sft, "--model_name_or_path", "null"], "model_name_or_path is not set; name the model this recipe starts from"),
         Case("GRPO with one answer a question", ["validate", grpo, "--num_generations", "1"], "num_generations must be at least 2, got 1"),

@@ -539,8 +539,10 @@ def test_an_empty_api_key_is_refused_at_start(memorised_model, how):
     result = run(PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(free_port()), *args, env=env)
     assert result.returncode == 2
     assert error_lines(result.stderr) == [
-        "error: serve: the API key is empty (--api-key or MEDRECIPES_API_KEY), which would leave the server open; "
-        "give a key, or leave both unset for a server without one"
+        "error: medrecipes serve: --api-key is empty; give it a value, or leave it out"  # as every option's
+        if how == "--api-key"
+        else "error: serve: the API key is empty (--api-key or MEDRECIPES_API_KEY), which would leave the server "
+        "open; give a key, or leave both unset for a server without one"
     ]
 
 

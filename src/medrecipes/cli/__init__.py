@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         command = f"{parser.prog} {args.command}"
         raise UserError(f"{command}: unknown argument {overrides[0]!r}; see {command} --help")
     args.overrides = overrides
+    _refuse_empty_text(parser, args)
     try:
         args.func(args)
     except UserError as err:  # a recipe key the recipe does not know may be another command's option
@@ -78,6 +79,18 @@ def main(argv: list[str] | None = None) -> None:
         raise
     finally:  # a command run in a process that goes on (a notebook, a test) leaves no lock behind
         release_all()
+
+
+def _refuse_empty_text(parser, args) -> None:
+    """An option given as empty text (--title '', --data ''): whatever it names, nothing is given, and
+    a command would fall back to its default or read the empty name as a path without a word."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in subparsers.choices[args.command]._actions:
+        value = getattr(args, action.dest, None) if action.option_strings else None
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            command = f"{parser.prog} {args.command}"
+            raise UserError(f"{command}: {action.option_strings[-1]} is empty; give it a value, or leave it out")
 
 
 def _commands_with(parser, name: str, but: str) -> list[str]:

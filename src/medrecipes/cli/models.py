@@ -108,17 +108,10 @@ def cmd_convert_gguf(args) -> None:
 def cmd_generate(args) -> None:
     from medrecipes.serving import generate
 
-    if not args.prompt.strip():
-        raise UserError("generate: --prompt is empty; give the question to answer")
-    if args.system is not None and not args.system.strip():
-        raise UserError("generate: --system is empty; give the system turn, or leave --system out")
-
     print(generate(args.model, args.prompt, args.system, args.max_new_tokens))
 
 
 def cmd_serve(args) -> None:
     from medrecipes.serving import serve
 
-    if args.served_model_name is not None and not args.served_model_name.strip():
-        raise UserError("serve: --served-model-name is empty; give the name clients ask for, or leave it out")
     serve(args.model, args.host, args.port, args.api_key, args.max_body_bytes, args.max_tokens, args.served_model_name)

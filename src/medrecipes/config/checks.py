@@ -8,16 +8,14 @@ knows only questions), which also gives `reward_weights`; a dotted import path t
 reward can only be checked by importing it.
 """
 
-import dataclasses
 import math
 import os
-import re
 from typing import Any
 
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig
 
-from medrecipes.config.reading import build_dataclass, check_revision, split_names
+from medrecipes.config.reading import build_dataclass, check_revision, shell_variable, split_names
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
@@ -720,41 +718,6 @@ def check_template_syntax(template: str, where: str) -> None:
         problem = template_error(f.read())
     if problem:
         raise UserError(f"{where}: {template} {problem}; fix the template")
-
-
-def shell_variable(location: str) -> str | None:
-    """What is wrong with a path that holds a shell's variable ($HOME, ${DATA}): a recipe's paths
-    are read as written, so it would name a folder of that name; None for any other path."""
-    variable = re.search(r"\$(\w+|\{\w+\})", location)
-    if variable is None:
-        return None
-    expanded = os.path.expandvars(location)
-    instead = f", such as '{expanded}'" if expanded != location else f" ({variable.group()} is not set here either)"
-    return f"'{location}' holds {variable.group()}, which a shell expands and a recipe does not; write the path itself{instead}"
-
-
-def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
-    """A text key left empty (or spaces) whose default is not empty and which takes no null: a
-    name, id or revision that names nothing (an optional text key reads the empty text as null,
-    `config.reading`). A key whose default is the empty text (transformers' `debug`) takes it.
-    output_dir given null or empty would write into transformers' `trainer_output` in the working folder."""
-    for obj in parsed:
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name, None)
-            if f.name in given and isinstance(value, str) and not value.strip() and f.default != "":
-                raise UserError(f"{path}: {f.name} is empty; give it a value, or leave it out for its default")
-            place = f.name.endswith(("_dir", "_path", "_url", "_file"))  # a folder or file the run writes or reads
-            if f.name in given and place and isinstance(value, str) and value.strip() and value != value.strip():
-                raise UserError(
-                    f"{path}: {f.name} {value!r} starts or ends with a space, which a folder or file name keeps; "
-                    "drop it"
-                )
-            if f.name in given and place and isinstance(value, str) and (problem := shell_variable(value)):
-                raise UserError(f"{path}: {f.name} {problem}")
-    if "output_dir" in given and str(given["output_dir"] or "").strip() in ("", "null"):  # as YAML or argv write it
-        raise UserError(
-            f"{path}: output_dir is not set, and the run would write into ./trainer_output; name its folder"
-        )
 
 
 def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:

@@ -4,7 +4,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from medrecipes.config.reading import RecipeParser, check_choices, check_revision, split_names
+from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, check_revision, split_names
 from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError, did_you_mean
 from medrecipes.names import MOST_SAMPLES, TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
@@ -98,8 +98,10 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
 
 def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
-    (args,), path = RecipeParser([EvalArguments]).parse_recipe(argv)
+    parser = RecipeParser([EvalArguments])
+    (args,), path = parser.parse_recipe(argv)
     where = path or "command line"
+    check_blank_text((args,), parser.given, where)
     if (processes := world_size()) > 1:  # each would score every question and write the one output
         raise UserError(
             f"{where}: an evaluation runs in one process, and this launch started {processes} (WORLD_SIZE); run it "

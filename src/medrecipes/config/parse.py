@@ -15,7 +15,7 @@ from trl import ModelConfig
 from medrecipes.config import checks, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
-from medrecipes.config.reading import RecipeParser, check_choices, field_names, read_recipe_yaml
+from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, field_names, read_recipe_yaml
 from medrecipes.config.schema import RecipeArguments, say_rendezvous, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
@@ -145,7 +145,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_eval_needed(recipe, args, path)
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
-    checks.check_blank_text(outputs, parser.given, path)
+    check_blank_text(outputs, parser.given, path)
     checks.check_model_paths(recipe, model_args, path)
     checks.check_model_args(model_args, path)
     checks.check_reference(args, model_args, path)
