@@ -160,3 +160,14 @@ def test_a_run_starts_from_an_adapter_folder_as_the_model_it_made(base, adapter,
     assert torch.allclose(logits(model, tokenizer), logits(with_adapter, tokenizer), atol=1e-5)
     with pytest.raises(UserError, match="is a LoRA adapter.*merge it first"):
         check_model_settings(ModelConfig(model_name_or_path=adapter, use_peft=True))
+
+
+def test_an_adapter_folder_is_planned_with_its_bases_shape(base, adapter, capsys):
+    """The config of an adapter's folder, as a plan and a run's settling read it, is its base's
+    (the folder holds no config.json); read without PEFT, which the plan keeps out of its process."""
+    from medrecipes.cli import main
+    from medrecipes.models.loading import load_config
+
+    assert load_config(adapter).to_dict() == load_config(base).to_dict()
+    main(["plan", "recipes/tiny_sft.yaml", "--model_name_or_path", adapter])
+    assert "ddp fits on" in capsys.readouterr().out

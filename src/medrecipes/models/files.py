@@ -162,14 +162,13 @@ def adapter_config(path: str) -> str | None:
     return config if os.path.isfile(config) else None
 
 
-def read_adapter_config(path: str) -> dict:
+def read_adapter_config(path: str, typed: bool = True) -> dict:
     """A LoRA adapter's adapter_config.json, checked as PEFT will use it: a JSON mapping whose
     numeric settings (r, lora_alpha, lora_dropout, ...) are numbers of the type PEFT's LoraConfig
-    declares. PEFT takes `"r": "eight"` as it comes and fails mid-load, comparing text with a number."""
+    declares (`typed`; off where no adapter loads and PEFT is kept out of the process, as for a
+    plan). PEFT takes `"r": "eight"` as it comes and fails mid-load, comparing text with a number."""
     import dataclasses
     import typing
-
-    from peft import LoraConfig
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -178,6 +177,10 @@ def read_adapter_config(path: str) -> dict:
         raise UserError(f"{path}: not valid JSON ({err}); copy the adapter again from its run") from None
     if not isinstance(config, dict):
         raise UserError(f"{path}: not a JSON mapping; copy the adapter again from its run")
+    if not typed:
+        return config
+    from peft import LoraConfig
+
     hints = typing.get_type_hints(LoraConfig)
     for field in dataclasses.fields(LoraConfig):
         kinds = set(typing.get_args(hints.get(field.name))) | {hints.get(field.name)}
@@ -213,9 +216,10 @@ def merged_adapter_fingerprint(path: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def adapter_base(config_path: str) -> tuple[str, str | None]:
-    """The base model (and revision) named by a LoRA adapter's adapter_config.json."""
-    config = read_adapter_config(config_path)
+def adapter_base(config_path: str, typed: bool = True) -> tuple[str, str | None]:
+    """The base model (and revision) named by a LoRA adapter's adapter_config.json (`typed`: as
+    `read_adapter_config`)."""
+    config = read_adapter_config(config_path, typed)
     base = config.get("base_model_name_or_path")
     if not base:
         raise UserError(f"{config_path}: no base_model_name_or_path; set it to the model the adapter was trained on")

@@ -205,14 +205,17 @@ def get_kbit_device_map() -> dict | None:
 
 def load_config(name_or_path: str):
     """The model config without weights (for planning): a packaged copy first, so that the
-    recipes' Hub models can be planned offline, then the Hub or a local path."""
+    recipes' Hub models can be planned offline, then the Hub or a local path. A LoRA adapter's
+    folder (an earlier stage's final/) has its base's shape: the config of the base it names."""
     packaged = packaged_config(name_or_path)
     if packaged is not None:
         return packaged
+    if adapter := adapter_config(name_or_path):
+        return load_config(adapter_base(adapter, typed=False)[0])
     source, kwargs = split_gguf(name_or_path)
     try:
         return AutoConfig.from_pretrained(source, **kwargs)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a config.json with no model_type transformers knows
         raise cannot_load("model config", name_or_path, err) from None
 
 
