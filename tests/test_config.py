@@ -739,3 +739,13 @@ def test_an_evaluation_under_a_launch_of_several_processes_is_refused(monkeypatc
         parse_eval_args(["--model", "m"])
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert parse_eval_args(["--model", "m"]).model_name_or_path == "m"
+
+
+def test_a_local_model_not_there_yet_is_a_note_where_the_recipe_is_read_to_train_elsewhere(tmp_path):
+    """validate reads a stage's recipe before the stage before it has run: its model, an earlier
+    output, is said to be missing, not refused; a Hub id is not a local path and is not said."""
+    missing = str(tmp_path / "cpt" / "final")
+    recipe = parse_recipe("cpt", [write_recipe(tmp_path, model_name_or_path=missing)], here=False)[0]
+    assert any(n.startswith(f"model_name_or_path {missing}: no such file or folder here yet") for n in recipe.notes)
+    hub = parse_recipe("cpt", [write_recipe(tmp_path, model_name_or_path="org/model")], here=False)[0]
+    assert not any("here yet" in n for n in hub.notes)

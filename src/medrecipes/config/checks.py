@@ -720,9 +720,11 @@ def check_template_syntax(template: str, where: str) -> None:
         raise UserError(f"{where}: {template} {problem}; fix the template")
 
 
-def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: str) -> None:
+def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: str, elsewhere: bool = False) -> None:
     """A model or tokenizer named by a file (a data file, a model's config.json): one line naming the
-    key, not the loader's words about an unreadable config after the data is built."""
+    key, not the loader's words about an unreadable config after the data is built. `elsewhere`: the
+    recipe is read here to train later or on another machine (validate), so a local model not there
+    yet (an earlier stage's output) is a note; a run here says so as it loads."""
     named = {
         "model_name_or_path": model_args.model_name_or_path,
         "tokenizer_name_or_path": recipe.tokenizer_name_or_path,
@@ -730,6 +732,11 @@ def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: st
     for key, value in named.items():
         if value and (problem := file_as_model(value)):
             raise UserError(f"{path}: {key}: {problem}")
+        if elsewhere and value and looks_local(value) and not os.path.exists(os.path.expanduser(value)):
+            recipe.notes.append(
+                f"{key} {value}: {absent(value)} here yet; the run needs it there (an earlier stage's output, or a "
+                "model copied in)"
+            )
         if value and not local_path(value) and not is_url(value):
             check_hub_id(value, key, path)
 

@@ -146,7 +146,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.resolve_best_metric(recipe, args, path)
     checks.check_long_run_settings(recipe, path)
     check_blank_text(outputs, parser.given, path)
-    checks.check_model_paths(recipe, model_args, path)
+    checks.check_model_paths(recipe, model_args, path, elsewhere=to_train and not here)
     checks.check_model_args(model_args, path)
     checks.check_reference(args, model_args, path)
     if recipe.checkpoint_mirror_url:
