@@ -320,6 +320,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accelerate config: distributed type misspelt", ["validate", cpt, "--accelerate-config", f["typoaccel.yaml"]], "accelerate refuses it ('FSPD' is not a valid DistributedType)"),
         Case("accelerate config: processes as words", ["launch-plan", cpt, "--nodes", "2", "--accelerate-config", f["wordsaccel.yaml"]], "num_processes must be a whole number, got 'eight'"),
         Case("accelerate config: precision unknown", ["validate", sft, "--accelerate-config", f["fp32accel.yaml"]], "mixed_precision 'fp32' is none of"),
+        Case("a recipe as the accelerate config", ["validate", sft, "--accelerate-config", cpt], "recipes/tiny_cpt.yaml: not an accelerate config (no distributed_type"),
+        Case("an accelerate config as the recipe", script("sft", "accelerate_configs/zero3.yaml"), "an accelerate config (compute_environment, distributed_type), not a recipe"),
         Case("accelerate config for an eval recipe", ["validate", "recipes/tiny_eval.yaml", "--accelerate-config", "accelerate_configs/ddp.yaml"], "an eval recipe is not launched"),
         Case("launch-plan: 0 nodes", ["launch-plan", cpt, "--nodes", "0"], "--nodes: must be at least 1"),
         Case("launch-plan: 0 GPUs a node", ["launch-plan", cpt, "--nodes", "2", "--gpus-per-node", "0"], "--gpus-per-node: must be at least 1"),

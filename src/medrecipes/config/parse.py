@@ -49,6 +49,16 @@ def _keys_of(method: str) -> set[str]:
     return set(field_names((EvalArguments,) if method == "eval" else script_classes(method))) | {"env"}
 
 
+def launch_config_keys(path: str) -> list[str]:
+    """The keys only an accelerate config has (accelerate's `config` writes them in every one) that a
+    file read as a recipe holds."""
+    try:
+        data = read_recipe_yaml(path)
+    except UserError:
+        return []
+    return [key for key in ("compute_environment", "distributed_type") if key in data]
+
+
 def method_misfit(path: str, method: str) -> tuple[str, str] | None:
     """(a key, the method whose recipes take it) where a recipe written for another method is read
     as `method`: its keys that `method` does not take are all of the method its keys fit. None where
@@ -92,6 +102,11 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         for other in (w for w in said if w.category is not FutureWarning):
             warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
     except UserError:
+        if parser.recipe_path != "command line" and (launch := launch_config_keys(parser.recipe_path)):
+            raise UserError(
+                f"{parser.recipe_path}: an accelerate config ({', '.join(launch)}), not a recipe; give it to accelerate "
+                f"launch --config_file, and a recipe (recipes/) to {script_of(method)}"
+            ) from None
         if parser.recipe_path != "command line" and (misfit := method_misfit(parser.recipe_path, method)):
             key, fitting = misfit
             raise UserError(

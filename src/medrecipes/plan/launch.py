@@ -69,6 +69,13 @@ def check_accelerate_config(path: str) -> dict:
 
     data = read_yaml_mapping(path, "accelerate config", "accelerate_configs/ holds one per kind of launch")
     fix = "fix it there, or start from one in accelerate_configs/"
+    others = sorted(set(data) - {f.name for f in dataclasses.fields(ClusterConfig)})
+    if "distributed_type" not in data and others:  # another kind of file: a recipe, most likely
+        raise UserError(
+            f"{path}: not an accelerate config (no distributed_type, and {', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''} are no keys of one); pass one from accelerate_configs/, and the "
+            "recipe after the script"
+        )
     kinds = {bool: "true or false", int: "a whole number", dict: "a mapping", list: "a list"}
     for declared in dataclasses.fields(ClusterConfig):
         value = data.get(declared.name)
