@@ -128,21 +128,23 @@ def _check_shards(index: str) -> None:
         )
 
 
-def check_tokenizer_files(name_or_path: str) -> None:
+def check_tokenizer_files(name_or_path: str, named_by: str | None = "tokenizer_name_or_path") -> None:
     """A local model folder holds its tokenizer's files (a save of the model alone does not), each
-    readable (`check_folder_files`)."""
+    readable (`check_folder_files`). `named_by`: the key that names another tokenizer where the
+    caller has one (a recipe's), None where it has none (a command given a model)."""
     if os.path.isdir(name_or_path):
         check_folder_files(name_or_path)
     if os.path.isdir(name_or_path) and not set(os.listdir(name_or_path)) & TOKENIZER_FILES:
         raise UserError(
             f"tokenizer: {name_or_path} has no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); save the "
-            "tokenizer there too, or set tokenizer_name_or_path to the model it came from"
+            "tokenizer of the model it came from there too"
+            + (f", or set {named_by} to that model" if named_by else "")
         )
     if name_or_path.endswith(".gguf") and os.path.isfile(name_or_path) and not _gguf_has_tokenizer(name_or_path):
         raise UserError(
             f"tokenizer: {name_or_path} holds no tokenizer (no tokenizer.ggml.* metadata), and transformers builds one "
-            "from those alone; export the .gguf with its tokenizer (llama.cpp's convert_hf_to_gguf.py writes it), or "
-            "name the tokenizer's folder (tokenizer_name_or_path)"
+            "from those alone; export the .gguf with its tokenizer (llama.cpp's convert_hf_to_gguf.py writes it)"
+            + (f", or name the tokenizer's folder ({named_by})" if named_by else "")
         )
 
 

@@ -83,12 +83,15 @@ def starting_model(model_args) -> str:
 
 def recipe_tokenizer(recipe, model_args):
     """The tokenizer a recipe names: its own `tokenizer_name_or_path`, else the model's."""
-    return load_tokenizer(recipe.tokenizer_name_or_path or starting_model(model_args), model_args.model_revision)
+    name = recipe.tokenizer_name_or_path or starting_model(model_args)
+    return load_tokenizer(name, model_args.model_revision, named_by="tokenizer_name_or_path")
 
 
-def load_tokenizer(name_or_path: str, revision: str | None = None):
+def load_tokenizer(name_or_path: str, revision: str | None = None, named_by: str | None = None):
+    """The tokenizer of a model (folder, .gguf file or Hub id); `named_by`, the recipe's key that
+    names another one, where the caller reads a recipe (`check_tokenizer_files`)."""
     source, kwargs = split_gguf(name_or_path)
-    check_tokenizer_files(name_or_path)
+    check_tokenizer_files(name_or_path, named_by)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
     except (OSError, ValueError) as err:  # ValueError: a folder with no tokenizer files at all

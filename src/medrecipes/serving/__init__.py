@@ -37,7 +37,7 @@ def _check_model(model: str) -> None:
         raise UserError(f"model '{model}': {absent(model)}; pass a trained model's folder (e.g. output_dir/final)")
     check_model_folder(model)
     if not os.path.isfile(os.path.join(os.path.expanduser(model), "adapter_config.json")):  # else its base's
-        check_tokenizer_files(model)
+        check_tokenizer_files(model, named_by=None)
 
 
 def generate(model: str, prompt: str, system: str | None = None, max_new_tokens: int = 256) -> str:
