@@ -398,3 +398,26 @@ def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path
     said = [r.getMessage() for r in caplog.records]
     assert any("holds no optimizer state: the run resumes its weights and step" in m for m in said), said
     assert any("was saved by a run of WORLD_SIZE 1 and resumes in one of 2" in m for m in said), said
+
+
+def test_an_accumulation_longer_than_an_epoch_is_said(caplog):
+    """transformers ends an optimizer step at the epoch's end: more accumulation steps than an
+    epoch's batches is a smaller batch than asked, said with the figures; a stream has no length."""
+    from types import SimpleNamespace
+
+    from medrecipes.training.run import say_accumulation_past_an_epoch
+
+    def said(rows, accumulation, drop_last=False, dataset=None):
+        args = SimpleNamespace(per_device_train_batch_size=8, world_size=1, dataloader_drop_last=drop_last,
+                               gradient_accumulation_steps=accumulation)  # fmt: skip
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            say_accumulation_past_an_epoch(SimpleNamespace(args=args, train_dataset=dataset or list(range(rows))))
+        return [r.getMessage() for r in caplog.records]
+
+    assert said(60, 1000) == [
+        "gradient_accumulation_steps 1000 is more than the 8 batches an epoch holds: each step ends at the epoch's "
+        "end, a batch of 64 rows, not 8000; lower it to 8 or less, or lower per_device_train_batch_size"
+    ]
+    assert said(64, 8) == [] and said(63, 8, drop_last=True)  # 7 whole batches when the last is dropped
+    assert said(0, 4, dataset=iter(range(60))) == []  # a stream

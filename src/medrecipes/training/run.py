@@ -5,6 +5,7 @@ with every process torn down. `recipes/*.py` call these in this order."""
 import atexit
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -41,6 +42,7 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
         return _finish_from(trainer, checkpoint)
     # A disk that fills while the run writes its logs (the TensorBoard writer's thread raises at the
     # next write) or anything else of its own, saves aside (they have a line of their own).
+    say_accumulation_past_an_epoch(trainer)
     out = trainer.args.output_dir
     with full_disk_is_one_line(out, f"{out} (the run's logs and checkpoints)", kept=lambda: kept(out)):
         result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -56,6 +58,29 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     final_dir = save_final(trainer)
     record_finished(trainer.args, trainer.state, hardware(trainer))
     return final_dir
+
+
+def say_accumulation_past_an_epoch(trainer) -> None:
+    """One line where gradient_accumulation_steps is more than the batches of an epoch: transformers
+    ends an optimizer step at the epoch's end, so each step accumulates only the batches there are,
+    and the batch the recipe asks for is never reached. Counted from the rows (a dataloader built to
+    count would join accelerate's, which a checkpoint saves by index). A stream has no length, and
+    GRPO's batches are of generations, which its own settings divide: nothing to say of either."""
+    args = trainer.args
+    try:
+        count = len(trainer.train_dataset)
+    except TypeError:
+        return
+    if hasattr(args, "num_generations"):
+        return
+    rows = args.per_device_train_batch_size * args.world_size
+    batches = count // rows if args.dataloader_drop_last else math.ceil(count / rows)
+    if 0 < batches < args.gradient_accumulation_steps:
+        logger.warning(
+            "gradient_accumulation_steps %d is more than the %d batches an epoch holds: each step ends at the epoch's "
+            "end, a batch of %d rows, not %d; lower it to %d or less, or lower per_device_train_batch_size",
+            args.gradient_accumulation_steps, batches, batches * rows, args.gradient_accumulation_steps * rows, batches,
+        )  # fmt: skip
 
 
 def _steps_done(checkpoint: str) -> int:
