@@ -543,3 +543,18 @@ def test_a_file_laid_out_as_another_benchmarks_is_refused_for_a_task_and_read_un
     assert load_task("mmlu_questions", data=str(mmlu)).rows[0]["answer"] == "B"
     for name in ("medqa_4opt", "medmcqa"):
         assert load_task(name, data=str(medqa)).rows[0]["answer"] == "A"
+
+
+def test_a_benchmark_scored_in_training_from_the_file_the_recipe_trains_on_is_said(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from medrecipes.data_config import MixtureConfig, SourceConfig
+    from medrecipes.training.eval_callback import say_trained_on
+
+    questions = tmp_path / "test.jsonl"
+    questions.write_text((ROOT / "data/usmle_sample/test.jsonl").read_text())
+    recipe = SimpleNamespace(mixture=MixtureConfig(sources=[SourceConfig(path=str(questions), format="usmle")]))
+    with caplog.at_level("WARNING"):
+        say_trained_on(recipe, {"medqa_4opt": str(tmp_path / "." / "test.jsonl"), "medmcqa": str(ROOT / "data")})
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith(f"eval_tasks medqa_4opt scores {tmp_path}/test.jsonl, which the")

@@ -17,9 +17,11 @@ output_dir/eval_tasks/step-<N>.json.
 
 import json
 import logging
+import os
 
 from transformers import TrainerCallback
 
+from medrecipes.data.rows import local_files, named
 from medrecipes.evaluation.scoring import evaluate_task
 from medrecipes.evaluation.tables import format_report, task_metrics
 from medrecipes.evaluation.tasks import TASKS, eval_set_task, load_task
@@ -80,6 +82,21 @@ class TaskEvaluationCallback(TrainerCallback):
                 json.dump({"step": state.global_step, "tasks": self.reports}, f, indent=1)
 
 
+def say_trained_on(recipe, scored: dict[str, str]) -> None:
+    """One line for each benchmark task whose questions' file is one the recipe trains on: its
+    accuracy is then of questions the model has seen (`medrecipes decontaminate` finds overlap short
+    of the same file). An eval set of the training file (usmle_train) is scored so on purpose."""
+    sources = recipe.mixture.sources if recipe.mixture else []
+    trained = {os.path.realpath(f): s for s in sources for f in local_files(s)}
+    for name, source in scored.items():
+        if os.path.isfile(source) and (same := trained.get(os.path.realpath(source))) is not None:
+            logger.warning(
+                "eval_tasks %s scores %s, which the recipe trains on (%s): its accuracy is of questions the model "
+                "has seen; train on another split, or score another file",
+                name, source, named(same),
+            )  # fmt: skip
+
+
 def add_task_evaluation(
     trainer, recipe, answered: dict | None = None, max_new_tokens: int | None = None
 ) -> TaskEvaluationCallback | None:
@@ -93,6 +110,7 @@ def add_task_evaluation(
         else eval_set_task(name, recipe.eval_sources[name], recipe.eval_tasks_limit)
         for name in recipe.eval_tasks
     }
+    say_trained_on(recipe, {name: data.source for name, data in tasks.items() if name in TASKS})
     modes = dict.fromkeys(tasks, recipe.eval_tasks_mode)
     for name, rows in (answered or {}).items():  # the schema keeps eval_tasks from naming these
         tasks[name] = eval_set_task(name, recipe.eval_sources[name], rows=rows)
