@@ -37,3 +37,11 @@ def test_the_harmless_future_warning_is_dropped_and_others_show():
         warnings.warn("`is_gradient_checkpointing` is deprecated, use ...", FutureWarning, stacklevel=1)
         warnings.warn("`something_else` is deprecated", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["`something_else` is deprecated"]
+
+
+def test_a_thread_count_that_is_none_is_said_as_the_package_loads():
+    """OpenMP complains in its own words as torch loads and then uses every core: the line names the
+    variable and what to set; a count, or OpenMP's list of counts, says nothing."""
+    for value, said in (("abc", True), ("0", True), ("4", False), ("4,2", False)):
+        result = run(PYTHON, "-c", "import medrecipes", env={"OMP_NUM_THREADS": value})
+        assert (f"OMP_NUM_THREADS={value!r} in the environment is no count of threads" in result.stderr) == said

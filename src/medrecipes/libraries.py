@@ -9,6 +9,8 @@ command do before any library: some of these lines are printed while a library i
 
 import errno
 import logging
+import os
+import re
 import sys
 import threading
 import warnings
@@ -109,3 +111,19 @@ def keep_out(modules=TRAINING_BACKENDS) -> None:
     never builds or trains a model; a module already imported stays."""
     for name in modules:
         sys.modules.setdefault(name, None)
+
+
+# The thread counts the math libraries read as they load (OpenMP's list, one count per nesting level).
+THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def say_thread_counts() -> None:
+    """One line for a thread count in the environment that is not one: OpenMP prints its own
+    complaint as torch loads and then uses every core, with nothing said of what to set."""
+    for name in THREAD_COUNTS:
+        value = os.environ.get(name)
+        if value is not None and not re.fullmatch(r"\s*[1-9]\d*\s*(,\s*[1-9]\d*\s*)*", value):
+            logging.getLogger("medrecipes").warning(
+                "%s=%r in the environment is no count of threads (a whole number above 0, or a list of them): the "
+                "libraries ignore it and use every core; set a count, or unset it", name, value,
+            )  # fmt: skip
