@@ -49,7 +49,7 @@ def main(recipe, training_args, model_args):
     # activation checkpointing; the checkpoint it resumes from.
     run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)
     with training_args.main_process_first(desc="loading data"):
-        train_dataset, eval_datasets, mcq_sets = sft_data(recipe, training_args.completion_only_loss)
+        train_dataset, eval_datasets, mcq_sets = sft_data(recipe, training_args.completion_only_loss, tokenizer)
 
     model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 

@@ -670,3 +670,24 @@ def test_a_split_named_for_one_file_is_said_to_choose_nothing(caplog):
         "source 'data/usmle_sample/test.jsonl': split 'validation' chooses nothing in a file, which is one split: all "
         "its rows are read; write a slice (train[:80%]) to take part of it, or give a folder of split files"
     ]
+
+
+def test_a_turn_key_the_chat_template_does_not_render_is_said(chat_model, caplog):
+    """A speaker's name on a turn: said where the model's template drops it, not where it renders it."""
+    from transformers import AutoTokenizer
+
+    from medrecipes.data.rows import say_unrendered_keys
+
+    tokenizer = AutoTokenizer.from_pretrained(chat_model)
+    turns = [[{"role": "user", "content": "Q", "name": "bob"}, {"role": "assistant", "content": "A"}]]
+    with caplog.at_level("WARNING"):
+        say_unrendered_keys(turns, tokenizer, "dataset_mixture")
+    assert [r.getMessage() for r in caplog.records] == [
+        "dataset_mixture: user turns carry 'name', which the model's chat template does not render: training never "
+        "sees it; drop it, or write what it says into the turn's text"
+    ]
+    caplog.clear()
+    tokenizer.chat_template = "{% for m in messages %}{{ m.role }}{{ m.name or '' }}: {{ m.content }}\n{% endfor %}"
+    with caplog.at_level("WARNING"):
+        say_unrendered_keys(turns, tokenizer, "dataset_mixture")
+    assert caplog.records == []

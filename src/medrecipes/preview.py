@@ -116,7 +116,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif trains.chat == "trains":
         from medrecipes.data.sft import sft_data
 
-        train, _, _ = sft_data(recipe)
+        train, _, _ = sft_data(recipe, tokenizer=tokenizer)
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"
         title = f"{name}: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"

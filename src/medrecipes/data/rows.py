@@ -235,6 +235,33 @@ def say_turn_oddities(conversations: list, source: SourceConfig) -> None:
         )  # fmt: skip
 
 
+def say_unrendered_keys(conversations: list, tokenizer, where: str) -> None:
+    """The chat format's own turn keys besides role and content (a speaker's `name`, a tool call's)
+    that the model's chat template does not render: a conversation of a user and an assistant turn,
+    one of them with the key, renders the same without it. Said once per key, not refused."""
+    seen: dict[str, dict] = {}
+    for turns in conversations:
+        for turn in turns if isinstance(turns, list) else []:
+            for key in TURN_KEYS[2:]:
+                if isinstance(turn, dict) and turn.get(key) is not None and turn.get("role") in ("user", "assistant"):
+                    seen.setdefault(key, turn)
+    for key, turn in seen.items():
+        base = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
+        keyed = [{**t, key: turn[key]} if t["role"] == turn["role"] else t for t in base]
+        try:
+            same = tokenizer.apply_chat_template(base, tokenize=False) == tokenizer.apply_chat_template(
+                keyed, tokenize=False
+            )
+        except Exception:  # noqa: BLE001 - a template that refuses the key renders it in its own way
+            continue
+        if same:
+            logger.warning(
+                "%s: %s turns carry '%s', which the model's chat template does not render: training never sees it; "
+                "drop it, or write what it says into the turn's text",
+                where, turn["role"], key,
+            )  # fmt: skip
+
+
 def _roles(turns: list) -> list:
     """The role of each turn (None for a turn that is not a mapping)."""
     return [turn.get("role") if isinstance(turn, dict) else None for turn in turns]

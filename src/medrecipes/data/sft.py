@@ -2,7 +2,10 @@
 
 import logging
 
+from datasets import Dataset
+
 from medrecipes.data.mixture import build_mixture
+from medrecipes.data.rows import say_unrendered_keys
 from medrecipes.data.sources import load_mcq_source, load_source
 from medrecipes.errors import UserError
 from medrecipes.usmle import chat_messages, sft_target
@@ -21,10 +24,11 @@ def mcq_conversation(recipe):
     return render
 
 
-def sft_data(recipe, completion_only_loss: bool | None = None):
+def sft_data(recipe, completion_only_loss: bool | None = None, tokenizer=None):
     """(train conversations, {eval set: conversations}, {eval set: MCQ rows for accuracy}).
     `completion_only_loss` true: the rows must be prompt/completion ones (a chat source's layout is
-    known once it is read; TRL masks nothing of a conversation by it, without a word)."""
+    known once it is read; TRL masks nothing of a conversation by it, without a word). `tokenizer`:
+    the one whose chat template renders the turns, where given (`say_unrendered_keys`)."""
     if recipe.mixture is None:
         raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
     render = mcq_conversation(recipe)
@@ -33,6 +37,8 @@ def sft_data(recipe, completion_only_loss: bool | None = None):
     train = build_mixture(recipe.mixture, render, recipe.subjects)
     if recipe.with_explanation:
         _check_explained(train, recipe)
+    if tokenizer is not None and "messages" in (train.column_names or []) and isinstance(train, Dataset):
+        say_unrendered_keys(train.select(range(min(len(train), 1000)))["messages"], tokenizer, "dataset_mixture")
     evals = {name: load_source(source, render=render) for name, source in recipe.eval_sources.items()}
     mcq = {name: load_mcq_source(source) for name, source in recipe.eval_sources.items() if source.format == "usmle"}
     if completion_only_loss:
