@@ -100,6 +100,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accumulation 0", script("sft", sft, "--gradient_accumulation_steps", "0"), "at least 1"),
         Case("max_length 0", script("cpt", cpt, "--max_length", "0"), "max_length must be at least 1"),
         Case("max_steps 0", script("cpt", cpt, "--max_steps", "0"), "max_steps must be at least 1"),
+        Case("a DPO recipe run by the KTO script", script("kto", dpo), "a recipe for recipes/dpo.py, which reads it whole (recipes/kto.py does not: loss_type must be text"),
+        Case("a CPT recipe run by the SFT script", script("sft", cpt), "dataset_mixture mixes documents (format: text) with conversations (format: usmle)"),
         Case("an SFT recipe run by the DPO script", script("dpo", sft), "a recipe for recipes/sft.py (assistant_only_loss is a key of sft recipes, which recipes/dpo.py does not take); run it with recipes/sft.py"),
         Case("the best model kept with no saving", ["validate", cpt, "--model_name_or_path", model, "--save_strategy", "no"], "but found Evaluation strategy: steps, Save strategy: no: it keeps the best of the saved checkpoints"),
         Case("an output folder ending in a space", ["validate", sft, "--output_dir", f"{files}/run "], "starts or ends with a space, which a folder or file name keeps"),

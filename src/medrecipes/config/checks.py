@@ -622,6 +622,13 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
     TRL refuses plain documents once it is built; completion_only_loss masks only prompt/completion
     rows, and does nothing to others. A target that writes the explanation (for PubMedQA the long
     answer) before its label needs the prompt that asks for it, and evaluation the room to read it."""
+    formats = sorted({source.format for source in (recipe.mixture.sources if recipe.mixture else [])})
+    if "text" in formats and len(formats) > 1:  # TRL trains one layout: the other rows' column is null
+        others = ", ".join(f"format: {f}" for f in formats if f != "text")
+        raise UserError(
+            f"{path}: dataset_mixture mixes documents (format: text) with conversations ({others}), and SFT trains "
+            "rows of one layout; train the documents with recipes/cpt.py first, or give the sources as one layout"
+        )
     if recipe.with_explanation and not recipe.chain_of_thought:
         raise UserError(
             f"{path}: with_explanation trains answers that explain, then end in 'Final Answer: X', while the prompt "

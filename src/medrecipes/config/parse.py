@@ -59,6 +59,23 @@ def launch_config_keys(path: str) -> list[str]:
     return [key for key in ("compute_environment", "distributed_type") if key in data]
 
 
+def _reads_as_other(path: str, method: str, argv: list[str] | None) -> str | None:
+    """The method a recipe refused as `method`'s is written for, where that method's parse reads it
+    (a DPO recipe's loss_type list under recipes/kto.py, where loss_type is one word): its keys fit
+    both, so only the values tell them apart. None where it fits no other."""
+    try:
+        other = recipe_method(path)
+    except UserError:
+        return None
+    if other in (method, "eval"):
+        return None
+    try:
+        parse_recipe(other, argv, to_train=False)
+    except (UserError, TypeError, ValueError, ArithmeticError):
+        return None
+    return other
+
+
 def method_misfit(path: str, method: str) -> tuple[str, str] | None:
     """(a key, the method whose recipes take it) where a recipe written for another method is read
     as `method`: its keys that `method` does not take are all of the method its keys fit. None where
@@ -112,6 +129,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
             raise UserError(
                 f"{parser.recipe_path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which "
                 f"{script_of(method)} does not take); run it with {script_of(fitting)}"
+            ) from None
+        if parser.recipe_path != "command line" and (other := _reads_as_other(parser.recipe_path, method, argv)):
+            err = sys.exc_info()[1]
+            raise UserError(
+                f"{parser.recipe_path}: a recipe for {script_of(other)}, which reads it whole ({script_of(method)} "
+                f"does not: {str(err).removeprefix(f'{parser.recipe_path}: ')}); run it with {script_of(other)}"
             ) from None
         raise
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
