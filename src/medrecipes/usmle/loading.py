@@ -21,6 +21,7 @@ from medrecipes.usmle.schema import (
     COLUMNS,
     FEATURES,
     FILE_SUFFIXES,
+    LETTERS,
     MMLU_COLUMNS,
     MMLU_SPLITS,
     NotText,
@@ -81,6 +82,12 @@ def _check_mmlu_shape(path: Path) -> None:
     unnamed columns: question, four options, answer); one of another width is neither."""
     with path.open(encoding="utf-8", newline="") as handle:
         first = next(csv.reader(handle), [])
+    if len(first) == len(MMLU_COLUMNS) and first[-1].strip().upper() not in set(LETTERS):  # a header of other names
+        raise UserError(
+            f"{path} line 1: {', '.join(first[:3])}, ... reads as a header ({first[-1]!r} is no answer letter), and "
+            "names no multiple-choice column; name them question, A, B, C, D, answer, or give MMLU's six unnamed "
+            "columns with no header"
+        )
     if len(first) != len(MMLU_COLUMNS):
         raise UserError(
             f"{path} line 1: {', '.join(first[:4])}{', ...' if len(first) > 4 else ''} names no multiple-choice "
