@@ -100,6 +100,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accumulation 0", script("sft", sft, "--gradient_accumulation_steps", "0"), "at least 1"),
         Case("max_length 0", script("cpt", cpt, "--max_length", "0"), "max_length must be at least 1"),
         Case("max_steps 0", script("cpt", cpt, "--max_steps", "0"), "max_steps must be at least 1"),
+        Case("eval: a task's Hub copy offline, no data given", ["eval", "--model", model, "--tasks", "medqa_4opt"], "medqa_4opt: with no --data or --data_dir its questions come from the Hub (GBaker/MedQA-USMLE-4-options-hf), which cannot be loaded here"),
         Case("eval: a CSV whose header has other names", ["eval", "--model", model, "--data", f["otherheader.csv"]], "line 1: Question, Option A, Option B, ... reads as a header ('Correct' is no answer letter)"),
         Case("a DPO recipe run by the KTO script", script("kto", dpo), "a recipe for recipes/dpo.py, which reads it whole (recipes/kto.py does not: loss_type must be text"),
         Case("a CPT recipe run by the SFT script", script("sft", cpt), "dataset_mixture mixes documents (format: text) with conversations (format: usmle)"),

@@ -204,7 +204,17 @@ def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | No
     if looks_local(source) or Path(source).exists():
         return load_mcq(source, split=split, **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)
-    return [row for config in configs for row in load_mcq(source, split=split, config=config, **reading)]
+    try:
+        return [row for config in configs for row in load_mcq(source, split=split, config=config, **reading)]
+    except UserError as err:
+        if source != task.hub or err.__cause__ is None:  # the rows' own problem, or a source the user named
+            raise
+        reason = (str(err.__cause__).strip() or type(err.__cause__).__name__).splitlines()[0]
+        raise UserError(
+            f"{task.name}: with no --data or --data_dir its questions come from the Hub ({task.hub}), which cannot "
+            f"be loaded here ({reason}); pass --data_dir FOLDER (laid out as ../shared/data) or --data "
+            f"{task.name}=FILE"
+        ) from None
 
 
 def takes_pubmedqa_setting(name: str) -> bool:
