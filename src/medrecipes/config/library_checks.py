@@ -489,9 +489,23 @@ def check_generation_config(args, path: str) -> None:
             f"{path}: generation_kwargs {kwargs!r} is not a mapping; write it as {{key: value, ...}} "
             "(transformers' GenerationConfig settings)"
         )
-    settings = {key: getattr(args, key) for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
-    settings |= {"max_new_tokens": args.max_completion_length, "do_sample": True}
-    settings |= {"cache_implementation": args.cache_implementation, **(kwargs or {})}
+    # The generation settings the trainer builds from the recipe's own keys (generation setting: key)
+    own = {
+        key: key for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "cache_implementation")
+    }
+    own["max_new_tokens"] = "max_completion_length"
+    if (kwargs or {}).get("do_sample", True) is not True:
+        raise UserError(
+            f"{path}: generation_kwargs.do_sample {kwargs['do_sample']!r}: GRPO learns from the differences between "
+            "a group's sampled answers, and greedy answers are all one; drop it (GRPO always samples)"
+        )
+    if overridden := [key for key in own if key in (kwargs or {})]:  # TRL lets generation_kwargs win, silently
+        raise UserError(
+            f"{path}: generation_kwargs.{overridden[0]} overrides the recipe's {own[overridden[0]]}; set "
+            f"{own[overridden[0]]} instead, and drop it from generation_kwargs"
+        )
+    settings = {setting: getattr(args, key) for setting, key in own.items()}
+    settings |= {"do_sample": True, **(kwargs or {})}
     try:
         GenerationConfig(**settings).validate(strict=True)
     except (ValueError, TypeError) as err:
