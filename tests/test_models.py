@@ -113,6 +113,17 @@ def test_tiny_model_loads_through_the_recipe_loaders(tiny_folder):
     assert model.config.num_hidden_layers == 2
 
 
+def test_a_json_document_corpus_is_read_as_its_texts(tmp_path):
+    """A JSON file (PubMedQA's, one object keyed by id) gives its strings, not its syntax and keys."""
+    import json
+
+    from medrecipes.models.tiny import _read_texts
+
+    path = tmp_path / "pubmedqa.json"
+    path.write_text(json.dumps({"123": {"QUESTION": "Does it help?", "CONTEXTS": ["It did.", "Twice."]}}), "utf-8")
+    assert list(_read_texts([str(path)])) == ["Does it help?", "It did.", "Twice."]
+
+
 def test_tiny_model_with_missing_corpus(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["tiny-model", str(tmp_path / "out"), "--corpus", str(tmp_path / "missing.txt")])

@@ -12,7 +12,10 @@ def add_commands(commands) -> None:
     tiny.add_argument("out_dir", type=output_path)
     tiny.add_argument("--arch", default="llama", choices=["llama", "gemma3_text", "qwen2"])
     tiny.add_argument(
-        "--corpus", type=input_path, nargs="+", help="text, JSONL, CSV or Parquet files to train the tokenizer on"
+        "--corpus",
+        type=input_path,
+        nargs="+",
+        help="text, JSON, JSONL, CSV or Parquet files to train the tokenizer on",
     )
     # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads; tiny means small.
     tiny.add_argument("--vocab-size", type=Number(int, least=300, most=2**18), default=1024)

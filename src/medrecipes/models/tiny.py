@@ -31,8 +31,8 @@ def _strings(value):
 
 
 def _read_texts(corpus: list[str]):
-    """Each line of a text file, the strings of each JSON line, the cells of each CSV or Parquet row
-    (a CSV's header names the columns and is no text)."""
+    """Each line of a text file, the strings of each JSON line or of a JSON document, the cells of
+    each CSV or Parquet row (a CSV's header names the columns and is no text)."""
     for path in corpus:
         if path.endswith((".csv", ".parquet")):
             from datasets import load_dataset
@@ -48,6 +48,9 @@ def _read_texts(corpus: list[str]):
                 )
             continue
         with open(path, encoding="utf-8") as f:
+            if path.endswith(".json"):  # one document (PubMedQA's, keyed by id): its texts, not its syntax
+                yield from _strings(json.load(f))
+                continue
             for line in f:
                 if path.endswith(".jsonl"):
                     yield " ".join(_strings(json.loads(line))) if line.strip() else ""
@@ -56,7 +59,7 @@ def _read_texts(corpus: list[str]):
 
 
 def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `corpus` (text, JSONL, CSV or Parquet files)."""
+    """A byte-level BPE tokenizer trained on `corpus` (text, JSON, JSONL, CSV or Parquet files)."""
     missing = [p for p in corpus if not os.path.isfile(p)]
     if missing:
         what = "is a folder" if os.path.isdir(missing[0]) else "does not exist"
@@ -73,7 +76,8 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
             raise not_utf8(f"tiny-model: corpus {path}", err) from None
         except json.JSONDecodeError as err:
             raise UserError(
-                f"tiny-model: corpus {path}: a line is not JSON ({err.msg}); pass text, JSONL, CSV or Parquet files"
+                f"tiny-model: corpus {path}: not JSON at line {err.lineno} ({err.msg}); pass text, JSON, JSONL, CSV or "
+                "Parquet files"
             ) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
