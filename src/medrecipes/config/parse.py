@@ -59,15 +59,20 @@ def launch_config_keys(path: str) -> list[str]:
     return [key for key in ("compute_environment", "distributed_type") if key in data]
 
 
-def _reads_as_other(path: str, method: str, argv: list[str] | None) -> str | None:
+def _reads_as_other(path: str, method: str, argv: list[str] | None, err: BaseException) -> str | None:
     """The method a recipe refused as `method`'s is written for, where that method's parse reads it
     (a DPO recipe's loss_type list under recipes/kto.py, where loss_type is one word): its keys fit
-    both, so only the values tell them apart. None where it fits no other."""
+    both, so only the values tell them apart, of a key the two methods type differently (the key
+    the refusal names). None where it fits no other."""
     try:
         other = recipe_method(path)
     except UserError:
         return None
     if other in (method, "eval"):
+        return None
+    key = re.match(r"(\w+)", str(err).removeprefix(f"{path}: "))
+    types = [{f.name: f.type for c in script_classes(m) for f in dataclasses.fields(c)} for m in (method, other)]
+    if key is None or key.group(1) not in types[0] or types[0][key.group(1)] == types[1].get(key.group(1)):
         return None
     try:
         parse_recipe(other, argv, to_train=False)
@@ -90,13 +95,14 @@ def method_misfit(path: str, method: str) -> tuple[str, str] | None:
     return unfit[0], fitting
 
 
-def library_words(err: BaseException) -> str:
+def library_words(err: BaseException, keys: frozenset[str] = frozenset()) -> str:
     """A library's refusal as one line: its lines joined (a list of "- item" lines as "item, item"),
     its enum members as the values a recipe writes ("IntervalStrategy.STEPS" as steps), its
-    command-line flags as the keys a recipe writes ("--save_steps" as save_steps)."""
+    command-line flags for the recipe's `keys` as a recipe writes them ("--save_steps" as save_steps;
+    another program's flag, accelerate launch's --mixed_precision, stays one)."""
     text = re.sub(r"\n\s*-\s+", lambda m: " " if m.start() == str(err).find("\n") else ", ", str(err))
     text = re.sub(r"\b[A-Z]\w*(?:Strategy|Type|Policy)\.([A-Z][A-Z0-9_]*)\b", lambda m: m.group(1).lower(), text)
-    text = re.sub(r"(?<![\w-])--([a-z]\w*)", r"\1", text)
+    text = re.sub(r"(?<![\w-])--([a-z]\w*)", lambda m: m.group(1) if m.group(1) in keys else m.group(0), text)
     return " ".join(text.split())
 
 
@@ -130,15 +136,15 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
                 f"{parser.recipe_path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which "
                 f"{script_of(method)} does not take); run it with {script_of(fitting)}"
             ) from None
-        if parser.recipe_path != "command line" and (other := _reads_as_other(parser.recipe_path, method, argv)):
-            err = sys.exc_info()[1]
+        err = sys.exc_info()[1]
+        if parser.recipe_path != "command line" and (other := _reads_as_other(parser.recipe_path, method, argv, err)):
             raise UserError(
                 f"{parser.recipe_path}: a recipe for {script_of(other)}, which reads it whole ({script_of(method)} "
                 f"does not: {str(err).removeprefix(f'{parser.recipe_path}: ')}); run it with {script_of(other)}"
             ) from None
         raise
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
-        reason = library_words(err)
+        reason = library_words(err, frozenset(field_names(script_classes(method))))
         if reason.startswith("load_best_model_at_end requires"):  # transformers names no fix
             reason = (
                 f"{reason.rstrip('.')}: it keeps the best of the saved checkpoints, so each save must fall on an "

@@ -190,8 +190,8 @@ def _misfit(task: Task) -> Callable[[str], str | None]:
         if theirs is None or layout in task.layouts or task.name not in TASKS:  # a name of its own reads any
             return None
         return (
-            f"its rows are laid out as {theirs}'s files are ({layout}), not as {task.name}'s; score them as {theirs} "
-            f"(--tasks {theirs} --data {theirs}=FILE), or as questions of their own (--data NAME=FILE)"
+            f"its rows are laid out as {theirs}'s files are ({layout}), not as {task.name}'s; score them as questions "
+            f"of their own (--tasks NAME --data NAME=FILE), or as {theirs} (--tasks {theirs}, its files in --data_dir)"
         )
 
     return misfit

@@ -136,7 +136,8 @@ def _normalise(
     fmt, answered = reading.fmt, reading.answered
     if fmt == "auto":
         fmt = detect_format(raw[0], Where(source, 1, header))
-        if reading.misfit and (why := reading.misfit(fmt)):
+        # MMLU's own files are its CSV with no header; a CSV that names question, A, ..., answer is anyone's
+        if reading.misfit and not (fmt == "mmlu" and header) and (why := reading.misfit(fmt)):
             raise UserError(f"{source}: {why}")
     extra: dict[str, Any] = {"subject": subject}
     if reading.pubmedqa_setting is not None:
