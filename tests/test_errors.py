@@ -52,29 +52,27 @@ def test_a_line_break_in_a_message_is_shown_as_one_line(capsys):
     assert capsys.readouterr().err == "error: data/da\\nta.jsonl: no such file\n"
 
 
-def test_a_library_cache_the_environment_points_at_a_file_is_one_line(tiny_model, tmp_path):
+def test_a_library_cache_the_environment_points_at_a_file_is_one_line(tiny_model, tmp_path, monkeypatch):
     """HF_HOME (or any cache or temporary folder the environment names) that no folder can be made
-    in: datasets fails deep in its builder; the line names the variable, whichever command asked."""
+    in: datasets fails deep in its builder; the line names the variable, whichever command asked,
+    and the innermost variable where several hold the path."""
     from conftest import PYTHON, run
+
+    from medrecipes.errors import environment_folder
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    for name, value in (("HF_HOME", blocker), ("HF_DATASETS_CACHE", blocker / "datasets")):
-        said = run(
-            PYTHON,
-            "-m",
-            "medrecipes.cli",
-            "preview",
-            "recipes/tiny_sft.yaml",
-            "--model_name_or_path",
-            tiny_model,
-            env={name: str(value)},
-        )
-        assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
-        assert said.stderr.splitlines()[-1] == (
-            f"error: {name}={value} in the environment: a library cannot use {blocker / 'datasets'} (Not a directory); "
-            f"point {name} at a folder you can write, or unset it"
-        )
+    said = run(PYTHON, "-m", "medrecipes.cli", "preview", "recipes/tiny_sft.yaml", "--model_name_or_path", tiny_model,
+               env={"HF_HOME": str(blocker)})  # fmt: skip
+    assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
+    assert said.stderr.splitlines()[-1] == (
+        f"error: HF_HOME={blocker} in the environment: a library cannot use {blocker / 'datasets'} (Not a directory); "
+        "point HF_HOME at a folder you can write, or unset it"
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(blocker / "datasets"))
+    line = environment_folder(NotADirectoryError(20, "Not a directory", str(blocker / "datasets" / "json")))
+    assert str(line).startswith(f"HF_DATASETS_CACHE={blocker / 'datasets'} in the environment: a library cannot use")
 
 
 def test_an_error_outside_the_environments_folders_keeps_its_traceback(monkeypatch, tmp_path):

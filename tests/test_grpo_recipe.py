@@ -42,6 +42,7 @@ def learn_check(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a learning check: a GRPO run of minutes on a tiny model
 def test_grpo_raises_held_out_accuracy(learn_check):
     out, result = learn_check
     before, after = result["before_grpo"], result["after_grpo"]

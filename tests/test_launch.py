@@ -49,6 +49,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # four processes on two simulated nodes
 def test_slurm_script_trains_on_two_nodes_with_the_recipe_accumulation(tiny_model, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

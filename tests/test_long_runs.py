@@ -342,6 +342,7 @@ print("not reached")
 """
 
 
+@pytest.mark.long  # two launches of two processes each
 @pytest.mark.parametrize("status, code", [("0", 0), ("error: the run stopped", 1)], ids=["ok", "message"])
 def test_several_processes_end_with_the_status_after_exit_handlers_threads_and_output(tmp_path, status, code):
     script = tmp_path / "ends.py"

@@ -44,6 +44,7 @@ def tiny_results(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the benchmark's own run, every case against its baseline
 def test_every_case_runs_against_its_baseline_and_writes_results(tiny_results):
     tmp_path = tiny_results
     for case in TINY:
@@ -93,6 +94,7 @@ OUR_STEP_CALLBACKS = 2
 
 
 @pytest.mark.slow
+@pytest.mark.long  # reads the benchmark's run above
 def test_ours_reads_the_device_no_more_often_than_the_plain_trainer(tiny_results):
     """Per optimizer step, ours reads tensor values on the host (a wait for the GPU each) no more
     often than the plain trainer, and calls no more callback methods than it plus ours. Counts,
