@@ -542,6 +542,9 @@ def test_a_file_laid_out_as_another_benchmarks_is_refused_for_a_task_and_read_un
     with pytest.raises(UserError, match=r"anatomy_test\.csv: its rows are laid out as mmlu_medical's files are"):
         load_task("medqa_4opt", data=str(mmlu))
     assert load_task("mmlu_questions", data=str(mmlu)).rows[0]["answer"] == "B"
+    named = tmp_path / "mine.csv"  # the same columns under a header: anyone's layout, not MMLU's own files
+    named.write_text("question,A,B,C,D,answer\nWhich bone?,Femur,Tibia,Ulna,Radius,B\n", encoding="utf-8")
+    assert load_task("medqa_4opt", data=str(named)).rows[0]["answer"] == "B"
     for name in ("medqa_4opt", "medmcqa"):
         assert load_task(name, data=str(medqa)).rows[0]["answer"] == "A"
 
