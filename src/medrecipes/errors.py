@@ -429,7 +429,7 @@ def exit_on_user_error(main: Callable) -> Callable:
         except UserError as err:
             _report(err)
         except (KeyboardInterrupt, Exception) as err:
-            if (line := environment_folder(err) or environment_value(err)) is not None:
+            if (line := environment_error(err)) is not None:
                 _report(line)
             if not _interrupted(err):
                 raise
@@ -507,6 +507,11 @@ def environment_value(err: BaseException) -> UserError | None:
     )
 
 
+def environment_error(err: BaseException) -> UserError | None:
+    """The one line for an error the environment caused (`environment_folder`, `environment_value`)."""
+    return environment_folder(err) or environment_value(err)
+
+
 def _reads_environment(trace, depth: int = 3) -> bool:
     """Whether one of the `depth` innermost functions the error went through reads the environment
     (os.environ, getenv, a library's *_from_env): the refusal is of a variable's value, not of an
@@ -534,7 +539,7 @@ def report_environment_on_import() -> None:
     default = sys.excepthook
 
     def hook(kind, err, trace):
-        line = environment_folder(err) or environment_value(err)
+        line = environment_error(err)
         if line is None:
             return default(kind, err, trace)
         _say(f"error: {line}")
@@ -563,16 +568,19 @@ def _exit_within(seconds: float, code: int) -> None:
     timer.start()
 
 
+def causes(err: BaseException | None) -> Iterator[BaseException]:
+    """`err` and the errors it was raised from or while handling, innermost last, each once."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        yield err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+
+
 def _interrupted(err: BaseException | None) -> bool:
     """A Ctrl-C, or an error raised while one was being handled (tqdm's lock, cut mid-write,
     raises its own RuntimeError over the KeyboardInterrupt)."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
-            return True
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return False
+    return any(isinstance(e, KeyboardInterrupt) for e in causes(err))
 
 
 def given_twice(paths: Sequence[str]) -> str | None:

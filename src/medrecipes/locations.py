@@ -41,6 +41,11 @@ def looks_local(path: str) -> bool:
     return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
 
 
+def missing_local_model(path: str) -> bool:
+    """A model path that cannot be a Hub id (org/name) and does not exist here."""
+    return looks_local(path) and not os.path.exists(os.path.expanduser(path))
+
+
 def local_path(path: str) -> bool:
     """A path meant on this machine: not a URL, and path-like or there (else a Hub id)."""
     return not is_url(path) and (looks_local(path) or os.path.exists(path))

@@ -28,6 +28,7 @@ from medrecipes.locations import (
     is_url,
     local_path,
     looks_local,
+    missing_local_model,
     shipped_template,
     shipped_templates,
     template_error,
@@ -739,7 +740,7 @@ def check_model_paths(recipe: RecipeArguments, model_args: ModelConfig, path: st
     for key, value in named.items():
         if value and (problem := file_as_model(value)):
             raise UserError(f"{path}: {key}: {problem}")
-        if elsewhere and value and looks_local(value) and not os.path.exists(os.path.expanduser(value)):
+        if elsewhere and value and missing_local_model(value):
             recipe.notes.append(
                 f"{key} {value}: {absent(value)} here yet; the run needs it there (an earlier stage's output, or a "
                 "model copied in)"

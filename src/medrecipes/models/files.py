@@ -5,14 +5,8 @@ import json
 import os
 
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.locations import WEIGHT_SUFFIXES, looks_local, template_error
+from medrecipes.locations import WEIGHT_SUFFIXES, missing_local_model, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
-
-
-def missing_local_model(path: str) -> bool:
-    """A model path that cannot be a Hub id (org/name) and does not exist here."""
-    return looks_local(path) and not os.path.exists(os.path.expanduser(path))
-
 
 # A folder with none of these has no tokenizer for AutoTokenizer to load.
 TOKENIZER_FILES = {

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, causes, did_you_mean
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
@@ -53,11 +53,7 @@ def cannot_load(where: str, name: str, err: BaseException, fix: str = "") -> Use
     from huggingface_hub import constants
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    cause, seen = err, set()
-    while cause is not None and id(cause) not in seen and not isinstance(cause, LocalEntryNotFoundError):
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    if cause is not None:
+    if any(isinstance(cause, LocalEntryNotFoundError) for cause in causes(err)):
         why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
         return UserError(
             f"{where}: '{name}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}; download it "
