@@ -1,6 +1,7 @@
 """Tests for recipe parsing: YAML and overrides, strict keys, the token budget and the CLI's validate."""
 
 import importlib.util
+import logging
 import math
 import re
 from pathlib import Path
@@ -252,6 +253,22 @@ def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_
     recipe, args, _ = parse_recipe(method, [path, "--gradient_checkpointing", "false"])
     assert args.activation_checkpointing is False  # the old name is still honoured, its deprecation a note
     assert any(n.startswith("gradient_checkpointing is deprecated") for n in recipe.notes), recipe.notes
+
+
+def test_a_recipes_notes_are_said_by_the_main_process_only(tmp_path, caplog):
+    """Every process of a launch reads the same recipe: its notes are said once, not once a process."""
+    from types import SimpleNamespace
+
+    from medrecipes.logs import setup_logging
+
+    recipe, args, _ = parse_recipe("sft", [write_recipe(tmp_path), "--gradient_checkpointing", "false"])
+    said = {}
+    for main in (True, False):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            setup_logging(SimpleNamespace(get_process_log_level=lambda: logging.WARNING, should_log=main), recipe)
+        said[main] = [r.getMessage() for r in caplog.records if r.name == "medrecipes"]
+    assert said == {True: recipe.notes, False: []} and recipe.notes
 
 
 @pytest.mark.parametrize(
@@ -681,6 +698,35 @@ def test_counts_of_several_processes_with_no_launcher_say_the_process_waits(monk
     ]
     caplog.clear()
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    with caplog.at_level("WARNING"):
+        say_rendezvous()
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize("flags", [["--cpu", "--num_processes", "2"], ["--num_machines", "2", "--machine_rank", "1",
+                                   "--main_process_ip", "10.0.0.1", "--main_process_port", "29501", "--cpu"]])
+def test_a_launch_of_several_processes_that_starts_one_says_so(monkeypatch, caplog, flags):
+    """accelerate launch's plain launcher (CPUs without mpirun, or distributed_type NO) asked for
+    several processes starts one: the environment it builds, from accelerate's own functions, says so."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*flags, "recipes/sft.py"]))
+    _, env = prepare_simple_launcher_cmd_env(args)
+    for name in LAUNCH_COUNTS + ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_MIXED_PRECISION"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_MIXED_PRECISION"):
+        monkeypatch.setenv(name, env[name])
+    caplog.clear()  # accelerate's own warning of defaults used
+    with caplog.at_level("WARNING"):
+        say_rendezvous()
+    assert [r.getMessage() for r in caplog.records] == [
+        "accelerate launch was asked for several processes or machines and started this one alone (on CPUs it "
+        "starts several only under mpirun: mpirun_config.mpirun_hostfile): this run trains in one process; "
+        "medrecipes validate --accelerate-config FILE says what a config starts"
+    ]
+    caplog.clear()
+    monkeypatch.delenv("MASTER_ADDR")  # one process asked for: nothing to say
     with caplog.at_level("WARNING"):
         say_rendezvous()
     assert caplog.records == []

@@ -25,6 +25,6 @@ def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     logger = logging.getLogger("medrecipes")
     for key, value in getattr(recipe, "derived", {}).items():
         logger.info("derived from the recipe: %s = %s", key, value)
-    for note in getattr(recipe, "notes", []):
+    for note in getattr(recipe, "notes", []) if main_process else []:  # the same in every process: said once
         logger.warning("%s", note)
     return logger

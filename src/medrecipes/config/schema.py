@@ -244,9 +244,19 @@ LAUNCHER_MARKS = ("TORCHELASTIC_RUN_ID", "LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE", "
 def say_rendezvous() -> None:
     """One line where the counts of several processes were set with no launcher's marks (by hand,
     or left in a shell): the process then waits, silent, for the others to join, as long as
-    ddp_timeout; the line says so while it waits."""
+    ddp_timeout; the line says so while it waits. One line too where accelerate launch was asked
+    for several processes and started one."""
     world = world_size()
-    if world > 1 and not any(mark in os.environ for mark in LAUNCHER_MARKS):
+    launched = any(mark in os.environ for mark in LAUNCHER_MARKS)
+    # accelerate launch's plain launcher sets MASTER_ADDR only when asked for several processes or
+    # machines, and then starts this one alone (on CPUs it starts several only under mpirun).
+    if world == 1 and not launched and "ACCELERATE_MIXED_PRECISION" in os.environ and os.environ.get("MASTER_ADDR"):
+        logging.getLogger("medrecipes").warning(
+            "accelerate launch was asked for several processes or machines and started this one alone (on CPUs it "
+            "starts several only under mpirun: mpirun_config.mpirun_hostfile): this run trains in one process; "
+            "medrecipes validate --accelerate-config FILE says what a config starts"
+        )
+    if world > 1 and not launched:
         logging.getLogger("medrecipes").warning(
             "WORLD_SIZE=%d with no launcher's marks: this process (RANK %s) now waits for the other %d to join at "
             "%s:%s, up to ddp_timeout; start them, or unset WORLD_SIZE and its fellows to run alone",
