@@ -703,8 +703,23 @@ def test_counts_of_several_processes_with_no_launcher_say_the_process_waits(monk
     assert caplog.records == []
 
 
-@pytest.mark.parametrize("flags", [["--cpu", "--num_processes", "2"], ["--num_machines", "2", "--machine_rank", "1",
-                                   "--main_process_ip", "10.0.0.1", "--main_process_port", "29501", "--cpu"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--cpu", "--num_processes", "2"],
+        [
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            "1",
+            "--main_process_ip",
+            "10.0.0.1",
+            "--main_process_port",
+            "29501",
+            "--cpu",
+        ],
+    ],
+)
 def test_a_launch_of_several_processes_that_starts_one_says_so(monkeypatch, caplog, flags):
     """accelerate launch's plain launcher (CPUs without mpirun, or distributed_type NO) asked for
     several processes starts one: the environment it builds, from accelerate's own functions, says so."""
