@@ -452,6 +452,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("no command", [], "the following arguments are required"),
         Case("unknown command", ["trian", cpt], "invalid choice: 'trian'"),
         Case("serve: port not a number", ["serve", model, "--port", "http"], "--port: must be a whole number"),
+        Case("serve: a limit beyond its range", ["serve", model, "--max-body-bytes", "0"], f"--max-body-bytes: must be at least 1024 and at most {2**30}, got 0"),
         Case("merge-lora: unknown dtype", ["merge-lora", f["adapter"], f"{files}/m4", "--dtype", "fp8"], "invalid choice"),
         Case("tiny-model: corpus without text", ["tiny-model", f"{files}/t6", "--corpus", f["empty.jsonl"]], "holds no text to learn a tokenizer from"),
         Case("pairs: sampling without a model", ["pairs", "--mcq", TEST_SET, "--out", f"{files}/p9.jsonl", "--samples", "6"], "--samples is for sampling a model's own answers, and no --model"),

@@ -120,3 +120,17 @@ def test_a_library_setting_the_environment_holds_that_the_library_refuses_is_one
             called_by(call)
         except ValueError as err:
             assert (environment_value(err) is not None) is named
+
+
+def test_a_command_whose_reader_went_away_ends_quietly(tiny_model):
+    """`medrecipes validate ... | head -1`: the pipe closes before the command writes; it ends as a
+    closed pipe ends a process (141), with nothing on stderr."""
+    import subprocess
+
+    from conftest import PYTHON, ROOT
+
+    command = [PYTHON, "-m", "medrecipes.cli", "validate", "recipes/tiny_sft.yaml", "--model_name_or_path", tiny_model]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the recipe is read
+    _, stderr = process.communicate(timeout=300)
+    assert (process.returncode, stderr.decode()) == (141, "")

@@ -147,7 +147,7 @@ def bad_values(field: str) -> list:
         "max_completion_tokens": [0, 10**9, "8"],
         "temperature": [-0.1, 2.5, 1e9, "hot", [0.5], True],
         "top_p": [0, -1, 1.5, "all", True],
-        "n": [2, 0, "1"],
+        "n": [2, 0, 1.5, *wrong_type],
         "stream": ["yes", 1],
         "stream_options": [{"include_usage": "yes"}, {"other": True}, "usage"],
         "stop": ["", ["a", "b", "c", "d", "e"], [""], [1], 7],
@@ -178,6 +178,20 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
         assert word.split("_")[0] in answer["error"]["message"] or status == 404, (fields, answer)
     for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"", b"[" * 100_000 + b"]" * 100_000):
         assert_refused(*server.call("POST", "/v1/chat/completions", raw=raw), expected=400)
+    twice = b'{"messages": [{"role": "user", "content": "hi", "role": "user"}], "max_tokens": 3, "max_tokens": 5}'
+    status, answer = server.call("POST", "/v1/chat/completions", raw=twice)
+    assert_refused(status, answer, 400)
+    assert "field 'role' is given twice in one object" in answer["error"]["message"]
+    latin = json.dumps({"messages": [{"role": "user", "content": "café"}], "max_tokens": 2}, ensure_ascii=False)
+    for charset, expected, words in (("", 400, "not UTF-8 text (byte 47)"), ("; charset=utf-8", 400, "not utf-8 text as"),
+                                     ("; charset=klingon", 415, "charset klingon, which is no encoding")):  # fmt: skip
+        headers = {"Content-Type": f"application/json{charset}"}
+        status, answer = server.call("POST", "/v1/chat/completions", raw=latin.encode("latin-1"), headers=headers)
+        assert_refused(status, answer, expected)
+        assert words in answer["error"]["message"], answer
+    status, reply = server.call("POST", "/v1/chat/completions", raw=latin.encode("latin-1"),
+                                headers={"Content-Type": "application/json; charset=latin-1"})  # fmt: skip
+    assert status == 200, reply  # the charset the body names is read
     long_prompt = " ".join(["scurvy"] * 100_000)  # 100k tokens, under the body limit
     status, answer = server.chat(messages=[{"role": "user", "content": long_prompt}])
     assert_refused(status, answer, 400)

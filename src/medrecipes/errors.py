@@ -42,6 +42,11 @@ def is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def typed(number: float) -> str:
+    """A bound as a user would type it: a whole one in full (1048576, not 1.04858e+06), others as %g."""
+    return str(int(number)) if float(number).is_integer() and abs(number) < 2**63 else f"{number:g}"
+
+
 def check_choice(value: str, choices: Sequence[str], where: str) -> None:
     """Raise the one-line error for a setting (`where`: "file: key") whose value is not one of
     `choices`, with the closest names and the valid ones."""
@@ -420,7 +425,8 @@ def _say(line: str) -> None:
 def exit_on_user_error(main: Callable) -> Callable:
     """Run `main`; turn a UserError into its one line on stderr (once per launch, see
     first_to_report) and exit code 2, and Ctrl-C into one line that says what was kept and how to
-    resume, and exit code 130 (the shell's for an interrupt)."""
+    resume, and exit code 130 (the shell's for an interrupt); output's reader gone (`| head`) ends it
+    quietly."""
 
     @wraps(main)
     def wrapper(*args, **kwargs):
@@ -428,6 +434,9 @@ def exit_on_user_error(main: Callable) -> Callable:
             return main(*args, **kwargs)
         except UserError as err:
             _report(err)
+        except BrokenPipeError:  # the reader of our output went away (`| head`): it has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+            sys.exit(141)  # as a shell reports a process a closed pipe ended (128 + SIGPIPE)
         except (KeyboardInterrupt, Exception) as err:
             if (line := environment_error(err)) is not None:
                 _report(line)

@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, typed
 
 
 def method_of(path: str, given: str | None, allowed: tuple[str, ...] | None = None, why: str = "") -> str:
@@ -58,9 +58,9 @@ class Number:
         return (self.least is None or value >= self.least) and (self.most is None or value <= self.most)
 
     def range(self) -> str:
-        words = [f"above {self.above:g}"] if self.above is not None else []
-        words += [f"at least {self.least:g}"] if self.least is not None else []
-        words += [f"at most {self.most:g}"] if self.most is not None else []
+        words = [f"above {typed(self.above)}"] if self.above is not None else []
+        words += [f"at least {typed(self.least)}"] if self.least is not None else []
+        words += [f"at most {typed(self.most)}"] if self.most is not None else []
         finite = "a finite number " if self.kind is float else ""
         return finite + (" and ".join(words) or f"a {self.__name__}")
 

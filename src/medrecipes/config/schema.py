@@ -14,7 +14,7 @@ from typing import Any, Literal
 from transformers.trainer_utils import SchedulerType
 
 from medrecipes.data_config import MixtureConfig, SourceConfig
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, did_you_mean, typed
 from medrecipes.names import EvalMode
 
 
@@ -165,10 +165,10 @@ class Bound:
         return above and below
 
     def words(self) -> str:
-        low = f"{'at least' if self.low_ok else 'above'} {self.low:g}"
+        low = f"{'at least' if self.low_ok else 'above'} {typed(self.low)}"
         if self.high is None:
             return low
-        return f"{low} and {'at most' if self.high_ok else 'below'} {self.high:g}"
+        return f"{low} and {'at most' if self.high_ok else 'below'} {typed(self.high)}"
 
 
 POSITIVE_BETA = Bound(0, False, "a negative beta prefers the rejected answers, and 0 learns no preference")

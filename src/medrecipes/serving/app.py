@@ -7,7 +7,7 @@ import json
 import threading
 
 from medrecipes.serving.model import ServedModel
-from medrecipes.serving.requests import RequestError
+from medrecipes.serving.requests import RequestError, body_of
 
 DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model} and GET /health"
 
@@ -98,15 +98,11 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     async def answer(request: Request, parse, work):
         """`work(parsed)` for a body `parse` takes, in the queue's turn; the refusals on the way."""
         try:
-            payload = json.loads(await request.body())
+            raw = await request.body()
         except ClientDisconnect:  # the body ended before the length it announced
             return refuse(400, "the body is shorter than its Content-Length; send the whole body")
-        except (ValueError, UnicodeDecodeError):
-            return refuse(400, "the body is not valid JSON")
-        except RecursionError:  # arrays or objects nested past what the parser follows
-            return refuse(400, "the body nests its JSON too deeply")
         try:
-            parsed = parse(payload)
+            parsed = parse(body_of(raw, request.headers.get("content-type")))
         except RequestError as err:
             return refuse(err.status, str(err), err.kind)
         if waiting[0] >= max_waiting:

@@ -3,6 +3,9 @@ value the documented ranges admit and the generation library accepts, every othe
 `RequestError` (a 4xx and one line). Knows no model: `model.ServedModel` turns the checked values
 into token ids."""
 
+import email.message
+import json
+
 from medrecipes.errors import is_number, quoted
 from medrecipes.models.templates import ROLES
 
@@ -25,6 +28,43 @@ class RequestError(Exception):
         self.status, self.kind = status, kind
 
 
+def body_of(raw: bytes, content_type: str | None):
+    """The JSON a request's body holds: text in the charset its Content-Type names (JSON's own
+    encodings, UTF-8 and the UTF-16/32 its bytes show, where it names none), each object's fields
+    given once (a parser would keep the last of two without a word)."""
+    charset = None
+    if content_type:
+        header = email.message.Message()
+        header["content-type"] = content_type
+        charset = header.get_content_charset()
+    try:
+        text = raw.decode(charset) if charset else raw
+    except LookupError:
+        raise RequestError(415, f"Content-Type names charset {charset}, which is no encoding known here; send UTF-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(400, f"the body is not {charset} text as its Content-Type says (byte {err.start + 1})")
+    try:
+        return json.loads(text, object_pairs_hook=_fields_once)
+    except UnicodeDecodeError as err:
+        raise RequestError(
+            400,
+            f"the body is not UTF-8 text (byte {err.start + 1}); send UTF-8 JSON, or name its charset in Content-Type",
+        ) from None
+    except ValueError:
+        raise RequestError(400, "the body is not valid JSON") from None
+    except RecursionError:  # arrays or objects nested past what the parser follows
+        raise RequestError(400, "the body nests its JSON too deeply") from None
+
+
+def _fields_once(pairs: list[tuple]) -> dict:
+    fields = {}
+    for key, value in pairs:
+        if key in fields:
+            raise RequestError(400, f"field {key!r} is given twice in one object; give it once")
+        fields[key] = value
+    return fields
+
+
 def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     """`payload` as a mapping of fields the endpoint takes, else the one line that says which are not."""
     if not isinstance(payload, dict):
@@ -36,7 +76,7 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
     for key in TEXT_FIELDS:  # the OpenAI API's strings: a number for a user's id is a client's slip
         if key in payload and not isinstance(payload[key], str):
             raise RequestError(400, f"{key} must be a string, got {quoted(payload[key])}")
-    if payload.get("n", 1) != 1:
+    if type(payload.get("n", 1)) is not int or payload.get("n", 1) != 1:  # true is no count, though 1 == True
         raise RequestError(400, f"n must be the number 1 (one answer a request), got {quoted(payload.get('n'))}")
     return payload
 
