@@ -40,9 +40,13 @@ def body_of(raw: bytes, content_type: str | None):
     try:
         text = raw.decode(charset) if charset else raw
     except LookupError:
-        raise RequestError(415, f"Content-Type names charset {charset}, which is no encoding known here; send UTF-8")
+        raise RequestError(
+            415, f"Content-Type names charset {charset}, which is no encoding known here; send UTF-8"
+        ) from None
     except UnicodeDecodeError as err:
-        raise RequestError(400, f"the body is not {charset} text as its Content-Type says (byte {err.start + 1})")
+        raise RequestError(
+            400, f"the body is not {charset} text as its Content-Type says (byte {err.start + 1})"
+        ) from None
     try:
         return json.loads(text, object_pairs_hook=_fields_once)
     except UnicodeDecodeError as err:
