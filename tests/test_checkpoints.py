@@ -22,7 +22,7 @@ def _weights(folder: Path) -> None:
 def test_last_checkpoint_skips_a_folder_without_trainer_state(tmp_path):
     for step in (2, 4):
         (tmp_path / f"checkpoint-{step}").mkdir()
-    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
     _weights(tmp_path / "checkpoint-2")
     (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")  # a save that never finished
     assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
@@ -34,7 +34,7 @@ def test_resume_from_checkpoint_names_where_to_start(tmp_path):
     for folder in (run / "checkpoint-2", other / "checkpoint-8", other / "checkpoint-9"):
         folder.mkdir(parents=True)
     for folder in (run / "checkpoint-2", other / "checkpoint-8"):
-        (folder / "trainer_state.json").write_text("{}")
+        (folder / "trainer_state.json").write_text(f'{{"global_step": {folder.name.split("-")[1]}}}')
         _weights(folder)
 
     def start(named):
@@ -246,6 +246,12 @@ def test_a_trainer_state_field_of_the_wrong_kind_or_no_weights_sets_the_checkpoi
         caplog.clear()
         assert last_checkpoint(str(run)) == str(earlier), name
         assert f"ignoring {newest}: trainer_state.json: {name} is " in caplog.text
+    for step in (3, 5, None):  # a state edited or copied from another checkpoint: the trainer would redo steps
+        state_file.write_text(json.dumps({k: v for k, v in {**whole, "global_step": step}.items() if v is not None}))
+        assert checkpoint_damage(str(newest)) == (
+            f"trainer_state.json: global_step {'null' if step is None else step} is not this checkpoint-4's step"
+        )
+        assert last_checkpoint(str(run)) == str(earlier), step
     state_file.write_text(json.dumps(whole))
     (newest / "model.safetensors").unlink()
     assert checkpoint_damage(str(newest)).startswith("holds no model weights")

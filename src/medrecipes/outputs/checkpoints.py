@@ -139,7 +139,7 @@ def state_damage(state: dict) -> str | None:
 def checkpoint_damage(checkpoint: str) -> str | None:
     """What in `checkpoint` the trainer would fail to read back as it resumes, in a few words
     ("model.safetensors is cut (1000 bytes where its header describes 2048)"), or None: the
-    trainer state (readable, each field of its kind), weights of some kind, every other JSON file (configs, which the trainer compares on resuming; a
+    trainer state (readable, each field of its kind, its step the folder's), weights of some kind, every other JSON file (configs, which the trainer compares on resuming; a
     sharded weights index, with its files present), every safetensors file by its header and
     length, every torch.save file (optimizer, scheduler, RNG states, scaler, arguments) as the zip
     archive torch writes."""
@@ -153,6 +153,9 @@ def checkpoint_damage(checkpoint: str) -> str | None:
         return f"{TRAINER_STATE} holds no trainer state"
     if problem := state_damage(loaded):
         return f"{TRAINER_STATE}: {problem}"
+    step = checkpoint_step(checkpoint)  # the trainer resumes at the state's step, names the folder by it
+    if step is not None and loaded.get("global_step") != step:
+        return f"{TRAINER_STATE}: global_step {quoted(loaded.get('global_step'))} is not this checkpoint-{step}'s step"
     if not any(WEIGHT_FILES.search(n) for _, _, names in os.walk(checkpoint) for n in names):
         return "holds no model weights (no model, adapter, DeepSpeed or FSDP weights file)"
     for folder, _, names in sorted(os.walk(checkpoint)):
