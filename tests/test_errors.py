@@ -134,3 +134,25 @@ def test_a_command_whose_reader_went_away_ends_quietly(tiny_model):
     process.stdout.close()  # the reader is gone before the recipe is read
     _, stderr = process.communicate(timeout=300)
     assert (process.returncode, stderr.decode()) == (141, "")
+
+
+def test_a_runs_output_whose_reader_went_away_is_dropped_and_the_run_goes_on(monkeypatch):
+    """`python recipes/sft.py ... | head`: the trainer's metrics and the log lines then go nowhere;
+    the run goes on to its final weights (a closed pipe would end it past its last checkpoint)."""
+    import logging
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from medrecipes.logs import setup_logging
+
+    read, write = os.pipe()
+    os.close(read)
+    stdout = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(logging.root, "handlers", [])  # basicConfig's handler, on this stdout
+    setup_logging(SimpleNamespace(get_process_log_level=lambda: logging.INFO, should_log=True))
+    print("{'loss': 2.5}" * 10_000)  # past a pipe's buffer: the write itself meets the closed pipe
+    logging.getLogger("medrecipes").info("saved")
+    sys.stdout.flush()
+    assert sys.stdout is not stdout and sys.stdout.stream is not stdout  # its stand-in now

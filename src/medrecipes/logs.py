@@ -1,16 +1,47 @@
 """Logging set-up shared by the recipe scripts: one format, the trainer's verbosity per process."""
 
 import logging
+import os
 import sys
 
 import datasets
 import transformers
 
 
+class _Output:
+    """A run's stdout, whose reader may go away while it trains (`| head`, a `| tee` stopped): from
+    then on its lines (logging's, the trainer's metrics) go nowhere and the run goes on to its end,
+    where a closed pipe would end it between its last checkpoint and its final weights."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _gone(self):
+        self.stream = open(os.devnull, "w")  # noqa: SIM115 (stdout's stand-in for the rest of the run)
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+
 def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     """Configure logging for this process and log the fields the recipe derived and its notes; without
     training arguments (evaluation): the project's lines only, the libraries' warnings."""
     level = training_args.get_process_log_level() if training_args else logging.WARNING
+    if training_args is not None and not isinstance(sys.stdout, _Output):
+        sys.stdout = _Output(sys.stdout)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
