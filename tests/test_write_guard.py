@@ -433,6 +433,7 @@ PLAIN_WRITES = {
         "build_data",
     ): "built data may live in object storage; the manifest, written last, marks it whole",
     ("data/manifest.py", "write_manifest"): "object storage through fsspec: a .tmp then a rename of its own",
+    ("logs.py", "_gone"): "opens os.devnull, a run's stdout once its reader went away: no file is written",
     ("hub/checkpoints.py", "_push"): "removes its own temporary snapshot of final/ after the upload",
     ("mirror.py", "_link_or_copy"): "the checkpoint mirror: copies into a snapshot marked complete last",
     ("mirror.py", "snapshot_folder"): "the checkpoint mirror: copies into a snapshot marked complete last",
