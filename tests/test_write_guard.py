@@ -264,6 +264,30 @@ def test_a_writer_error_is_taken_for_a_full_disk_only_when_the_disk_is_nearly_fu
         raise ValueError("not a write")  # not an error a write raises: passes, whatever the space
 
 
+def test_a_disk_out_of_file_entries_or_quota_is_said_for_what_it_is(tmp_path, monkeypatch):
+    """ENOSPC where bytes are left (no inodes: a new file cannot be made), and EDQUOT (the user's
+    quota, not the disk): each line names what is lacking, not a full disk."""
+    import errno
+    import os
+
+    from medrecipes.errors import UserError
+    from medrecipes.outputs.writes import full_disk_is_one_line
+
+    found = os.statvfs(tmp_path)
+    no_entries = os.statvfs_result((*found[:5], 1000, 0, 0, *found[8:]))
+    monkeypatch.setattr(os, "statvfs", lambda path: no_entries)
+    with pytest.raises(UserError, match=r"run.json: cannot write it, the disk holding .* has no file entries \(inodes\) "
+                                        r"left, with [\d.]+ MiB free; nothing was replaced. Remove files there"):  # fmt: skip
+        with full_disk_is_one_line(str(tmp_path), "run.json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((*found[:5], 0, 0, 0, *found[8:])))
+    with pytest.raises(
+        UserError, match=r"your quota on the disk holding .* is used up \([\d.]+ MiB free on the disk\)"
+    ):
+        with full_disk_is_one_line(str(tmp_path), "run.json"):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+
 # ---------------------------------------------------------------------------
 # The output claimed whole: its name, a link there, a second command, a killed one's staging
 

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, causes
 from medrecipes.outputs.claims import release
 from medrecipes.outputs.records import discard, mark, staging_path
 
@@ -63,23 +63,39 @@ def finish_publish(staged: str, final: str) -> bool:
 LOW_SPACE = 64 * 2**20
 
 
-def _free_bytes(path: str) -> int | None:
+def _existing(path: str) -> str:
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
+    return path or "."
+
+
+def _free_bytes(path: str) -> int | None:
     try:
-        return shutil.disk_usage(path or ".").free
+        return shutil.disk_usage(_existing(path)).free
     except OSError:
         return None
 
 
+def _out_of_entries(path: str) -> bool:
+    """The file system holding `path` has no file entries (inodes) left, whatever its free bytes:
+    a new file fails with ENOSPC too. A file system without a fixed count reports none at all."""
+    try:
+        found = os.statvfs(_existing(path))
+    except OSError:
+        return False
+    return found.f_files > 0 and found.f_favail == 0
+
+
+def _quota(err: BaseException) -> bool:
+    return any(getattr(seen, "errno", None) == errno.EDQUOT for seen in causes(err))
+
+
 def _for_want_of_space(err: BaseException, free: int | None) -> bool:
-    seen = err
-    while seen is not None:  # the error, or one it was raised from or while handling
+    for seen in causes(err):  # the error, or one it was raised from or while handling
         if getattr(seen, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
             return True
         if any(os.strerror(code) in str(seen) for code in (errno.ENOSPC, errno.EDQUOT)):  # a Rust library's
             return True
-        seen = seen.__cause__ or seen.__context__
     return free is not None and free < LOW_SPACE
 
 
@@ -103,10 +119,16 @@ def full_disk_is_one_line(path: str, what: str, partial: str | None = None, kept
         if partial is not None:
             discard(partial)
         left = f"{free / 2**20:.1f} MiB free" if free is not None else "no free space"
+        if _out_of_entries(path):
+            why, fix = f"the disk holding {path} has no file entries (inodes) left, with {left}", "Remove files there"
+        elif _quota(err):
+            why, fix = f"your quota on the disk holding {path} is used up ({left} on the disk)", "Free some of yours"
+        else:
+            why, fix = f"the disk holding {path} is full ({left})", "Free some space"
         kept = kept() if callable(kept) else kept
         raise UserError(
-            f"{what}: cannot write it, the disk holding {path} is full ({left}); {kept}. "
-            "Free some space (old checkpoints, caches) or name an output on another disk, and run again"
+            f"{what}: cannot write it, {why}; {kept}. {fix} (old checkpoints, caches) or name an output on "
+            "another disk, and run again"
         ) from None
 
 
