@@ -128,6 +128,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("unknown dtype", script("cpt", cpt, "--dtype", "float8"), "dtype"),
         Case("lora_r 0", script("sft", sft, "--use_peft", "true", "--lora_r", "0"), "lora_r must be at least 1"),
         Case("lora_r without use_peft", script("sft", sft, "--lora_r", "8"), "use_peft"),
+        Case("a list key with an empty entry", script("sft", sft, "--use_peft", "true", "--lora_target_modules", "q_proj", " "), "lora_target_modules has an empty entry (['q_proj', ' ']); give each entry a value"),
         Case("lora_dropout of 1 or more", script("sft", sft, "--use_peft", "true", "--lora_dropout", "1.5"), "lora_dropout must be at least 0 and below 1, got 1.5"),
         Case("lora_dropout negative", script("sft", sft, "--use_peft", "true", "--lora_dropout", "-0.1"), "lora_dropout must be at least 0"),
         Case("LoRA target module misspelt", script("sft", sft, *run_in(files, model), "--use_peft", "true", "--lora_target_modules", "q_proj", "v_prj"), "lora_target_modules: v_prj names no module of llama (did you mean 'v_proj'"),
@@ -498,6 +499,9 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: a run's model folder", ["report", model, "--output", f"{files}/r8.html"], "a model folder (config.json)"),
         Case("report: folder with no run", ["report", f["emptydir"], "--output", f"{files}/r2.html"], "holds no run"),
         Case("report: eval file not JSON", ["report", f["notjson.jsonl"], "--output", f"{files}/r3.html"], "not a JSON evaluation"),
+        Case("report: an evaluation of no task", ["report", f["notasks.json"], "--output", f"{files}/r5.html"], "its 'tasks' is empty, so it holds no result to report"),
+        Case("generate: a required option given as spaces", ["generate", model, "--prompt", "   "], "medrecipes generate: --prompt is empty; give it a value"),
+        Case("eval: a data entry of spaces", ["eval", "--model", model, "--data", " "], "--data is empty (' '); give --data PATH, or TASK=PATH"),
         Case("report: JSON that is no evaluation", ["report", f["existing.json"], "--output", f"{files}/r4.html"], "no 'tasks' in it"),
         Case("report: one run given twice", ["report", f["existing.json"], f["existing.json"], "--output", str(files / "twice.html")], "existing.json is given twice; name each run folder or eval file once"),
         Case("report: output over an input", ["report", f["existing.json"], "--output", f["existing.json"]], "also what"),
@@ -620,6 +624,7 @@ def _parquet_of_no_rows() -> bytes:
 
 FILES = {
     "empty.yaml": "",
+    "notasks.json": '{"tasks": {}, "settings": {}}',
     "zero4accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
     "portaccel.yaml": "distributed_type: MULTI_GPU\nmain_process_port: 99999\n",
     "clip03accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 0.3\n",

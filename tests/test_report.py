@@ -391,6 +391,7 @@ DAMAGES = {  # file, what is done to it: each field the report reads, missing, o
     "global_step as text": ("trainer_state.json", lambda s: s.__setitem__("global_step", "many")),
     "best checkpoint a number": ("trainer_state.json", lambda s: s.__setitem__("best_model_checkpoint", 4)),
     "tasks a list": ("eval_tasks/step-1.json", lambda r: r.__setitem__("tasks", [])),
+    "tasks empty": ("eval_tasks/step-1.json", lambda r: r.__setitem__("tasks", {})),
     "report not a mapping": ("eval_tasks/step-1.json", lambda r: r["tasks"].__setitem__("usmle", 0.5)),
     "accuracy as text": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", "high")),
     "accuracy above 1": ("eval_tasks/step-1.json", lambda r: r["tasks"]["usmle"].__setitem__("accuracy", 1.5)),

@@ -90,7 +90,8 @@ def _refuse_empty_text(parser, args) -> None:
         values = value if isinstance(value, list) else [value]
         if any(isinstance(v, str) and not v.strip() for v in values):
             command = f"{parser.prog} {args.command}"
-            raise UserError(f"{command}: {action.option_strings[-1]} is empty; give it a value, or leave it out")
+            fix = "" if action.required else ", or leave it out"  # a required option cannot be left out
+            raise UserError(f"{command}: {action.option_strings[-1]} is empty; give it a value{fix}")
 
 
 def _commands_with(parser, name: str, but: str) -> list[str]:

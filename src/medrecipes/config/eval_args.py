@@ -78,6 +78,8 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
     name holds '=' (fold=1.jsonl): a task's name has no '/', and a path that exists is a path."""
     result = {}
     for entry in entries or []:
+        if not entry.strip():
+            raise UserError(f"{flag} is empty ({entry!r}); give {flag} PATH, or TASK=PATH")
         name, sep, path = entry.partition("=")
         if not sep or "/" in name or os.path.exists(entry):
             if len(tasks) != 1:

@@ -688,6 +688,12 @@ def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
                 raise UserError(
                     f"{path}: {f.name} is empty; give it a value{'' if required else ', or leave it out for its default'}"
                 )
+            if (
+                any(n in given for n in names)
+                and isinstance(value, list)
+                and any(isinstance(v, str) and not v.strip() for v in value)
+            ):  # --data ' ': an entry that names nothing
+                raise UserError(f"{path}: {f.name} has an empty entry ({value!r}); give each entry a value")
             place = f.name.endswith(("_dir", "_path", "_url", "_file"))  # a folder or file the run writes or reads
             if f.name in given and place and isinstance(value, str) and value.strip() and value != value.strip():
                 raise UserError(

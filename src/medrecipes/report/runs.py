@@ -122,6 +122,8 @@ def _tasks(data, path: str, fix: str = "pass a file written by medrecipes eval -
     """The tasks of an evaluation file, each report checked (`task_problem`); `fix`: what to do."""
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
         raise UserError(f"{path}: no 'tasks' in it (a mapping of task to report); {fix}")
+    if not data["tasks"]:  # eval writes one report a task it scored, and it scores at least one
+        raise UserError(f"{path}: its 'tasks' is empty, so it holds no result to report; {fix}")
     for task, report in data["tasks"].items():
         if problem := task_problem(report):
             raise UserError(f"{path}: task {task}: {problem}; {fix}")
