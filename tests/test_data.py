@@ -635,7 +635,9 @@ def test_empty_documents_are_counted_and_named_by_line(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="medrecipes.data.sources"):
         assert len(load_source(SourceConfig(path=str(path)))) == 4
     (said,) = [r.getMessage() for r in caplog.records]
-    assert said.endswith("2 empty document(s) (line 3, line 5): each trains on its BOS and EOS alone; drop them"), said
+    assert said.endswith(
+        "2 empty document(s) (line 3, line 5): no text (training learns only its BOS and EOS, perplexity leaves it out); drop them"
+    ), said
 
 
 def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_path, caplog):

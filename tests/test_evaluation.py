@@ -402,8 +402,10 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
         with torch.no_grad():
             total += model(input_ids=ids, labels=ids).loss.item() * (ids.shape[1] - 1)
         tokens += ids.shape[1] - 1
-    assert result["tokens"] == tokens and result["documents"] == 3
+    assert result["tokens"] == tokens and result["documents"] == 3 and result["left_out"] == 0
     assert result["perplexity"] == pytest.approx(math.exp(total / tokens), rel=1e-5)
+    blanks = document_perplexity(model, tokenizer, [texts[0], "", "  \n ", *texts[1:]])  # nothing to score in them
+    assert (blanks["left_out"], blanks["documents"], blanks["perplexity"]) == (2, 3, result["perplexity"])
     assert result["ci95"][0] <= result["perplexity"] <= result["ci95"][1]
 
     data = tmp_path / "docs.jsonl"

@@ -120,6 +120,7 @@ def cmd_perplexity(args) -> None:
     print(
         f"{args.data}: perplexity {result['perplexity']:.3f} (95% CI {lo:.3f}-{hi:.3f}), loss {result['loss']:.4f}, "
         f"{result['documents']} documents, {result['tokens']:,} tokens{long}"
+        + (f"; {result['left_out']} left out (no text, or one token)" if result["left_out"] else "")
     )
     if args.output:
         with staged(args.output, folder=False, kind="perplexity") as path, open(path, "w", encoding="utf-8") as f:

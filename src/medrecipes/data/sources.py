@@ -313,7 +313,8 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             if blank:
                 lines = ", ".join(line_of(source, i) for i in blank[:3])
                 logger.warning(
-                    "%s: %d empty document(s) (%s%s): each trains on its BOS and EOS alone; drop them",
+                    "%s: %d empty document(s) (%s%s): no text (training learns only its BOS and EOS, perplexity leaves "
+                    "it out); drop them",
                     named(source), len(blank), lines, ", ..." if len(blank) > 3 else "",
                 )  # fmt: skip
         if source.format in PREFERENCE_FIELDS or "completion" in fields:  # answers, or chat prompt/completion rows

@@ -41,7 +41,7 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0, windo
     stride = max(window // 2, 1)
     losses, counts, windowed = [], [], 0
     for text in texts:
-        ids = encode_text(tokenizer, text)
+        ids = encode_text(tokenizer, text) if text.strip() else []  # spaces alone are no document to score
         if len(ids) < 2:
             continue
         windowed += len(ids) > window
@@ -59,6 +59,7 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0, windo
         "ci95": [float(low), float(high)],
         "loss": float(loss),
         "documents": len(counts),
+        "left_out": len(texts) - len(counts),  # empty, spaces alone, or a single token: nothing to score
         "tokens": int(counts.sum()),
         # Documents longer than the model's positions, scored in windows of `window` tokens that
         # move `stride` at a time.
