@@ -171,3 +171,34 @@ def test_an_adapter_folder_is_planned_with_its_bases_shape(base, adapter, capsys
     assert load_config(adapter).to_dict() == load_config(base).to_dict()
     main(["plan", "recipes/tiny_sft.yaml", "--model_name_or_path", adapter])
     assert "ddp fits on" in capsys.readouterr().out
+
+
+def test_an_adapter_whose_base_changed_since_its_run_started_says_so(base, adapter, tmp_path, caplog):
+    """A run's adapter (output_dir/final, beside run.json) whose base was trained again or copied
+    over since the run started from it: folded into those other weights, with a warning; the base
+    as the run had it, no word."""
+    from medrecipes.locations import SAMPLED, weights_fingerprint
+    from medrecipes.models.loading import load_merged_adapter
+
+    own_base = tmp_path / "base"
+    shutil.copytree(base, own_base)
+    final = tmp_path / "run" / "final"
+    shutil.copytree(adapter, final)
+    config = json.loads((final / "adapter_config.json").read_text())
+    (final / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(own_base)}))
+    record = {
+        "script": "recipes/sft.py",
+        "model": str(own_base),
+        "weights": weights_fingerprint(str(own_base), SAMPLED),
+    }
+    (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+    with caplog.at_level("WARNING"):
+        load_merged_adapter(str(final))
+    assert "is not the model its run trained it on" not in caplog.text
+    model = AutoModelForCausalLM.from_pretrained(own_base)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)
+    model.save_pretrained(own_base)  # the base trained again in place
+    with caplog.at_level("WARNING"):
+        load_merged_adapter(str(final))
+    assert f"{final}: its base {own_base} is not the model its run trained it on" in caplog.text

@@ -135,6 +135,10 @@ def template_error(text: str) -> str | None:
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 SAMPLED = 1 << 20  # bytes of each end of a weight file that a quick fingerprint reads
+# A run's record of itself in its output_dir (`runs.record`), and its field holding the quick
+# fingerprint of the local model the run started from.
+RUN_RECORD = "run.json"
+START_WEIGHTS = "weights"
 
 
 def weights_fingerprint(path: str, ends: int | None = None) -> str | None:

@@ -1,6 +1,7 @@
 """Load a model and tokenizer from a Hub id, a local folder or a local .gguf file, or build one from
 a scratch preset; dtype, attention and quantisation as the recipe asks."""
 
+import json
 import logging
 import os
 
@@ -9,6 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
 from medrecipes.errors import UserError, causes, did_you_mean
+from medrecipes.locations import RUN_RECORD, SAMPLED, START_WEIGHTS, weights_fingerprint
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
@@ -231,6 +233,25 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
     return load_merged_adapter(os.path.expanduser(name_or_path), dtype)
 
 
+def _say_changed_base(adapter_dir: str, base: str) -> None:
+    """A run's adapter (final/ or a checkpoint in its output_dir) whose base is no longer the model
+    the run started from (trained again, another model copied over it): the adapter would be folded
+    into weights it never trained with, without a word; the run's record tells."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(adapter_dir)), RUN_RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return
+    started = record.get(START_WEIGHTS) if isinstance(record, dict) and record.get("model") == base else None
+    if isinstance(started, str) and weights_fingerprint(base, ends=SAMPLED) not in (None, started):
+        logger.warning(
+            "%s: its base %s is not the model its run trained it on (its weights changed since the run started from "
+            "them); the adapter is applied to these weights. Point base_model_name_or_path at the model it was "
+            "trained on",
+            adapter_dir, base,
+        )  # fmt: skip
+
+
 def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     """(model, tokenizer) of a LoRA adapter's folder: its base (in `dtype`, default the
     checkpoint's), grown to the tokens training added, the adapter folded in; the tokenizer and
@@ -241,6 +262,7 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
 
     base, revision = adapter_base(os.path.join(adapter_dir, "adapter_config.json"))
     check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
+    _say_changed_base(adapter_dir, base)
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)

@@ -16,10 +16,10 @@ from medrecipes.config.methods import method_named
 from medrecipes.config.schema import world_size
 from medrecipes.data.rows import local_files
 from medrecipes.errors import UserError
-from medrecipes.locations import SAMPLED, files_fingerprint, weights_fingerprint
+from medrecipes.locations import RUN_RECORD, SAMPLED, START_WEIGHTS, files_fingerprint, weights_fingerprint
 from medrecipes.outputs.writes import staged
 
-RECORD = "run.json"
+RECORD = RUN_RECORD
 # What else a run writes into its output_dir beside its checkpoints and final/: the benchmark
 # reports of its evaluations during training, and the model card its push writes.
 EVAL_TASKS = "eval_tasks"
@@ -29,7 +29,7 @@ IDENTITY = ("script", "model", "data")
 # The words a difference in each is told by, and the fingerprint of a local starting model's weights,
 # compared where both records have it (a run recorded before it was kept has none).
 IDENTITY_WORDS = {"script": "script", "model": "model", "data": "dataset_mixture"}
-WEIGHTS = "weights"
+WEIGHTS = START_WEIGHTS
 DATA_FILES = "data_files"  # a fingerprint of the training data files' contents (their sizes and ends)
 PROCESSES = "processes"  # in a checkpoint's stamp: how many processes trained to it
 
