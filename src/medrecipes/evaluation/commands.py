@@ -158,7 +158,7 @@ def run_calibration(
     measure calibration before and after on the held-out questions (`held_out`, else the task's
     own evaluation data), and save the temperature with the model (calibration.json), where
     `medrecipes eval` finds it."""
-    from medrecipes.evaluation.tasks import load_task
+    from medrecipes.evaluation.tasks import CALIBRATE_WORDING, load_task
 
     if not os.path.isdir(model_path):
         raise UserError(
@@ -166,7 +166,7 @@ def run_calibration(
         )
     target = os.path.join(model_path, cal.TEMPERATURE_FILE)
     claim_output(target, "calibration", "calibrate", [dev, *([held_out] if held_out else [])], overwrite)
-    fit_data = load_task(task, data=dev, limit=limit)
+    fit_data = load_task(task, data=dev, limit=limit, wording=CALIBRATE_WORDING)
     if len(fit_data.rows) < cal.MIN_FIT_QUESTIONS:
         raise UserError(
             f"calibrate: {fit_data.source} has {len(fit_data.rows)} questions to fit on (with --limit {limit}) "
@@ -177,7 +177,7 @@ def run_calibration(
             f"{cal.MIN_FIT_QUESTIONS}: a temperature fitted on so few follows their answers, not the model; "
             "give --dev more questions"
         )
-    test_data = load_task(task, data=held_out, data_dir=data_dir, limit=limit)
+    test_data = load_task(task, data=held_out, data_dir=data_dir, limit=limit, wording=CALIBRATE_WORDING)
     if {r["question"] for r in fit_data.rows} & {r["question"] for r in test_data.rows}:
         raise UserError(
             f"calibrate: the development questions ({fit_data.source}) and the held-out ones ({test_data.source}) "

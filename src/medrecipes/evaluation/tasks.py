@@ -21,6 +21,29 @@ from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_
 
 logger = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class Wording:
+    """How the command that loads a task names, in a fix it is told, a file of questions for a task
+    (`data`, with {name}), questions under a name of their own (`own`, with {source}), the folder of
+    benchmarks (`data_dir`) and few-shot examples (`fewshot`): a line names the command's own options."""
+
+    data: str = "--data {name}=FILE"
+    own: str = "--tasks NAME --data NAME={source}"
+    data_dir: str = "--data_dir"
+    fewshot: str = "--fewshot_data {name}=FILE or --num_fewshot 0"
+
+
+EVAL_WORDING = Wording()  # medrecipes eval's options
+CALIBRATE_WORDING = Wording(
+    data="--held-out FILE", own="--task NAME (a name of its own) with the file as --dev or --held-out",
+    data_dir="--data-dir", fewshot="",
+)  # fmt: skip
+RECIPE_WORDING = Wording(
+    data="an eval_sets entry of format usmle", own="an eval_sets entry of another name ({source}, format usmle)",
+    data_dir="eval_tasks_data_dir", fewshot="",
+)  # fmt: skip
+
 MMLU_MEDICAL = (
     "anatomy",
     "clinical_knowledge",
@@ -158,28 +181,26 @@ class TaskData:
         return pool[:k]
 
 
-def _source(task: Task, data: str | None, data_dir: str | None) -> str:
+def _source(task: Task, data: str | None, data_dir: str | None, wording: Wording) -> str:
     if data:
         return data
+    file, folder = wording.data.format(name=task.name), wording.data_dir
     if data_dir and not Path(data_dir).is_dir():
         what = "a file, not a folder" if Path(data_dir).is_file() else absent(data_dir)
         raise UserError(
-            f"--data_dir {data_dir}: {what}; give the folder that holds the benchmarks, or a file with "
-            f"--data {task.name}=FILE"
+            f"{folder} {data_dir}: {what}; give the folder that holds the benchmarks, or a file with {file}"
         )
     if data_dir and task.local:
         path = Path(data_dir) / task.local
         if not path.exists():
-            raise UserError(
-                f"{task.name}: no {path} under --data_dir {data_dir}; put the file there or pass --data {task.name}=FILE"
-            )
+            raise UserError(f"{task.name}: no {path} under {folder} {data_dir}; put the file there or pass {file}")
         return str(path)
     if task.hub:
         return task.hub
-    raise UserError(f"{task.name}: has no Hub copy; pass --data_dir (with {task.local}) or --data {task.name}=FILE")
+    raise UserError(f"{task.name}: has no Hub copy; pass {folder} (with {task.local}) or {file}")
 
 
-def _misfit(task: Task) -> Callable[[str], str | None]:
+def _misfit(task: Task, source: str, wording: Wording) -> Callable[[str], str | None]:
     """Why rows of a layout are not a registry task's: the layout only another benchmark's files
     have (MMLU's header-less CSV given to medqa_4opt would be scored with MedQA's prompt and
     reported as MedQA). MedQA's JSON Lines layout fits every task: benchmark collections
@@ -191,16 +212,17 @@ def _misfit(task: Task) -> Callable[[str], str | None]:
             return None
         return (
             f"its rows are laid out as {theirs}'s files are ({layout}), not as {task.name}'s; score them as questions "
-            f"of their own (--tasks NAME --data NAME=FILE), or as {theirs} (--tasks {theirs}, its files in --data_dir)"
+            f"of their own ({wording.own.format(source=source)}), or as {theirs} (its files in {wording.data_dir})"
         )
 
     return misfit
 
 
-def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | None = None) -> list[Row]:
+def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | None, wording: Wording) -> list[Row]:
     subjects = list(task.subjects) or None
     # answered: a question without its gold answer is named by its line where it is read
-    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True, "misfit": _misfit(task)}
+    misfit = _misfit(task, source, wording)
+    reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True, "misfit": misfit}
     if looks_local(source) or Path(source).exists():
         return load_mcq(source, split=split, **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)
@@ -211,9 +233,9 @@ def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | No
             raise
         reason = (str(err.__cause__).strip() or type(err.__cause__).__name__).splitlines()[0]
         raise UserError(
-            f"{task.name}: with no --data or --data_dir its questions come from the Hub ({task.hub}), which cannot "
-            f"be loaded here ({reason}); pass --data_dir FOLDER (laid out as ../shared/data) or --data "
-            f"{task.name}=FILE"
+            f"{task.name}: with no file or folder of its questions given, they come from the Hub ({task.hub}), which "
+            f"cannot be loaded here ({reason}); pass {wording.data_dir} FOLDER (laid out as ../shared/data) or "
+            f"{wording.data.format(name=task.name)}"
         ) from None
 
 
@@ -246,26 +268,28 @@ def load_task(
     num_fewshot: int = 0,
     fewshot_data: str | None = None,
     pubmedqa_setting: str | None = None,
+    wording: Wording = EVAL_WORDING,
 ) -> TaskData:
     """The questions of task `name`, from `data` (a file, folder or Hub id), else from
     `data_dir` (the ../shared/data layout), else from the Hub; the first `limit` of them (per
     subject for MMLU), and `num_fewshot` examples each from `fewshot_data` or the task's dev split.
     `pubmedqa_setting` (names.PUBMEDQA_SETTINGS) applies to the tasks `takes_pubmedqa_setting`
-    names; the pubmedqa task in a reasoning-free setting is prompted with the conclusion it gives."""
+    names; the pubmedqa task in a reasoning-free setting is prompted with the conclusion it gives.
+    `wording`: the loading command's names for what a fix asks of it."""
     task = task_for(name)
     if data is None and name not in TASKS:
-        raise UserError(f"{name}: not a known task; pass its questions with --data {name}=FILE")
+        raise UserError(f"{name}: not a known task; pass its questions with {wording.data.format(name=name)}")
     setting = pubmedqa_setting if takes_pubmedqa_setting(name) else None
     if setting not in (None, "reasoning_required") and task.prompt is _pubmedqa_prompt:
         task = replace(
             task, prompt=_pubmedqa_free_prompt, reference=f"{task.reference}, the conclusion given ({setting})"
         )
-    source = _source(task, data, data_dir)
-    loaded = _task_data(task, _load(task, source, task.split, setting), source, limit)
+    source = _source(task, data, data_dir, wording)
+    loaded = _task_data(task, _load(task, source, task.split, setting, wording), source, limit, wording)
     if name == "pubmedqa" or setting:
         loaded.pubmedqa_setting = setting or "reasoning_required"
     if num_fewshot > 0:
-        loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data), setting)
+        loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data, wording), setting, wording)
         short = next((r for r in loaded.rows if len(loaded.shots(r, num_fewshot)) < num_fewshot), None)
         if short is not None:
             raise UserError(
@@ -283,7 +307,7 @@ def load_task(
     return loaded
 
 
-def _task_data(task: Task, rows: list[Row], source: str, limit: int | None) -> TaskData:
+def _task_data(task: Task, rows: list[Row], source: str, limit: int | None, wording: Wording) -> TaskData:
     rows = _first_per_subject(rows, limit, bool(task.subjects))
     if not rows:
         raise UserError(f"{task.name}: {source} holds no questions; check the file")
@@ -292,8 +316,8 @@ def _task_data(task: Task, rows: list[Row], source: str, limit: int | None) -> T
         named = ", ".join(f"'{r['id']}' ({len(r['options'])})" for r in other[:3])
         raise UserError(
             f"{task.name}: {len(other)} of the {len(rows)} questions in {source} have other than the {task.options} "
-            f"options of {task.name} ({named}{', ...' if len(other) > 3 else ''}); fix them, or give the file a name "
-            f"of its own (--data NAME={source}) to score it as it is"
+            f"options of {task.name} ({named}{', ...' if len(other) > 3 else ''}); fix them, or score them as "
+            f"questions of their own ({wording.own.format(source=source)}) as they are"
         )
     missing = next((r for r in rows if not r["answer"]), None)
     if missing is not None:
@@ -307,16 +331,14 @@ def eval_set_task(name: str, source, limit: int | None = None, rows=None) -> Tas
     """A recipe's `format: usmle` eval set (a `SourceConfig`) as a MedQA-prompted task; `rows`,
     the set's questions when the data pipeline has loaded them already."""
     rows = load_mcq_source(source) if rows is None else rows
-    return _task_data(task_for(name), list(rows), str(source.data_files or source.path), limit)
+    return _task_data(task_for(name), list(rows), str(source.data_files or source.path), limit, RECIPE_WORDING)
 
 
-def _fewshot_source(task: Task, source: str, fewshot_data: str | None) -> tuple[str, str | None]:
+def _fewshot_source(task: Task, source: str, fewshot_data: str | None, wording: Wording) -> tuple[str, str | None]:
     if fewshot_data:
         return fewshot_data, None
     # The few-shot split of the same Hub dataset or MMLU-style folder; never the test file itself.
     local = looks_local(source) or Path(source).exists()
     if task.fewshot_split and (not local or (Path(source) / task.fewshot_split).is_dir()):
         return source, task.fewshot_split
-    raise UserError(
-        f"{task.name}: {source} has no few-shot split; pass --fewshot_data {task.name}=FILE or --num_fewshot 0"
-    )
+    raise UserError(f"{task.name}: {source} has no few-shot split; pass {wording.fewshot.format(name=task.name)}")

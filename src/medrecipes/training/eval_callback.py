@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 from medrecipes.data.rows import local_files, named
 from medrecipes.evaluation.scoring import evaluate_task
 from medrecipes.evaluation.tables import format_report, task_metrics
-from medrecipes.evaluation.tasks import TASKS, eval_set_task, load_task
+from medrecipes.evaluation.tasks import RECIPE_WORDING, TASKS, eval_set_task, load_task
 from medrecipes.outputs.writes import staged
 from medrecipes.runs.folder import RunFolder
 
@@ -105,7 +105,9 @@ def add_task_evaluation(
     pipeline}) by generation, to `trainer`; nothing when there are neither. `max_new_tokens`:
     the reply length of generated answers (GRPO's completion length), else the evaluation's."""
     tasks = {
-        name: load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit)
+        name: load_task(
+            name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit, wording=RECIPE_WORDING
+        )  # fmt: skip
         if name in TASKS
         else eval_set_task(name, recipe.eval_sources[name], recipe.eval_tasks_limit)
         for name in recipe.eval_tasks
