@@ -391,6 +391,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a weight that leaves a source undrawn", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/test.jsonl, format: usmle, weight: 1.0e-9}]}"], "source usmle_sample/test (20 rows) is drawn with probability 1e-09"),
         Case("a mixture cut short on the command line", ["validate", sft, "--dataset_mixture", "{sources: [{path: x}"], "not valid YAML (column 21: expected ',' or ']'"),
         Case("a chat template that does not compile", ["preview", sft, "--model_name_or_path", model, "--assistant_only_loss", "false", "--chat_template_path", f["badsyntax.jinja"]], "badsyntax.jinja line 1: unexpected '}'; fix the template"),
+        Case("eval: a Parquet file cut short", ["eval", "--model", model, "--data", f["cut.parquet"]], "cut.parquet: not a whole Parquet file (Parquet magic bytes not found in footer"),
+        Case("CPT: JSON Lines named .parquet", script("cpt", src(f"{{path: {f['lines.parquet']}}}"), *run_in(files, model)), "lines.parquet: holds JSON, not Parquet; name it .jsonl"),
         Case("eval: a Parquet file of no rows", ["eval", "--model", model, "--data", f["norows.parquet"]], "norows.parquet: the Parquet file holds no rows"),
         Case("decontaminate: one set given twice", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--eval", TEST_SET], "--eval data/usmle_sample/test.jsonl is given twice"),
         Case("decontaminate: a recipe's script for a file", ["decontaminate", "--train", f["notes.jsonl"], "--eval", TEST_SET, "--method", "sft"], "--method sft names a recipe's script"),
@@ -623,8 +625,19 @@ def _parquet_of_no_rows() -> bytes:
     return sink.getvalue()
 
 
+def _parquet_cut_short() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"text": [f"Document {i} on sepsis." for i in range(50)]}), sink)
+    return sink.getvalue()[: len(sink.getvalue()) // 2]
+
+
 FILES = {
     "empty.yaml": "",
+    "cut.parquet": _parquet_cut_short(),
+    "lines.parquet": '{"text": "Sepsis is a dysregulated host response."}\n',
     "notasks.json": '{"tasks": {}, "settings": {}}',
     "zero4accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
     "portaccel.yaml": "distributed_type: MULTI_GPU\nmain_process_port: 99999\n",

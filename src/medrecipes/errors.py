@@ -78,10 +78,14 @@ def unreadable(where: str, err: BaseException, files: Iterable[str] = ()) -> Use
 
 def bad_line(files: Iterable[str]) -> UserError | None:
     """The one line for the first record of `files` (in order) that does not parse (a JSON
-    Lines record that is not a JSON object, a CSV row of another width than its header), or
-    None where every JSON, JSON Lines and CSV file among them parses."""
-    bad = next(filter(None, map(first_bad_line, files)), None)
-    return UserError(f"{bad}; fix or drop that line") if bad else None
+    Lines record that is not a JSON object, a CSV row of another width than its header) or Parquet
+    file that does not read, or None where every JSON, JSON Lines, CSV and Parquet file among them does."""
+    for path in files:
+        if path.lower().endswith(".parquet") and os.path.isfile(path) and (whole := _not_parquet(path)):
+            return UserError(whole)  # no line to drop: the file as a whole
+        if bad := first_bad_line(path):
+            return UserError(f"{bad}; fix or drop that line")
+    return None
 
 
 @contextmanager
@@ -96,6 +100,24 @@ def bad_lines_named(files: Iterable[str]) -> Iterator[None]:
         if bad is None:
             raise
         raise bad from err
+
+
+def _not_parquet(path: str) -> str | None:
+    """'FILE: what it is instead' for a .parquet file whose footer pyarrow cannot read (a copy cut
+    short, or text under the suffix); None where it reads."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        pyarrow.parquet.ParquetFile(path).close()
+    except (pyarrow.ArrowException, OSError) as err:
+        with open(path, "rb") as handle:
+            start = handle.read(64).lstrip()
+        if start[:1] in (b"{", b"["):
+            return f"{path}: holds JSON, not Parquet; name it .jsonl (or .json) for what it is"
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return f"{path}: not a whole Parquet file ({why}); write or copy it again (a copy cut short loses its footer)"
+    return None
 
 
 def first_bad_line(path: str) -> str | None:

@@ -30,7 +30,7 @@ from medrecipes.data.rows import (
     say_turn_oddities,
 )
 from medrecipes.data_config import SourceConfig
-from medrecipes.errors import UserError, check_text_file, quoted, unreadable
+from medrecipes.errors import UserError, bad_line, check_text_file, quoted, unreadable
 from medrecipes.locations import BUILDERS, absent, data_file, is_url, local_path, saved_dataset
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,8 @@ def load_documents(source: SourceConfig, streaming: bool):
             sliced = source.split and "[" in source.split
             what = f"split '{source.split}' selects no rows; widen the slice" if sliced else "holds no rows; add some"
             raise UserError(f"source '{source.path}': {what}") from None
+        if isinstance(err, ValueError) and (bad := bad_line(files_of([source]))):  # pyarrow's: a Parquet file cut
+            raise bad from None
         hint = ""
         if datasets.config.HF_HUB_OFFLINE and not streaming and "Offline mode" in str(err):
             # datasets copies a URL's files into its cache first and counts any URL as the Hub.

@@ -13,7 +13,15 @@ from typing import Any, NamedTuple
 from datasets import Dataset, Features, ReadInstruction, Value, concatenate_datasets, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
-from medrecipes.errors import UserError, check_choice, check_csv_header, check_text_file, did_you_mean, unreadable
+from medrecipes.errors import (
+    UserError,
+    bad_lines_named,
+    check_choice,
+    check_csv_header,
+    check_text_file,
+    did_you_mean,
+    unreadable,
+)
 from medrecipes.locations import absent, data_file, looks_local, saved_dataset
 from medrecipes.names import PUBMEDQA_SETTINGS
 from medrecipes.usmle.formats import CONVERTERS, FORMATS, detect_format, medmcqa_one_based
@@ -344,7 +352,8 @@ def _load_path(path: Path, reading: _Reading, split: str | None) -> Dataset:
         elif file.suffix == ".csv" and reading.fmt != "mmlu":
             _check_mmlu_shape(file)
         try:
-            raw = _read_file(file, header)
+            with bad_lines_named([str(file)]):  # a Parquet file cut short, or other data under its suffix
+                raw = _read_file(file, header)
         except (DatasetGenerationError, UnicodeDecodeError) as err:
             raise unreadable(str(file), err, [str(file)]) from None
         subject = _mmlu_subject(file) if file.suffix == ".csv" else ""
