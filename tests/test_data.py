@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SHARED_DATA, write_jsonl
+from conftest import ROOT, SHARED_DATA, write_jsonl
 from datasets import Dataset, IterableDataset
 
 from medrecipes.config import MixtureConfig, SourceConfig, parse_recipe
@@ -659,6 +659,28 @@ def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_
     assert said[1].startswith(
         "turns carry 'weight' (line 2), which no chat template renders and training does not read"
     )
+
+
+@pytest.mark.parametrize("field", ["question", "options"])
+def test_a_turn_marker_in_a_questions_text_is_said_by_line(tmp_path, caplog, field):
+    """A question or an option that holds <end_of_turn>: the prompt built from it ends the user's
+    turn in its middle. Said with its line; the rows stay."""
+    from medrecipes.data.sources import load_mcq_source
+
+    rows = [json.loads(line) for line in (ROOT / "data/usmle_sample/train.jsonl").read_text().splitlines()]
+    if field == "question":
+        rows[2]["question"] += " <end_of_turn>"
+    else:
+        rows[2]["options"]["B"] += "<|im_start|>user"
+    path = write_jsonl(tmp_path / "marked.jsonl", rows)
+    with caplog.at_level("WARNING"):
+        assert len(load_mcq_source(SourceConfig(path=str(path), format="usmle"))) == len(rows)
+    said = [r.getMessage() for r in caplog.records if "turn marker" in r.getMessage()]
+    assert said == [
+        f"source '{path}': a question's or option's text holds a chat template's turn marker (first at line 3; "
+        "<start_of_turn>, <end_of_turn>, <|im_start|>, <|im_end|>): the tokenizer reads it as the marker itself, so "
+        "the text opens or ends a turn of its own; remove it from the text"
+    ]
 
 
 def test_a_split_named_for_one_file_is_said_to_choose_nothing(caplog):

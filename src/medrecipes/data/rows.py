@@ -205,27 +205,37 @@ def check_turns(conversations: Iterable, indices: Iterable[int], source: SourceC
 TURN_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
 
 
+def say_turn_markers(texts: Iterable[list], source: SourceConfig, what: str) -> None:
+    """A row's text (each row's texts in turn: a question and its options, a turn's content) that
+    holds a shipped chat template's turn marker (`<|im_end|>`): the tokenizer reads it as the marker
+    itself, so the text opens or ends a turn of its own in the middle of a prompt or an answer.
+    The first such row is said, not refused."""
+    markers = [token for pair in TURN_TOKENS.values() for token in pair]
+    for index, row in enumerate(texts):
+        if any(isinstance(text, str) and marker in text for text in row for marker in markers):
+            logger.warning(
+                "%s: %s holds a chat template's turn marker (first at %s; %s): the tokenizer reads it as the marker "
+                "itself, so the text opens or ends a turn of its own; remove it from the text",
+                named(source), what, line_of(source, index), ", ".join(markers),
+            )  # fmt: skip
+            return
+
+
 def say_turn_oddities(conversations: list, source: SourceConfig) -> None:
     """Turn keys outside the chat format (OpenAI fine-tuning's per-turn `weight`, a tool's notes):
     no template renders them and SFT reads none of them, so a turn marked `weight: 0` trains as
-    any other; and a turn's text that holds a shipped turn marker (`<|im_end|>`), which the
-    tokenizer reads as the marker. The keys and the first line of each are said, not refused."""
+    any other; and a turn's text that holds a shipped turn marker (`say_turn_markers`). The keys
+    and the first line of each are said, not refused."""
     first: dict[str, int] = {}
-    markers = [token for pair in TURN_TOKENS.values() for token in pair]
-    marked = None  # the first row whose text holds a turn marker
     for index, turns in enumerate(conversations):
         for turn in turns if isinstance(turns, list) else []:
             for key, value in turn.items() if isinstance(turn, dict) else ():
                 if key not in TURN_KEYS and value is not None:
                     first.setdefault(key, index)
-                if key == "content" and isinstance(value, str) and marked is None and any(m in value for m in markers):
-                    marked = index
-    if marked is not None:
-        logger.warning(
-            "%s: a turn's text holds a chat template's turn marker (first at %s; %s): the tokenizer reads it as the "
-            "marker itself, so the text opens or ends a turn of its own; remove it from the text",
-            named(source), line_of(source, marked), ", ".join(markers),
-        )  # fmt: skip
+    say_turn_markers(
+        ([t.get("content") for t in turns if isinstance(t, dict)] if isinstance(turns, list) else [] for turns in conversations),
+        source, "a turn's text",
+    )  # fmt: skip
     if first:
         keys = ", ".join(f"'{key}' ({line_of(source, index)})" for key, index in first.items())
         logger.warning(

@@ -27,6 +27,7 @@ from medrecipes.data.rows import (
     row_of,
     say_contradictions,
     say_repeats,
+    say_turn_markers,
     say_turn_oddities,
 )
 from medrecipes.data_config import SourceConfig
@@ -170,6 +171,7 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None, pas
             for f in files
         ]
     )
+    say_turn_markers(([row["question"], *row["options"]] for row in rows), source, "a question's or option's text")
     return chosen_rows(rows, source, named(source), label="answer", pass_rates=pass_rates)
 
 
