@@ -661,6 +661,24 @@ def test_what_a_conversation_holds_that_no_template_renders_is_said_by_line(tmp_
     )
 
 
+def test_json_lines_under_a_text_name_are_said(tmp_path, caplog):
+    """A .txt file of JSON objects is read as plain text, one document a line: said once; a .txt
+    of prose is not."""
+    from medrecipes.data.sources import check_local_source
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text((ROOT / "data/medical_text/train.jsonl").read_text())
+    prose = tmp_path / "prose.txt"
+    prose.write_text("Sepsis is a dysregulated host response.\n{ braces in prose }\n")
+    with caplog.at_level("WARNING"):
+        for path in (notes, notes, prose):
+            check_local_source(SourceConfig(path=str(path)))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"source '{notes}': its lines are JSON objects, and a .txt file is read as plain text, one document a line: "
+        "training would read their keys and quotes; name it .jsonl to read their fields"
+    ]
+
+
 @pytest.mark.parametrize("field", ["question", "options"])
 def test_a_turn_marker_in_a_questions_text_is_said_by_line(tmp_path, caplog, field):
     """A question or an option that holds <end_of_turn>: the prompt built from it ends the user's

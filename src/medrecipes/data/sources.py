@@ -6,7 +6,9 @@ file, folder or glob, or a Hub dataset id. `format: usmle` reads multiple-choice
 `medrecipes.usmle` and renders each as a document.
 """
 
+import functools
 import glob
+import json
 import logging
 import os
 import re
@@ -42,12 +44,19 @@ def url_files(url: str, storage_options: dict | None) -> list[str]:
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    if any(c in root for c in "*?["):
-        found = fs.glob(root)
-    elif fs.isfile(root):
-        found = [root]
-    else:
-        found = [f for f in fs.find(root) if os.path.splitext(f)[1] in BUILDERS] if fs.isdir(root) else []
+    try:
+        if any(c in root for c in "*?["):
+            found = fs.glob(root)
+        elif fs.isfile(root):
+            found = [root]
+        else:
+            found = [f for f in fs.find(root) if os.path.splitext(f)[1] in BUILDERS] if fs.isdir(root) else []
+    except OSError as err:  # no network, a host that is not there, a refusal (aiohttp's and s3fs' are OSErrors)
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(
+            f"source '{url}': cannot reach it ({why}); check the address and the network, or copy the data here and "
+            "give its path"
+        ) from None
     # url_to_fs drops the protocol; datasets needs it back to pick the filesystem.
     return sorted(fs.unstrip_protocol(f) for f in found)
 
@@ -62,6 +71,26 @@ def _resolve_url(source: SourceConfig) -> tuple[str, list[str]]:
             f"source '{source.path}': files of one type ({', '.join(BUILDERS)}) expected, found {extensions}"
         )
     return BUILDERS[extensions.pop()], files
+
+
+@functools.cache  # said once, however often a command checks its sources
+def _say_json_as_text(file: str) -> None:
+    """A .txt file whose lines are JSON objects (JSON Lines under another name): read as text, one
+    document a line, its braces, keys and quotes would be trained on. Said, not refused."""
+    if BUILDERS.get(os.path.splitext(file)[1]) != "text":
+        return
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        lines = [line for line in (handle.readline() for _ in range(5)) if line.strip()]
+    try:
+        objects = lines and all(isinstance(json.loads(line), dict) for line in lines)
+    except ValueError:
+        objects = False
+    if objects:
+        logger.warning(
+            "source '%s': its lines are JSON objects, and a .txt file is read as plain text, one document a line: "
+            "training would read their keys and quotes; name it .jsonl to read their fields",
+            file,
+        )
 
 
 def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str, list[str] | None]:
@@ -80,17 +109,30 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
             ext = os.path.splitext(path)[1]
             if ext not in BUILDERS:
                 raise UserError(f"source '{path}': unsupported file type; use {', '.join(BUILDERS)}")
+            _say_json_as_text(path)
             path, data_files = BUILDERS[ext], [path]
         # A directory goes to `datasets` as is: it maps train/test/validation files to splits.
-        elif not saved_dataset(path) and not any(
-            os.path.splitext(n)[1] in BUILDERS for _, _, names in os.walk(path) for n in names
-        ):
-            raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
+        elif not saved_dataset(path):
+            kinds = {  # by builder, as datasets picks one for a folder's files and leaves the others unread
+                os.path.splitext(n)[1]
+                for folder, _, names in os.walk(path)
+                if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep) if part != ".")
+                for n in names
+                if os.path.splitext(n)[1] in BUILDERS and not n.startswith(".")
+            }
+            if not kinds:
+                raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
+            if len({BUILDERS[kind] for kind in kinds}) > 1:
+                raise UserError(
+                    f"source '{path}': holds files of more than one kind ({', '.join(sorted(kinds))}), and datasets "
+                    "reads one kind of a folder and leaves the others out; give each kind its own source (data_files)"
+                )
     for file in data_files or []:
         if is_url(file):
             continue
         if os.path.isfile(file):  # a file whose name holds *, ? or [ too
             check_text_file(file, f"source '{source.path}'", decode=decode)
+            _say_json_as_text(file)
             continue
         if any(
             c in file for c in "*?["
