@@ -506,6 +506,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("calibrate: questions of another option count", ["calibrate", "--model", model, "--task", "pubmedqa", "--dev", "data/usmle_sample/train.jsonl", "--held-out", TEST_SET], "score them as questions of their own (--task NAME (a name of its own) with the file as --dev or --held-out) as they are"),
         Case("report: an evaluation of no task", ["report", f["notasks.json"], "--output", f"{files}/r5.html"], "its 'tasks' is empty, so it holds no result to report"),
         Case("generate: a required option given as spaces", ["generate", model, "--prompt", "   "], "medrecipes generate: --prompt is empty; give it a value"),
+        Case("eval: data as a YAML mapping", ["eval", "--model", model, "--data", "{usmle: data/usmle_sample/test.jsonl}"], "--data {usmle: data/usmle_sample/test.jsonl}: a mapping, where --data takes TASK=PATH entries"),
         Case("eval: a data entry of spaces", ["eval", "--model", model, "--data", " "], "--data is empty (' '); give --data PATH, or TASK=PATH"),
         Case("report: JSON that is no evaluation", ["report", f["existing.json"], "--output", f"{files}/r4.html"], "no 'tasks' in it"),
         Case("report: one run given twice", ["report", f["existing.json"], f["existing.json"], "--output", str(files / "twice.html")], "existing.json is given twice; name each run folder or eval file once"),

@@ -243,6 +243,18 @@ def test_a_list_on_the_command_line_is_read_as_the_recipe_writes_it(words):
     assert training.loss_type == ["sigmoid", "sft"] and training.loss_weights == [1.0, 0.5]
 
 
+@pytest.mark.parametrize(
+    "words", [["[a=x.jsonl, b=y.jsonl]"], ["[a=x.jsonl,", "b=y.jsonl]"], ["a=x.jsonl", "b=y.jsonl"]]
+)
+def test_a_list_of_items_that_hold_an_equals_sign_is_read_whole(words):
+    """Items written TASK=PATH (eval's --data) in a flow list: each item's '=' is its own text,
+    not a --key=value split."""
+    from medrecipes.config import parse_eval_args
+
+    args = parse_eval_args(["--model_name_or_path", "m", "--tasks", "a", "b", "--data", *words])
+    assert args.data == ["a=x.jsonl", "b=y.jsonl"] and args.data_by_task == {"a": "x.jsonl", "b": "y.jsonl"}
+
+
 @pytest.mark.parametrize("method", ["sft", "grpo"])
 def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_path, method, recwarn):
     path = write_recipe(tmp_path)

@@ -80,6 +80,10 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
     for entry in entries or []:
         if not entry.strip():
             raise UserError(f"{flag} is empty ({entry!r}); give {flag} PATH, or TASK=PATH")
+        if entry.lstrip().startswith("{"):  # a YAML mapping, as eval_sets are written
+            raise UserError(
+                f"{flag} {entry}: a mapping, where {flag} takes TASK=PATH entries; write {flag} TASK=PATH ..."
+            )
         name, sep, path = entry.partition("=")
         if not sep or "/" in name or os.path.exists(entry):
             if len(tasks) != 1:

@@ -212,14 +212,15 @@ class RecipeParser(TrlParser):
         out, i = [], 0
         while i < len(argv):
             key, equals, value = argv[i].partition("=")
-            flow = value if equals and key in lists else argv[i] if out and out[-1] in lists else None
+            joined = bool(equals) and key in lists  # '--data=[a, b]'; an item's own '=' (TASK=PATH) is its text
+            flow = value if joined else argv[i] if out and out[-1] in lists else None
             end = i
             while flow is not None and flow.startswith("[") and not flow.endswith("]") and end + 1 < len(argv):
                 end += 1
                 flow += " " + argv[end]
             items = _flow_items(flow) if flow is not None else None
             if items:
-                out += [key, *items] if equals else items
+                out += [key, *items] if joined else items
                 i = end + 1
             else:
                 out.append(argv[i])
