@@ -8,6 +8,7 @@ fast; the commands' own subprocess tests cover the scripts end to end.
 
 import contextlib
 import io
+import re
 import shutil
 import sys
 import tempfile
@@ -441,6 +442,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
         Case("generate: a Hub id not in the cache, offline", ["generate", "medrecipes-tests/not-cached", "--prompt", "hi"], "'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
         Case("plan: a Hub model whose config is not cached, offline", ["plan", "recipes/tiny_sft.yaml", "--model_name_or_path", "medrecipes-tests/not-cached"], "model config: 'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
+        Case("generate: a config of other sizes than its weights", ["generate", f["othervocab"], "--prompt", "hi"], "model.safetensors holds model.embed_tokens.weight of shape [1024, 64], and its config.json builds [500, 64]"),
         Case("generate: a model type this transformers lacks", ["generate", f["unknowntype"], "--prompt", "hi"], "config.json: model_type 'medllama9' is no architecture this transformers knows"),
         Case("generate: a model's chat template that does not compile", ["generate", f["badtemplate"], "--prompt", "hi"], "chat_template.jinja: its chat template does not compile (line"),
         Case("perplexity: a model's tokenizer config cut short", ["perplexity", "--model", f["badtokconfig"], "--data", "data/medical_text/eval.jsonl"], "tokenizer_config.json is not valid JSON"),
@@ -766,11 +768,12 @@ FILES = {
 # Copies of the tiny model, broken one way each (make_files).
 BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json",
                  "unknowntype": "config.json", "badtemplate": "chat_template.jinja",
-                 "badtokconfig": "tokenizer_config.json"}  # fmt: skip
-# What each of the last three is spoilt with: a model type transformers lacks, a template that does
-# not compile, a JSON file cut short.
+                 "badtokconfig": "tokenizer_config.json", "othervocab": "config.json"}  # fmt: skip
+# What each of the last four is spoilt with: a model type transformers lacks, a template that does
+# not compile, a JSON file cut short, a vocabulary size its weights are not.
 SPOILT = {"unknowntype": lambda text: text.replace('"llama"', '"medllama9"'), "badtemplate": lambda text: text + "{% if %}",
-          "badtokconfig": lambda text: text[: len(text) // 2]}  # fmt: skip
+          "badtokconfig": lambda text: text[: len(text) // 2],
+          "othervocab": lambda text: re.sub(r'"vocab_size": \d+', '"vocab_size": 500', text)}  # fmt: skip
 
 
 def make_files(folder: Path, model: str) -> Path:

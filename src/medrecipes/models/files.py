@@ -46,6 +46,39 @@ def check_model_folder(path: str) -> None:
             _check_safetensors(os.path.join(path, name))
         elif name.endswith(".safetensors.index.json"):
             _check_shards(os.path.join(path, name))
+    _check_shapes(path)
+
+
+def _check_shapes(path: str) -> None:
+    """A model folder whose weights are not the shapes its config.json builds (vocab_size edited,
+    another model's config copied in): transformers prints a table and raises a RuntimeError as it
+    loads. The model is built from the config on the meta device (no memory) and compared with the
+    safetensors headers, tensor by tensor, before anything loads."""
+    config_path = os.path.join(path, "config.json")
+    files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    if not files or not os.path.isfile(config_path) or os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    if getattr(config, "quantization_config", None):  # packed weights: their shapes are the quantizer's
+        return
+    try:
+        with torch.device("meta"):
+            built = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+    except (ValueError, TypeError, KeyError):  # a config of no causal LM: its loader says so
+        return
+    for name in files:
+        with safe_open(os.path.join(path, name), "pt") as weights:
+            for key in weights.keys():  # noqa: SIM118 (a safetensors file is no dict)
+                saved = tuple(weights.get_slice(key).get_shape())
+                if key in built and built[key] != saved:
+                    raise UserError(
+                        f"model: {path}: {name} holds {key} of shape {list(saved)}, and its config.json builds "
+                        f"{list(built[key])}; use the config.json saved with these weights"
+                    )
 
 
 # The JSON files of a folder that transformers reads as it loads a model or tokenizer (a record of

@@ -263,6 +263,7 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     base, revision = adapter_base(os.path.join(adapter_dir, "adapter_config.json"))
     check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
     _say_changed_base(adapter_dir, base)
+    check_model_folder(os.path.expanduser(base))  # the base's weights whole and of its config's shapes
     source, kwargs = split_gguf(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, revision=revision, dtype=resolve_dtype(dtype), **kwargs)
