@@ -202,3 +202,19 @@ def test_an_adapter_whose_base_changed_since_its_run_started_says_so(base, adapt
     with caplog.at_level("WARNING"):
         load_merged_adapter(str(final))
     assert f"{final}: its base {own_base} is not the model its run trained it on" in caplog.text
+
+
+def test_an_adapter_config_of_another_rank_than_its_weights_names_r(adapter, tmp_path, capsys):
+    """adapter_config.json's r edited (or copied from another run): the line names r and the rank
+    the weights have, not the base model."""
+    edited = tmp_path / "edited"
+    shutil.copytree(adapter, edited)
+    config = json.loads((edited / "adapter_config.json").read_text())
+    (edited / "adapter_config.json").write_text(json.dumps({**config, "r": 4}))
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["merge-lora", str(edited), str(tmp_path / "merged")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {edited}/adapter_config.json: r 4, and the adapter's weights are of rank 8; set r: 8 (or copy "
+        "adapter_config.json again from the run that saved these weights)"
+    )

@@ -17,6 +17,7 @@ from medrecipes.models.files import (
     adapter_config,
     check_model_folder,
     check_tokenizer_files,
+    read_adapter_config,
 )
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
@@ -252,6 +253,26 @@ def _say_changed_base(adapter_dir: str, base: str) -> None:
         )  # fmt: skip
 
 
+def _saved_rank(adapter_dir: str) -> str | None:
+    """Where an adapter's weights are of another rank than its adapter_config.json's r (the file
+    edited, or copied from another run): the line that says so, else None (the base is then what
+    does not fit)."""
+    from safetensors import safe_open
+
+    config = read_adapter_config(os.path.join(adapter_dir, "adapter_config.json"), typed=False)
+    weights = os.path.join(adapter_dir, "adapter_model.safetensors")
+    if config.get("rank_pattern") or not os.path.isfile(weights):  # ranks by module: no one r to compare
+        return None
+    with safe_open(weights, "pt") as saved:
+        ranks = {saved.get_slice(k).get_shape()[0] for k in saved.keys() if ".lora_A." in k}  # noqa: SIM118
+    if len(ranks) == 1 and (rank := ranks.pop()) != config.get("r"):
+        return (
+            f"{adapter_dir}/adapter_config.json: r {config.get('r')}, and the adapter's weights are of rank {rank}; "
+            f"set r: {rank} (or copy adapter_config.json again from the run that saved these weights)"
+        )
+    return None
+
+
 def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     """(model, tokenizer) of a LoRA adapter's folder: its base (in `dtype`, default the
     checkpoint's), grown to the tokens training added, the adapter folded in; the tokenizer and
@@ -285,6 +306,8 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     except RuntimeError as err:
         if "size mismatch" not in str(err):
             raise
+        if rank := _saved_rank(adapter_dir):
+            raise UserError(rank) from None
         raise UserError(
             f"{adapter_dir}: the adapter's shapes do not fit '{base}'; "
             "set base_model_name_or_path in adapter_config.json to the model it was trained on"
