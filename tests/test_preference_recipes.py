@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import LAUNCH, PYTHON, ROOT, card_record, log_history, run, run_recipe
+from conftest import LAUNCH, ROOT, card_record, log_history, run_recipe
 
 from medrecipes import cli, usmle
 from medrecipes.config import parse_recipe, recipe_method
@@ -126,11 +126,14 @@ def test_a_bad_preference_row_is_one_line_naming_its_file_and_line(chat_model, t
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps(GOOD[layout]) + "\n" + json.dumps(row) + "\n")
     script, recipe = RECIPES[layout]
-    result = run(PYTHON, script, recipe, "--model_name_or_path", chat_model, "--output_dir", str(tmp_path / "o"),
-                 "--dataset_mixture", f"{{sources: [{{path: {data}, format: {layout}}}]}}", "--eval_sets", "null",
-                 "--eval_strategy", "no", "--eval_on_start", "false", timeout=300)  # fmt: skip
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1, result.stderr[-1500:]
+    from test_bad_inputs import outcome  # the script run in this process, as a user's command line
+
+    code, lines, traceback = outcome([script, recipe, "--model_name_or_path", chat_model, "--output_dir",
+                                      str(tmp_path / "o"), "--dataset_mixture",
+                                      f"{{sources: [{{path: {data}, format: {layout}}}]}}", "--eval_sets", "null",
+                                      "--eval_strategy", "no", "--eval_on_start", "false"])  # fmt: skip
+    errors = [line for line in lines if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, (lines[-20:], traceback)
     assert errors[0].startswith(f"error: {data} line 2: {words}"), errors
     assert not Path(tmp_path / "o" / "final").exists()
 
