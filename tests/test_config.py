@@ -4,6 +4,7 @@ import importlib.util
 import logging
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,13 +268,15 @@ def test_activation_checkpointing_defaults_on_without_a_deprecation_warning(tmp_
     assert any(n.startswith("gradient_checkpointing is deprecated") for n in recipe.notes), recipe.notes
 
 
-def test_a_recipes_notes_are_said_by_the_main_process_only(tmp_path, caplog):
+def test_a_recipes_notes_are_said_by_the_main_process_only(tmp_path, caplog, monkeypatch):
     """Every process of a launch reads the same recipe: its notes are said once, not once a process."""
     from types import SimpleNamespace
 
     from medrecipes.logs import setup_logging
 
     recipe, args, _ = parse_recipe("sft", [write_recipe(tmp_path), "--gradient_checkpointing", "false"])
+    for stream in ("stdout", "stderr"):  # a run's set-up wraps them: put back after
+        monkeypatch.setattr(sys, stream, getattr(sys, stream))
     said = {}
     for main in (True, False):
         caplog.clear()

@@ -150,6 +150,7 @@ def test_a_runs_output_whose_reader_went_away_is_dropped_and_the_run_goes_on(mon
     os.close(read)
     stdout = os.fdopen(write, "w")
     monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)  # wrapped too: put back after
     monkeypatch.setattr(logging.root, "handlers", [])  # basicConfig's handler, on this stdout
     setup_logging(SimpleNamespace(get_process_log_level=lambda: logging.INFO, should_log=True))
     print("{'loss': 2.5}" * 10_000)  # past a pipe's buffer: the write itself meets the closed pipe

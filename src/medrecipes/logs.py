@@ -9,15 +9,16 @@ import transformers
 
 
 class _Output:
-    """A run's stdout, whose reader may go away while it trains (`| head`, a `| tee` stopped): from
-    then on its lines (logging's, the trainer's metrics) go nowhere and the run goes on to its end,
-    where a closed pipe would end it between its last checkpoint and its final weights."""
+    """A run's stdout or stderr, whose reader may go away while it trains (`| head`, `2>&1 | tee`
+    stopped): from then on its lines (logging's, the trainer's metrics, the progress bars) go
+    nowhere and the run goes on to its end, where a closed pipe would end it between its last
+    checkpoint and its final weights."""
 
     def __init__(self, stream):
         self.stream = stream
 
     def _gone(self):
-        self.stream = open(os.devnull, "w")  # noqa: SIM115 (stdout's stand-in for the rest of the run)
+        self.stream = open(os.devnull, "w")  # noqa: SIM115 (the stream's stand-in for the rest of the run)
 
     def write(self, text: str) -> int:
         try:
@@ -40,8 +41,9 @@ def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     """Configure logging for this process and log the fields the recipe derived and its notes; without
     training arguments (evaluation): the project's lines only, the libraries' warnings."""
     level = training_args.get_process_log_level() if training_args else logging.WARNING
-    if training_args is not None and not isinstance(sys.stdout, _Output):
-        sys.stdout = _Output(sys.stdout)
+    for name in ("stdout", "stderr") if training_args is not None else ():
+        if not isinstance(getattr(sys, name), _Output):
+            setattr(sys, name, _Output(getattr(sys, name)))
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
