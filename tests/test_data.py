@@ -66,6 +66,22 @@ def test_mixture_follows_weights(corpora, stopping_strategy):
     assert small_share(texts) == pytest.approx(0.3, abs=0.03)
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("other", ["csv", "parquet", "txt"])
+def test_sources_of_every_file_kind_mix(tmp_path, streaming, other):
+    """A JSON Lines source beside a CSV, Parquet or text one: their text columns arrive as Arrow's
+    large and plain strings, which interleave_datasets would refuse to align."""
+    jsonl = write_jsonl(tmp_path / "a.jsonl", [{"text": f"json {i}"} for i in range(20)])
+    rows = Dataset.from_dict({"text": [f"{other} {i}" for i in range(20)]})
+    path = tmp_path / f"b.{other}"
+    {"csv": rows.to_csv, "parquet": rows.to_parquet}.get(other, lambda p: path.write_text("\n".join(rows["text"])))(
+        path
+    )
+    sources = [SourceConfig(path=str(jsonl)), SourceConfig(path=str(path))]
+    texts = first_texts(build_mixture(MixtureConfig(sources=sources, streaming=streaming)), 100)
+    assert sorted(texts) == sorted([f"json {i}" for i in range(20)] + [f"{other} {i}" for i in range(20)])
+
+
 def test_weights_need_not_sum_to_one(corpora):
     texts = first_texts(build_mixture(mixture(corpora, weights=(7, 3))), 5000)
     assert small_share(texts) == pytest.approx(0.3, abs=0.03)

@@ -121,8 +121,19 @@ def _mixed(mixture: MixtureConfig, render, subjects, tokenizer, tag_sources: boo
         # position it can restore; datasets' own shuffle buffer is lost on resume.
         return sets[0] if mixture.streaming and tag_sources else sets[0].shuffle(seed=mixture.seed)
     return datasets.interleave_datasets(
-        sets,
+        [_plain_strings(rows) for rows in sets],
         probabilities=probabilities,
         seed=mixture.seed,
         stopping_strategy=mixture.stopping_strategy,
     )
+
+
+def _plain_strings(rows):
+    """`rows` with its text columns as Arrow's plain strings: JSON's arrive as large strings and
+    CSV's and Parquet's as plain ones, which `interleave_datasets` refuses to align (its features
+    must match). A stream whose columns are not known yet is left as it is."""
+    features = rows.features or {}
+    for name, feature in features.items():
+        if isinstance(feature, datasets.Value) and feature.dtype == "large_string":
+            rows = rows.cast_column(name, datasets.Value("string"))
+    return rows

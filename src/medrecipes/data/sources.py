@@ -122,10 +122,11 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
             }
             if not kinds:
                 raise UserError(f"source '{path}': no {', '.join(BUILDERS)} files in it")
-            if len({BUILDERS[kind] for kind in kinds}) > 1:
+            if len({BUILDERS[kind] for kind in kinds}) > 1 and data_files is None:  # data_files choose the files
                 raise UserError(
                     f"source '{path}': holds files of more than one kind ({', '.join(sorted(kinds))}), and datasets "
-                    "reads one kind of a folder and leaves the others out; give each kind its own source (data_files)"
+                    "reads one kind of a folder and leaves the others out; give each file, or each kind's data_files "
+                    "pattern, a source of its own"
                 )
     for file in data_files or []:
         if is_url(file):
