@@ -56,7 +56,9 @@ def run_in(files: Path, model: str) -> list[str]:
 
 def cases(files: Path, model: str) -> list[Case]:
     """The table. `files` holds the bad files below; `model` is a whole tiny model."""
-    f = {name.split("/")[0]: str(files / name.split("/")[0]) for name in [*FILES, *BROKEN_MODELS]}  # files, folders
+    f = {
+        name.split("/")[0]: str(files / name.split("/")[0]) for name in [*FILES, *BROKEN_MODELS, "device.jsonl"]
+    }  # files, folders
     cpt = "recipes/tiny_cpt.yaml"
     sft = "recipes/tiny_sft.yaml"
     grpo = "recipes/tiny_grpo.yaml"
@@ -392,6 +394,10 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a weight that leaves a source undrawn", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/test.jsonl, format: usmle, weight: 1.0e-9}]}"], "source usmle_sample/test (20 rows) is drawn with probability 1e-09"),
         Case("a mixture cut short on the command line", ["validate", sft, "--dataset_mixture", "{sources: [{path: x}"], "not valid YAML (column 21: expected ',' or ']'"),
         Case("a chat template that does not compile", ["preview", sft, "--model_name_or_path", model, "--assistant_only_loss", "false", "--chat_template_path", f["badsyntax.jinja"]], "badsyntax.jinja line 1: unexpected '}'; fix the template"),
+        Case("eval: a number beyond 64 bits in a row", ["eval", "--model", model, "--data", f["bignumber.jsonl"]], "bignumber.jsonl line 2: the number 1e400 is beyond what pyarrow stores in 64 bits"),
+        Case("generate: a config.json with no model_type", ["generate", f["notype"], "--prompt", "hi"], "notype/config.json: no model_type, which transformers builds the model by"),
+        Case("generate: a tokenizer.json linked to a device", ["generate", f["devicetokenizer"], "--prompt", "hi"], "devicetokenizer/tokenizer.json: not a file or folder but a device"),
+        Case("perplexity: data linked to a device", ["perplexity", "--model", model, "--data", f["device.jsonl"]], "device.jsonl': not a file or folder but a device"),
         Case("eval: a Parquet file cut short", ["eval", "--model", model, "--data", f["cut.parquet"]], "cut.parquet: not a whole Parquet file (Parquet magic bytes not found in footer"),
         Case("CPT: a folder of two kinds of file", script("cpt", src(f"{{path: {f['twokinds']}}}"), *run_in(files, model)), "holds files of more than one kind (.csv, .jsonl), and datasets reads one kind of a folder"),
         Case("CPT: a URL no host answers", script("cpt", src("{path: 'https://host.invalid/notes.jsonl'}"), *run_in(files, model)), "source 'https://host.invalid/notes.jsonl': cannot reach it ("),
@@ -642,6 +648,8 @@ def _parquet_cut_short() -> bytes:
 FILES = {
     "empty.yaml": "",
     "cut.parquet": _parquet_cut_short(),
+    "bignumber.jsonl": '{"question": "Q?", "options": {"A": "a", "B": "b"}, "answer": "A"}\n'
+    '{"question": "R?", "options": {"A": "a", "B": "b"}, "answer": "B", "score": 1e400}\n',
     "lines.parquet": '{"text": "Sepsis is a dysregulated host response."}\n',
     "notasks.json": '{"tasks": {}, "settings": {}}',
     "zero4accel.yaml": "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
@@ -768,12 +776,14 @@ FILES = {
 # Copies of the tiny model, broken one way each (make_files).
 BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json",
                  "unknowntype": "config.json", "badtemplate": "chat_template.jinja",
-                 "badtokconfig": "tokenizer_config.json", "othervocab": "config.json"}  # fmt: skip
-# What each of the last four is spoilt with: a model type transformers lacks, a template that does
-# not compile, a JSON file cut short, a vocabulary size its weights are not.
+                 "badtokconfig": "tokenizer_config.json", "othervocab": "config.json", "notype": "config.json",
+                 "devicetokenizer": "tokenizer.json"}  # fmt: skip
+# What each of these is spoilt with: a model type transformers lacks, a template that does not
+# compile, a JSON file cut short, a vocabulary size its weights are not, no model type.
 SPOILT = {"unknowntype": lambda text: text.replace('"llama"', '"medllama9"'), "badtemplate": lambda text: text + "{% if %}",
           "badtokconfig": lambda text: text[: len(text) // 2],
-          "othervocab": lambda text: re.sub(r'"vocab_size": \d+', '"vocab_size": 500', text)}  # fmt: skip
+          "othervocab": lambda text: re.sub(r'"vocab_size": \d+', '"vocab_size": 500', text),
+          "notype": lambda text: re.sub(r'"model_type": "\w+",', "", text)}  # fmt: skip
 
 
 def make_files(folder: Path, model: str) -> Path:
@@ -787,6 +797,7 @@ def make_files(folder: Path, model: str) -> Path:
             path.write_bytes(content)
         else:
             path.write_text(content.replace("MODEL", model), encoding="utf-8")
+    (folder / "device.jsonl").symlink_to("/dev/zero")
     for name, broken in BROKEN_MODELS.items():
         copy = folder / name
         shutil.copytree(model, copy, dirs_exist_ok=True)
@@ -797,6 +808,9 @@ def make_files(folder: Path, model: str) -> Path:
                 file.unlink()
         if broken == "calibration.json":  # what `medrecipes calibrate` saves, spoilt
             (copy / broken).write_text('{"temperature": "warm"}')
+        if name == "devicetokenizer":  # a link where the file should be, to what is no file
+            (copy / broken).unlink(missing_ok=True)
+            (copy / broken).symlink_to("/dev/zero")
         if name in SPOILT:
             file = copy / broken
             file.write_text(SPOILT[name](file.read_text(encoding="utf-8") if file.exists() else ""), encoding="utf-8")

@@ -8,6 +8,7 @@ without a traceback; anything else is a bug and keeps its traceback.
 import codecs
 import csv
 import json
+import math
 import os
 import re
 import sys
@@ -133,23 +134,49 @@ def first_bad_line(path: str) -> str | None:
             handle.seek(0)
             text = handle.read()
             try:
-                json.loads(text)
+                json.loads(text, parse_int=_bounded_int, parse_float=_finite_float)
             except json.JSONDecodeError as err:
                 return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
+            except _TooBig as err:
+                return f"{path} line {text.count(chr(10), 0, text.find(str(err))) + 1}: {_too_big(err)}"
             return _first_element_not_object(path, text)
         handle.seek(0)
         for number, line in enumerate(handle, 1):  # line by line: a corpus may not fit in memory
             if not line.strip():
                 continue
             try:
-                value = json.loads(line.rstrip("\r\n"), object_pairs_hook=_one_of_each_key)
+                value = json.loads(line.rstrip("\r\n"), object_pairs_hook=_one_of_each_key, parse_int=_bounded_int,
+                                   parse_float=_finite_float)  # fmt: skip
             except json.JSONDecodeError as err:
                 return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
+            except _TooBig as err:
+                return f"{path} line {number}: {_too_big(err)}"
             except _RepeatedKey as err:
                 return f"{path} line {number}: a key '{err}' appears twice in its object (pyarrow refuses it)"
             if not isinstance(value, dict):
                 return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
     return None
+
+
+class _TooBig(ValueError):
+    """A JSON number no reader stores: a whole number beyond 64 bits, or one beyond a double's range."""
+
+
+def _bounded_int(text: str) -> int:
+    if not -(2**63) <= (value := int(text)) < 2**64:
+        raise _TooBig(text)
+    return value
+
+
+def _finite_float(text: str) -> float:
+    if math.isinf(value := float(text)):
+        raise _TooBig(text)
+    return value
+
+
+def _too_big(err: _TooBig) -> str:
+    shown = str(err) if len(str(err)) <= 24 else f"{str(err)[:20]}..."
+    return f"the number {shown} is beyond what pyarrow stores in 64 bits (write it in quotes, as text)"
 
 
 class _RepeatedKey(ValueError):

@@ -103,7 +103,7 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
     if data_files is not None:
         data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
     if local_path(path):
-        if not os.path.exists(path):
+        if not os.path.isfile(path) and not os.path.isdir(path):  # gone, a device, a link that loops
             raise UserError(f"source '{path}': {absent(path)}; check the path")
         if os.path.isfile(path):
             ext = os.path.splitext(path)[1]

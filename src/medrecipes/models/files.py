@@ -5,7 +5,7 @@ import json
 import os
 
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.locations import WEIGHT_SUFFIXES, missing_local_model, template_error
+from medrecipes.locations import WEIGHT_SUFFIXES, absent, missing_local_model, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 # A folder with none of these has no tokenizer for AutoTokenizer to load.
@@ -94,8 +94,11 @@ def check_folder_files(path: str) -> None:
     or tokenizer_config.json's) compiles."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    names = [n for n in sorted(set(os.listdir(path)) & (LOADED_JSON | {"chat_template.jinja"}))
-             if os.path.isfile(os.path.join(path, n))]  # fmt: skip
+    present = sorted(set(os.listdir(path)) & (LOADED_JSON | {"chat_template.jinja"}))
+    for name in present:  # a link to a device, or a loop: transformers would read it as nothing
+        if not os.path.isfile(file := os.path.join(path, name)):
+            raise UserError(f"model: {file}: {absent(file)}; copy the model folder again")
+    names = present
     state = (os.path.abspath(path), *((n, os.stat(os.path.join(path, n)).st_mtime_ns) for n in names))
     if state in _CHECKED_FOLDERS:  # a folder is checked as a model, then as its tokenizer: read once
         return
@@ -107,7 +110,20 @@ def check_folder_files(path: str) -> None:
                 read[name] = json.load(f)
         except (ValueError, UnicodeDecodeError) as err:
             raise UserError(f"model: {file} is not valid JSON ({err}); copy the model folder again") from None
-    kind = read.get("config.json", {}).get("model_type") if isinstance(read.get("config.json"), dict) else None
+    config = read.get("config.json")
+    if "config.json" in read and not isinstance(config, dict):
+        raise UserError(f"model: {path}/config.json holds no mapping of settings; copy the model folder again")
+    kind = config.get("model_type") if config else None
+    # transformers guesses a config without model_type from the folder's name (a "llama" in it)
+    if (
+        config
+        and kind is None
+        and not any(name in os.path.basename(os.path.abspath(path)) for name in CONFIG_MAPPING_NAMES)
+    ):
+        raise UserError(
+            f"model: {path}/config.json: no model_type, which transformers builds the model by; set it (llama, "
+            "gemma3_text, ...) to the architecture the weights are of, or copy the model folder again"
+        )
     if kind is not None and kind not in CONFIG_MAPPING_NAMES:
         close = did_you_mean(str(kind), CONFIG_MAPPING_NAMES)
         raise UserError(
