@@ -157,3 +157,26 @@ def test_a_runs_output_whose_reader_went_away_is_dropped_and_the_run_goes_on(mon
     logging.getLogger("medrecipes").info("saved")
     sys.stdout.flush()
     assert sys.stdout is not stdout and sys.stdout.stream is not stdout  # its stand-in now
+
+
+def test_memory_running_out_is_one_line_that_says_what_ran_out():
+    """torch's allocator refusal on a CPU (a RuntimeError), Python's MemoryError and torch's GPU
+    OutOfMemoryError, raised as they are or under another error: one line; other errors: none."""
+    import torch
+
+    from medrecipes.errors import out_of_memory
+
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] . DefaultCPUAllocator: can't allocate memory: you tried to "
+                       "allocate 134217728 bytes. Error code 12 (Cannot allocate memory)")  # fmt: skip
+    gpu = torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB"
+    )
+    try:
+        raise ValueError("building the model failed") from cpu
+    except ValueError as wrapped:
+        under = wrapped
+    said = {name: str(out_of_memory(err)) for name, err in {"cpu": under, "python": MemoryError(), "gpu": gpu}.items()}
+    assert said["cpu"].startswith("this machine ran out of memory (asking for 134217728 bytes more): ")
+    assert said["python"].startswith("this machine ran out of memory: ")
+    assert said["gpu"].startswith("this machine ran out of a GPU's memory (asking for 2.00 GiB more): ")
+    assert out_of_memory(RuntimeError("shape mismatch")) is None

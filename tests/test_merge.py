@@ -218,3 +218,29 @@ def test_an_adapter_config_of_another_rank_than_its_weights_names_r(adapter, tmp
         f"error: {edited}/adapter_config.json: r 4, and the adapter's weights are of rank 8; set r: 8 (or copy "
         "adapter_config.json again from the run that saved these weights)"
     )
+
+
+def test_weights_that_hold_nan_are_one_line_wherever_they_load(base, adapter, tmp_path, capsys):
+    """An adapter (or a model) saved by a run that diverged: merging, generating and evaluating
+    with it would give NaN losses and empty answers without a word; the tensor is named."""
+    from safetensors.torch import load_file, save_file
+
+    diverged = tmp_path / "diverged"
+    shutil.copytree(adapter, diverged)
+    weights = load_file(diverged / "adapter_model.safetensors")
+    name = next(k for k in sorted(weights) if "lora_A" in k)
+    weights[name][0, 0] = float("nan")
+    save_file(weights, diverged / "adapter_model.safetensors")
+    nan_model = tmp_path / "nan-model"
+    shutil.copytree(base, nan_model)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("inf")
+    model.save_pretrained(nan_model)
+    for argv, words in ((["merge-lora", str(diverged), str(tmp_path / "merged")], "q_proj.weight holds NaN"),
+                        (["generate", str(nan_model), "--prompt", "hi"], "model.norm.weight holds NaN or infinite")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit:
+            cli.main(argv)
+        line = capsys.readouterr().err.splitlines()[-1]
+        assert exit.value.code == 2 and words in line, line
+    assert not (tmp_path / "merged").exists()

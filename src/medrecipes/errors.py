@@ -566,8 +566,27 @@ def environment_value(err: BaseException) -> UserError | None:
 
 
 def environment_error(err: BaseException) -> UserError | None:
-    """The one line for an error the environment caused (`environment_folder`, `environment_value`)."""
-    return environment_folder(err) or environment_value(err)
+    """The one line for an error the environment caused (`environment_folder`, `environment_value`,
+    `out_of_memory`)."""
+    return environment_folder(err) or environment_value(err) or out_of_memory(err)
+
+
+def out_of_memory(err: BaseException) -> UserError | None:
+    """The machine's memory (or a GPU's) running out: Python's MemoryError, torch's allocator
+    refusal (a RuntimeError on CPU, OutOfMemoryError on a GPU). The line says what ran out; the
+    traceback says nothing more a user can act on."""
+    refused = next((e for e in causes(err) if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+                    or "can't allocate memory" in str(e) or "CUDA out of memory" in str(e)), None)  # fmt: skip
+    if refused is None:
+        return None
+    what = "a GPU's memory" if "CUDA" in str(refused) or type(refused).__name__ == "OutOfMemoryError" else "memory"
+    found = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", str(refused))
+    asked = f" (asking for {found.group(1)} more)" if found else ""
+    return UserError(
+        f"this machine ran out of {what}{asked}: the model, batch or sequence asked for is larger than it holds; "
+        "use a smaller one (a smaller batch with more gradient_accumulation_steps, a shorter max_length, LoRA), "
+        "or a machine with more"
+    )
 
 
 def _reads_environment(trace, depth: int = 3) -> bool:

@@ -4,7 +4,7 @@ its index names, tokenizer files; one line naming the file and what to do."""
 import json
 import os
 
-from medrecipes.errors import UserError, did_you_mean
+from medrecipes.errors import UserError, did_you_mean, is_number
 from medrecipes.locations import WEIGHT_SUFFIXES, absent, missing_local_model, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
@@ -224,6 +224,11 @@ def read_adapter_config(path: str, typed: bool = True) -> dict:
         raise UserError(f"{path}: not a JSON mapping; copy the adapter again from its run")
     if not typed:
         return config
+    if (kind := config.get("peft_type", "LORA")) != "LORA":  # PEFT's name for LoRA in every adapter it saves
+        raise UserError(
+            f"{path}: peft_type {kind}, and medrecipes loads and merges LoRA adapters only (peft_type LORA); load "
+            "this adapter with PEFT itself"
+        )
     from peft import LoraConfig
 
     hints = typing.get_type_hints(LoraConfig)
@@ -240,6 +245,12 @@ def read_adapter_config(path: str, typed: bool = True) -> dict:
             kind = "a whole number" if numeric == {int} else "a number"
             raise UserError(
                 f"{path}: {field.name} must be {kind}, got {json.dumps(value)}; copy the adapter again from its run"
+            )
+    for key in ("r", "lora_alpha"):  # the adapter adds B A times lora_alpha / r: at 0 it adds nothing
+        if is_number(config.get(key)) and config[key] <= 0:
+            raise UserError(
+                f"{path}: {key} {config[key]} must be above 0 (the adapter adds its update times lora_alpha / r); "
+                "copy the adapter again from its run"
             )
     return config
 

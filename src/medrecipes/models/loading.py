@@ -146,6 +146,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
             unmark_dequantized_gguf(model)
         origin = model_args.model_name_or_path
         _check_vocabulary(model, tokenizer, recipe)
+    check_finite_weights(model, origin)
     if activation_checkpointing:
         model.config.use_cache = False
     # Under ZeRO-3 each parameter is a partitioned placeholder; ds_numel is its full size.
@@ -158,6 +159,17 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         attention,
     )
     return model
+
+
+def check_finite_weights(model, origin: str) -> None:
+    """Weights that hold NaN or infinity (saved by a run that diverged, or an adapter that did)
+    make every answer and loss NaN without a word: one line naming the first such tensor."""
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and param.numel() and not torch.isfinite(param).all():
+            raise UserError(
+                f"model {origin}: {name} holds NaN or infinite weights, saved by a run that diverged; use an "
+                "earlier checkpoint of it"
+            )
 
 
 def _check_vocabulary(model, tokenizer, recipe) -> None:
@@ -318,6 +330,7 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
             "copy the adapter again from its run"
         ) from None
     model = model.merge_and_unload()
+    check_finite_weights(model, f"{adapter_dir} (merged into {base})")
     if os.path.isfile(os.path.join(adapter_dir, "generation_config.json")):  # the run's stop tokens
         model.generation_config = GenerationConfig.from_pretrained(adapter_dir)
     return model, tokenizer

@@ -104,6 +104,8 @@ def task_problem(report) -> str | None:
     and the card cannot read; None where it is whole."""
     if not isinstance(report, dict):
         return "its report is not a mapping"
+    if "accuracy" not in report:  # eval writes it for every task, null where no question was scored
+        return "its report has no accuracy"
     accuracy, ci, n = report.get("accuracy"), report.get("ci95"), report.get("n")
     if accuracy is not None and not (is_number(accuracy) and 0 <= accuracy <= 1):
         return f"accuracy {accuracy!r} is not a number from 0 to 1"
