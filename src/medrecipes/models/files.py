@@ -61,7 +61,10 @@ def _check_shapes(path: str) -> None:
     import torch
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.integrations import is_deepspeed_zero3_enabled
 
+    if is_deepspeed_zero3_enabled():  # ZeRO-3 builds every model partitioned, the meta device's too
+        return
     config = AutoConfig.from_pretrained(path)
     if getattr(config, "quantization_config", None):  # packed weights: their shapes are the quantizer's
         return
