@@ -88,6 +88,12 @@ def check_accelerate_config(path: str) -> dict:
             and not (isinstance(value, kind) and (kind is bool or not isinstance(value, bool)))
         ):
             raise UserError(f"{path}: {declared.name} must be {kinds[kind]}, got {value!r}; {fix}")
+    environment = data.get("compute_environment", "LOCAL_MACHINE")
+    if environment != "LOCAL_MACHINE":  # accelerate reads the file as that service's config, of other keys
+        raise UserError(
+            f"{path}: compute_environment {environment}, a config for accelerate to start a job there (its keys, not "
+            "this file's); for a launch on these machines set compute_environment: LOCAL_MACHINE"
+        )
     try:
         load_config_from_file(path)
     except (ValueError, TypeError, KeyError) as err:
