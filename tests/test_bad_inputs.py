@@ -516,6 +516,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: folder with no run", ["report", f["emptydir"], "--output", f"{files}/r2.html"], "holds no run"),
         Case("report: eval file not JSON", ["report", f["notjson.jsonl"], "--output", f"{files}/r3.html"], "not a JSON evaluation"),
         Case("calibrate: questions of another option count", ["calibrate", "--model", model, "--task", "pubmedqa", "--dev", "data/usmle_sample/train.jsonl", "--held-out", TEST_SET], "score them as questions of their own (--task NAME (a name of its own) with the file as --dev or --held-out) as they are"),
+        Case("eval: an output name holding a line break", ["eval", "--model", model, "--data", TEST_SET, "--output", f"{files}/a\nb.json"], "holds a control character ('\\n'), which splits or hides the name in logs"),
         Case("report: an evaluation of no task", ["report", f["notasks.json"], "--output", f"{files}/r5.html"], "its 'tasks' is empty, so it holds no result to report"),
         Case("generate: a required option given as spaces", ["generate", model, "--prompt", "   "], "medrecipes generate: --prompt is empty; give it a value"),
         Case("eval: data as a YAML mapping", ["eval", "--model", model, "--data", "{usmle: data/usmle_sample/test.jsonl}"], "--data {usmle: data/usmle_sample/test.jsonl}: a mapping, where --data takes TASK=PATH entries"),

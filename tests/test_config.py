@@ -825,3 +825,14 @@ def test_a_local_model_not_there_yet_is_a_note_where_the_recipe_is_read_to_train
     assert any(n.startswith(f"model_name_or_path {missing}: no such file or folder here yet") for n in recipe.notes)
     hub = parse_recipe("cpt", [write_recipe(tmp_path, model_name_or_path="org/model")], here=False)[0]
     assert not any("here yet" in n for n in hub.notes)
+
+
+def test_a_source_path_under_home_is_read_as_the_shell_reads_it(tmp_path, monkeypatch):
+    """~ in a source's path or data_files is the user's home, as in output_dir; datasets would look
+    for a folder named ~."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    recipe = parse_recipe("sft", [str(ROOT / "recipes/tiny_sft.yaml"), "--dataset_mixture",
+                                  "{sources: [{path: ~/a.jsonl, format: usmle}, {path: json, data_files: [~/b.jsonl], format: usmle}]}"],
+                          to_train=False)[0]  # fmt: skip
+    paths = [(s.path, s.data_files) for s in recipe.mixture.sources]
+    assert paths == [(str(tmp_path / "a.jsonl"), None), ("json", [str(tmp_path / "b.jsonl")])]

@@ -46,6 +46,12 @@ VLLM_MODES = ("colocate", "server")
 
 def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
     source = build_dataclass(SourceConfig, data, where)
+    # ~ is the user's home, as in output_dir and the shell; datasets would read it as a folder named ~
+    source.path = os.path.expanduser(source.path) if source.path.startswith("~") else source.path
+    if isinstance(source.data_files, str | list):
+        files = [source.data_files] if isinstance(source.data_files, str) else source.data_files
+        files = [os.path.expanduser(f) if isinstance(f, str) and f.startswith("~") else f for f in files]
+        source.data_files = files[0] if isinstance(source.data_files, str) else files
     if source.weight <= 0:
         raise UserError(f"{where}: weight must be positive, got {source.weight}")
     if source.pubmedqa_setting is not None and source.format != "usmle":

@@ -149,9 +149,14 @@ def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> 
 
 
 def _check_name(path: str, where: str, kind: str) -> None:
-    """The final path itself: a name the filesystem takes with our staging around it, and no
+    """The final path itself: no control character in it, a name the filesystem takes with our staging around it, and no
     symbolic link there (a result would replace the user's link; a run may write into a linked
     folder)."""
+    if control := next((c for c in path if ord(c) < 32 or ord(c) == 127), None):  # a line break pasted in
+        raise UserError(
+            f"{where}: {path!r} holds a control character ({control!r}), which splits or hides the name in logs "
+            "and shells; name it without"
+        )
     folder, name = os.path.split(os.path.abspath(path))
     try:
         longest = os.pathconf(folder if os.path.isdir(folder) else "/", "PC_NAME_MAX")
