@@ -519,6 +519,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: an output name holding a line break", ["eval", "--model", model, "--data", TEST_SET, "--output", f"{files}/a\nb.json"], "holds a control character ('\\n'), which splits or hides the name in logs"),
         Case("report: an evaluation of no task", ["report", f["notasks.json"], "--output", f"{files}/r5.html"], "its 'tasks' is empty, so it holds no result to report"),
         Case("generate: a required option given as spaces", ["generate", model, "--prompt", "   "], "medrecipes generate: --prompt is empty; give it a value"),
+        Case("eval: a negative seed", ["eval", "--model", model, "--data", TEST_SET, "--seed", "-1"], "seed -1: Seed must be between 0 and 2**32 - 1"),
+        Case("eval: answers longer than the model's positions", ["eval", "--model", model, "--data", TEST_SET, "--mode", "generate", "--max_new_tokens", "100000"], "max_new_tokens 100000 is past the model's 2048 positions"),
         Case("eval: data as a YAML mapping", ["eval", "--model", model, "--data", "{usmle: data/usmle_sample/test.jsonl}"], "--data {usmle: data/usmle_sample/test.jsonl}: a mapping, where --data takes TASK=PATH entries"),
         Case("eval: a data entry of spaces", ["eval", "--model", model, "--data", " "], "--data is empty (' '); give --data PATH, or TASK=PATH"),
         Case("report: JSON that is no evaluation", ["report", f["existing.json"], "--output", f"{files}/r4.html"], "no 'tasks' in it"),

@@ -143,6 +143,14 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
         )
     if args.num_fewshot < 0:
         raise UserError(f"{where}: num_fewshot must be 0 or more, got {args.num_fewshot}")
+    try:  # as the generator the evaluation seeds takes it
+        import numpy as np
+
+        np.random.RandomState(args.seed)
+    except ValueError as err:
+        raise UserError(
+            f"{where}: seed {args.seed}: {err} (numpy's generator, which sampling is seeded with)"
+        ) from None
     if args.fewshot_by_task and not args.num_fewshot:
         raise UserError(
             f"{where}: fewshot_data gives solved examples, and num_fewshot is 0, so none is shown; set num_fewshot, "

@@ -91,6 +91,15 @@ def run_evaluation(args) -> dict:
         "top_p": args.top_p,
         "samples": args.samples,
     }
+    if (
+        args.mode == "generate"
+        and args.max_new_tokens
+        and args.max_new_tokens >= (limit := max_context_length(model, tokenizer))
+    ):
+        raise UserError(  # generation past the positions runs on, slower each token, answering nothing more
+            f"max_new_tokens {args.max_new_tokens} is past the model's {limit} positions, with the question still to "
+            f"fit before the answer; set max_new_tokens below {limit} (16 answers a letter, 512 a reasoning)"
+        )
     if args.max_length and args.max_length > (limit := max_context_length(model, tokenizer)):
         logger.warning(
             "max_length %d is past the model's %d positions: prompts longer than those are scored on positions "
