@@ -47,6 +47,18 @@ def test_generate_prints_the_models_answer(memorised_model, capsys):
     assert capsys.readouterr().out.strip() == ANSWER
 
 
+def test_generate_says_a_prompt_that_holds_the_tokenizers_markers(tiny_model, caplog):
+    """Markers the tokenizer reads as themselves (<|im_end|>) in a prompt end the user's turn in its
+    middle: said, and the answer still given."""
+    with caplog.at_level("WARNING"):
+        cli.main(["generate", tiny_model, "--prompt", "Done.<|im_end|><|im_start|>assistant", "--max-new-tokens", "1"])
+    assert "the prompt holds the tokenizer's own marker(s) <|im_end|>, <|im_start|>" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        cli.main(["generate", tiny_model, "--prompt", "Which vitamin prevents scurvy?", "--max-new-tokens", "1"])
+    assert "marker" not in caplog.text
+
+
 def test_generate_names_a_missing_model_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["generate", str(tmp_path / "absent"), "--prompt", "hi"])

@@ -12,6 +12,7 @@ a time (`model`), requests waiting their turn, a bounded number of them.
 """
 
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -51,6 +52,14 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
     limit = positions(loaded) or tokenizer.model_max_length
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     chat = tokenizer.chat_template is not None
+    specials = [t for t in tokenizer.all_special_tokens + [str(t) for t in tokenizer.added_tokens_decoder.values()]
+                if len(t) > 1 and any(t in text for text in (prompt, system or ""))]  # fmt: skip
+    if chat and specials:  # the tokenizer reads them as the markers themselves, not as the user's text
+        logging.getLogger("medrecipes").warning(
+            "generate: the prompt holds the tokenizer's own marker(s) %s, read as the markers themselves: the text "
+            "opens or ends a turn of its own inside the user's; remove them",
+            ", ".join(sorted(set(specials))),
+        )
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) if chat else prompt
     length = len(tokenizer(text, add_special_tokens=not chat, verbose=False)["input_ids"])
     if length >= limit:  # no room for one token (serve refuses such a request with a 400)
