@@ -844,3 +844,16 @@ def test_a_folder_whose_files_name_no_split_is_one_split_whatever_is_asked(tmp_p
     assert len(usmle.load_mcq(tmp_path / "named", split="test")) == 3
     with pytest.raises(UserError, match="no 'validation' split"):
         usmle.load_mcq(tmp_path / "named", split="validation")
+
+
+def test_a_parquet_column_of_bytes_is_read_as_the_text_it_holds(tmp_path):
+    """Questions written as bytes (a pipeline that kept them encoded): read as their UTF-8 text, not
+    as Python's b'...' of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = load_mcq(str(ROOT / "data/usmle_sample/test.jsonl"))
+    table = pa.table({"question": [q.encode() for q in rows["question"]],
+                      "options": [dict(zip("ABCD", o, strict=True)) for o in rows["options"]], "answer": rows["answer"]})  # fmt: skip
+    pq.write_table(table, tmp_path / "bytes.parquet")
+    assert load_mcq(str(tmp_path / "bytes.parquet"))["question"] == rows["question"]

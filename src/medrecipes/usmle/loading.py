@@ -106,7 +106,16 @@ def _check_mmlu_shape(path: Path) -> None:
 
 def _read_file(path: Path, header: bool) -> Dataset:
     if path.suffix == ".parquet":
-        return load_dataset("parquet", data_files=data_file(str(path)), split="train")
+        rows = load_dataset("parquet", data_files=data_file(str(path)), split="train")
+        for name, feature in rows.features.items():  # text written as bytes: read as the UTF-8 it holds
+            if isinstance(feature, Value) and feature.dtype in ("binary", "large_binary"):
+                try:
+                    rows = rows.cast_column(name, Value("string"))
+                except (ValueError, TypeError) as err:  # pyarrow's refusal of bytes that are no UTF-8
+                    raise UserError(
+                        f"{path}: column '{name}' holds bytes that are not UTF-8 text ({err}); write it as text"
+                    ) from None
+        return rows
     if path.suffix == ".csv":
         if header:
             return load_dataset("csv", data_files=data_file(str(path)), split="train")
