@@ -836,3 +836,20 @@ def test_a_source_path_under_home_is_read_as_the_shell_reads_it(tmp_path, monkey
                           to_train=False)[0]  # fmt: skip
     paths = [(s.path, s.data_files) for s in recipe.mixture.sources]
     assert paths == [(str(tmp_path / "a.jsonl"), None), ("json", [str(tmp_path / "b.jsonl")])]
+
+
+@pytest.mark.parametrize(
+    "written, read", [("010", 10), ("1_000", 1000), ("1:30", None), ("0x10", None), ("0o17", None)]
+)
+def test_a_whole_number_in_yaml_is_read_as_on_the_command_line(tmp_path, written, read):
+    """YAML 1.1 reads 010 as octal 8 and 1:30 as 90 (base 60); a recipe's number is read as the
+    command line reads the same text: 10, or refused in one line."""
+    path = write_recipe(tmp_path, text=f"logging_steps: {written}\n")
+    if read is None:
+        assert user_error(path).endswith(f"logging_steps must be a number, got '{written}'")
+    else:
+        assert (
+            parse(path)[1].logging_steps
+            == read
+            == parse(write_recipe(tmp_path, name="plain.yaml"), "--logging_steps", written)[1].logging_steps
+        )

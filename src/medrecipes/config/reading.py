@@ -58,6 +58,25 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# Numbers as a recipe's reader means them and the command line reads them: YAML 1.1 (PyYAML's) would
+# read 010 as octal 8 and 1:30 as 90 (base 60); here they are text, which the key's type then reads
+# as `--key 010` is read (10), or refuses (1:30). Decimal whole numbers and floats keep their forms.
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+UniqueKeyLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
+UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
 def _hashable(value) -> bool:
     try:
         hash(value)
@@ -152,6 +171,9 @@ class RecipeParser(TrlParser):
         raise UserError(f"{self.recipe_path}: {message}")
 
     def set_defaults_with_config(self, **config):
+        if self.recipe_path != "command line":  # TRL read it with PyYAML's YAML 1.1 numbers (010 as 8): ours
+            ours = read_recipe_yaml(self.recipe_path)
+            config = {key: ours.get(key, value) for key, value in config.items()}
         # YAML reads 11e9 as a string, and argparse's int() refuses it; a whole number is meant.
         int_fields = {
             f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
