@@ -143,7 +143,7 @@ def test_card_and_push_read_the_method_from_run_json(tiny_model, tmp_path, monke
     assert run_method(record) == "grpo"
     final = out / "final"
     final.mkdir()
-    (final / "config.json").write_text("{}")
+    shutil.copy(Path(tiny_model) / "config.json", final / "config.json")
     save_file({"w": torch.zeros(2)}, final / "model.safetensors")  # a whole model folder, as far as the card reads
     monkeypatch.setattr(sys, "argv", ["notebook_cell.py"])
 

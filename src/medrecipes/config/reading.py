@@ -714,6 +714,7 @@ def check_blank_text(parsed: tuple, given: dict, path: str) -> None:
             if (
                 any(n in given for n in names)
                 and isinstance(value, list)
+                and value != [""]  # --eval_tasks "" alone: the empty list
                 and any(isinstance(v, str) and not v.strip() for v in value)
             ):  # --data ' ': an entry that names nothing
                 raise UserError(f"{path}: {f.name} has an empty entry ({value!r}); give each entry a value")

@@ -65,7 +65,10 @@ def _check_shapes(path: str) -> None:
 
     if is_deepspeed_zero3_enabled():  # ZeRO-3 builds every model partitioned, the meta device's too
         return
-    config = AutoConfig.from_pretrained(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError):  # a config transformers cannot read: its loader says why
+        return
     if getattr(config, "quantization_config", None):  # packed weights: their shapes are the quantizer's
         return
     try:
@@ -116,10 +119,10 @@ def check_folder_files(path: str) -> None:
     config = read.get("config.json")
     if "config.json" in read and not isinstance(config, dict):
         raise UserError(f"model: {path}/config.json holds no mapping of settings; copy the model folder again")
-    kind = config.get("model_type") if config else None
+    kind = config.get("model_type") if config is not None else None
     # transformers guesses a config without model_type from the folder's name (a "llama" in it)
     if (
-        config
+        config is not None
         and kind is None
         and not any(name in os.path.basename(os.path.abspath(path)) for name in CONFIG_MAPPING_NAMES)
     ):
