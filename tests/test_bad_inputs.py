@@ -882,6 +882,16 @@ def test_the_table_has_a_hundred_cases():
     assert len(CASE_NAMES) >= 100 and len(set(CASE_NAMES)) == len(CASE_NAMES)
 
 
+def as_typed(word: str) -> str:
+    """A command-line word as a shell user types it: quoted where empty or holding a space, with $'...' for a
+    control character (a line break would split the table's row)."""
+    import shlex
+
+    if any(ord(c) < 32 for c in word):
+        return "$'" + word.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'"
+    return shlex.quote(word) if not word or any(c.isspace() for c in word) else word
+
+
 def table_markdown(files: Path, model: str) -> str:
     """docs/bad-inputs.md's table: input, command, the line a user sees (paths shortened)."""
     import os
@@ -897,7 +907,10 @@ def table_markdown(files: Path, model: str) -> str:
     for case in cases(files, model):
         code, lines, traceback = outcome(case.argv)
         seen = next((line for line in lines if line.startswith("error:")), traceback or f"(exit {code})")
-        words = (word if len(word) <= 200 else f"'{word[:24]}...' ({len(word):,} characters)" for word in case.argv)
+        words = (
+            as_typed(word) if len(word) <= 200 else f"'{word[:24]}...' ({len(word):,} characters)"
+            for word in case.argv
+        )
         shown = short(" ".join(words))
         command = shown if shown.startswith("recipes/") else f"medrecipes {shown}".rstrip()
         rows.append(f"| {case.name} | `{command}` | {short(seen).replace('|', chr(92) + '|')} |")
