@@ -584,8 +584,8 @@ def out_of_memory(err: BaseException) -> UserError | None:
     asked = f" (asking for {found.group(1)} more)" if found else ""
     return UserError(
         f"this machine ran out of {what}{asked}: the model, batch or sequence asked for is larger than it holds; "
-        "use a smaller one (a smaller batch with more gradient_accumulation_steps, a shorter max_length, LoRA), "
-        "or a machine with more"
+        "ask for a smaller one (a model of fewer or narrower layers; to train, a smaller batch with more "
+        "gradient_accumulation_steps, a shorter max_length, or LoRA), or use a machine with more"
     )
 
 
