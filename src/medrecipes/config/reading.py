@@ -120,6 +120,7 @@ class RecipeParser(TrlParser):
         # No prefix matching: `--learning_rat 1` must be an error, not learning_rate.
         super().__init__(dataclass_types, allow_abbrev=False)
         self.recipe_path = "command line"
+        self.recipe_data: dict = {}  # the recipe file's keys, read once by our loader
         self.given: dict[str, Any] = {}  # the keys the recipe and the command line wrote, with their values
         self.built: dict[str, Any] = {}  # the keys whose mapping is built into a library's dataclass, and how
         self.texts: dict[str, Any] = {}  # the keys that take a mapping or text, and how their text is read
@@ -171,9 +172,8 @@ class RecipeParser(TrlParser):
         raise UserError(f"{self.recipe_path}: {message}")
 
     def set_defaults_with_config(self, **config):
-        if self.recipe_path != "command line":  # TRL read it with PyYAML's YAML 1.1 numbers (010 as 8): ours
-            ours = read_recipe_yaml(self.recipe_path)
-            config = {key: ours.get(key, value) for key, value in config.items()}
+        # TRL read the file with PyYAML's YAML 1.1 numbers (010 as 8): our loader's values instead
+        config = {key: self.recipe_data.get(key, value) for key, value in config.items()}
         # YAML reads 11e9 as a string, and argparse's int() refuses it; a whole number is meant.
         int_fields = {
             f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
@@ -199,8 +199,9 @@ class RecipeParser(TrlParser):
         path = argv[argv.index("--config") + 1] if "--config" in argv else None
         if path is not None:
             self.recipe_path = path
-            self._check_yaml_keys(path)
-            self.given |= read_recipe_yaml(path)
+            self.recipe_data = read_recipe_yaml(path)
+            self._check_yaml_keys(self.recipe_data, path)
+            self.given |= self.recipe_data
         argv = self._expand_flow_lists(argv)
         written: dict[str, str] = {}  # argparse keeps the last of a key given twice (a wrapper's override): said
         for i, arg in enumerate(argv):
@@ -252,8 +253,7 @@ class RecipeParser(TrlParser):
     def _keys(self) -> list[str]:
         return field_names(self.dataclass_types)
 
-    def _check_yaml_keys(self, path: str) -> None:
-        data = read_recipe_yaml(path)
+    def _check_yaml_keys(self, data: dict, path: str) -> None:
         reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
         hints = {name: hint for cls in self.dataclass_types for name, hint in typing.get_type_hints(cls).items()}
         for key, value in data.items():

@@ -58,6 +58,12 @@ def _check_shapes(path: str) -> None:
     files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not files or not os.path.isfile(config_path) or os.path.isfile(os.path.join(path, "adapter_config.json")):
         return
+    state = (
+        os.path.abspath(path),
+        *((n, os.stat(os.path.join(path, n)).st_mtime_ns) for n in ["config.json", *files]),
+    )
+    if state in _CHECKED_SHAPES:  # a run asks for its starting model's folder more than once: built once
+        return
     import torch
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -85,6 +91,10 @@ def _check_shapes(path: str) -> None:
                         f"model: {path}: {name} holds {key} of shape {list(saved)}, and its config.json builds "
                         f"{list(built[key])}; use the config.json saved with these weights"
                     )
+    _CHECKED_SHAPES.add(state)
+
+
+_CHECKED_SHAPES: set[tuple] = set()  # (folder, (file, mtime) ...) whose weights fit their config
 
 
 # The JSON files of a folder that transformers reads as it loads a model or tokenizer (a record of
@@ -100,11 +110,10 @@ def check_folder_files(path: str) -> None:
     or tokenizer_config.json's) compiles."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    present = sorted(set(os.listdir(path)) & (LOADED_JSON | {"chat_template.jinja"}))
-    for name in present:  # a link to a device, or a loop: transformers would read it as nothing
+    names = sorted(set(os.listdir(path)) & (LOADED_JSON | {"chat_template.jinja"}))
+    for name in names:  # a link to a device, or a loop: transformers would read it as nothing
         if not os.path.isfile(file := os.path.join(path, name)):
             raise UserError(f"model: {file}: {absent(file)}; copy the model folder again")
-    names = present
     state = (os.path.abspath(path), *((n, os.stat(os.path.join(path, n)).st_mtime_ns) for n in names))
     if state in _CHECKED_FOLDERS:  # a folder is checked as a model, then as its tokenizer: read once
         return
