@@ -274,5 +274,8 @@ def test_a_launch_of_more_cpu_processes_than_cores_is_said(capsys, tmp_path, mon
         config = yaml.safe_load((ROOT / "accelerate_configs" / "ddp.yaml").read_text()) | {"num_processes": processes}
         (tmp_path / "cpus.yaml").write_text(yaml.safe_dump(config))
         main(["validate", "recipes/tiny_sft.yaml", "--accelerate-config", str(tmp_path / "cpus.yaml")])
-        notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# note:")]
+        out, err = capsys.readouterr()
+        notes = [line for line in out.splitlines() if line.startswith("# note:")]
         assert any(f"processes train on the CPU and share this machine's {cores} cores" in n for n in notes) == said
+        warned = [line for line in err.splitlines() if line.startswith("warning:")]  # seen when stdout is piped
+        assert [n.removeprefix("# note:") for n in notes] == [w.removeprefix("warning:") for w in warned]

@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -202,6 +204,12 @@ def test_an_adapter_whose_base_changed_since_its_run_started_says_so(base, adapt
     with caplog.at_level("WARNING"):
         load_merged_adapter(str(final))
     assert f"{final}: its base {own_base} is not the model its run trained it on" in caplog.text
+    merged = subprocess.run(  # the command, which sets up no logging, marks it as a warning beside its error lines
+        [sys.executable, "-m", "medrecipes.cli", "merge-lora", str(final), str(tmp_path / "merged")],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    assert f"warning: {final}: its base {own_base} is not the model" in merged.stderr
 
 
 def test_an_adapter_config_of_another_rank_than_its_weights_names_r(adapter, tmp_path, capsys):

@@ -24,6 +24,7 @@ medrecipes card outputs/demo/sft outputs/demo/eval.json --output outputs/demo/sf
 """
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -110,7 +111,17 @@ def run() -> None:
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if command in READ_ONLY_COMMANDS:
         keep_out([name for name in TRAINING_BACKENDS if not _named(name, sys.argv[1:])])
+    # A command that sets up no logging (generate, merge-lora) still marks its warnings as warnings,
+    # beside its `error:` lines; Python's handler of last resort prints the bare message.
+    logging.lastResort = logging.StreamHandler(sys.stderr)
+    logging.lastResort.setFormatter(_LevelFirst())
+    logging.lastResort.setLevel(logging.WARNING)
     sys.exit(main())
+
+
+class _LevelFirst(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
 
 
 def _named(backend: str, argv: list[str]) -> bool:

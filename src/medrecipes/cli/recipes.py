@@ -82,8 +82,9 @@ def cmd_validate(args) -> None:
     print(resolved_yaml(*parsed), end="")
     for key, value in derived.items():
         print(f"# derived: {key} = {value}")
-    for note in getattr(parsed[0], "notes", []):
+    for note in getattr(parsed[0], "notes", []):  # in the resolved recipe, and on the terminal when stdout is piped
         print(f"# note: {note}")
+        print(f"warning: {note}", file=sys.stderr)
     if launch:
         print(f"# launch: {launch}")
     print(f"# {args.recipe}: valid {method} recipe ({script_of(method)})")
