@@ -141,6 +141,23 @@ RUN_RECORD = "run.json"
 START_WEIGHTS = "weights"
 
 
+def run_record(folder: str) -> dict | str | None:
+    """The run record in `folder` as written; what is wrong with it where it is not a JSON mapping
+    (the error's first line, or 'no mapping'); None where there is none. Its one reader: the runs
+    layer refuses a damaged one, a model's loader passes it by."""
+    import json
+
+    path = os.path.join(folder, RUN_RECORD)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return record if isinstance(record, dict) else "no mapping"
+
+
 def weights_fingerprint(path: str, ends: int | None = None) -> str | None:
     """ "sha256:" and 16 hex digits of a local model's (or adapter's) weight files, names and
     contents, in the folder itself: what tells one model from another whatever its path (a copy

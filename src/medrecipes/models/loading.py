@@ -1,7 +1,6 @@
 """Load a model and tokenizer from a Hub id, a local folder or a local .gguf file, or build one from
 a scratch preset; dtype, attention and quantisation as the recipe asks."""
 
-import json
 import logging
 import os
 
@@ -10,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
 from medrecipes.errors import UserError, causes, did_you_mean
-from medrecipes.locations import RUN_RECORD, SAMPLED, START_WEIGHTS, weights_fingerprint
+from medrecipes.locations import SAMPLED, START_WEIGHTS, run_record, weights_fingerprint
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
@@ -251,9 +250,8 @@ def _say_changed_base(adapter_dir: str, base: str) -> None:
     the run started from (trained again, another model copied over it): the adapter would be folded
     into weights it never trained with, without a word; the run's record tells."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(adapter_dir)), RUN_RECORD), encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        record = run_record(os.path.dirname(os.path.abspath(adapter_dir)))
+    except OSError:
         return
     started = record.get(START_WEIGHTS) if isinstance(record, dict) and record.get("model") == base else None
     if isinstance(started, str) and weights_fingerprint(base, ends=SAMPLED) not in (None, started):

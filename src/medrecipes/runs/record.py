@@ -16,7 +16,14 @@ from medrecipes.config.methods import method_named
 from medrecipes.config.schema import world_size
 from medrecipes.data.rows import local_files
 from medrecipes.errors import UserError
-from medrecipes.locations import RUN_RECORD, SAMPLED, START_WEIGHTS, files_fingerprint, weights_fingerprint
+from medrecipes.locations import (
+    RUN_RECORD,
+    SAMPLED,
+    START_WEIGHTS,
+    files_fingerprint,
+    run_record,
+    weights_fingerprint,
+)
 from medrecipes.outputs.writes import staged
 
 RECORD = RUN_RECORD
@@ -79,18 +86,11 @@ def identity_differences(saved: dict, ours: dict) -> list[str]:
 
 
 def read_record(output_dir: str) -> dict | None:
-    path = os.path.join(output_dir, RECORD)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:
-        record = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    if not isinstance(record, dict):
+    record = run_record(output_dir)
+    if isinstance(record, str):
         raise UserError(
-            f"{path}: not a run record ({record if isinstance(record, str) else 'no mapping'}); put back a copy the "
-            "run wrote, or, to train in that folder anew, move it aside or set overwrite_output_dir: true"
+            f"{os.path.join(output_dir, RECORD)}: not a run record ({record}); put back a copy the run wrote, or, to "
+            "train in that folder anew, move it aside or set overwrite_output_dir: true"
         )
     return record
 
