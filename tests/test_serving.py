@@ -649,6 +649,33 @@ def test_bytes_that_are_no_http_request_get_the_json_error_and_the_server_answer
     assert server.call("GET", "/health")[0] == 200
 
 
+def test_a_stop_string_the_prompts_end_and_the_answers_start_make_together_is_not_in_the_answer(tiny_model):
+    """transformers' stop strings match across the prompt's end: an answer stopped at its first
+    token on text the prompt wrote. Streamed and not, completion and chat."""
+    import threading
+
+    from medrecipes.serving.model import ServedModel
+
+    served, prompt = ServedModel(tiny_model), "Which vitamin deficiency causes scurvy?"
+    asked = {"prompt": prompt, "max_tokens": 4, "logprobs": 0}
+    whole = served.completion(served.parse_completion(asked))["choices"][0]
+    across = prompt[-3:] + whole["logprobs"]["tokens"][0]
+    assert across not in whole["text"]
+    answer = served.completion(served.parse_completion({**asked, "stop": across}))["choices"][0]
+    assert (answer["text"], answer["finish_reason"]) == (whole["text"], "length")
+
+    chat = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+    request = served.parse_chat(chat)
+    whole = served.complete(request)["choices"][0]["message"]["content"]
+    first = served.tokenizer.decode(served._generate(request["ids"], {**request, "max_tokens": 1}))
+    across = served.tokenizer.decode(request["ids"])[-3:] + first
+    assert first and across not in whole
+    request = served.parse_chat({**chat, "stop": across})
+    assert served.complete(request)["choices"][0]["message"]["content"] == whole
+    pieces = served.stream(served.parse_chat({**chat, "stop": across, "stream": True}), threading.Event())
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in pieces if c["choices"]) == whole
+
+
 def test_a_served_name_with_a_slash_is_retrieved_by_it(memorised_model):
     """GET /v1/models/{model}, what the OpenAI SDK's models.retrieve asks, for a Hub-style name."""
     from fastapi.testclient import TestClient

@@ -131,9 +131,21 @@ class ServedModel:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
-        class Cancelled(StoppingCriteria):
+        stops, tokenizer, start = request["stop"], self.tokenizer, len(ids)
+        # The answer's last tokens, enough to hold the longest stop string (a token is at least one
+        # character but a byte piece; twice over): transformers' stop_strings match across the end
+        # of the prompt too, and stopped an answer on text the prompt wrote.
+        window = 2 * max((len(s) for s in stops), default=0) + 8
+
+        class Stop(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):
-                return torch.full((input_ids.shape[0],), cancelled is not None and cancelled.is_set())
+                done = cancelled is not None and cancelled.is_set()
+                if stops and not done:
+                    tail = tokenizer.decode(
+                        input_ids[0, max(start, input_ids.shape[1] - window) :], skip_special_tokens=True
+                    )
+                    done = any(s in tail for s in stops)
+                return torch.full((input_ids.shape[0],), done)
 
         if request["seed"] is not None:
             torch.manual_seed(request["seed"])
@@ -144,9 +156,8 @@ class ServedModel:
                 input_ids=tensor, attention_mask=torch.ones_like(tensor), max_new_tokens=request["max_tokens"],
                 do_sample=sample, temperature=request["temperature"] if sample else None,
                 top_p=request["top_p"] if sample else None, top_k=None, eos_token_id=self.stop_ids or None,
-                pad_token_id=self.tokenizer.pad_token_id, stop_strings=request["stop"] or None,
-                tokenizer=self.tokenizer if request["stop"] else None, streamer=streamer,
-                stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                pad_token_id=self.tokenizer.pad_token_id, streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([Stop()]),
             )  # fmt: skip
         return out[0, tensor.shape[1] :].tolist()
 
