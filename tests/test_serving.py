@@ -685,5 +685,7 @@ def test_a_served_name_with_a_slash_is_retrieved_by_it(memorised_model):
 
     client = TestClient(create_app(ServedModel(memorised_model, name="med/tiny-sft")))
     assert client.get("/v1/models/med/tiny-sft").json()["id"] == "med/tiny-sft"
+    by_path = client.get(f"/v1/models/{memorised_model}")  # as a request may name it
+    assert by_path.status_code == 200 and by_path.json()["id"] == "med/tiny-sft"
     missing = client.get("/v1/models/med/other")
     assert missing.status_code == 404 and "is not served here; this server serves 'med/tiny-sft'" in missing.text

@@ -90,7 +90,7 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
 
     @app.get("/v1/models/{name:path}")  # a served name may hold a slash, as a Hub id does
     async def model(name: str):
-        if name != served.name:
+        if not served.answers_to(name):
             return refuse(404, f"model '{name}' is not served here; this server serves '{served.name}'",
                           "not_found_error")  # fmt: skip
         return described

@@ -63,8 +63,13 @@ class ServedModel:
 
     # ------------------------------------------------------------------ requests
 
+    def answers_to(self, name: str | None) -> bool:
+        """Whether a request naming model `name` (none: this one) is for this server: its served
+        name, or the path it was started with."""
+        return name in (None, self.name, self.path)
+
     def _common(self, payload: dict) -> dict:
-        if payload.get("model") not in (None, self.name, self.path):
+        if not self.answers_to(payload.get("model")):
             raise RequestError(404, f"model '{payload['model']}' is not served here; this server serves '{self.name}'",
                                "not_found_error")  # fmt: skip
         temperature, top_p = fields.sampling(payload)
