@@ -167,6 +167,23 @@ def detect_format(row: Row, where: Where) -> str:
     for keys, name in _ALIASES:
         if present.issuperset(keys):
             return name
+    layouts = [*((name, f.keys) for name, f in CONVERTERS.items()), *((name, keys) for keys, name in _ALIASES)]
+    # What the row is nearest to: a format's key written but empty (null), or written with spaces
+    # around it (a CSV header 'question, A, B'): said as that, not as no format at all.
+    empty = next(([k for k in keys if k not in present] for _, keys in layouts if set(keys) <= set(row)), None)
+    if empty:
+        raise UserError(
+            f"{where}: {', '.join(repr(k) for k in empty)} {'is' if len(empty) == 1 else 'are'} null (empty); give "
+            "every row its value, or leave the row out"
+        )
+    spaced = {k.strip(): k for k in present if isinstance(k, str) and k != k.strip()}
+    if spaced and any(set(keys) <= present | set(spaced) for _, keys in layouts):
+        header = f"{where.source} line 1" if where.source.lower().endswith(".csv") and where.header else where
+        named = ", ".join(repr(k) for k in sorted(spaced.values()))
+        raise UserError(
+            f"{header}: the column names {named} begin or end with spaces, so no MCQ format's keys are found; "
+            "write them without the spaces (a CSV header 'question,A,B,C,D,answer' has none after its commas)"
+        )
     accepted = "; ".join(f"{name} ({', '.join(f.keys)})" for name, f in CONVERTERS.items())
     raise UserError(
         f"{where}: keys {sorted(present)} fit no MCQ format; accepted formats: {accepted}; "
