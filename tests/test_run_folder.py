@@ -372,6 +372,33 @@ def test_resuming_with_a_setting_the_checkpoint_overrides_is_refused(finished_ru
     assert result.returncode == 0 and f"resuming from {out}/checkpoint-6" in result.stdout, result.stderr[-2000:]
 
 
+def test_raising_max_steps_of_a_finished_run_trains_on_the_new_schedule_and_records_it(tiny_model, tmp_path):
+    """A finished cosine run given more steps: the restored optimizer held the rate its schedule
+    ended at (0), which the first new step took without a word. It trains at the new schedule's
+    rate, says so, and the settings changed on the way (max_steps, a system prompt) are said and
+    recorded, so that running the same command again is simply done."""
+    out = tmp_path / "run"
+    cosine = [*NO_EVAL, "--lr_scheduler_type", "cosine", "--warmup_steps", "0", "--learning_rate", "0.004"]
+
+    def sft(steps, *extra):
+        return run(PYTHON, "recipes/sft.py", SFT, "--model_name_or_path", tiny_model, "--output_dir", out,
+                   "--max_steps", str(steps), "--save_steps", "2", *cosine, *extra)  # fmt: skip
+
+    assert sft(2).returncode == 0
+    result = sft(4, "--system_prompt", "Answer briefly.")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-2000:]
+    assert "resuming at step 2 with a schedule of 4 steps: the learning rate is 0.002, the new schedule's" in output
+    assert "resuming the run there with other settings than it last ran with (" in output
+    assert "max_steps 2 there, 4 here" in output and "'Answer briefly.' here" in output
+    assert not same_weights(weights(out / "final"), weights(out / "checkpoint-2"))
+    record = json.loads((out / "run.json").read_text())
+    assert record["recipe"]["max_steps"] == 4 and len(record["resumed_with"]) == 1
+    again = sft(4, "--system_prompt", "Answer briefly.")
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert "other settings" not in again.stdout + again.stderr
+
+
 def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path, caplog, monkeypatch):
     """The trainer resumes a checkpoint without its optimizer state, or one saved by another number
     of processes, without a word: each is a warning as the run resumes (the checkpoint's stamp

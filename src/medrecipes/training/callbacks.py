@@ -240,14 +240,41 @@ class CopyCheckpoints(TrainerCallback):
             self.copier.wait()
 
 
+class ResumedSchedule(TrainerCallback):
+    """A run resumed with another max_steps than its checkpoint was saved with (raised after it
+    finished, as docs/long-runs.md offers): the trainer rebuilds its schedule for the new count, but
+    the restored optimizer holds the rate the old one had reached (0 at the end of a cosine or
+    linear decay), which its first step would take. The rate is set to the new schedule's at this
+    step, and said. A DeepSpeed-held scheduler restores itself and is left as it is."""
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        if state.global_step == 0 or not isinstance(lr_scheduler, torch.optim.lr_scheduler.LambdaLR):
+            return
+        step = lr_scheduler.last_epoch
+        rates = [base * rate(step) for base, rate in zip(lr_scheduler.base_lrs, lr_scheduler.lr_lambdas, strict=True)]
+        held = [group["lr"] for group in optimizer.param_groups]
+        if all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(rates, held, strict=True)):
+            return
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+        lr_scheduler._last_lr = rates  # what get_last_lr() (the logged learning_rate) reads until its next step
+        if args.should_log:
+            logger.warning(
+                "resuming at step %d with a schedule of %d steps: the learning rate is %.3g, the new schedule's "
+                "at this step, not the %.3g the checkpoint's schedule had reached",
+                step, state.max_steps, rates[0], held[0],
+            )  # fmt: skip
+
+
 def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
     """The callbacks a recipe's trainer runs with: preemption, the non-finite guard, monitoring,
-    and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
+    the schedule of a resumed run, and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
     copies are taken before old checkpoints are deleted)."""
     callbacks = [
         PreemptionHandler(recipe.preemption_grace_seconds),
         NonFiniteGuard(recipe.nonfinite_policy, recipe.max_nonfinite_skips),
         ThroughputMonitor(recipe.gpu_hour_price, recipe.peak_tflops),
+        ResumedSchedule(),
     ]
     if recipe.checkpoint_mirror_url:
         from medrecipes.mirror import BackgroundMirror

@@ -30,11 +30,13 @@ def _differences(saved: dict, ours: dict) -> str:
     return "; ".join(identity_differences(saved, ours))
 
 
-# Settings that do not change what a finished run trained: where and how it logs and saves (a run
-# folder moved elsewhere holds the same run).
-_NOT_TRAINING = ("output_dir", "logging_dir", "logging_steps", "report_to", "save_steps", "save_strategy",
-                 "save_total_limit", "push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
-                 "run_name")  # fmt: skip
+# Settings that do not change what a run trains: where and how it logs and saves (a run folder
+# moved elsewhere holds the same run), and where it resumes from.
+_NOT_TRAINING = ("output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
+                 "log_level", "log_level_replica", "log_on_each_node", "disable_tqdm", "report_to", "save_steps",
+                 "save_strategy", "save_total_limit", "push_to_hub", "hub_model_id", "hub_strategy",
+                 "hub_private_repo", "run_name", "resume_from_checkpoint", "resume_from_another_run",
+                 "overwrite_output_dir")  # fmt: skip
 
 
 # Settings a checkpoint carries in its optimizer, scheduler and data position: a run that resumes
@@ -137,16 +139,27 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 )
             return True
         if saved is not None:  # this run, which resumes: a setting the checkpoint overrides is refused
-            changed = _changed_settings(
-                {k: v for k, v in (saved.get("recipe") or {}).items() if k in RESTORED},
-                resolved_recipe(recipe, model_args, training_args),
-            )
+            ours_resolved = resolved_recipe(recipe, model_args, training_args)
+            recorded = saved.get("recipe") or {}
+            changed = _changed_settings({k: v for k, v in recorded.items() if k in RESTORED}, ours_resolved)
             if changed:
                 raise UserError(
                     f"{where}: {output_dir} holds this run, saved with other settings than these ({changed}); "
                     "resuming keeps the checkpoint's optimizer, schedule and data position, so they would not "
                     "apply: set them back to resume, or set overwrite_output_dir: true to start over with them"
                 )
+            # The others (max_steps raised, a system prompt edited) apply from the checkpoint on: said, and
+            # recorded, so that the record, the card and a later start compare with what trained last.
+            if changed := _changed_settings(recorded, ours_resolved):
+                if training_args.should_log:
+                    logger.warning(
+                        "output_dir: resuming the run there with other settings than it last ran with (%s); they "
+                        "apply from its newest checkpoint on, and run.json records them",
+                        changed,
+                    )
+                if training_args.should_save:
+                    resumed = [*saved.get("resumed_with", []), changed]
+                    write_record(output_dir, {**saved, "recipe": ours_resolved, "resumed_with": resumed})
         if saved is None and training_args.should_save:
             # The settings it ran with and how it was started, for `medrecipes report` and `medrecipes
             # card`; only `ours` tells runs apart.
