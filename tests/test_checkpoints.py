@@ -43,9 +43,15 @@ def test_resume_from_checkpoint_names_where_to_start(tmp_path):
 
     assert start(None) == start(True) == start("true") == str(run / "checkpoint-2")  # the newest here
     assert start(str(other / "checkpoint-8")) == str(other / "checkpoint-8")
-    for incomplete in (other / "checkpoint-9", tmp_path / "absent"):
-        with pytest.raises(UserError, match=f"resume_from_checkpoint: {incomplete} is not a complete checkpoint"):
-            start(str(incomplete))
+    with pytest.raises(UserError, match=f"resume_from_checkpoint: {other}/checkpoint-9 is not a complete checkpoint"):
+        start(str(other / "checkpoint-9"))
+    with pytest.raises(UserError, match=f"resume_from_checkpoint: {tmp_path}/absent does not exist"):
+        start(str(tmp_path / "absent"))
+    # A checkpoint's folder name alone is read from the working directory, not output_dir: the line offers output_dir's.
+    with pytest.raises(
+        UserError, match=f"checkpoint-2 does not exist .*; output_dir's is {run}/checkpoint-2: name it so"
+    ):
+        start("checkpoint-2")
 
 
 def test_a_checkpoint_of_another_model_is_named_before_training(tmp_path):

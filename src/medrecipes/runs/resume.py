@@ -134,6 +134,17 @@ def checkpoint_to_resume(args, recipe=None) -> str | None:
                 "resume_from_checkpoint: true, and %s holds no checkpoint: the run starts at step 0", args.output_dir
             )
         return checkpoint
+    if not os.path.exists(named):
+        inside = os.path.join(args.output_dir, named)
+        fix = (
+            f"output_dir's is {inside}: name it so"
+            if not os.path.isabs(named) and os.path.isdir(inside)
+            else "name a checkpoint-<step> folder, or leave the key out to resume from output_dir's newest"
+        )
+        raise UserError(
+            f"resume_from_checkpoint: {named} does not exist (a relative path is read from the working directory, "
+            f"{os.getcwd()}); {fix}"
+        )
     if not os.path.isfile(os.path.join(named, TRAINER_STATE)):
         raise UserError(
             f"resume_from_checkpoint: {named} is not a complete checkpoint (no {TRAINER_STATE}); "
