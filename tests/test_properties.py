@@ -902,6 +902,38 @@ def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
     assert tried >= 20, tried
 
 
+def test_evaluation_settings_without_eval_sets_are_said(tmp_path):
+    """Every key of a method's config that sets how it evaluates (eval a word of its name), given
+    where the recipe has no eval sets and so evaluates nothing: said in one line, unless the
+    eval_strategy switch already says it. Derived from the configs' fields, not a list."""
+    import dataclasses
+    import re
+
+    from medrecipes.config import method_named
+    from medrecipes.config.library_checks import SWITCHED_OFF
+
+    changed = {bool: lambda v: not v, int: lambda v: v + 3, float: lambda v: v / 2 if v else 0.5}
+    tried = 0
+    for method in ("sft", "grpo", "dpo", "kto", "cpt"):
+        for field in dataclasses.fields(method_named(method).config):
+            default, key = field.default, field.name
+            if not re.search(r"(^|_)eval(_|$)", key) or type(default) not in changed:
+                continue  # not an evaluation's setting, or one whose kind the table does not hold
+            if key in (*SWITCHED_OFF["eval_strategy"][1], "do_eval", "eval_on_start", "eval_strategy"):
+                continue  # said by the switch or as a script's flag, or an evaluation asked for (refused without eval sets)
+            data = {**base_recipe(method, tmp_path), "use_cpu": True, "eval_sets": None, "eval_strategy": "no",
+                    "eval_on_start": False, "load_best_model_at_end": False, key: changed[type(default)](default)}  # fmt: skip
+            (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+            try:
+                notes = parse_with(method, tmp_path / "recipe.yaml")[0].notes
+            except UserError:
+                continue  # a value its own check refuses: one line already
+            said = [n for n in notes if "how the run evaluates, and there are no eval_sets" in n]
+            assert len(said) == 1 and key in said[0].split(" set")[0].split(", "), (method, key, notes)
+            tried += 1
+    assert tried >= 10, tried
+
+
 def test_every_device_torch_names_is_taken_for_evaluation_only_where_it_is_there():
     """Each device type torch's own parser lists (read from its refusal of a type it does not
     know), bare and with the indices 0 and 7: taken where torch has that many of them, else one

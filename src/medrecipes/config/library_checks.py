@@ -642,6 +642,31 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
         *_machine_notes(args, given),
         *_unread_notes(args, given),
         *_switched_off(args, recipe),
+        *_no_evaluation(args, recipe),
+    ]
+
+
+def _no_evaluation(args: TrainingArguments, recipe) -> list[str]:
+    """How an evaluation runs (eval a word of the key: per_device_eval_batch_size, bf16_full_eval,
+    eval_accumulation_steps, a trainer's own), read from the config's fields, where the recipe has no
+    eval sets: no run evaluates, so none reads them (do_eval, and what eval_strategy no switches off,
+    are said by `_unread_notes` and `_switched_off`)."""
+    if recipe is None or getattr(recipe, "eval_sources", True):
+        return []
+    written = {key.replace("-", "_") for key in getattr(recipe, "given", {})}
+    said = ("do_eval", *(SWITCHED_OFF["eval_strategy"][1] if args.eval_strategy == "no" else ()))  # said there
+    unread = [
+        f.name
+        for f in dataclasses.fields(args)
+        if re.search(r"(^|_)eval(_|$)", f.name) and f.name in written and f.name not in said
+        and f.default is not dataclasses.MISSING and getattr(args, f.name) != f.default
+    ]  # fmt: skip
+    if not unread:
+        return []
+    them = "it" if len(unread) == 1 else "them"
+    return [
+        f"{_they(unread, 'sets', 'set')} how the run evaluates, and there are no eval_sets, so nothing reads {them}; "
+        f"add eval_sets, or drop {them}"
     ]
 
 
