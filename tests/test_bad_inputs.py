@@ -398,6 +398,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a mixture cut short on the command line", ["validate", sft, "--dataset_mixture", "{sources: [{path: x}"], "not valid YAML (column 21: expected ',' or ']'"),
         Case("a chat template that does not compile", ["preview", sft, "--model_name_or_path", model, "--assistant_only_loss", "false", "--chat_template_path", f["badsyntax.jinja"]], "badsyntax.jinja line 1: unexpected '}'; fix the template"),
         Case("eval: a number beyond 64 bits in a row", ["eval", "--model", model, "--data", f["bignumber.jsonl"]], "bignumber.jsonl line 2: the number 1e400 is beyond what pyarrow stores in 64 bits"),
+        Case("generate: a system prompt the template refuses", ["generate", f["nosystem"], "--prompt", "hi", "--system", "be brief"], "the model's chat template refuses the turns it was given (System role not supported); leave the system prompt out"),
+        Case("eval: a system prompt the template refuses", ["eval", "--model", f["nosystem"], "--data", TEST_SET, "--mode", "generate", "--system_prompt", "be brief", "--limit", "2"], "(System role not supported); leave the system prompt out (system_prompt in a recipe or eval"),
         Case("generate: a config.json with no model_type", ["generate", f["notype"], "--prompt", "hi"], "notype/config.json: no model_type, which transformers builds the model by"),
         Case("generate: a tokenizer.json linked to a device", ["generate", f["devicetokenizer"], "--prompt", "hi"], "devicetokenizer/tokenizer.json: not a file or folder but a device"),
         Case("perplexity: data linked to a device", ["perplexity", "--model", model, "--data", f["device.jsonl"]], "device.jsonl': not a file or folder but a device"),
@@ -795,13 +797,16 @@ FILES = {
 BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "badtemperature": "calibration.json",
                  "unknowntype": "config.json", "badtemplate": "chat_template.jinja",
                  "badtokconfig": "tokenizer_config.json", "othervocab": "config.json", "notype": "config.json",
-                 "devicetokenizer": "tokenizer.json"}  # fmt: skip
+                 "devicetokenizer": "tokenizer.json", "nosystem": "chat_template.jinja"}  # fmt: skip
 # What each of these is spoilt with: a model type transformers lacks, a template that does not
-# compile, a JSON file cut short, a vocabulary size its weights are not, no model type.
+# compile, a JSON file cut short, a vocabulary size its weights are not, no model type, a template
+# that refuses a system turn (as Gemma 2's does).
 SPOILT = {"unknowntype": lambda text: text.replace('"llama"', '"medllama9"'), "badtemplate": lambda text: text + "{% if %}",
           "badtokconfig": lambda text: text[: len(text) // 2],
           "othervocab": lambda text: re.sub(r'"vocab_size": \d+', '"vocab_size": 500', text),
-          "notype": lambda text: re.sub(r'"model_type": "\w+",', "", text)}  # fmt: skip
+          "notype": lambda text: re.sub(r'"model_type": "\w+",', "", text),
+          "nosystem": lambda text: "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+          "supported') }}{% endif %}" + text}  # fmt: skip
 
 
 def make_files(folder: Path, model: str) -> Path:

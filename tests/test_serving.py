@@ -59,6 +59,33 @@ def test_generate_says_a_prompt_that_holds_the_tokenizers_markers(tiny_model, ca
     assert "marker" not in caplog.text
 
 
+def test_a_system_prompt_a_template_leaves_out_is_said(tiny_model, tmp_path, caplog):
+    """A chat template that renders no system turn (rather than refusing one): the model would never
+    see the system prompt, for generate as for an evaluation; a template that keeps it, no word."""
+    import shutil
+
+    from medrecipes.evaluation.generate import generate_answers
+    from medrecipes.models.loading import load_for_inference
+
+    dropping = tmp_path / "dropping"
+    shutil.copytree(tiny_model, dropping)
+    template = (dropping / "chat_template.jinja").read_text()
+    (dropping / "chat_template.jinja").write_text(
+        template.replace("for message in messages", "for message in messages if message['role'] != 'system'")
+    )
+    assert "message['role'] != 'system'" in (dropping / "chat_template.jinja").read_text()
+    for model, said in ((str(dropping), True), (tiny_model, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            cli.main(
+                ["generate", model, "--prompt", "Which vitamin?", "--system", "be brief", "--max-new-tokens", "1"]
+            )
+            loaded, tokenizer = load_for_inference(model)
+            row = {"question": "Which vitamin?", "options": ["C", "D"], "answer": "A"}
+            generate_answers(loaded, tokenizer, [row], system_prompt="be brief", max_new_tokens=1)
+        assert caplog.text.count("leaves the system turn out of the prompt, so the model never sees it") == 2 * said
+
+
 def test_generate_names_a_missing_model_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["generate", str(tmp_path / "absent"), "--prompt", "hi"])

@@ -567,8 +567,26 @@ def environment_value(err: BaseException) -> UserError | None:
 
 def environment_error(err: BaseException) -> UserError | None:
     """The one line for an error the environment caused (`environment_folder`, `environment_value`,
-    `out_of_memory`)."""
-    return environment_folder(err) or environment_value(err) or out_of_memory(err)
+    `out_of_memory`), or a model's chat template (`template_refusal`)."""
+    return environment_folder(err) or environment_value(err) or out_of_memory(err) or template_refusal(err)
+
+
+def template_refusal(err: BaseException) -> UserError | None:
+    """A model's chat template refusing the turns it is given, with its own `raise_exception`
+    (Gemma 2's takes no system turn; some take no two user turns in a row): jinja2's TemplateError,
+    raised wherever a prompt is rendered (a run's data, an evaluation, generate, pairs, preview)."""
+    refused = next((e for e in causes(err) if type(e).__name__ == "TemplateError"
+                    and type(e).__module__.startswith("jinja2")), None)  # fmt: skip
+    if refused is None:
+        return None
+    why = str(refused).splitlines()[0] if str(refused) else "no reason given"
+    fix = (
+        "leave the system prompt out (system_prompt in a recipe or eval, --system for generate, --system-prompt "
+        "for pairs), or use a template that takes one (an SFT recipe's chat_template_path: chatml)"
+        if "system" in why.lower()
+        else "give the turns as that template takes them, or use another template"
+    )
+    return UserError(f"the model's chat template refuses the turns it was given ({why}); {fix}")
 
 
 def out_of_memory(err: BaseException) -> UserError | None:

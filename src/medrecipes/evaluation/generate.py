@@ -9,6 +9,7 @@ from medrecipes.errors import UserError
 from medrecipes.evaluation import calibration as cal
 from medrecipes.evaluation.loglik import max_context_length
 from medrecipes.evaluation.statistics import by_subject, first_argmax, macro_f1
+from medrecipes.models.templates import say_dropped_system
 from medrecipes.usmle import (
     chat_messages,
     extract_answer,
@@ -59,6 +60,8 @@ def generate_answers(
     generation config)."""
     if tokenizer.chat_template is None:
         raise UserError("generate mode needs a chat template and the tokenizer has none; use --mode loglik")
+    if system_prompt:
+        say_dropped_system(tokenizer, "system_prompt")
     max_new_tokens = max_new_tokens or (REASONING_TOKENS if chain_of_thought else LETTER_TOKENS)
     shots = shots or [()] * len(rows)
     prompts = [

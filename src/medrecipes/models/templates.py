@@ -105,6 +105,22 @@ def answer_end(tokenizer, template: str) -> str:
     return after.partition("next")[0]
 
 
+def say_dropped_system(tokenizer, key: str, template: str | None = None) -> None:
+    """A system prompt (`key`) given to a model whose chat template leaves the system turn out of
+    what it renders (some drop it rather than refuse it): the model would never see it, said. A
+    template that refuses it raises its own error, which the command reports in one line
+    (`errors.template_refusal`)."""
+    mark = "\x00system\x00"
+    turns = [{"role": "system", "content": mark}, {"role": "user", "content": "question"}]
+    text = tokenizer.apply_chat_template(turns, chat_template=template, add_generation_prompt=True, tokenize=False)
+    if mark not in text:
+        logger.warning(
+            "%s: the chat template of %s leaves the system turn out of the prompt, so the model never sees it; put "
+            "the instruction in the question, or use a template that keeps it",
+            key, tokenizer.name_or_path,
+        )  # fmt: skip
+
+
 def align_generation_eos(model, tokenizer, end_of_turn: str | None) -> None:
     """Make generation stop at the chat template's end of turn as well as at EOS.
 

@@ -15,7 +15,7 @@ the push read it; nothing works one of its facts out again.
 from medrecipes.config.methods import method_named
 from medrecipes.errors import UserError
 from medrecipes.models.loading import positions
-from medrecipes.models.templates import answer_end, sft_template, turn_end
+from medrecipes.models.templates import answer_end, say_dropped_system, sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
@@ -66,6 +66,8 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
             f"tokens ({tokenizer.pad_token or tokenizer.eos_token!r} pads by default), or leave pad_token out"
         )
     template, end_of_turn = chat_turns(method, training_args, tokenizer)
+    if template and recipe.system_prompt:  # before a step: a template that refuses the turn stops the run here
+        say_dropped_system(tokenizer, "system_prompt", template)
     if trains.chat == "trains":
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()

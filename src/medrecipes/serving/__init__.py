@@ -46,12 +46,15 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
     from transformers import pipeline
 
     from medrecipes.models.loading import load_for_inference, positions
+    from medrecipes.models.templates import say_dropped_system
 
     _check_model(model)
     loaded, tokenizer = load_for_inference(model)
     limit = positions(loaded) or tokenizer.model_max_length
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     chat = tokenizer.chat_template is not None
+    if chat and system:
+        say_dropped_system(tokenizer, "generate --system")
     specials = [t for t in tokenizer.all_special_tokens + [str(t) for t in tokenizer.added_tokens_decoder.values()]
                 if len(t) > 1 and any(t in text for text in (prompt, system or ""))]  # fmt: skip
     if chat and specials:  # the tokenizer reads them as the markers themselves, not as the user's text
