@@ -485,6 +485,21 @@ def test_launch_plan_refuses_exactly_the_gpu_counts_that_plan_refuses(recipe, ca
     assert refused or recipe != "recipes/tiny_grpo.yaml"  # 16 completions do not divide into 3, 5 or 6 processes
 
 
+def test_launch_plan_takes_the_accelerate_configs_processes_a_node(tmp_path, capsys):
+    """An accelerate config of 4 processes on a machine: 4 a node unless --gpus-per-node says
+    otherwise, which is said (the launch passes NUM_PROCESSES, replacing the config's)."""
+
+    config = yaml.safe_load((ROOT / "accelerate_configs" / "ddp.yaml").read_text()) | {"num_processes": 4}
+    (tmp_path / "four.yaml").write_text(yaml.safe_dump(config))
+    plan = ["launch-plan", "recipes/tiny_cpt.yaml", "--nodes", "2", "--accelerate-config", str(tmp_path / "four.yaml")]
+    errors, out = _answer(plan, capsys)
+    assert not errors and "NUM_PROCESSES=8" in out  # 2 nodes of 4
+    cli.main([*plan, "--gpus-per-node", "2"])
+    captured = capsys.readouterr()
+    assert "NUM_PROCESSES=4" in captured.out
+    assert "starts 4 processes a machine, and --gpus-per-node 2 replaces it" in captured.err
+
+
 def test_a_recipe_that_leaves_checkpointing_unset_gets_the_plans_choice(gemma_peft, capsys, caplog):
     from medrecipes.config import parse_recipe
     from medrecipes.plan.summary import settle_checkpointing

@@ -6,7 +6,7 @@
 #   NNODES=2 NODE_RANK=0 MAIN_ADDR=node0 bash recipes/launch/node.sh SCRIPT RECIPE ACCELERATE_CONFIG [--key value ...]
 #
 # Environment: NNODES and NODE_RANK (required), MAIN_ADDR (the rank-0 node), MAIN_PORT (29500),
-# GPUS_PER_NODE (8), MEDRECIPES and ACCELERATE (the commands, when not on PATH). The launch
+# GPUS_PER_NODE (the accelerate config's processes a machine), MEDRECIPES and ACCELERATE (the commands, when not on PATH). The launch
 # numbers come from `medrecipes launch-plan` unless the caller exported them already.
 set -euo pipefail
 script=$1 recipe=$2 config=$3
@@ -14,7 +14,7 @@ shift 3
 
 if [ -z "${NUM_PROCESSES:-}" ]; then
     eval "$(${MEDRECIPES:-medrecipes} launch-plan "$recipe" --method "$(basename "$script" .py)" \
-        --nodes "$NNODES" --gpus-per-node "${GPUS_PER_NODE:-8}" --accelerate-config "$config" "$@")"
+        --nodes "$NNODES" ${GPUS_PER_NODE:+--gpus-per-node "$GPUS_PER_NODE"} --accelerate-config "$config" "$@")"
 fi
 
 # Preemption: the launcher hands SIGTERM and SIGUSR1 on to the training processes and waits

@@ -41,7 +41,9 @@ def add_commands(commands) -> None:
 
     launch = recipe_command(commands, "launch-plan", "shell variables for a multi-node launch (recipes/launch/)")
     launch.add_argument("--nodes", type=COUNT, required=True)
-    launch.add_argument("--gpus-per-node", type=COUNT, default=8)
+    launch.add_argument(
+        "--gpus-per-node", type=COUNT, help="processes a node starts (default: the accelerate config's, else 8)"
+    )
     launch.add_argument("--accelerate-config", type=input_path, help=ACCELERATE_CONFIG)
     launch.set_defaults(func=cmd_launch_plan)
 
@@ -142,14 +144,28 @@ def cmd_launch_plan(args) -> None:
     recipe, training_args, model_args = parse_recipe_file(
         args.recipe, method_of(args.recipe, args.method), args.overrides
     )
-    if args.accelerate_config:
+    per_node, said = args.gpus_per_node or 8, None
+    if (
+        args.accelerate_config
+    ):  # its processes, per machine, unless --gpus-per-node says otherwise (node.sh passes the plan's)
         from medrecipes.plan.launch import check_accelerate_config
 
-        check_accelerate_config(args.accelerate_config)
-    values = launch_plan(recipe, training_args, args.recipe, args.nodes, args.gpus_per_node)
+        config = check_accelerate_config(args.accelerate_config)
+        machines = max(int(config.get("num_machines") or 1), 1)
+        theirs = int(config.get("num_processes") or 1) // machines or 1
+        if args.gpus_per_node is None:
+            per_node = theirs
+        elif args.gpus_per_node != theirs:
+            said = (
+                f"# note: {args.accelerate_config} starts {theirs} process{'es' if theirs > 1 else ''} a machine, and "
+                f"--gpus-per-node {args.gpus_per_node} replaces it (the launch passes NUM_PROCESSES); give one of them"
+            )
+    values = launch_plan(recipe, training_args, args.recipe, args.nodes, per_node)
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
         print(f"{key}={shlex.quote(str(value))}")
+    if said:  # on stderr: stdout is read by the launch script as shell assignments
+        print(said, file=sys.stderr)
     if training_args.use_cpu:  # on stderr: stdout is read by the launch script as shell assignments
         print(
             f"# note: {args.recipe} has use_cpu: true, so its {values['NUM_PROCESSES']} processes would train on CPUs "
