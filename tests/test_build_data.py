@@ -2,6 +2,7 @@
 object-storage sources and checkpoint copies."""
 
 import json
+import os
 from pathlib import Path
 
 import datasets
@@ -144,6 +145,24 @@ def test_build_is_skipped_until_the_data_changes(tmp_path, files, tiny_model, to
     recipe, args, _ = parse_recipe("cpt", [path])
     with pytest.raises(UserError, match="max_length"):
         pretraining_data(recipe, tokenizer, args.max_length)
+
+
+def test_a_run_from_a_build_whose_sources_changed_since_is_refused(tmp_path, files, tiny_model, tokenizer):
+    """A source file edited after the build: the run would train on the old build while its record
+    fingerprints the new file. One line, until it is built again; a file only touched is the same."""
+    path = recipe_file(tmp_path, tiny_model, files, False)
+    build(path)
+    recipe, args, _ = parse_recipe("cpt", [path])
+    later = os.stat(files["notes"]).st_mtime + 10
+    os.utime(files["notes"], (later, later))  # touched: the same bytes
+    pretraining_data(recipe, tokenizer, args.max_length)
+    lines = Path(files["notes"]).read_text().splitlines(keepends=True)
+    Path(files["notes"]).write_text("".join(lines[:5]))
+    with pytest.raises(UserError, match=rf"{files['notes']} changed \([\d,]+ bytes then, [\d,]+ now\) since; build"):
+        pretraining_data(recipe, tokenizer, args.max_length)
+    _, built = build(path)
+    assert built
+    pretraining_data(recipe, tokenizer, args.max_length)
 
 
 def test_folders_to_write_that_are_files_are_refused(tmp_path, files, tiny_model):

@@ -29,6 +29,7 @@ from medrecipes.data.manifest import (
     join,
     read_manifest,
     recipe_key,
+    file_stamps,
     source_fingerprint,
     tokenizer_fingerprint,
     write_manifest,
@@ -62,20 +63,24 @@ def blocks_needed(recipe, args, path: str, num_processes: int) -> int | None:
     return args.max_steps * args.gradient_accumulation_steps * args.per_device_train_batch_size * num_processes
 
 
-def content_key(recipe, tokenizer, args, blocks: int | None) -> tuple[dict, str]:
-    """(recipe key, full key): the second also covers what the sources hold and the number of blocks."""
+def content_key(recipe, tokenizer, args, blocks: int | None) -> tuple[dict, str, dict]:
+    """(recipe key, full key, the files the sources and eval sets read as they are now: `file_stamps`):
+    the second key also covers what the sources hold and the number of blocks."""
     rkey = recipe_key(recipe, tokenizer, args.max_length, args.dataset_num_proc)
+    sources = [source_fingerprint(s) for s in recipe.mixture.sources]
+    eval_sets = {name: source_fingerprint(s) for name, s in recipe.eval_sources.items()}
     contents = {
         "format": FORMAT_VERSION,
         "recipe_key": rkey,
-        "sources": [source_fingerprint(s) for s in recipe.mixture.sources],
-        "eval_sets": {name: source_fingerprint(s) for name, s in recipe.eval_sources.items()},
+        "sources": sources,
+        "eval_sets": eval_sets,
         "decontaminate_against": [
             source_fingerprint(SourceConfig(path=p)) for p in recipe.decontaminate_against or []
         ],
         "blocks": blocks,
     }
-    return rkey, digest(contents)
+    read = {f: fp for s in [*sources, *eval_sets.values()] for f, fp in s.get("files", {}).items()}
+    return rkey, digest(contents), file_stamps(read)
 
 
 def _per_source(dataset, column: str, width: int) -> np.ndarray:
@@ -125,10 +130,12 @@ def build_data(
         raise UserError(f"{recipe_path}: no 'dataset_mixture'; add one with at least one source")
     tokenizer = recipe_tokenizer(recipe, model_args)
     blocks = blocks_needed(recipe, args, recipe_path, num_processes)
-    rkey, key = content_key(recipe, tokenizer, args, blocks)
+    rkey, key, stamps = content_key(recipe, tokenizer, args, blocks)
     old = read_manifest(out)
     if old is not None and old.get("key") == key and not force:
         logger.info("%s is up to date with %s; nothing to build", out, recipe_path)
+        if old.get("files") != stamps:  # the same bytes, touched since: a run then need not read them again
+            write_manifest(out, old := {**old, "files": stamps})
         return old, False
 
     _clear(out)
@@ -172,6 +179,7 @@ def build_data(
         "key": key,
         "recipe_key": rkey,
         "recipe": recipe_path,
+        "files": stamps,  # what a run from the build checks its sources against (`manifest.changed_since_built`)
         "sources": [
             # storage_options may hold credentials: they stay out of the manifest.
             {

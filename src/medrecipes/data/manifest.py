@@ -80,6 +80,32 @@ def file_fingerprint(path: str, storage_options: dict | None = None) -> str:
     return f"sha256:{sha.hexdigest()}"
 
 
+def file_stamps(fingerprints: dict[str, str]) -> dict[str, dict]:
+    """Each local file of `fingerprints` (path: content fingerprint) with its size and modification
+    time: what a build read, checked cheaply when a run starts from it (`changed_since_built`)."""
+    stamps = {}
+    for path, fingerprint in fingerprints.items():
+        if not is_url(path):
+            stat = os.stat(path)
+            stamps[path] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "fingerprint": fingerprint}
+    return stamps
+
+
+def changed_since_built(stamps: dict[str, dict]) -> str | None:
+    """The first file a build read that is gone or holds other bytes now, with what changed; a file
+    only touched (same bytes, by its fingerprint) has not changed. None where all are as built."""
+    for path, then in stamps.items():
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return f"{path} is gone"
+        if (stat.st_size, stat.st_mtime_ns) == (then["size"], then["mtime_ns"]):
+            continue
+        if stat.st_size != then["size"] or file_fingerprint(path) != then["fingerprint"]:
+            return f"{path} changed ({then['size']:,} bytes then, {stat.st_size:,} now)"
+    return None
+
+
 def source_files(source: SourceConfig) -> list[str] | None:
     """The local or object-storage files a source reads, or None for a Hub dataset."""
     path = source.path.removeprefix("file://")
@@ -149,6 +175,11 @@ def load_built_data(recipe, tokenizer, max_length: int, num_proc: int | None = N
                 f"built_data '{folder}' was built for another {KEY_PARTS[part]} than this recipe has; "
                 "build it again with: medrecipes build-data RECIPE"
             )
+    if changed := changed_since_built(manifest.get("files") or {}):  # a build older than the stamps has none
+        raise UserError(
+            f"built_data '{folder}' was built from the sources as they were, and {changed} since; build it again "
+            f"with: medrecipes build-data {manifest['recipe']}"
+        )
     logger.info(
         "training data from %s (%d blocks, built from %s)", folder, manifest["train"]["blocks"], manifest["recipe"]
     )
