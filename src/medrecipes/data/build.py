@@ -26,10 +26,10 @@ from medrecipes.data import decontamination as dc
 from medrecipes.data.manifest import (
     FORMAT_VERSION,
     digest,
+    file_stamps,
     join,
     read_manifest,
     recipe_key,
-    file_stamps,
     source_fingerprint,
     tokenizer_fingerprint,
     write_manifest,
