@@ -228,6 +228,23 @@ def test_an_adapter_config_of_another_rank_than_its_weights_names_r(adapter, tmp
     )
 
 
+@pytest.mark.parametrize("edit", [{"use_dora": True}, {"target_modules": ["q_proj", "v_proj", "o_proj"]}])
+def test_an_adapter_config_that_calls_for_weights_the_file_lacks_is_one_line(adapter, tmp_path, capsys, edit):
+    """adapter_config.json edited to build more than the weights hold (DoRA's magnitudes, another
+    module): PEFT warned and merged the missing tensors as initialised; refused, with what is missing."""
+    edited = tmp_path / "edited"
+    shutil.copytree(adapter, edited)
+    config = json.loads((edited / "adapter_config.json").read_text())
+    (edited / "adapter_config.json").write_text(json.dumps({**config, **edit}))
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["merge-lora", str(edited), str(tmp_path / "merged")])
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert exit.value.code == 2 and line.startswith(f"error: {edited}/adapter_config.json calls for "), line
+    assert ("lora_magnitude_vector" if "use_dora" in edit else "lora_A, lora_B") in line
+    assert line.endswith("copy adapter_config.json again from the run that saved these weights")
+    assert not (tmp_path / "merged").exists()
+
+
 def test_weights_that_hold_nan_are_one_line_wherever_they_load(base, adapter, tmp_path, capsys):
     """An adapter (or a model) saved by a run that diverged: merging, generating and evaluating
     with it would give NaN losses and empty answers without a word; the tensor is named."""

@@ -3,6 +3,8 @@ a scratch preset; dtype, attention and quantisation as the recipe asks."""
 
 import logging
 import os
+import re
+import warnings
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -263,6 +265,20 @@ def _say_changed_base(adapter_dir: str, base: str) -> None:
         )  # fmt: skip
 
 
+def _missing_adapter_weights(adapter_dir: str, said: str) -> str:
+    """The line for an adapter whose config builds tensors its weights do not hold (use_dora or
+    target_modules edited, a config from another run): PEFT would leave them as initialised and
+    merge them in."""
+    keys = re.findall(r"'([^']+)'", said)
+    kinds = sorted({m.group(1) for k in keys if (m := re.search(r"\.(lora_\w+?)(?:\.|$)", k))})
+    dora = " (use_dora: true needs the magnitudes a DoRA run saves)" if "lora_magnitude_vector" in kinds else ""
+    return (
+        f"{adapter_dir}/adapter_config.json calls for {len(keys)} adapter tensors its weights do not hold "
+        f"({', '.join(kinds) or keys[0] if keys else 'named by PEFT'}){dora}; they would be merged in as "
+        "initialised: copy adapter_config.json again from the run that saved these weights"
+    )
+
+
 def _saved_rank(adapter_dir: str) -> str | None:
     """Where an adapter's weights are of another rank than its adapter_config.json's r (the file
     edited, or copied from another run): the line that says so, else None (the base is then what
@@ -312,7 +328,13 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
     try:
-        model = PeftModel.from_pretrained(model, adapter_dir)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            model = PeftModel.from_pretrained(model, adapter_dir)
+        for warning in said:  # PEFT's word for weights its config calls for and the file lacks: refused
+            if "Found missing adapter keys" in str(warning.message):
+                raise UserError(_missing_adapter_weights(adapter_dir, str(warning.message)))
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     except RuntimeError as err:
         if "size mismatch" not in str(err):
             raise
