@@ -144,10 +144,9 @@ def cmd_launch_plan(args) -> None:
     recipe, training_args, model_args = parse_recipe_file(
         args.recipe, method_of(args.recipe, args.method), args.overrides
     )
+    # The accelerate config's processes a machine, unless --gpus-per-node says otherwise (node.sh passes the plan's).
     per_node, said = args.gpus_per_node or 8, None
-    if (
-        args.accelerate_config
-    ):  # its processes, per machine, unless --gpus-per-node says otherwise (node.sh passes the plan's)
+    if args.accelerate_config:
         from medrecipes.plan.launch import check_accelerate_config
 
         config = check_accelerate_config(args.accelerate_config)
@@ -164,9 +163,10 @@ def cmd_launch_plan(args) -> None:
     values["MODEL"] = model_args.model_name_or_path or ""
     for key, value in values.items():
         print(f"{key}={shlex.quote(str(value))}")
-    if said:  # on stderr: stdout is read by the launch script as shell assignments
+    # Notes on stderr: stdout is read by the launch script as shell assignments.
+    if said:
         print(said, file=sys.stderr)
-    if training_args.use_cpu:  # on stderr: stdout is read by the launch script as shell assignments
+    if training_args.use_cpu:
         print(
             f"# note: {args.recipe} has use_cpu: true, so its {values['NUM_PROCESSES']} processes would train on CPUs "
             "and leave the GPUs idle; set use_cpu: false to train on them",

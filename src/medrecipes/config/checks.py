@@ -524,7 +524,8 @@ def check_read_keys(recipe: RecipeArguments, args: TrainingArguments, model_args
     """Recipe keys the run would take and never read, each refused in one line: `subjects` without
     question sources, or empty; a model to start from beside init_from_scratch; SFT's
     dataset_text_field (the rows reach TRL with their text in 'text': a source's text_field names a
-    column of yours); weight_unit tokens where rows, not documents, are drawn; save_strategy best without the metric it keeps the best by."""
+    column of yours); weight_unit tokens where rows, not documents, are drawn; save_strategy best
+    without the metric it keeps the best by."""
     if recipe.subjects is not None and not recipe.subjects:
         raise UserError(f"{path}: subjects is an empty list; name the subjects to train on, or drop it for all")
     training = {s.format for s in (recipe.mixture.sources if recipe.mixture else [])}
