@@ -550,7 +550,8 @@ def test_init_from_scratch_with_architecture_parses(tmp_path):
 
 
 def test_validate_prints_resolved_recipe(tmp_path, capsys):
-    path = budget_recipe(tmp_path, learning_rate=5e-4)
+    mixture = {"sources": [{"path": "data/medical_text/train.jsonl", "format": "text"}]}
+    path = budget_recipe(tmp_path, learning_rate=5e-4, dataset_mixture=mixture)
     cli.main(["validate", path, "--learning_rate", "7e-4"])
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out)

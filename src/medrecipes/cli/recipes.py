@@ -61,6 +61,7 @@ def add_commands(commands) -> None:
 
 def cmd_validate(args) -> None:
     from medrecipes.config import METHODS, parse_eval_args, resolved_yaml, script_of
+    from medrecipes.data.mixture import training_mixture
 
     method = method_of(args.recipe, args.method, (*METHODS, "eval"))
     launch, config = None, {}
@@ -75,6 +76,7 @@ def cmd_validate(args) -> None:
             config = check_accelerate_config(args.accelerate_config)
         recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
         parsed = (recipe, model_args, training_args)
+        training_mixture(recipe)  # what every script refuses first, before its model loads
         _check_local_inputs(recipe, model_args, training_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
             launch = recipe_under_launch(

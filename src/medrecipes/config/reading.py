@@ -130,6 +130,14 @@ class RecipeParser(TrlParser):
         # argparse would call dict() on the text of a mapping key (a mixture, eval sets, a kernel
         # config) and take a list of mappings (rewards) word by word: both take one YAML value.
         hints = {name: hint for cls in dataclass_types for name, hint in typing.get_type_hints(cls).items()}
+        # The keys YAML's null cannot stand for: their type takes no None and their default is a value
+        # (the command line's 'null' is refused by their argparse type; the YAML's reached the library).
+        self.not_null = {
+            f.name: hints[f.name]
+            for cls in dataclass_types
+            for f in dataclasses.fields(cls)
+            if f.name in hints and f.default is not None and not _takes_null(hints[f.name])
+        }
         for action in self._actions:
             if action.dest not in hints:
                 continue
@@ -179,6 +187,11 @@ class RecipeParser(TrlParser):
             f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.type in (int, int | None)
         }
         for key, value in config.items():
+            if value is None and key in self.not_null:
+                raise UserError(
+                    f"{self.recipe_path}: {key}: null, and it takes {_kind(self.not_null[key])}; give one, or leave "
+                    "the key out for its default"
+                )
             if key in self.optional_texts and isinstance(value, str) and not value.strip():
                 config[key] = None  # as on the command line
             if key in int_fields and isinstance(value, str | float) and _is_whole_number(value):
@@ -651,6 +664,11 @@ def _yaml_number(text: str) -> float | str:
         return float(text)
     except ValueError:
         return text
+
+
+def _takes_null(hint) -> bool:
+    """Whether a field of type `hint` may hold None: Any, an Optional, or a union with None."""
+    return hint is typing.Any or hint is type(None) or (_is_union(hint) and type(None) in typing.get_args(hint))
 
 
 def _takes_names(hint) -> bool:

@@ -2,7 +2,7 @@
 
 import logging
 
-from medrecipes.data.mixture import build_mixture
+from medrecipes.data.mixture import build_mixture, training_mixture
 from medrecipes.data.sources import load_mcq_source, load_source
 from medrecipes.errors import UserError
 from medrecipes.usmle import chat_messages, completion_prompt
@@ -27,8 +27,7 @@ def mcq_prompt(recipe, prompt_format: str):
 def grpo_data(recipe, prompt_format: str):
     """(train prompts, {eval set: prompts}, {eval set: MCQ rows for accuracy}); every source is a
     multiple-choice one (`format: usmle`, checked when the recipe was parsed: config.methods)."""
-    if recipe.mixture is None:
-        raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
+    training_mixture(recipe)
     render = mcq_prompt(recipe, prompt_format)
     # As for SFT, only training is restricted to `subjects`; evaluation covers every subject.
     train = build_mixture(recipe.mixture, render, recipe.subjects)

@@ -46,6 +46,16 @@ def mean_document_tokens(documents, tokenizer) -> float:
     return sum(len(ids) + 1 for ids in token_ids(tokenizer, texts)) / len(texts)
 
 
+def training_mixture(recipe, sources: str = "source") -> MixtureConfig:
+    """The recipe's dataset_mixture, which every training run needs; one line naming the recipe
+    file where it has none (null, or left out)."""
+    if recipe.mixture is None:
+        raise UserError(
+            f"{recipe.recipe_file or 'command line'}: no 'dataset_mixture'; add one with at least one {sources}"
+        )
+    return recipe.mixture
+
+
 def document_probabilities(mixture: MixtureConfig, sets: list, tokenizer=None) -> tuple[list[float], list[float]]:
     """(probability of drawing each source's next document, measured mean tokens per document).
 

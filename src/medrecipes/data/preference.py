@@ -8,7 +8,7 @@ import random
 from collections import Counter
 
 from medrecipes import usmle
-from medrecipes.data.mixture import build_mixture
+from medrecipes.data.mixture import build_mixture, training_mixture
 from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
 
@@ -138,8 +138,7 @@ def preference_data(recipe, unpair: bool = False, args=None):
     """(train rows, {eval set: rows}) from the recipe's preference sources; with `unpair` (KTO)
     pairs are split into one desirable and one undesirable answer, and the weights of the two
     kinds in `args` (KTO's config) are checked against their counts."""
-    if recipe.mixture is None:
-        raise UserError("recipe: no 'dataset_mixture'; add one with at least one preference source")
+    training_mixture(recipe, "preference source")
     train = build_mixture(recipe.mixture)
     evals = {name: load_source(source) for name, source in recipe.eval_sources.items()}
     if unpair:

@@ -6,18 +6,16 @@ A streaming mixture is a `TokenStream`, whose position is saved with each checkp
 """
 
 from medrecipes.data.manifest import load_built_data
-from medrecipes.data.mixture import build_mixture, source_names
+from medrecipes.data.mixture import build_mixture, source_names, training_mixture
 from medrecipes.data.packing import pack_documents
 from medrecipes.data.rows import files_of
 from medrecipes.data.sources import load_source
 from medrecipes.data.stream import TokenStream
-from medrecipes.errors import UserError
 
 
 def source_data(recipe, tokenizer, max_length: int, num_proc: int | None = None):
     """(train blocks, {eval set name: blocks}) tokenised and packed from the recipe's sources."""
-    if recipe.mixture is None:
-        raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
+    training_mixture(recipe)
     mixture, names = recipe.mixture, source_names(recipe.mixture)
     documents = build_mixture(mixture, tokenizer=tokenizer, tag_sources=True)
     train = pack_documents(documents, tokenizer, max_length, num_proc, num_sources=len(names))

@@ -4,7 +4,7 @@ import logging
 
 from datasets import Dataset
 
-from medrecipes.data.mixture import build_mixture
+from medrecipes.data.mixture import build_mixture, training_mixture
 from medrecipes.data.rows import say_unrendered_keys
 from medrecipes.data.sources import load_mcq_source, load_source
 from medrecipes.errors import UserError
@@ -29,8 +29,7 @@ def sft_data(recipe, completion_only_loss: bool | None = None, tokenizer=None):
     `completion_only_loss` true: the rows must be prompt/completion ones (a chat source's layout is
     known once it is read; TRL masks nothing of a conversation by it, without a word). `tokenizer`:
     the one whose chat template renders the turns, where given (`say_unrendered_keys`)."""
-    if recipe.mixture is None:
-        raise UserError("recipe: no 'dataset_mixture'; add one with at least one source")
+    training_mixture(recipe)
     render = mcq_conversation(recipe)
     # Only training is restricted to `subjects`: evaluation reports every subject, so a
     # per-subject run shows what it gains and what it loses elsewhere.
