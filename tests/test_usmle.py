@@ -373,7 +373,9 @@ def test_explicit_format_is_checked_on_every_row(tmp_path):
     broken = {k: v for k, v in MEDQA_ROW.items() if k != "answer_idx"}
     path = tmp_path / "medqa.jsonl"
     path.write_text(f"{json.dumps(MEDQA_ROW)}\n\n{json.dumps(broken)}\n")  # the file's line, blank lines counted
-    with pytest.raises(UserError, match=r"medqa\.jsonl line 3: no 'answer_idx'"):
+    with pytest.raises(
+        UserError, match=r"medqa\.jsonl line 3: 'answer_idx' has no value \(null, or left out of this row\)"
+    ):
         load_mcq(str(path), format="medqa")
     with pytest.raises(UserError, match="line 1: no 'opa'"):
         load_mcq(write_jsonl(tmp_path / "one.jsonl", [MEDQA_ROW]), format="medmcqa")

@@ -23,8 +23,19 @@ from medrecipes.usmle.schema import (
 )
 
 
+def _null(where: Where, keys: list[str]) -> UserError:
+    """A row's keys of its file's layout with no value: null, or left out of a row of a file whose
+    other rows have them (the reader fills them with null); what it lacks is their value."""
+    return UserError(
+        f"{where}: {', '.join(repr(k) for k in keys)} {'has' if len(keys) == 1 else 'have'} no value (null, or left "
+        "out of this row); give every row its value, or leave the row out"
+    )
+
+
 def _require(row: Row, keys: Iterable[str], fmt: str, where: Where) -> None:
     missing = [k for k in keys if row.get(k) is None]
+    if empty := [k for k in missing if k in row]:  # written, as null
+        raise _null(where, empty)
     if missing:
         layout = ", ".join(CONVERTERS[fmt].keys)
         raise UserError(
@@ -172,10 +183,7 @@ def detect_format(row: Row, where: Where) -> str:
     # around it (a CSV header 'question, A, B'): said as that, not as no format at all.
     empty = next(([k for k in keys if k not in present] for _, keys in layouts if set(keys) <= set(row)), None)
     if empty:
-        raise UserError(
-            f"{where}: {', '.join(repr(k) for k in empty)} {'is' if len(empty) == 1 else 'are'} null (empty); give "
-            "every row its value, or leave the row out"
-        )
+        raise _null(where, empty)
     spaced = {k.strip(): k for k in present if isinstance(k, str) and k != k.strip()}
     if spaced and any(set(keys) <= present | set(spaced) for _, keys in layouts):
         header = f"{where.source} line 1" if where.source.lower().endswith(".csv") and where.header else where
