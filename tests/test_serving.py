@@ -61,7 +61,8 @@ def test_generate_says_a_prompt_that_holds_the_tokenizers_markers(tiny_model, ca
 
 def test_a_system_prompt_a_template_leaves_out_is_said(tiny_model, tmp_path, caplog):
     """A chat template that renders no system turn (rather than refusing one): the model would never
-    see the system prompt, for generate as for an evaluation; a template that keeps it, no word."""
+    see the system prompt, for generate as for an evaluation and a run (its preview); a template that
+    keeps it, no word."""
     import shutil
 
     from medrecipes.evaluation.generate import generate_answers
@@ -83,7 +84,9 @@ def test_a_system_prompt_a_template_leaves_out_is_said(tiny_model, tmp_path, cap
             loaded, tokenizer = load_for_inference(model)
             row = {"question": "Which vitamin?", "options": ["C", "D"], "answer": "A"}
             generate_answers(loaded, tokenizer, [row], system_prompt="be brief", max_new_tokens=1)
-        assert caplog.text.count("leaves the system turn out of the prompt, so the model never sees it") == 2 * said
+            preview = ["--eval_sets", "null", "--examples", "1", "--assistant_only_loss", "false"]
+            cli.main(["preview", "recipes/tiny_sft.yaml", "--model_name_or_path", model, *preview])  # as a run settles
+        assert caplog.text.count("leaves the system turn out of the prompt, so the model never sees it") == 3 * said
 
 
 def test_generate_names_a_missing_model_folder(tmp_path, capsys):

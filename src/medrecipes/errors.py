@@ -584,7 +584,8 @@ def template_refusal(err: BaseException) -> UserError | None:
         "leave the system prompt out (system_prompt in a recipe or eval, --system for generate, --system-prompt "
         "for pairs), or use a template that takes one (an SFT recipe's chat_template_path: chatml)"
         if "system" in why.lower()
-        else "give the turns as that template takes them, or use another template"
+        else "give the turns as that template takes them (a system prompt, from system_prompt, --system or "
+        "--system-prompt, is a turn of its own that some templates refuse), or use another template"
     )
     return UserError(f"the model's chat template refuses the turns it was given ({why}); {fix}")
 

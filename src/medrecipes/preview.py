@@ -104,7 +104,7 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     """(title, tokenizer, end-of-turn token, the first `count` training examples) of a parsed recipe."""
     tokenizer = recipe_tokenizer(recipe, model_args)
     # The template the run will use (set on the tokenizer, as the run sets it) and its end of turn.
-    _, end_of_turn = chat_turns(method, args, tokenizer)
+    _, end_of_turn = chat_turns(method, args, tokenizer, recipe.system_prompt)
     trains = method_named(method)  # its examples are built as the data of a method of its kind
     name = method.upper()
     if trains.chat == "none":

@@ -331,9 +331,10 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             model = PeftModel.from_pretrained(model, adapter_dir)
-        for warning in said:  # PEFT's word for weights its config calls for and the file lacks: refused
-            if "Found missing adapter keys" in str(warning.message):
-                raise UserError(_missing_adapter_weights(adapter_dir, str(warning.message)))
+        # PEFT's word for weights its config calls for and the file lacks: refused, its other words then moot.
+        if missing := next((str(w.message) for w in said if "Found missing adapter keys" in str(w.message)), None):
+            raise UserError(_missing_adapter_weights(adapter_dir, missing))
+        for warning in said:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     except RuntimeError as err:
         if "size mismatch" not in str(err):

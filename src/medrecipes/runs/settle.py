@@ -24,12 +24,22 @@ from medrecipes.runs.record import SettledRun, read_record, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
 
-def chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str | None]:
+def chat_turns(
+    method: str, training_args, tokenizer, system_prompt: str | None = None
+) -> tuple[str | None, str | None]:
     """(template, end of turn) of a run: for SFT the template it trains with (`sft_template`, set on
     the tokenizer) and its end of turn, unless the recipe names `eos_token`; for the others the
     tokenizer's own; CPT trains on plain text, in no template (`Method.chat`). `medrecipes preview`
     shows the examples through the same. SFT's answers must end with that token in its template
-    (TRL adds none to a conversation), or the model is never trained to stop."""
+    (TRL adds none to a conversation), or the model is never trained to stop. A `system_prompt` the
+    template refuses stops the run here, one it leaves out is said (`say_dropped_system`)."""
+    template, end = _chat_turns(method, training_args, tokenizer)
+    if template and system_prompt:  # before a step: a template that refuses the turn stops the run here
+        say_dropped_system(tokenizer, "system_prompt", template)
+    return template, end
+
+
+def _chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str | None]:
     chat = method_named(method).chat
     if chat == "none":
         return None, None
@@ -65,9 +75,7 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
             f"pad_token: {pad!r} is not a token of {model_args.model_name_or_path}'s tokenizer; name one of its "
             f"tokens ({tokenizer.pad_token or tokenizer.eos_token!r} pads by default), or leave pad_token out"
         )
-    template, end_of_turn = chat_turns(method, training_args, tokenizer)
-    if template and recipe.system_prompt:  # before a step: a template that refuses the turn stops the run here
-        say_dropped_system(tokenizer, "system_prompt", template)
+    template, end_of_turn = chat_turns(method, training_args, tokenizer, recipe.system_prompt)
     if trains.chat == "trains":
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()
