@@ -73,8 +73,22 @@ def _check_rows_left(given: int | None, left: int | None, trainer: str, args) ->
 def _check_whole_batch(dataset, args) -> None:
     """With dataloader_drop_last, the DataLoader drops a last batch it cannot fill: with fewer rows
     than one batch of all processes it yields none, and the run saves an untrained model after 0
-    steps. GRPO batches its completions (num_generations of each prompt), not its rows."""
-    if not args.dataloader_drop_last or isinstance(args, GRPOConfig) or not hasattr(dataset, "__len__"):
+    steps. GRPO batches its completions (num_generations of each prompt), not its rows: TRL's sampler
+    drops a generation batch of fewer prompts than it holds, drop_last or not (a pass_rate filter
+    that keeps too few questions)."""
+    if not hasattr(dataset, "__len__"):
+        return
+    if isinstance(args, GRPOConfig):
+        prompts = args.generation_batch_size // args.num_generations
+        if len(dataset) < prompts:
+            raise UserError(
+                f"the {len(dataset)} training question{'s' if len(dataset) != 1 else ''} fill no generation batch of "
+                f"{prompts} prompts (generation_batch_size {args.generation_batch_size} / num_generations "
+                f"{args.num_generations}), so no step would run; give more questions (a wider pass_rate range), or "
+                "lower prompts_per_step"
+            )
+        return
+    if not args.dataloader_drop_last:
         return
     batch = args.per_device_train_batch_size * args.world_size
     if len(dataset) < batch:
