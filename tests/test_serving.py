@@ -217,7 +217,7 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
         body = {"messages": [{"role": "user", "content": QUESTION}], **fields}
         status, answer = server.call("POST", "/v1/chat/completions", body)
         assert_refused(status, answer)
-        assert word.split("_")[0] in answer["error"]["message"] or status == 404, (fields, answer)
+        assert word in answer["error"]["message"] or status == 404, (fields, answer)  # the field it sent, by its name
     for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"", b"[" * 100_000 + b"]" * 100_000):
         assert_refused(*server.call("POST", "/v1/chat/completions", raw=raw), expected=400)
     twice = b'{"messages": [{"role": "user", "content": "hi", "role": "user"}], "max_tokens": 3, "max_tokens": 5}'

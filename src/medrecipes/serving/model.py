@@ -93,8 +93,9 @@ class ServedModel:
         if len(set(map(repr, limits.values()))) > 1:  # OpenAI's newer name and its older one
             raise fields.RequestError(400, f"max_tokens {limits['max_tokens']!r} and max_completion_tokens "
                                       f"{limits['max_completion_tokens']!r} disagree; give one of them")  # fmt: skip
-        limit = payload.get("max_completion_tokens", payload.get("max_tokens"))
-        limit = fields.token_limit(min(256, self.max_tokens) if limit is None else limit, 1, self.max_tokens)
+        named = next((key for key in ("max_completion_tokens", "max_tokens") if key in limits), "max_tokens")
+        limit = limits.get(named)
+        limit = fields.token_limit(min(256, self.max_tokens) if limit is None else limit, 1, self.max_tokens, named)
         request["stream"], request["include_usage"] = fields.stream_of(payload)
         try:
             ids = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_dict=True)["input_ids"]
