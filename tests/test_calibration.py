@@ -224,6 +224,32 @@ def test_calibrate_saves_a_temperature_that_eval_then_reports(tiny_model, tmp_pa
         assert info.value.code == 2 and words in capsys.readouterr().err
 
 
+def test_calibrate_says_a_fit_on_the_runs_own_training_questions_and_one_at_the_range_end(
+    tiny_model, tmp_path, caplog
+):
+    """--dev the very file the run trained on (its run.json beside final/ names it): the fit makes
+    the model overconfident, said; a temperature at an end of the range searched is said too."""
+    import math
+
+    from medrecipes.evaluation.calibration import TEMPERATURE_RANGE, fit_temperature
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model, run / "final")
+    sources = [{"path": str(SAMPLE / "train.jsonl"), "format": "usmle"}]
+    (run / "run.json").write_text(
+        json.dumps({"script": "recipes/sft.py", "recipe": {"dataset_mixture": {"sources": sources}}})
+    )
+    with caplog.at_level(logging.WARNING):
+        cli.main(["calibrate", "--model", str(run / "final"), "--task", "medqa_4opt", "--dev", str(SAMPLE / "train.jsonl"),
+                  "--held-out", str(SAMPLE / "test.jsonl"), "--batch-size", "4"])  # fmt: skip
+    assert f"--dev {SAMPLE / 'train.jsonl'} is data the run that saved {run / 'final'} trained on" in caplog.text
+    fitted = json.loads((run / "final" / "calibration.json").read_text())["temperature"]
+    at_end = min(abs(math.log(fitted / bound)) for bound in TEMPERATURE_RANGE) < 0.01
+    assert ("is at the end of the range searched" in caplog.text) == at_end
+    # Answers sure and always wrong: no temperature inside the range fits them, the search ends at its top.
+    assert fit_temperature([[0.0, -9.0, -9.0]] * 50, [1] * 50) == pytest.approx(TEMPERATURE_RANGE[1], rel=1e-3)
+
+
 def test_sampled_generate_mode_reports_the_votes_calibration(chat_model, tmp_path, capsys):
     output = tmp_path / "eval.json"
     cli.main(["eval", "--model", chat_model, "--tasks", "medqa_4opt", "--data", f"medqa_4opt={SAMPLE / 'test.jsonl'}",

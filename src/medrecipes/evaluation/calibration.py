@@ -207,14 +207,17 @@ def gold_nll(logliks: list, gold: list[int], temperature: float = 1.0) -> float:
 MIN_FIT_QUESTIONS = 50
 
 
+TEMPERATURE_RANGE = (1 / 20, 20)  # where a temperature is searched; a fit at either end found none inside
+
+
 def fit_temperature(logliks: list, gold: list[int]) -> float:
     """The temperature that minimises `gold_nll` on a development set, searched over log T in
-    [1/20, 20]: one parameter, so scipy's bounded scalar search is enough."""
+    TEMPERATURE_RANGE: one parameter, so scipy's bounded scalar search is enough."""
     from scipy.optimize import minimize_scalar
 
     found = minimize_scalar(
         lambda log_t: gold_nll(logliks, gold, math.exp(log_t)),
-        bounds=(math.log(1 / 20), math.log(20)),
+        bounds=tuple(math.log(t) for t in TEMPERATURE_RANGE),
         method="bounded",
         options={"xatol": 1e-4},
     )

@@ -3,6 +3,7 @@ tasks and the model, score, and write the results."""
 
 import json
 import logging
+import math
 import os
 import platform
 import time
@@ -192,11 +193,25 @@ def run_calibration(
             f"calibrate: the development questions ({fit_data.source}) and the held-out ones ({test_data.source}) "
             "share questions; fit on questions that are not measured"
         )
+    if dev and _trained_on(model_path, dev):
+        logger.warning(
+            "calibrate: --dev %s is data the run that saved %s trained on (its run.json): the model is surer of "
+            "those answers than of new ones, so the temperature fitted there makes it overconfident; fit on "
+            "questions it never saw",
+            dev, model_path,
+        )  # fmt: skip
     model, tokenizer = load_for_evaluation(model_path)
     fitted = evaluate_task(model, tokenizer, fit_data, "loglik", batch_size=batch_size, progress=True)
     logliks = [p["logliks"] for p in fitted["predictions"]]
     gold = [LETTERS.index(p["answer"]) for p in fitted["predictions"]]
     temperature = cal.fit_temperature(logliks, gold)
+    if min(abs(math.log(temperature / bound)) for bound in cal.TEMPERATURE_RANGE) < 0.01:
+        logger.warning(
+            "calibrate: the temperature fitted, %.3g, is at the end of the range searched (%g to %g): no "
+            "temperature inside it fits %s's answers, which are %s; it is saved, and says little",
+            temperature, *cal.TEMPERATURE_RANGE, fit_data.source,
+            "no better than chance there" if temperature > 1 else "all but certain and right",
+        )  # fmt: skip
     measured = evaluate_task(model, tokenizer, test_data, "loglik", batch_size=batch_size, progress=True,
                              temperature=temperature)  # fmt: skip
     record = {
@@ -218,6 +233,26 @@ def run_calibration(
     with staged(target, folder=False, kind="calibration") as path, open(path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     return {**record, "report": measured}
+
+
+def _trained_on(model_path: str, data: str) -> bool:
+    """Whether `data` is a file among the training sources of the run whose folder holds the model
+    (output_dir/final, output_dir/checkpoint-N: the run.json beside it)."""
+    from medrecipes.locations import run_record
+
+    record = run_record(os.path.dirname(os.path.abspath(model_path)))
+    mixture = ((record or {}).get("recipe") or {}).get("dataset_mixture") if isinstance(record, dict) else None
+    named = [
+        path
+        for source in (mixture or {}).get("sources") or []
+        if isinstance(source, dict)
+        for path in [
+            source.get("path"),
+            *([source["data_files"]] if isinstance(source.get("data_files"), str) else source.get("data_files") or []),
+        ]  # fmt: skip
+        if isinstance(path, str)
+    ]
+    return any(os.path.isfile(path) and os.path.samefile(path, data) for path in named if os.path.isfile(data))
 
 
 def _summary(found: dict) -> dict:
