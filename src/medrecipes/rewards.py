@@ -22,6 +22,7 @@ their settings nested in the entry:
 
 import importlib
 import inspect
+import math
 import re
 from collections.abc import Callable
 
@@ -103,7 +104,12 @@ def get_reward(name: str, **settings) -> Callable:
     for key, parameter in inspect.signature(func).parameters.items():
         named = parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         if named and parameter.default is inspect.Parameter.empty and key not in settings:
-            raise UserError(f"reward '{name}': missing setting '{key}'; add it to the reward's entry")
+            raise UserError(
+                f"reward '{name}': takes no 'completions' argument, so it is read as a maker of a reward whose "
+                f"settings are its arguments, and setting '{key}' is not given; a reward function itself takes "
+                f"completions (TRL's name) and **kwargs: rename its argument{did_you_mean(key, ['completions'])}, or "
+                f"add '{key}' to the reward's entry"
+            )
     built = func(**settings)
     if not callable(built):
         raise UserError(f"reward '{name}': takes no 'completions' argument and does not return a reward function")
@@ -185,9 +191,11 @@ class CheckedReward:
             wrong = f"{len(scores)} scores for {len(completions)} completions"
         elif bad := [s for s in scores if s is not None and (isinstance(s, bool) or not isinstance(s, int | float))]:
             wrong = f"a score of {type(bad[0]).__name__} ({bad[0]!r})"
+        elif bad := [s for s in scores if s is not None and not math.isfinite(s)]:  # TRL reads NaN as no score
+            wrong = f"a score of {bad[0]!r}"
         if wrong:
             raise UserError(
-                f"reward '{self.path}' returned {wrong}; a reward returns a list of one number a completion "
+                f"reward '{self.path}' returned {wrong}; a reward returns a list of one finite number a completion "
                 "(None for one it does not score)"
             )
         return scores
