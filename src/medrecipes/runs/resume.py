@@ -72,8 +72,9 @@ def _say_what_differs(checkpoint: str) -> None:
     names = [name for _, _, files in os.walk(checkpoint) for name in files]
     if not any("optim" in name for name in names):  # optimizer.pt, DeepSpeed's and FSDP's shards
         logger.warning(
-            "%s holds no optimizer state: the run resumes its weights and step, and the optimizer starts again "
-            "(its moments at zero); resume from a checkpoint with its optimizer.pt to continue it",
+            "%s holds no optimizer state (save_only_model, or a copy that left it out): the run resumes its weights "
+            "and step, and the optimizer and the learning-rate schedule start again (moments at zero, warm-up "
+            "from step 0's rate); resume from a checkpoint with its optimizer.pt and scheduler.pt to continue them",
             checkpoint,
         )
     saved, now = (_stamp(checkpoint) or {}).get(PROCESSES), world_size()
