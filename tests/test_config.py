@@ -854,3 +854,18 @@ def test_a_whole_number_in_yaml_is_read_as_on_the_command_line(tmp_path, written
             == read
             == parse(write_recipe(tmp_path, name="plain.yaml"), "--logging_steps", written)[1].logging_steps
         )
+
+
+def test_the_keys_that_share_draws_among_sources_are_said_on_a_mixture_of_one():
+    """A weight (or stopping_strategy, weight_unit) on a mixture of one source draws all of it: a
+    user who meant 'train on 30% of this file' is told; two sources, no word."""
+    one = "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle, weight: 0.3}], stopping_strategy: first_exhausted}"
+    notes = parse_recipe("sft", ["recipes/tiny_sft.yaml", "--dataset_mixture", one])[0].notes
+    said = [n for n in notes if n.startswith("dataset_mixture has one source")]
+    assert len(said) == 1 and "stopping_strategy, sources[0].weight share draws among sources" in said[0], notes
+    two = "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle, weight: 0.3}, {path: data/usmle_sample/test.jsonl, format: usmle}]}"
+    assert not [
+        n
+        for n in parse_recipe("sft", ["recipes/tiny_sft.yaml", "--dataset_mixture", two])[0].notes
+        if "one source" in n
+    ]

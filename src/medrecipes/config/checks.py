@@ -602,6 +602,16 @@ def unread_notes(recipe: RecipeArguments, method, path: str) -> list[str]:
             "nothing reads it"
         )
     mixture = recipe.mixture
+    if mixture and len(mixture.sources) == 1:  # the keys that share draws among sources
+        written = recipe.dataset_mixture or {}
+        shares = [k for k in ("stopping_strategy", "weight_unit") if k in written]
+        shares += ["sources[0].weight"] if mixture.sources[0].weight != 1.0 else []
+        if shares:
+            found.append(
+                f"dataset_mixture has one source, and {', '.join(shares)} share{'s' if len(shares) == 1 else ''} "
+                "draws among sources, so nothing reads them (a weight is a share of the mixture, not of its file: "
+                "to train on part of a file, cut the file or set max_steps); drop them"
+            )
     if mixture and not mixture.streaming and "shuffle_buffer" in (recipe.dataset_mixture or {}):
         found.append(
             "dataset_mixture.shuffle_buffer shuffles a stream's packed blocks, and this mixture is not streamed "
