@@ -869,3 +869,12 @@ def test_the_keys_that_share_draws_among_sources_are_said_on_a_mixture_of_one():
         for n in parse_recipe("sft", ["recipes/tiny_sft.yaml", "--dataset_mixture", two])[0].notes
         if "one source" in n
     ]
+
+
+def test_a_run_name_with_no_logger_is_said():
+    notes = parse_recipe("sft", ["recipes/tiny_sft.yaml", "--run_name", "my run", "--report_to", "none"])[0].notes
+    assert any(n.startswith("run_name names the run in a logger's records, and report_to is none") for n in notes)
+    notes = parse_recipe("sft", ["recipes/tiny_sft.yaml", "--run_name", "my run", "--report_to", "tensorboard"])[
+        0
+    ].notes
+    assert not any(n.startswith("run_name") for n in notes)

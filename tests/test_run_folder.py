@@ -423,7 +423,11 @@ def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path
     with caplog.at_level(logging.WARNING):
         last_checkpoint(str(out))
     said = [r.getMessage() for r in caplog.records]
-    assert any("holds no optimizer state (save_only_model, or a copy that left it out): the run resumes its weights and step, and the optimizer and the learning-rate schedule start again" in m for m in said), said
+    assert any(
+        "holds no optimizer state (save_only_model, or a copy that left it out): the run resumes its weights and step, and the optimizer and the learning-rate schedule start again"
+        in m
+        for m in said
+    ), said
     assert any("was saved by a run of WORLD_SIZE 1 and resumes in one of 2" in m for m in said), said
 
 

@@ -841,6 +841,11 @@ def _unread_notes(args: TrainingArguments, given: dict) -> list[str]:
                 f"{', '.join(args.report_to) or 'empty'}; add {logger_name} to report_to, or drop "
                 f"{'it' if len(named) == 1 else 'them'}"
             )
+    if "run_name" in given and not [r for r in args.report_to or [] if r != "none"]:  # the loggers' name for it
+        found.append(
+            "run_name names the run in a logger's records, and report_to is none, so nothing reads it; add a "
+            "logger to report_to, or drop it"
+        )
     if "include_num_input_tokens_seen" in given and args.include_num_input_tokens_seen in ("no", False):
         found.append(
             "include_num_input_tokens_seen false leaves the count on: a recipe counts the tokens seen from its "
