@@ -234,6 +234,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("one source twice in a mixture", ["validate", sft, "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/train.jsonl, format: usmle}]}"], "sources[1] is sources[0] again"),
         Case("an eval set with an empty name", ["validate", sft, "--eval_sets", "{'': {path: data/usmle_sample/test.jsonl, format: usmle}}"], "eval_sets has a set with an empty name"),
         Case("a loss weight fewer than the losses, as a YAML list", ["validate", dpo, "--loss_type", "[sigmoid, sft]", "--loss_weights", "[1.0]"], "Got 1 weights for 2 loss types"),
+        Case("validate: a key before the recipe", ["validate", "--model_name_or_path", model, sft], "the recipe recipes/tiny_sft.yaml comes first, before its keys: medrecipes validate recipes/tiny_sft.yaml [--key value ...]"),
+        Case("a script: a key before the recipe", ["recipes/sft.py", "--max_steps", "1", sft], "the recipe recipes/tiny_sft.yaml comes first, before the keys"),
         Case("a key YAML's null cannot stand for", ["validate", _recipe(files, sft, ("\nseed: 42", "\nseed: null"))], "seed: null, and it takes a whole number; give one, or leave the key out"),
         Case("validate: no dataset_mixture", ["validate", sft, "--dataset_mixture", "null"], "tiny_sft.yaml: no 'dataset_mixture'; add one with at least one source"),
         Case("SFT: sources weighed by their tokens", ["validate", sft, "--dataset_mixture", "{weight_unit: tokens, sources: [{path: data/usmle_sample/train.jsonl, format: usmle}]}"], "weight_unit tokens shares a pretraining run's tokens among its sources"),

@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> None:
         command = f"{parser.prog} {args.command}"
         raise UserError(f"{command}: unknown argument {overrides[0]!r}; see {command} --help")
     args.overrides = overrides
+    recipe = getattr(args, "recipe", None)
+    if isinstance(recipe, str) and not recipe.endswith((".yaml", ".yml")):  # keys before the recipe: one taken for it
+        if late := next((word for word in overrides if word.endswith((".yaml", ".yml"))), None):
+            command = f"{parser.prog} {args.command}"
+            raise UserError(
+                f"{command}: the recipe {late} comes first, before its keys: {command} {late} [--key value ...]"
+            )
     _refuse_empty_text(parser, args)
     try:
         args.func(args)

@@ -209,6 +209,14 @@ class RecipeParser(TrlParser):
         argv = _attach_negative_numbers(list(sys.argv[1:] if argv is None else argv))
         if argv and not argv[0].startswith("-"):
             argv = ["--config", *argv]
+        elif "--config" not in argv and (late := next((a for a in argv if a.endswith((".yaml", ".yml"))), None)):
+            if not any(
+                a.startswith("--") and "=" not in a and argv[i + 1 :][:1] == [late] for i, a in enumerate(argv)
+            ):
+                raise UserError(
+                    f"command line: the recipe {late} comes first, before the keys: "
+                    f"python {sys.argv[0]} {late} [--key value ...]"
+                )
         path = argv[argv.index("--config") + 1] if "--config" in argv else None
         if path is not None:
             self.recipe_path = path
