@@ -75,6 +75,8 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
             f"pad_token: {pad!r} is not a token of {model_args.model_name_or_path}'s tokenizer; name one of its "
             f"tokens ({tokenizer.pad_token or tokenizer.eos_token!r} pads by default), or leave pad_token out"
         )
+    if pad is not None:  # set on the tokenizer, as TRL asks in deprecating its own key (parse.LIBRARY_KEYS_KEPT)
+        tokenizer.pad_token = pad
     template, end_of_turn = chat_turns(method, training_args, tokenizer, recipe.system_prompt)
     if trains.chat == "trains":
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
