@@ -17,7 +17,7 @@ from pathlib import Path
 from medrecipes.data.sources import load_mcq_source
 from medrecipes.errors import UserError
 from medrecipes.locations import absent, looks_local
-from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block
+from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block, question_key
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +290,16 @@ def load_task(
         loaded.pubmedqa_setting = setting or "reasoning_required"
     if num_fewshot > 0:
         loaded.fewshot = _load(task, *_fewshot_source(task, source, fewshot_data, wording), setting, wording)
+        # The same file by its path is refused when the arguments are read; a copy, by its questions.
+        if fewshot_data and (
+            shared := {question_key(r.get("context"), r["question"], r["options"]) for r in loaded.fewshot}
+            & {question_key(r.get("context"), r["question"], r["options"]) for r in loaded.rows}
+        ):
+            raise UserError(
+                f"{name}: {len(shared)} of the few-shot examples in {fewshot_data} are questions it scores "
+                "(a copy of the scored file?), so a question can be shown solved before it is asked; give solved "
+                "examples from another split (train or dev)"
+            )
         short = next((r for r in loaded.rows if len(loaded.shots(r, num_fewshot)) < num_fewshot), None)
         if short is not None:
             raise UserError(
