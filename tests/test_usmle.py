@@ -95,6 +95,7 @@ def test_medqa_file_mixing_four_and_five_options(tmp_path):
         "realidx": 8,
         "options": {**MEDQA_ROW["options"], "E": "Refer"},
         "answer_idx": "E",
+        "answer": "Refer",
     }
     ds = load_mcq(write_jsonl(tmp_path / "mixed.jsonl", [MEDQA_ROW, five]), format="medqa")
     assert [len(o) for o in ds["options"]] == [4, 5]

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from datasets import Dataset
 
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, quoted
 from medrecipes.usmle.schema import (
     LETTERS,
     MMLU_COLUMNS,
@@ -48,10 +48,19 @@ def _from_medqa(row: Row, where: Where, **_: Any) -> Row:
     _require(row, ["question", "options", "answer_idx"], "medqa", where)
     options = _options(row["options"], where)
     subject = row.get("meta_info") or row.get("subject")
+    gold = _gold(row["answer_idx"], options, where)
+    # MedQA writes the answer twice, its letter and its text: a row whose two disagree (one edited)
+    # would be scored by the letter alone. A letter in `answer` is the same answer written once more.
+    answer = _text(row.get("answer"))
+    if gold and answer and answer.upper() != gold and answer.casefold() != options[LETTERS.index(gold)].casefold():
+        raise UserError(
+            f"{where}: answer_idx {gold} is option {quoted(options[LETTERS.index(gold)])}, and answer is "
+            f"{quoted(answer)}: they disagree; fix one of them (answer_idx is the letter scored)"
+        )
     return _row(
         row["question"],
         options,
-        _gold(row["answer_idx"], options, where),
+        gold,
         id=row.get("realidx", row.get("id")),
         subject=subject,
     )
