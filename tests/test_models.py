@@ -316,3 +316,23 @@ def test_a_gguf_without_a_tokenizer_is_said_before_transformers_guesses(tmp_path
     writer.close()
     with pytest.raises(UserError, match="holds no tokenizer \\(no tokenizer.ggml.\\* metadata\\)"):
         check_tokenizer_files(str(path))
+
+
+def test_another_models_tokenizer_beside_a_model_with_its_own_is_said(tiny_model, tmp_path, caplog):
+    """tokenizer_name_or_path naming a tokenizer of other ids than the one saved with the starting
+    model: every id would be read as another token, said; the model's own named again, no word."""
+    from conftest import CORPUS
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.models.loading import recipe_tokenizer
+    from medrecipes.models.tiny import build_tiny_model
+
+    other = build_tiny_model(str(tmp_path / "other"), [str(CORPUS)], vocab_size=512)
+    for tokenizer, said in ((other, True), (tiny_model, False)):
+        recipe, _, model_args = parse_recipe(
+            "sft", ["recipes/tiny_sft.yaml", "--model_name_or_path", tiny_model, "--tokenizer_name_or_path", tokenizer]
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            recipe_tokenizer(recipe, model_args)
+        assert ("is not the tokenizer saved with" in caplog.text) == said, caplog.text

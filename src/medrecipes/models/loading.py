@@ -84,7 +84,18 @@ def starting_model(model_args) -> str:
 def recipe_tokenizer(recipe, model_args):
     """The tokenizer a recipe names: its own `tokenizer_name_or_path`, else the model's."""
     name = recipe.tokenizer_name_or_path or starting_model(model_args)
-    return load_tokenizer(name, model_args.model_revision, named_by="tokenizer_name_or_path")
+    tokenizer = load_tokenizer(name, model_args.model_revision, named_by="tokenizer_name_or_path")
+    own = starting_model(model_args) if recipe.tokenizer_name_or_path else None
+    if own and os.path.isdir(own) and any(os.path.isfile(os.path.join(own, f)) for f in TOKENIZER_FILES):
+        theirs = load_tokenizer(own)  # the tokenizer the model was saved with
+        if theirs.get_vocab() != tokenizer.get_vocab():
+            logger.warning(
+                "tokenizer_name_or_path %s is not the tokenizer saved with %s (%d tokens, and %d there, not of the "
+                "same ids): the model would read each id as the token its own tokenizer gives it; drop "
+                "tokenizer_name_or_path to use the model's own",
+                name, own, len(tokenizer), len(theirs),
+            )  # fmt: skip
+    return tokenizer
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None, named_by: str | None = None):
