@@ -183,6 +183,15 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} generated answers, and mode {args.mode} scores "
             f"each option's likelihood, generating nothing: {'it does' if len(given) == 1 else 'they do'} nothing here"
         )
+    # And those whose help says they shape sampling only (temperature above 0), under greedy decoding.
+    sampling = [f for f in generating if "when temperature > 0" in f.metadata["help"]]
+    if args.mode == "generate" and args.temperature == 0:
+        if given := [f.name for f in sampling if getattr(args, f.name) != f.default]:
+            args.notes.append(
+                f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} sampled answers, and temperature 0 "
+                f"answers greedily: {'it does' if len(given) == 1 else 'they do'} nothing here; set temperature "
+                "above 0 to sample"
+            )
     for flag, by_task in (("data", args.data_by_task), ("fewshot_data", args.fewshot_by_task)):
         if idle := [name for name in by_task if name not in args.tasks]:
             args.notes.append(

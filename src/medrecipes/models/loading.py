@@ -86,7 +86,12 @@ def recipe_tokenizer(recipe, model_args):
     name = recipe.tokenizer_name_or_path or starting_model(model_args)
     tokenizer = load_tokenizer(name, model_args.model_revision, named_by="tokenizer_name_or_path")
     own = os.path.expanduser(model_args.model_name_or_path or "") if recipe.tokenizer_name_or_path else None
-    if own and not recipe.init_from_scratch and os.path.isdir(own) and any(os.path.isfile(os.path.join(own, f)) for f in TOKENIZER_FILES):
+    if (
+        own
+        and not recipe.init_from_scratch
+        and os.path.isdir(own)
+        and any(os.path.isfile(os.path.join(own, f)) for f in TOKENIZER_FILES)
+    ):
         theirs = load_tokenizer(own)  # the tokenizer the model was saved with
         if theirs.get_vocab() != tokenizer.get_vocab():
             logger.warning(
