@@ -653,6 +653,12 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             f"{path}: dataset_mixture mixes documents (format: text) with conversations ({others}), and SFT trains "
             "rows of one layout; train the documents with recipes/cpt.py first, or give the sources as one layout"
         )
+    # TRL's SFTTrainer refuses it once the model is loaded, with its traceback (its own condition, here).
+    if args.padding_free and not args.packing and args.max_length is not None:
+        raise UserError(
+            f"{path}: padding_free: true without packing holds no row to max_length {args.max_length} (TRL refuses "
+            "it); set packing: true (packing_strategy bfd), or padding_free: false"
+        )
     if recipe.with_explanation and not recipe.chain_of_thought:
         raise UserError(
             f"{path}: with_explanation trains answers that explain, then end in 'Final Answer: X', while the prompt "
