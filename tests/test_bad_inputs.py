@@ -239,6 +239,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a script: a key before the recipe", ["recipes/sft.py", "--max_steps", "1", sft], "the recipe recipes/tiny_sft.yaml comes first, before the keys"),
         Case("a key YAML's null cannot stand for", ["validate", _recipe(files, sft, ("\nseed: 42", "\nseed: null"))], "seed: null, and it takes a whole number; give one, or leave the key out"),
         Case("validate: no dataset_mixture", ["validate", sft, "--dataset_mixture", "null"], "tiny_sft.yaml: no 'dataset_mixture'; add one with at least one source"),
+        Case("eval_tasks_mode with no eval_tasks", ["validate", sft, "--eval_tasks_mode", "generate"], "eval_tasks_mode sets up eval_tasks, and the recipe names none"),
         Case("SFT: padding_free without packing", ["validate", sft, "--padding_free", "true"], "padding_free: true without packing holds no row to max_length 384 (TRL refuses it)"),
         Case("SFT: sources weighed by their tokens", ["validate", sft, "--dataset_mixture", "{weight_unit: tokens, sources: [{path: data/usmle_sample/train.jsonl, format: usmle}]}"], "weight_unit tokens shares a pretraining run's tokens among its sources"),
         Case("eval_tasks with no eval sets", ["validate", sft, "--eval_tasks", "medqa_4opt", "--eval_sets", "null"], "eval_tasks are scored at each evaluation, which runs on eval_sets, and there are none"),

@@ -8,6 +8,7 @@ knows only questions), which also gives `reward_weights`; a dotted import path t
 reward can only be checked by importing it.
 """
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -434,7 +435,9 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
 def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:
     recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
-        given = [key for key in ("eval_tasks_limit", "eval_tasks_data_dir") if getattr(recipe, key) is not None]
+        written = {key.replace("-", "_") for key in recipe.given}
+        setup = [f for f in dataclasses.fields(recipe) if f.name.startswith("eval_tasks_")]  # each sets up eval_tasks
+        given = [f.name for f in setup if f.name in written and getattr(recipe, f.name) != f.default]
         if given:
             raise UserError(
                 f"{path}: {given[0]} sets up eval_tasks, and the recipe names none; add eval_tasks, or drop it"
