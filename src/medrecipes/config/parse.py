@@ -3,6 +3,7 @@ resolved recipe it gives back (`medrecipes validate`, the run record, the model 
 
 import dataclasses
 import re
+import shlex
 import sys
 import warnings
 from enum import Enum
@@ -260,9 +261,10 @@ def resolved_recipe(*parsed) -> dict[str, Any]:
 
 
 def recorded_command(*parsed) -> str:
-    """The command line that started this process, as a run records it: a credential given on it
-    (SECRET_FIELDS) replaced by <redacted>."""
-    command = " ".join(["python", *sys.argv])
+    """The command line that started this process, as a run records it and a card shows it to paste
+    into a shell: each word quoted as the shell needs (a YAML mapping given as a key), a credential
+    given on it (SECRET_FIELDS) replaced by <redacted>."""
+    command = shlex.join(["python", *sys.argv])
     for obj in parsed:
         for name in SECRET_FIELDS:
             if secret := getattr(obj, name, None):

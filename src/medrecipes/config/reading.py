@@ -644,9 +644,9 @@ def check_choices(obj, where: str) -> None:
 
 
 def split_names(entries: list[str]) -> list[str]:
-    """Names given as a list, comma-separated, or both, or as a YAML flow list written on the
-    command line ('[a, b]', one word or several): [a,b c] -> [a, b, c]."""
-    names = (name.strip() for entry in entries for name in entry.split(","))
+    """Names given as a list, comma- or space-separated, or both (one quoted word 'a b' too), or as
+    a YAML flow list written on the command line ('[a, b]', one word or several): [a,b c] -> [a, b, c]."""
+    names = (name.strip() for entry in entries for name in entry.replace(",", " ").split())
     return [bare for name in names if (bare := name.removeprefix("[").removesuffix("]").strip())]
 
 
