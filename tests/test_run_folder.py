@@ -372,6 +372,7 @@ def test_resuming_with_a_setting_the_checkpoint_overrides_is_refused(finished_ru
     assert result.returncode == 0 and f"resuming from {out}/checkpoint-6" in result.stdout, result.stderr[-2000:]
 
 
+@pytest.mark.long  # three runs in a row: make test-long
 def test_raising_max_steps_of_a_finished_run_trains_on_the_new_schedule_and_records_it(tiny_model, tmp_path):
     """A finished cosine run given more steps: the restored optimizer held the rate its schedule
     ended at (0), which the first new step took without a word. It trains at the new schedule's
