@@ -16,7 +16,7 @@ from typing import Any
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig
 
-from medrecipes.config.reading import build_dataclass, check_revision, shell_variable, split_names
+from medrecipes.config.reading import build_dataclass, check_revision, shell_variable, split_names, written_keys
 from medrecipes.config.schema import RecipeArguments
 from medrecipes.config.trainer_configs import MedGRPOConfig, MedSFTConfig, divisors
 from medrecipes.data_config import MixtureConfig, SourceConfig
@@ -435,7 +435,7 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
 def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str, method) -> None:
     recipe.eval_tasks = split_names(recipe.eval_tasks or [])  # --eval_tasks "" switches them off
     if not recipe.eval_tasks:
-        written = {key.replace("-", "_") for key in recipe.given}
+        written = written_keys(recipe.given)
         setup = [f for f in dataclasses.fields(recipe) if f.name.startswith("eval_tasks_")]  # each sets up eval_tasks
         given = [f.name for f in setup if f.name in written and getattr(recipe, f.name) != f.default]
         if given:

@@ -17,7 +17,7 @@ import typing
 
 from transformers import TrainingArguments
 
-from medrecipes.config.reading import build_dataclass, check_value
+from medrecipes.config.reading import build_dataclass, check_value, written_keys
 from medrecipes.config.schema import world_size, zero_stage
 from medrecipes.errors import UserError, check_choice, did_you_mean
 
@@ -653,7 +653,7 @@ def _no_evaluation(args: TrainingArguments, recipe) -> list[str]:
     are said by `_unread_notes` and `_switched_off`)."""
     if recipe is None or getattr(recipe, "eval_sources", True):
         return []
-    written = {key.replace("-", "_") for key in getattr(recipe, "given", {})}
+    written = written_keys(getattr(recipe, "given", {}))
     said = ("do_eval", *(SWITCHED_OFF["eval_strategy"][1] if args.eval_strategy == "no" else ()))  # said there
     unread = [
         f.name

@@ -643,6 +643,11 @@ def check_choices(obj, where: str) -> None:
             check_choice(value, values, f"{where}: {name}")
 
 
+def written_keys(given: dict) -> set[str]:
+    """The field names of the keys a recipe and its command line wrote (`--eval-steps` is eval_steps)."""
+    return {key.replace("-", "_") for key in given}
+
+
 def split_names(entries: list[str]) -> list[str]:
     """Names given as a list, comma- or space-separated, or both (one quoted word 'a b' too), or as
     a YAML flow list written on the command line ('[a, b]', one word or several): [a,b c] -> [a, b, c]."""
