@@ -56,7 +56,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def medmcqa_row(cop: int, **extra) -> dict:
+def medmcqa_row(cop: int | str, **extra) -> dict:
     row = {
         "question": "Which nerve?",
         "opa": "Ulnar",
@@ -125,8 +125,9 @@ def test_medqa_hf_layout(tmp_path):
     [
         ([0, 1, 3], ["A", "B", "D"]),  # a 0 and no 4: the Hub release, 0-based
         ([1, 2, 4], ["A", "B", "D"]),  # a 4: the original JSON, 1-based
-        ([1, 2, 3], ["A", "B", "C"]),  # no 0 anywhere: 1-based
         ([0, 2, -1], ["A", "C", None]),  # -1 marks an unanswered test row
+        (["b", "D", "A"], ["B", "D", "A"]),  # letters read one way
+        (["B", 4, 2], ["B", "D", "B"]),  # letters beside the original JSON's numbers
     ],
 )
 def test_medmcqa_cop_base_is_detected_per_dataset(tmp_path, cops, expected):
@@ -135,6 +136,14 @@ def test_medmcqa_cop_base_is_detected_per_dataset(tmp_path, cops, expected):
     assert list(ds["answer"]) == expected
     assert ds[0]["subject"] == "Anatomy" and ds[0]["explanation"] == "Because."
     assert ds[0]["options"] == ["Ulnar", "Radial", "Median", "Axillary"]
+
+
+@pytest.mark.parametrize("cops", [[1, 2, 3], [2], [3, -1, 1]])
+def test_medmcqa_cop_numbers_that_read_both_ways_are_refused(tmp_path, cops):
+    """1-3 alone read as B-D in the Hub release and A-C in the original JSON: a guess shifts every gold."""
+    rows = [medmcqa_row(c, id=f"m{i}") for i, c in enumerate(cops)]
+    with pytest.raises(UserError, match=r"medmcqa\.jsonl: every numbered 'cop' is 1, 2 or 3.*letter \(A-D\)"):
+        load_mcq(write_jsonl(tmp_path / "medmcqa.jsonl", rows))
 
 
 def test_medmcqa_csv_with_header(tmp_path):

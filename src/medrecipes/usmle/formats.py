@@ -76,7 +76,11 @@ def _from_medqa_hf(row: Row, where: Where, **_: Any) -> Row:
 def _from_medmcqa(row: Row, where: Where, one_based: bool = False, **_: Any) -> Row:
     _require(row, ["question", "opa", "opb", "opc", "opd", "cop"], "medmcqa", where)
     options = [_text(row[k]) for k in ("opa", "opb", "opc", "opd")]
-    answer = _index_gold(row["cop"], options, where, base=1 if one_based else 0)
+    cop = row["cop"]
+    if isinstance(cop, str) and cop.strip().upper() in LETTERS[:4]:  # a letter reads one way
+        answer = cop.strip().upper()
+    else:
+        answer = _index_gold(cop, options, where, base=1 if one_based else 0)
     return _row(
         row["question"],
         options,
@@ -208,11 +212,18 @@ def detect_format(row: Row, where: Where) -> str:
     )
 
 
-def medmcqa_one_based(raw: Dataset) -> bool:
+def medmcqa_one_based(raw: Dataset, source: str) -> bool:
     """MedMCQA's Hub release numbers `cop` 0-3, the original JSON 1-4, per whole dataset.
 
-    The dataset is 1-based when any row has cop 4 or no row has cop 0; -1 and missing
-    values (unanswered test rows) take no part in the decision.
+    The dataset is 1-based when any row has cop 4, 0-based when any has cop 0; -1, missing values
+    (unanswered test rows) and letters take no part. Numbers that are all 1-3 read both ways (a
+    few rows, or a subset with no answer A or D), so they are refused rather than guessed.
     """
-    cops = {int(c) for c in list(raw["cop"]) if c is not None and int(c) >= 0}
-    return 4 in cops or 0 not in cops
+    cops = {int(c) for c in list(raw["cop"]) if c is not None and str(c).strip().isdigit()}
+    if cops and cops <= {1, 2, 3}:
+        raise UserError(
+            f"{source}: every numbered 'cop' is 1, 2 or 3, which MedMCQA's Hub release (0-3) reads as B-D and its "
+            "original JSON (1-4) as A-C, and no row's 0 or 4 tells which; write each cop as its answer's letter "
+            "(A-D), which reads one way"
+        )
+    return 4 in cops

@@ -165,7 +165,7 @@ def _normalise(
             )
         extra["pubmedqa_setting"] = reading.pubmedqa_setting
     if fmt == "medmcqa" and "cop" in raw.column_names:
-        extra["one_based"] = medmcqa_one_based(raw)
+        extra["one_based"] = medmcqa_one_based(raw, source)
     convert = CONVERTERS[fmt].convert
 
     def normalise_row(row: Row, index: int) -> Row:
