@@ -653,10 +653,13 @@ def test_a_recipe_follows_the_launchers_mixed_precision_or_refuses_in_one_line()
     for launcher, bf16 in (("bf16", True), ("no", False)):  # the recipe leaves bf16 to the machine
         result = run(*validate, env={"ACCELERATE_MIXED_PRECISION": launcher}, timeout=120)
         assert result.returncode == 0 and yaml.safe_load(result.stdout)["bf16"] is bf16, result.stderr[-2000:]
+        # This CPU would train without bf16: the variable that chose it is named (a shell may have left it).
+        assert ("because ACCELERATE_MIXED_PRECISION is bf16" in result.stderr) is bf16, result.stderr[-2000:]
     result = run(*validate, "--bf16", "false", env={"ACCELERATE_MIXED_PRECISION": "bf16"}, timeout=120)
     assert result.returncode == 2 and result.stderr.strip() == (
-        "error: recipes/tiny_cpt.yaml: accelerate launch runs with mixed_precision bf16 but the recipe with no; "
-        "pass --mixed_precision no to accelerate launch, or set bf16/fp16 in the recipe to match"
+        "error: recipes/tiny_cpt.yaml: ACCELERATE_MIXED_PRECISION is bf16 (accelerate launch's mixed_precision, or "
+        "left in this shell's environment) but the recipe trains with no; pass --mixed_precision no to accelerate "
+        "launch or unset the variable where no launch runs this, or set bf16/fp16 in the recipe to match"
     )
 
 

@@ -256,6 +256,17 @@ def test_every_value_in_a_documented_range_is_answered(server):
 
 
 @pytest.mark.slow
+def test_a_top_p_with_no_temperature_is_refused_where_it_would_do_nothing(server):
+    """OpenAI's API samples at temperature 1 when a request sends top_p alone; this server answers
+    greedily, where top_p changes nothing, so the request is told, not answered as if it had."""
+    for fields in ({"top_p": 0.9}, {"top_p": 0.5, "temperature": None}):
+        status, reply = server.chat(**fields)
+        assert status == 400 and "send a temperature above 0 with it" in reply["error"]["message"], (fields, reply)
+    for fields in ({"top_p": 1}, {"top_p": 0.9, "temperature": 0}, {"top_p": 0.9, "temperature": 0.7}):
+        assert server.chat(max_tokens=2, **fields)[0] == 200, fields
+
+
+@pytest.mark.slow
 def test_a_stop_string_ends_the_answer_before_it(server):
     for stop, kept in (("deficiency", "Vitamin C "), (["scurvy", " C "], "Vitamin"), ("not in it", ANSWER)):
         status, reply = server.chat(stop=stop, max_tokens=32)

@@ -4,6 +4,7 @@ chosen by the device, activation checkpointing as the recipe or the memory plan 
 ranges of its numeric keys (`schema.Bound`)."""
 
 import importlib.util
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -51,7 +52,16 @@ class DeviceDefaults:
             self.report_to = "tensorboard"
         gpu = not self.use_cpu and torch.cuda.is_available()
         launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # `accelerate launch`'s, from its config or flag
-        self.bf16 = launch_precision(self.bf16, self.fp16, launcher, gpu and torch.cuda.is_bf16_supported())
+        device_bf16 = gpu and torch.cuda.is_bf16_supported()
+        left_out = self.bf16 is None and not self.fp16
+        self.bf16 = launch_precision(self.bf16, self.fp16, launcher, device_bf16, ENVIRONMENT_PRECISION)
+        if left_out and self.bf16 != device_bf16:  # a shell's leftover looks the same as a launch's
+            logging.getLogger("medrecipes").warning(
+                "bf16 is %s because ACCELERATE_MIXED_PRECISION is %s (accelerate launch's mixed_precision, or left "
+                "in this shell's environment), where this device would train with bf16 %s; set bf16 in the recipe, "
+                "or unset the variable where no accelerate launch runs this",
+                str(self.bf16).lower(), launcher, str(device_bf16).lower(),
+            )  # fmt: skip
         if self.tf32 is None:
             self.tf32 = gpu and torch.cuda.get_device_capability()[0] >= 8
         elif self.tf32 and not (
@@ -64,21 +74,33 @@ class DeviceDefaults:
         super().__post_init__()
 
 
-def launch_precision(bf16: bool | None, fp16: bool, launcher: str | None, device_bf16: bool) -> bool:
+# How a launcher's precision is named where it was read from the environment, not a config file.
+ENVIRONMENT_PRECISION = (
+    "ACCELERATE_MIXED_PRECISION is {launcher} (accelerate launch's mixed_precision, or left in this shell's "
+    "environment) but the recipe trains with {ours}; pass --mixed_precision {ours} to accelerate launch or unset "
+    "the variable where no launch runs this, or set bf16/fp16 in the recipe to match"
+)
+CONFIG_PRECISION = (
+    "accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
+    "pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
+)
+
+
+def launch_precision(
+    bf16: bool | None, fp16: bool, launcher: str | None, device_bf16: bool, refusal: str = CONFIG_PRECISION
+) -> bool:
     """bf16 as a run settles it: the recipe's; where it leaves bf16 out, the mixed_precision of
     `accelerate launch` (`launcher`, bf16 or no), else whether the device has bf16. A launcher
-    that disagrees with the result is refused (ValueError): the trainer would fail at build, or
-    train in the other precision. `medrecipes validate --accelerate-config` asks the same."""
+    that disagrees with the result is refused (ValueError, `refusal` filled in): the trainer would
+    fail at build, or train in the other precision. `medrecipes validate --accelerate-config`
+    asks the same of a config file."""
     if bf16 is None and launcher in ("bf16", "no") and not fp16:
         bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
     if bf16 is None:
         bf16 = device_bf16
     ours = "bf16" if bf16 else "fp16" if fp16 else "no"
     if launcher is not None and launcher != ours:
-        raise ValueError(
-            f"accelerate launch runs with mixed_precision {launcher} but the recipe with {ours}; "
-            f"pass --mixed_precision {ours} to accelerate launch, or set bf16/fp16 in the recipe to match"
-        )
+        raise ValueError(refusal.format(launcher=launcher, ours=ours))
     return bf16
 
 

@@ -88,7 +88,8 @@ def check_fields(payload, fields: tuple[str, ...], what: str) -> dict:
 def sampling(payload: dict) -> tuple[float, float]:
     """(temperature, top_p) in their documented ranges (0 to 2; above 0 to 1), then as the
     generation library itself validates them (GenerationConfig's strict check), so that a value it
-    would refuse mid-request is a 400 here."""
+    would refuse mid-request is a 400 here. A top_p with no temperature is refused: OpenAI's API
+    samples at temperature 1 then, and this server answers greedily, where top_p does nothing."""
     from transformers import GenerationConfig
 
     temperature, top_p = payload.get("temperature", 0.0), payload.get("top_p", 1.0)
@@ -101,6 +102,12 @@ def sampling(payload: dict) -> tuple[float, float]:
         if not ok(value):
             raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
     temperature, top_p = float(temperature), float(top_p)
+    if "temperature" not in payload and top_p != 1:  # OpenAI's default would sample; this server's does not
+        raise RequestError(
+            400,
+            f"top_p {top_p:g} narrows sampling, and with no temperature this server answers greedily "
+            "(docs/serving.md); send a temperature above 0 with it, or leave top_p out",
+        )
     sample = temperature > 0
     config = GenerationConfig(do_sample=sample, temperature=temperature if sample else None,
                               top_p=top_p if sample else None)  # fmt: skip

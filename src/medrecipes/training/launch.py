@@ -32,7 +32,8 @@ def check_launch(args) -> None:
     for variable, asked in SHARDING.items():
         if os.environ.get(variable, "").lower() == "true" and kind != asked and args.process_index == 0:
             logger.warning(
-                "launch: the accelerate config asks for %s but accelerate set up %s on %s (it offers %s on GPUs "
-                "only): each process holds the whole model, as with accelerate_configs/ddp.yaml",
-                asked, kind, device, asked,
+                "launch: %s=true (an accelerate config's %s, as accelerate launch sets it, or left in this shell's "
+                "environment) asks for %s but accelerate set up %s on %s (it offers %s on GPUs only): each process "
+                "holds the whole model, as with accelerate_configs/ddp.yaml",
+                variable, asked, asked, kind, device, asked,
             )  # fmt: skip
