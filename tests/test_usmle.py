@@ -796,6 +796,20 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
         "1 question(s) repeat an earlier one with another gold answer (line 2 answers C where line 1 answers A): "
         "one of each is wrong; fix it or drop the row"
     ]
+    caplog.clear()  # options lettered as a prompt letters them: 'A. A. ...'; a sentence that begins with a letter is not
+    lettered = [
+        _medqa("Q1", ["A. Aspirin", "B. Heparin", "C. Warfarin", "D. None"]),
+        _medqa("Q2", ["(A) Aspirin", "(B) Heparin"]),
+        _medqa("Q3", ["A) x", "B: y", "C. z"]),
+        _medqa("Q4", ["A 45-year-old", "B. Heparin"]),
+        _medqa("Q5", ["B. Aspirin", "A. Heparin"]),
+    ]
+    with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
+        load_mcq(write_jsonl(tmp_path / "lettered.jsonl", lettered))
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        "3 question(s) whose options begin with their own letters (line 1, line 2, line 3): prompts letter each option, "
+        "so they read 'A. A. ...'; write the options without their letters"
+    ]
     caplog.clear()  # one id for two questions: what is kept by id would mix them; a question asked again under its id is a repeat
     named = [
         {**_medqa(q, ["a", "b", "c", "d"]), "id": i} for q, i in [("Q1", "x"), ("Q2", "y"), ("Q3", "y"), ("Q1", "x")]

@@ -206,9 +206,10 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
     question that repeats an earlier one (`question_key`: it counts twice in training and in a
     score), or repeats it with another gold answer (one of them is wrong), a question two of whose
     options read the same (whichever the model picks, one of them is marked wrong), and an id
-    that names two different questions (`shared_ids`). Said, not refused: a large set may hold a
+    that names two different questions (`shared_ids`), and options that each begin with their own
+    letter ('A. ...': a prompt letters them again). Said, not refused: a large set may hold a
     few, and the user decides."""
-    empty, twins, repeats, conflicts, seen = [], [], [], [], {}
+    empty, twins, repeats, conflicts, lettered, seen = [], [], [], [], [], {}
     answers = rows["answer"] if "answer" in rows.column_names else [None] * len(rows)
     keys = [question_key(*row) for row in zip(rows["context"], rows["question"], rows["options"], strict=True)]
     shared = shared_ids(rows["id"], keys)
@@ -219,6 +220,10 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
         written = [" ".join(option.split()).lower() for option in options if option]
         if len(set(written)) < len(written):
             twins.append(index)
+        if 1 < len(options) <= len(LETTERS) and all(
+            re.match(rf"\(?{LETTERS[i]}[.):]\s", o) for i, o in enumerate(options)
+        ):
+            lettered.append(index)
         first = seen.setdefault(key, index)
         if first != index:
             differs = answers[index] != answers[first] and None not in (answers[index], answers[first])
@@ -236,6 +241,12 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
         found.append(
             f"{len(twins)} question(s) with two options that read the same ({lines}): whichever the model picks, "
             "one of them is scored wrong; reword or drop the row"
+        )
+    if lettered:
+        lines = ", ".join(where(i) for i in lettered[:named]) + (more if len(lettered) > named else "")
+        found.append(
+            f"{len(lettered)} question(s) whose options begin with their own letters ({lines}): prompts letter each "
+            "option, so they read 'A. A. ...'; write the options without their letters"
         )
     if conflicts:
         pairs = ", ".join(
