@@ -386,6 +386,9 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("calibrate: fitted on too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", "data/usmle_sample/train.jsonl", "--held-out", TEST_SET, "--limit", "1"], "has 1 questions to fit on (with --limit 1)"),
         Case("calibrate: a dev file of too few questions", ["calibrate", "--model", model, "--task", "usmle", "--dev", TEST_SET, "--held-out", "data/usmle_sample/train.jsonl"], "has 20 questions to fit on, fewer than 50"),
         # --- medrecipes pairs
+        Case("eval: --output named as another format", ["eval", "--model", model, "--data", TEST_SET, "--output", f"{files}/scores.csv"], "scores.csv is named as CSV, and eval writes JSON; name it scores.json"),
+        Case("pairs: --out named as another format", ["pairs", "--mcq", TEST_SET, "--out", f"{files}/pairs.parquet"], "pairs.parquet is named as Parquet, and pairs writes JSON Lines; name it pairs.jsonl"),
+        Case("decontaminate: multiple-choice rows kept as CSV", ["decontaminate", "--train", "data/usmle_sample/train.jsonl", "--eval", TEST_SET, "--drop", f"{files}/kept.csv"], "a CSV cell cannot hold as a list"),
         Case("pairs: one sample a question", ["pairs", "--mcq", TEST_SET, "--model", model, "--samples", "1", "--out", f"{files}/p.jsonl"], "--samples: must be at least 2"),
         Case("pairs: greedy answers", ["pairs", "--mcq", TEST_SET, "--model", model, "--temperature", "0", "--out", f"{files}/p.jsonl"], "--temperature: must be a finite number above 0"),
         # --- medrecipes decontaminate

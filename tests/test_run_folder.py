@@ -225,7 +225,7 @@ def test_decontaminate_never_writes_over_its_input_nor_an_earlier_result(tmp_pat
 def test_merge_lora_tiny_model_and_eval_output_refuse_an_existing_result(finished_run, tmp_path, capsys):
     existing = tmp_path / "existing"
     existing.mkdir()
-    (existing / "keep.txt").write_text("mine")
+    (existing / "keep.json").write_text("mine")
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(finished_run / "final")}))
@@ -235,13 +235,13 @@ def test_merge_lora_tiny_model_and_eval_output_refuse_an_existing_result(finishe
         (["merge-lora", str(adapter), str(finished_run / "final")], "is also what this command reads"),
         (["tiny-model", str(existing)], "tiny-model OUT_DIR: "),
         (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", data], "is also what"),
-        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", str(existing / "keep.txt")], "did not write"),
+        (["eval", "--model", str(finished_run / "final"), "--data", data, "--output", str(existing / "keep.json")], "did not write"),
     ):  # fmt: skip
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
         err = capsys.readouterr().err
         assert info.value.code == 2 and words in err, (argv, err)
-    assert (existing / "keep.txt").read_text() == "mine" and sorted(p.name for p in existing.iterdir()) == ["keep.txt"]
+    assert (existing / "keep.json").read_text() == "mine" and sorted(p.name for p in existing.iterdir()) == ["keep.json"]
 
 
 def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):

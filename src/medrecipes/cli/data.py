@@ -137,10 +137,15 @@ def cmd_decontaminate(args) -> None:
             for name in sources
         }
         inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
-        for out in drops.values():
+        for name, out in drops.items():
             claim_output(out, "decontaminate", "decontaminate --drop", inputs, args.overwrite)
             if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
                 raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")
+            if sources[name].format == "usmle" and out.lower().endswith(".csv"):  # a cell holds no list
+                raise UserError(
+                    f"--drop {out}: these are multiple-choice rows, whose options a CSV cell cannot hold as a list "
+                    "to read back; name it .jsonl or .parquet"
+                )
     report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
     for name, out in drops.items():

@@ -101,6 +101,7 @@ def claim_output(
         if source and "://" not in source and os.path.lexists(source) and (how := _relation(path, source)):
             what = "is also what" if how == "is" else f"{how} {source}, which"
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
+    check_named_format(path, where, kind)
     if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
         lock = beside(path, LOCK)
         made = _make_folders(os.path.dirname(lock))
@@ -145,6 +146,27 @@ def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> 
             f"{where}: {path} is an earlier '{kind}' result, but {edited} in it was changed (or removed) since it "
             "was written; keep a copy of your edit elsewhere and remove it there, or name a new path "
             "(--overwrite replaces only what medrecipes wrote, as it wrote it)"
+        )
+
+
+# What a file's name says it holds, and the format each kind of file result is written in: a
+# name that says another (eval's JSON as x.csv) is a file no reader of that name can read.
+NAMED_FORMATS = {".json": "JSON", ".jsonl": "JSON Lines", ".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet",
+                 ".arrow": "Arrow", ".yaml": "YAML", ".yml": "YAML", ".html": "HTML", ".htm": "HTML",
+                 ".md": "Markdown", ".txt": "text", ".xlsx": "Excel", ".pdf": "PDF", ".png": "PNG"}  # fmt: skip
+WRITTEN_AS = {"eval": (".json",), "calibration": (".json",), "perplexity": (".json",), "pairs": (".jsonl", ".json"),
+              "pass-rate": (".jsonl", ".json")}  # fmt: skip
+
+
+def check_named_format(path: str, where: str, kind: str) -> None:
+    """One line where a file result's name says another format than the `kind` is written in
+    (`WRITTEN_AS`); a name without a known suffix is the user's own choice."""
+    suffix = os.path.splitext(path)[1].lower()
+    written = WRITTEN_AS.get(kind)
+    if written and suffix in NAMED_FORMATS and suffix not in written:
+        raise UserError(
+            f"{where}: {path} is named as {NAMED_FORMATS[suffix]}, and {kind} writes {NAMED_FORMATS[written[0]]}; "
+            f"name it {os.path.splitext(os.path.basename(path))[0]}{written[0]}"
         )
 
 
