@@ -241,7 +241,8 @@ def test_merge_lora_tiny_model_and_eval_output_refuse_an_existing_result(finishe
             cli.main(argv)
         err = capsys.readouterr().err
         assert info.value.code == 2 and words in err, (argv, err)
-    assert (existing / "keep.json").read_text() == "mine" and sorted(p.name for p in existing.iterdir()) == ["keep.json"]
+    assert (existing / "keep.json").read_text() == "mine"
+    assert sorted(p.name for p in existing.iterdir()) == ["keep.json"]
 
 
 def test_a_staged_result_replaces_the_old_one_whole_or_not_at_all(tmp_path):
