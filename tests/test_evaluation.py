@@ -508,7 +508,9 @@ def test_generate_options_in_loglik_mode_are_said_not_refused():
     # Sampling-only options (their help: "when temperature > 0") under greedy decoding, likewise.
     (note,) = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "generate", "--top_p", "0.5"]).notes
     assert note.startswith("top_p shapes sampled answers, and temperature 0 answers greedily")
-    sampled = ["--mode", "generate", "--top_p", "0.5", "--temperature", "1"]
+    (note,) = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), "--mode", "generate", "--seed", "7"]).notes
+    assert note.startswith("seed shapes sampled answers, and temperature 0 answers greedily")
+    sampled = ["--mode", "generate", "--top_p", "0.5", "--temperature", "1", "--seed", "7"]
     assert parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), *sampled]).notes == []
     # --tasks choosing some of a YAML's tasks: the data of the others is not read, and said so
     picked = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml"), "--tasks", "[usmle_train]"])

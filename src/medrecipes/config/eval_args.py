@@ -61,7 +61,7 @@ class EvalArguments:
             "confidence their agreement (needs temperature > 0)."
         },
     )
-    seed: int = field(default=42, metadata={"help": "Seed for sampling."})
+    seed: int = field(default=42, metadata={"help": "generate: seeds sampling when temperature > 0."})
     output: str | None = field(default=None, metadata={"help": "JSON file for the reports and every prediction."})
     overwrite: bool = field(default=False, metadata={"help": "Let `output` replace an existing file."})
 
