@@ -216,7 +216,7 @@ def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_pa
     text = (card / "README.md").read_text()
     pushed = hub.repos["med/tiny-cpt"]["main"]["README.md"].decode()
     report = json.loads(evaluation.read_text())["tasks"]["pubmedqa"]
-    row = next(line for line in text.splitlines() if line.startswith("| pubmedqa (reasoning_free) | loglik | 6 |"))
+    row = next(line for line in text.splitlines() if line.startswith("| pubmedqa (reasoning_free) (ori_pqal.json) | loglik | 6 |"))
     assert f"| {report['accuracy']:.1%} |" in row
     assert not any(line.startswith("| pubmedqa |") for line in text.splitlines())  # never the standard score
     # The rest is the pushed card's: the run's own evaluation, data, hardware, command and plots.
@@ -234,6 +234,23 @@ def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_pa
     bad = run(PYTHON, "-m", "medrecipes.cli", "card", out, out / "run.json", "--output", tmp_path / "c2")
     assert bad.returncode == 2 and "not a `medrecipes eval --output` file" in bad.stderr
     assert not (tmp_path / "c2").exists()
+
+
+def test_a_benchmarks_name_on_the_card_names_the_local_file_it_was_scored_on(tmp_path):
+    """`eval --data mine.jsonl` scores a user's file under the default task's name (medqa_4opt): the
+    card says which file, where a reader would take the name for the benchmark's own questions."""
+    from medrecipes.hub.card import mcq_results, task_label
+
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("{}\n")
+    report = {"source": str(mine), "n": 2, "accuracy": 0.5, "mode": "loglik"}
+    assert task_label("medqa_4opt", report) == "medqa_4opt (mine.jsonl)"
+    assert task_label("pubmedqa (reasoning_free)", report) == "pubmedqa (reasoning_free) (mine.jsonl)"
+    assert task_label("usmle", report) == "usmle"  # a name of the user's own claims no benchmark
+    hub = {**report, "source": "GBaker/MedQA-USMLE-4-options-hf"}
+    assert task_label("medqa_4opt", hub) == "medqa_4opt"
+    (result,) = mcq_results({"medqa_4opt": report})
+    assert (result.dataset_name, result.dataset_type) == ("medqa_4opt (mine.jsonl)", "medqa_4opt")
 
 
 def test_decontamination_result_goes_into_the_card():

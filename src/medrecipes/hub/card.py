@@ -27,6 +27,7 @@ from medrecipes.errors import UserError
 from medrecipes.evaluation.calibration import COVERAGES, headline, with_interval
 from medrecipes.locations import absent, looks_local
 from medrecipes.models.files import check_model_folder, missing_part
+from medrecipes.names import TASK_NAMES
 from medrecipes.report import figures, read_run, task_problem
 from medrecipes.rewards import signal_share
 from medrecipes.runs.described import facts_problem
@@ -103,18 +104,32 @@ def calibration_rows(reports: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def _hub_source(name: str, report: dict) -> str | None:
+    """The Hub id a report's questions came from, None for a local file."""
+    source = str(report.get("source") or name)
+    return source if "/" in source and not looks_local(source) and not os.path.exists(source) else None
+
+
+def task_label(name: str, report: dict) -> str:
+    """A task as the card names it: a benchmark's name (`TASK_NAMES`) with the file its questions
+    came from where that is a local file (`--data mine.jsonl` is scored under the default task's
+    name, medqa_4opt, and a reader of the card would take it for MedQA's questions)."""
+    if name.split(" ")[0] not in TASK_NAMES or _hub_source(name, report) or not report.get("source"):
+        return name
+    return f"{name} ({os.path.basename(str(report['source']).rstrip('/'))})"
+
+
 def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
     """The reports as the Hub's evaluation results (`model-index` in the card's metadata)."""
     results = []
     for name, report in reports.items():
-        source = str(report.get("source") or name)
-        hub_id = "/" in source and not looks_local(source) and not os.path.exists(source)
+        hub_id = _hub_source(name, report)
         results.append(
             EvalResult(
                 task_type="multiple-choice",
                 task_name="Multiple-choice question answering",
-                dataset_type=source if hub_id else name,
-                dataset_name=name,
+                dataset_type=hub_id or name,
+                dataset_name=task_label(name, report),
                 metric_type="accuracy",
                 metric_name=f"accuracy ({report.get('mode', 'generate')}, n={report['n']})",
                 metric_value=round(report["accuracy"], 4),
@@ -159,7 +174,7 @@ def model_card(
         evaluation=evaluation_rows(eval_metrics),
         mcq=[
             (
-                name,
+                task_label(name, r),
                 r.get("mode", ""),
                 r["n"],
                 f"{r['accuracy']:.1%}",
