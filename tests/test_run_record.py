@@ -216,7 +216,11 @@ def test_a_card_made_after_training_has_the_later_evaluations(pushed_run, tmp_pa
     text = (card / "README.md").read_text()
     pushed = hub.repos["med/tiny-cpt"]["main"]["README.md"].decode()
     report = json.loads(evaluation.read_text())["tasks"]["pubmedqa"]
-    row = next(line for line in text.splitlines() if line.startswith("| pubmedqa (reasoning_free) (ori_pqal.json) | loglik | 6 |"))
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| pubmedqa (reasoning_free) (ori_pqal.json) | loglik | 6 |")
+    )
     assert f"| {report['accuracy']:.1%} |" in row
     assert not any(line.startswith("| pubmedqa |") for line in text.splitlines())  # never the standard score
     # The rest is the pushed card's: the run's own evaluation, data, hardware, command and plots.
