@@ -497,6 +497,28 @@ def test_a_question_asked_more_than_once_is_reported(tiny, tmp_path):
     )
 
 
+def test_a_folder_of_one_splits_files_is_scored_whole_and_a_folder_of_several_by_the_tasks(tmp_path):
+    """MMLU's val/ folder (anatomy_val.csv, ...) given as a task's data is what the user points at:
+    scored whole, as a file is, though the task's own split is test. A folder whose files make
+    several splits is read for the task's split, and one without it names the splits it has."""
+    val = tmp_path / "val"
+    val.mkdir()
+    subjects = TASKS["mmlu_medical"].subjects
+    for subject in subjects:
+        (val / f"{subject}_val.csv").write_text(f"Which in {subject}?,a,b,c,d,B\n", encoding="utf-8")
+    rows = load_task("mmlu_medical", data=str(val)).rows
+    assert sorted(r["subject"] for r in rows) == sorted(subjects) and {r["answer"] for r in rows} == {"B"}
+    splits = tmp_path / "splits"
+    splits.mkdir()
+    row = {"question": "Which?", "options": {"A": "a", "B": "b"}, "answer_idx": "B"}
+    for name, answer in (("train", "A"), ("test", "B")):
+        (splits / f"{name}.jsonl").write_text(json.dumps({**row, "answer_idx": answer}) + "\n")
+    assert [r["answer"] for r in load_task("mine", data=str(splits)).rows] == ["B"]
+    (splits / "test.jsonl").rename(splits / "validation.jsonl")
+    with pytest.raises(UserError, match=r"no 'test' split: its files make train, validation"):
+        load_task("mine", data=str(splits))
+
+
 def test_generate_options_in_loglik_mode_are_said_not_refused():
     """A YAML written for generate switched to loglik on the command line (as tiny_eval.yaml's
     comment shows): its generate-only options (their help says `generate:`) do nothing, and the

@@ -17,7 +17,16 @@ from pathlib import Path
 from medrecipes.data.sources import load_mcq_source
 from medrecipes.errors import UserError
 from medrecipes.locations import absent, looks_local
-from medrecipes.usmle import LETTERS, Row, completion_prompt, letters_for, load_mcq, options_block, question_key
+from medrecipes.usmle import (
+    LETTERS,
+    Row,
+    completion_prompt,
+    letters_for,
+    load_mcq,
+    options_block,
+    question_key,
+    scored_split,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +233,7 @@ def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | No
     misfit = _misfit(task, source, wording)
     reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True, "misfit": misfit}
     if looks_local(source) or Path(source).exists():
-        return load_mcq(source, split=split, **reading).to_list()
+        return load_mcq(source, split=scored_split(source, split), **reading).to_list()
     configs = task.hub_configs if source == task.hub else (None,)
     try:
         return [row for config in configs for row in load_mcq(source, split=split, config=config, **reading)]

@@ -303,10 +303,11 @@ def _files_in(directory: Path, split: str | None) -> list[Path]:
     return files
 
 
-def _split_files(directory: Path, split: str) -> list[Path]:
-    """The files of one split of a folder, named as `datasets` names them (train.jsonl,
-    dev-00.csv, ...: its own patterns). Where no file is named so (anatomy.csv, cardiology.jsonl),
-    every file is the one split, whatever it is called, as a single file is."""
+def folder_splits(directory: Path, split: str) -> dict[str, list[Path]]:
+    """{split: files} of a folder, named as `datasets` names them (train.jsonl, dev-00.csv,
+    anatomy_val.csv, ...: its own patterns). Where no file is named so (anatomy.csv,
+    cardiology.jsonl), every file is the one split `split`, whatever it is called, as a single
+    file is."""
     from datasets.data_files import DEFAULT_PATTERNS_ALL, DataFilesDict, get_data_patterns
 
     try:
@@ -319,7 +320,25 @@ def _split_files(directory: Path, split: str) -> list[Path]:
     files = {
         str(name): sorted(Path(f) for f in names if Path(f).suffix in FILE_SUFFIXES) for name, names in found.items()
     }
-    files = {name: chosen for name, chosen in files.items() if chosen}
+    return {name: chosen for name, chosen in files.items() if chosen}
+
+
+def scored_split(source: str, split: str | None) -> str | None:
+    """The split a benchmark task reads from a folder the user gave: its own (`split`) where the
+    folder has it; a folder whose files all make one other split (MMLU's val/: anatomy_val.csv,
+    ...) is scored whole, as a single file is, since it is what the user pointed at. A training
+    source keeps its split (a folder of test files is never trained on as train)."""
+    directory = Path(source)
+    if split and directory.is_dir() and not any((directory / s).is_dir() for s in MMLU_SPLITS):
+        named = folder_splits(directory, split)
+        if split not in named and len(named) == 1:
+            return next(iter(named))
+    return split
+
+
+def _split_files(directory: Path, split: str) -> list[Path]:
+    """The files of one split of a folder (`folder_splits`)."""
+    files = folder_splits(directory, split)
     if not files:  # datasets' patterns skip hidden files (.train.jsonl) as well
         raise UserError(
             f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files that are not hidden; point the source at "
