@@ -888,3 +888,17 @@ def test_pad_token_is_kept_without_the_librarys_deprecation_notice():
     the notice's fix cannot be followed from a recipe, so it is not passed on."""
     notes = parse_recipe("sft", ["recipes/tiny_sft.yaml", "--pad_token", "<|im_end|>"])[0].notes
     assert not [n for n in notes if "pad_token" in n], notes
+
+
+def test_a_checkpointing_key_trls_trainer_reads_itself_is_taken_where_it_reads_it():
+    """SFT's `selective` (TRL's selective activation checkpointing) is none of torch's checkpoint
+    keywords: taken for SFT with checkpointing on, as TRL's SFTTrainer reads it there."""
+    from medrecipes.config import parse_recipe
+
+    _, args, _ = parse_recipe(
+        "sft",
+        ["recipes/tiny_sft.yaml", "--activation_checkpointing", "true", "--activation_checkpointing_kwargs",
+         "{selective: true, use_reentrant: false}"],
+        to_train=False,
+    )  # fmt: skip
+    assert args.gradient_checkpointing_kwargs == {"selective": True, "use_reentrant": False}

@@ -948,6 +948,17 @@ def _checkpoint_keywords() -> dict:
     return kinds
 
 
+def _trainer_checkpoint_keywords(args) -> dict:
+    """The keys of gradient_checkpointing_kwargs that the method's TRL trainer reads itself (SFT's
+    `selective`, which it strips before torch sees the rest), found in the trainer's source and
+    typed bool (each is read for its truth)."""
+    found = _trainer_of(args)
+    if found is None:
+        return {}
+    source = inspect.getsource(inspect.getmodule(found[1]))
+    return {name: bool for name in re.findall(r'gradient_checkpointing_kwargs or \{\}\)\.get\(\s*"(\w+)"', source)}
+
+
 def check_structured_settings(args: TrainingArguments, path: str, given: dict) -> None:
     """The settings that are mappings of a library's own keys, checked key by key against that
     library's types: transformers builds accelerator_config into its AcceleratorConfig without
@@ -990,14 +1001,27 @@ def check_structured_settings(args: TrainingArguments, path: str, given: dict) -
         else "activation_checkpointing_kwargs"
     )
     if isinstance(kwargs := getattr(args, key, None), dict):
-        kinds = _checkpoint_keywords()
+        trainers = _trainer_checkpoint_keywords(args)
+        kinds = {**_checkpoint_keywords(), **trainers}
         for name, value in kwargs.items():
             if name not in kinds:
+                theirs = f" or of TRL's {_trainer_of(args)[1].__name__}" if trainers else ""
                 raise UserError(
-                    f"{path}: {key}.{name} is not a setting of torch's checkpoint{did_you_mean(name, list(kinds))}; "
-                    f"use {', '.join(sorted(kinds))}"
+                    f"{path}: {key}.{name} is not a setting of torch's checkpoint{theirs}"
+                    f"{did_you_mean(name, list(kinds))}; use {', '.join(sorted(kinds))}"
                 )
             check_value(f"{key}.{name}", value, kinds[name], path)
+            if (
+                name in trainers
+                and name not in _checkpoint_keywords()
+                and value
+                and args.gradient_checkpointing is False
+            ):
+                raise UserError(  # TRL's trainer refuses it as it builds, after the model has loaded
+                    f"{path}: {key}.{name} is read by TRL's {_trainer_of(args)[1].__name__} only with activation "
+                    "checkpointing on, and activation_checkpointing is false; set activation_checkpointing: true, or "
+                    f"drop {name}"
+                )
 
 
 def check_accelerator_settings(args: TrainingArguments, path: str) -> None:
