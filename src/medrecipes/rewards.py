@@ -339,6 +339,16 @@ def _overlong_penalty(completions, completion_ids, max_tokens: int, buffer_token
 _FINAL_ANSWER = re.compile(r"Final Answer\s*:", re.IGNORECASE)
 
 
+def form_rewarded(function: Callable) -> str | None:
+    """The answer form (`ANSWER_STYLES`) a reward scores, where it scores one: answer_format's
+    style; reasoning_present's reasoning before "Final Answer: X" (the chain-of-thought prompt's)."""
+    if isinstance(function, BoundReward) and function.__name__ == "answer_format":
+        return next(
+            style for style, pattern in ANSWER_STYLES.items() if pattern == function.settings["pattern"].pattern
+        )
+    return "final_answer_line" if getattr(function, "__name__", None) == "reasoning_present" else None
+
+
 @reward
 def reasoning_present(min_words: int = 20):
     """1 when at least `min_words` words of reasoning come before the answer ("Final Answer:",

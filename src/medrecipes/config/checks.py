@@ -40,7 +40,7 @@ from medrecipes.mirror import COMPLETE
 from medrecipes.names import TASK_METRICS, check_task_names
 from medrecipes.outputs.checkpoints import checkpoint_step
 from medrecipes.pass_rates import check_measured_on
-from medrecipes.rewards import reward_functions
+from medrecipes.rewards import form_rewarded, reward_functions
 
 VLLM_MODES = ("colocate", "server")
 
@@ -413,13 +413,16 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
         args.rewards = [{"name": "usmle_accuracy"}]
     functions, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
     asked = "final_answer_line" if recipe.chain_of_thought else "letter"  # the form the prompt asks for
-    for i, (entry, function) in enumerate(zip(args.rewards, functions, strict=True)):
-        style = entry.get("style", "final_answer_line") if isinstance(entry, dict) else None
-        if getattr(function, "__name__", None) == "answer_format" and style != asked:
+    for i, function in enumerate(functions):
+        if (form := form_rewarded(function)) not in (None, asked):
+            styled = function.__name__ == "answer_format"
+            named, fix = (
+                (f"answer_format style {form}", f"use style {asked}") if styled else (function.__name__, "drop it")
+            )
             raise UserError(
-                f"{path}: rewards[{i}]: answer_format style {style} rewards another form than the prompt asks for "
-                f"(chain_of_thought {str(recipe.chain_of_thought).lower()}: {asked}), so answers that do as asked "
-                f"score 0; use style {asked}, or chain_of_thought: {str(not recipe.chain_of_thought).lower()}"
+                f"{path}: rewards[{i}]: {named} rewards another form than the prompt asks for ({form}, where "
+                f"chain_of_thought {str(recipe.chain_of_thought).lower()} asks for {asked}), so answers that do as "
+                f"asked score 0; {fix}, or set chain_of_thought: {str(not recipe.chain_of_thought).lower()}"
             )
     for i, function in enumerate(functions):
         if getattr(function, "__name__", None) == "overlong_penalty":
