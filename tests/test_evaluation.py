@@ -519,6 +519,27 @@ def test_a_folder_of_one_splits_files_is_scored_whole_and_a_folder_of_several_by
         load_task("mine", data=str(splits))
 
 
+def test_an_eval_recipe_writes_a_tasks_data_as_a_list_or_as_a_mapping(tmp_path):
+    """TASK=PATH entries, or the mapping TASK: PATH a YAML writer reaches for first: one reading."""
+    listed = parse_eval_args([str(ROOT / "recipes/tiny_eval.yaml")])
+    mapped = tmp_path / "mapped.yaml"
+    text = (ROOT / "recipes/tiny_eval.yaml").read_text()
+    mapped.write_text(
+        text.replace(
+            "data: [usmle_train=data/usmle_sample/train.jsonl, usmle_test=data/usmle_sample/test.jsonl]",
+            "data:\n  usmle_train: data/usmle_sample/train.jsonl\n  usmle_test: data/usmle_sample/test.jsonl\n"
+            "fewshot_data: {usmle_test: data/usmle_sample/train.jsonl}\nnum_fewshot: 1",
+        )
+    )
+    args = parse_eval_args([str(mapped)])
+    assert args.data_by_task == listed.data_by_task and args.fewshot_by_task == {
+        "usmle_test": "data/usmle_sample/train.jsonl"
+    }
+    mapped.write_text(text.replace("data: [usmle_train=", "data: {usmle_train: [a, b]}\n# [usmle_train="))
+    with pytest.raises(UserError, match=r"mapped\.yaml: data\.usmle_train must be text, got \['a', 'b'\]"):
+        parse_eval_args([str(mapped)])
+
+
 def test_generate_options_in_loglik_mode_are_said_not_refused():
     """A YAML written for generate switched to loglik on the command line (as tiny_eval.yaml's
     comment shows): its generate-only options (their help says `generate:`) do nothing, and the

@@ -277,7 +277,18 @@ class RecipeParser(TrlParser):
     def _check_yaml_keys(self, data: dict, path: str) -> None:
         reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
         hints = {name: hint for cls in self.dataclass_types for name, hint in typing.get_type_hints(cls).items()}
+        # A list whose help says its entries are NAME=VALUE ("TASK=PATH ...") takes them as a mapping too.
+        pairs = {
+            f.name
+            for cls in self.dataclass_types
+            for f in dataclasses.fields(cls)
+            if _takes_names(hints[f.name]) and re.match(r"[A-Z_]+=[A-Z_]+\b", f.metadata.get("help", ""))
+        }
         for key, value in data.items():
+            if key in pairs and isinstance(value, dict):  # {NAME: VALUE}, as YAML writes it: the entries NAME=VALUE
+                if wrong := next(((name, item) for name, item in value.items() if not isinstance(item, str)), None):
+                    raise UserError(f"{path}: {key}.{wrong[0]} must be text, got {wrong[1]!r}")
+                value = data[key] = [f"{name}={item}" for name, item in value.items()]
             if key in hints and value is not None:
                 check_value(key, value, hints[key], path, top_level=True)
 
