@@ -45,7 +45,7 @@ def main(recipe, training_args, model_args):
     tokenizer = recipe_tokenizer(recipe, model_args)
     run = settle_run(METHOD, recipe, training_args, model_args, tokenizer)  # decided once, in run.json
     with training_args.main_process_first(desc="loading data"):
-        train_dataset, eval_datasets = preference_data(recipe)
+        train_dataset, eval_datasets = preference_data(recipe, start=model_args.model_name_or_path)
 
     model = load_model(model_args, recipe, tokenizer, run.activation_checkpointing)
 

@@ -341,3 +341,33 @@ def test_kto_weights_out_of_the_papers_range_for_their_counts_are_said_with_the_
                 low, high = map(float, re.search(r"desirable_weight from (\S+) to (\S+)$", lines[0]).groups())
                 for advised in (low, high):  # as printed, to 3 figures
                     assert not said(desirable, undesirable, advised * (1.01 if advised == low else 0.99), uw)
+
+
+def test_pairs_asked_otherwise_than_the_starting_models_run_are_said(tmp_path, caplog):
+    """Pairs written without the system prompt the SFT run trained with (medrecipes pairs without
+    --system-prompt), then DPO from that run's final/: said, as the run's run.json records it."""
+    from datasets import Dataset
+
+    from medrecipes.data.preference import mcq_pairs, say_prompts_unlike_start
+
+    rows = usmle.load_mcq(ROOT / "data/usmle_sample/train.jsonl").select(range(4))
+    system = "You are a careful medical expert."
+    run = tmp_path / "sft"
+    (run / "final").mkdir(parents=True)
+    for trained, written, said in ((system, None, 4), (system, system, 0), (None, system, 4), (None, None, 0)):
+        (run / "run.json").write_text(json.dumps({"recipe": {"system_prompt": trained}}))
+        pairs = Dataset.from_list(mcq_pairs(rows, system_prompt=written))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="medrecipes.data.preference"):
+            say_prompts_unlike_start(pairs, str(run / "final"))
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == (1 if said else 0), (trained, written, lines)
+        if said:
+            assert lines[0].startswith(f"{said} of 4 pairs ask their question with another system turn") and (
+                "medrecipes pairs --system-prompt" in lines[0]
+            )
+    caplog.clear()  # a Hub id or a folder without a run record: nothing to compare with
+    with caplog.at_level("WARNING", logger="medrecipes.data.preference"):
+        say_prompts_unlike_start(pairs, str(tmp_path / "elsewhere" / "final"))
+        say_prompts_unlike_start(pairs, "google/gemma-3-270m-it")
+    assert not caplog.records

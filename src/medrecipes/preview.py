@@ -123,7 +123,9 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
     elif trains.preference:
         from medrecipes.data.preference import preference_data
 
-        train, _ = preference_data(recipe, unpair=trains.preference == "answers", args=args)
+        train, _ = preference_data(
+            recipe, unpair=trains.preference == "answers", args=args, start=model_args.model_name_or_path
+        )
         examples = []
         for row in _first(train, count):
             if "chosen" in row:

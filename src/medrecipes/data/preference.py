@@ -4,6 +4,7 @@ unpaired layout of them, and the recipe's mixture of preference sources (TRL's l
 chosen, rejected; or prompt, completion, label; plain text or conversational)."""
 
 import logging
+import os
 import random
 from collections import Counter
 
@@ -11,6 +12,7 @@ from medrecipes import usmle
 from medrecipes.data.mixture import build_mixture, training_mixture
 from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
+from medrecipes.locations import run_record
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +136,36 @@ def _check_balance(rows, args) -> None:
         )  # fmt: skip
 
 
-def preference_data(recipe, unpair: bool = False, args=None):
+def say_prompts_unlike_start(train, start: str | None) -> None:
+    """One line where conversational pairs ask their questions with another system turn (or none)
+    than the run that made the starting model (`start`: its output_dir/final, run.json beside it)
+    trained with: the preferences are then learnt on prompts the model was not trained on, as
+    when `medrecipes pairs` was run without the SFT recipe's --system-prompt."""
+    record = run_record(os.path.dirname(os.path.abspath(os.path.expanduser(start)))) if start else None
+    recipe = record.get("recipe") if isinstance(record, dict) else None
+    if not isinstance(recipe, dict) or "system_prompt" not in recipe or "prompt" not in (train.column_names or []):
+        return
+    trained = recipe["system_prompt"] or None
+    turns = [p for p in train["prompt"] if isinstance(p, list) and p and isinstance(p[0], dict)]
+    systems = [p[0].get("content") if p[0].get("role") == "system" else None for p in turns]
+    if unlike := sum(system != trained for system in systems):
+        asked = f"the system prompt {trained!r}" if trained else "no system prompt"
+        logger.warning(
+            "%d of %d pairs ask their question with another system turn than the run of the starting model %s trained "
+            "with (%s, its run.json), so preferences are learnt on prompts it was not trained on; write the pairs as "
+            "that run asked (medrecipes pairs --system-prompt, or without it)",
+            unlike, len(systems), start, asked,
+        )  # fmt: skip
+
+
+def preference_data(recipe, unpair: bool = False, args=None, start: str | None = None):
     """(train rows, {eval set: rows}) from the recipe's preference sources; with `unpair` (KTO)
     pairs are split into one desirable and one undesirable answer, and the weights of the two
-    kinds in `args` (KTO's config) are checked against their counts."""
+    kinds in `args` (KTO's config) are checked against their counts. `start`, the starting
+    model's path, is compared with the pairs' prompts (`say_prompts_unlike_start`)."""
     training_mixture(recipe, "preference source")
     train = build_mixture(recipe.mixture)
+    say_prompts_unlike_start(train, start)
     evals = {name: load_source(source) for name, source in recipe.eval_sources.items()}
     if unpair:
         if recipe.mixture.sources[0].format == "preference":  # every source has one layout (config.checks)
