@@ -61,6 +61,13 @@ def test_a_finished_run_run_again_trains_nothing_and_writes_nothing(finished_run
     output = result.stdout + result.stderr
     assert "ran with other settings than these (learning_rate 0.003 there, 0.0001 here)" in output
     assert "logging_steps" not in output.split("other settings")[1].split(")")[0]
+    # A checkpoint to resume from, named for a run that has nothing left to train: said, not read.
+    checkpoint = max(finished_run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    result = cpt_again(finished_run, tiny_model, "--resume_from_checkpoint", str(checkpoint))
+    assert result.returncode == 0 and f"resume_from_checkpoint {checkpoint} is not read: the run finished" in (
+        result.stdout + result.stderr
+    ), result.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in finished_run.rglob("*") if p.is_file()} == before
 
 
 def test_another_run_in_a_finished_runs_folder_is_refused(finished_run, tiny_model):

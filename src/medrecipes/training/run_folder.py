@@ -130,6 +130,12 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 output_dir,
                 saved["finished"]["global_step"],
             )
+            if training_args.resume_from_checkpoint:
+                logger.warning(
+                    "resume_from_checkpoint %s is not read: the run finished there; raise max_steps to train on from "
+                    "its newest checkpoint, or drop it",
+                    training_args.resume_from_checkpoint,
+                )
             changed = _changed_settings(saved.get("recipe") or {}, resolved_recipe(recipe, model_args, training_args))
             if changed:
                 logger.warning(
