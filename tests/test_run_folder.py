@@ -461,3 +461,23 @@ def test_an_accumulation_longer_than_an_epoch_is_said(caplog):
     ]
     assert said(64, 8) == [] and said(63, 8, drop_last=True)  # 7 whole batches when the last is dropped
     assert said(0, 4, dataset=iter(range(60))) == []  # a stream
+
+
+def test_a_run_refused_after_it_claimed_a_new_folder_leaves_no_folder(tiny_model, tmp_path):
+    """A refusal that comes once the folder is made (a data row read after the claim) leaves no
+    folder holding only a record: a rerun starts as new. An existing folder is left as it was."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        '{"question": "a", "options": {"A": "a", "B": "b"}, "answer": "A"}\n'
+        '{"question": "b", "options": {"A": "a", "B": "b"}, "answer": ""}\n'
+    )
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text((ROOT / SFT).read_text().replace("data/usmle_sample/train.jsonl", str(rows)))
+    out = tmp_path / "runs" / "sft"
+    result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)
+    assert result.returncode == 2 and "rows.jsonl line 2: has no gold answer" in error_lines(result.stderr)[0]
+    assert not out.exists() and (tmp_path / "runs").is_dir()
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)
+    assert result.returncode == 2 and sorted(p.name for p in out.iterdir()) == ["notes.txt"], result.stderr[-1000:]

@@ -6,6 +6,7 @@ without a traceback; anything else is a bug and keeps its traceback.
 """
 
 import codecs
+import contextlib
 import csv
 import json
 import math
@@ -459,6 +460,15 @@ _interrupt_note: list[Callable[[], str]] = [
 ]
 
 
+_refusal_cleanups: list[Callable[[], None]] = []
+
+
+def on_refusal(cleanup: Callable[[], None]) -> None:
+    """Run `cleanup` before a refusal's exit: it removes what the refused start made and nothing
+    of the user's (a new run folder holding only its record)."""
+    _refusal_cleanups.append(cleanup)
+
+
 def on_interrupt(note: Callable[[], str]) -> None:
     """Say, at Ctrl-C, what was saved and how to go on (`note()` is asked then, not now)."""
     _interrupt_note.append(note)
@@ -504,6 +514,9 @@ def _report(err: UserError) -> None:
     if first_to_report():  # on a line of its own where a progress bar left its line open
         one = str(err).replace("\r", "\\r").replace("\n", "\\n")  # a name's line break, as \n
         _say(f"{chr(10) if _bar_open() else ''}error: {one}")
+    for cleanup in _refusal_cleanups:
+        with contextlib.suppress(OSError):
+            cleanup()
     sys.exit(2)
 
 

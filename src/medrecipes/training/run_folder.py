@@ -12,12 +12,14 @@ model card first.
 
 import logging
 import os
+import shutil
 
 from medrecipes.config.parse import recorded_command, resolved_recipe
 from medrecipes.data.sources import recipe_inputs
-from medrecipes.errors import UserError, on_interrupt
+from medrecipes.errors import UserError, on_interrupt, on_refusal
+from medrecipes.locations import RUN_RECORD
 from medrecipes.outputs.claims import claim_output, lock_folder
-from medrecipes.outputs.records import mark
+from medrecipes.outputs.records import LOCK, MARKER, mark
 from medrecipes.runs.folder import RunFolder
 from medrecipes.runs.record import identity_differences, run_identity, write_record
 from medrecipes.runs.resume import kept
@@ -83,6 +85,13 @@ def finished(record: dict, training_args) -> bool:
     return done["max_steps"] <= 0 and done["num_train_epochs"] >= training_args.num_train_epochs
 
 
+def _remove_unused(output_dir: str) -> None:
+    """A run folder this start made, removed where the run was refused before it held anything but
+    its record (no checkpoint, log or model): a rerun then starts as new, and nothing is left to explain."""
+    if os.path.isdir(output_dir) and set(os.listdir(output_dir)) <= {RUN_RECORD, MARKER, LOCK}:
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
 def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
     """Claim output_dir for this run: check that it is this run's (one line and exit 2 if it holds
     another run's, unless the recipe sets overwrite_output_dir, which deletes that run first; or
@@ -103,6 +112,8 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
     if training_args.should_save:  # the process that writes; the launch's others wait below
         inputs = [*recipe_inputs(recipe, training_args, model_args, recipe.recipe_file), recipe.built_data]
         claim_output(output_dir, "run", where, inputs, overwrite=True, folder=True)  # resumes or refuses by its record
+        if not os.path.exists(output_dir):
+            on_refusal(lambda: _remove_unused(output_dir))
         os.makedirs(output_dir, exist_ok=True)
         lock_folder(output_dir, where)
         mark(output_dir, "run")
