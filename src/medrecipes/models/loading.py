@@ -22,7 +22,7 @@ from medrecipes.models.files import (
 )
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
-from medrecipes.models.templates import chat_template, native_template
+from medrecipes.models.templates import chat_template, check_renders_question, native_template
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +121,7 @@ def load_tokenizer(name_or_path: str, revision: str | None = None, named_by: str
             name_or_path,
             name,
         )
+    check_renders_question(tokenizer, name_or_path)
     return tokenizer
 
 

@@ -105,6 +105,29 @@ def answer_end(tokenizer, template: str) -> str:
     return after.partition("next")[0]
 
 
+def check_renders_question(tokenizer, name_or_path: str) -> None:
+    """One line where the tokenizer's chat template renders a question's turn without its text (an
+    empty chat_template.jinja, a template that writes no message): every prompt would be the same
+    empty or fixed text, answered as if it were the question. A template that fails to render
+    is left to the command's own line for it (`errors.template_refusal`)."""
+    mark = "\x00question\x00"
+    if tokenizer.chat_template is None:
+        return
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False
+        )
+    except Exception:  # noqa: BLE001 - its refusal is said where a prompt is rendered
+        text = "" if not str(tokenizer.chat_template).strip() else mark
+    if mark not in str(text):
+        shown = repr(tokenizer.chat_template[:60]) if isinstance(tokenizer.chat_template, str) else "its template"
+        raise UserError(
+            f"{name_or_path}: its chat template ({shown}) renders a question's turn without the question, so every "
+            "prompt would be the same; fix chat_template.jinja (or tokenizer_config.json's chat_template), or remove "
+            "it to ask the model with plain completion prompts"
+        )
+
+
 def say_dropped_system(tokenizer, key: str, template: str | None = None) -> None:
     """A system prompt (`key`) given to a model whose chat template leaves the system turn out of
     what it renders (some drop it rather than refuse it): the model would never see it, said. A
