@@ -269,3 +269,18 @@ def test_weights_that_hold_nan_are_one_line_wherever_they_load(base, adapter, tm
         line = capsys.readouterr().err.splitlines()[-1]
         assert exit.value.code == 2 and words in line, line
     assert not (tmp_path / "merged").exists()
+
+
+def test_generation_settings_a_model_saved_out_of_range_are_said(base, tmp_path, caplog):
+    """A generation_config.json sampling value out of generate()'s range is said where the model
+    loads (medrecipes answers with its own settings; other tools would fail on it)."""
+    from medrecipes.models.loading import load_for_inference
+
+    edited = tmp_path / "edited"
+    shutil.copytree(base, edited)
+    config = json.loads((edited / "generation_config.json").read_text())
+    (edited / "generation_config.json").write_text(json.dumps({**config, "do_sample": True, "temperature": -1.0}))
+    with caplog.at_level("WARNING", logger="medrecipes.models.loading"):
+        load_for_inference(str(edited))
+    (line,) = [r.getMessage() for r in caplog.records if "generation_config.json" in r.getMessage()]
+    assert "generation_config.json's temperature -1.0 is out of the range generate() samples with" in line

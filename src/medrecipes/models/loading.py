@@ -165,6 +165,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         origin = model_args.model_name_or_path
         _check_vocabulary(model, tokenizer, recipe)
     check_finite_weights(model, origin)
+    check_generation_config(model, origin)
     if activation_checkpointing:
         model.config.use_cache = False
     # Under ZeRO-3 each parameter is a partitioned placeholder; ds_numel is its full size.
@@ -188,6 +189,34 @@ def check_finite_weights(model, origin: str) -> None:
                 f"model {origin}: {name} holds NaN or infinite weights, saved by a run that diverged; use an "
                 "earlier checkpoint of it"
             )
+
+
+def check_generation_config(model, origin: str) -> None:
+    """The model's generation_config.json, as generation reads it: an end token past the model's
+    embedding rows is refused (answers would stop only at their length limit); sampling values out
+    of the ranges generate() takes are said (medrecipes answers with its own, greedy unless asked;
+    another tool sampling from the model would fail)."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return
+    rows = model.get_input_embeddings().num_embeddings
+    ends = config.eos_token_id
+    for end in [ends] if isinstance(ends, int) else list(ends or []):
+        if not isinstance(end, int) or not 0 <= end < rows:
+            raise UserError(
+                f"model {origin}: generation_config.json's eos_token_id {end!r} is not one of its {rows:,} token ids, "
+                "so no answer stops at it; set it to the tokenizer's end token ids (tokenizer_config.json's "
+                "eos_token), or delete generation_config.json"
+            )
+    ranges = (("temperature", lambda v: v >= 0), ("top_p", lambda v: 0 < v <= 1), ("top_k", lambda v: v >= 0))
+    for key, ok in ranges:
+        value = getattr(config, key, None)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not ok(value):
+            logger.warning(
+                "model %s: generation_config.json's %s %r is out of the range generate() samples with; medrecipes "
+                "answers with its own settings (greedy unless asked), and other tools would fail: fix or drop it",
+                origin, key, value,
+            )  # fmt: skip
 
 
 def _check_vocabulary(model, tokenizer, recipe) -> None:
