@@ -310,3 +310,29 @@ def test_a_named_checkpoint_of_another_run_is_refused_unless_the_recipe_says_so(
         assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=True)) == str(checkpoint)
         (there / "run.json").write_text(json.dumps(ours))
         assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False)) == str(checkpoint)
+
+
+def test_a_tied_output_head_is_not_named_missing_on_resume():
+    """A checkpoint keeps one copy of a tied weight, and transformers named the output head
+    missing on every resume; the tied copy is left out of the line, a weight really missing is not."""
+    from torch.nn.modules.module import _IncompatibleKeys
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from medrecipes.training.mixins import RecipeTrainerMixin
+
+    class Seen:
+        def _issue_warnings_after_load(self, load_result):
+            self.seen = load_result
+
+    class Trainer(RecipeTrainerMixin, Seen):
+        pass
+
+    trainer = object.__new__(Trainer)
+    config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=64, tie_word_embeddings=True)  # fmt: skip
+    trainer.model = LlamaForCausalLM(config)
+    trainer.accelerator = SimpleNamespace(unwrap_model=lambda model: model)
+    for missing, named in ((["lm_head.weight"], []), (["lm_head.weight", "model.norm.weight"], ["model.norm.weight"]),
+                           (["model.embed_tokens.weight", "lm_head.weight"], ["model.embed_tokens.weight", "lm_head.weight"])):  # fmt: skip
+        trainer._issue_warnings_after_load(_IncompatibleKeys(missing, []))
+        assert trainer.seen.missing_keys == named, missing
