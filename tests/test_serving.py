@@ -620,6 +620,10 @@ def test_an_api_key_some_clients_cannot_send_is_refused_at_start(memorised_model
                  "--api-key", "clé-secrète")  # fmt: skip
     assert result.returncode == 2
     assert "holds a character other than printable ASCII" in error_lines(result.stderr)[0]
+    for key in (" secret", "secret\t", "two words"):  # a header's ends are trimmed, its middle split
+        result = run(PYTHON, "-m", "medrecipes.cli", "serve", memorised_model, "--port", str(free_port()),
+                     env={"MEDRECIPES_API_KEY": key})  # fmt: skip
+        assert result.returncode == 2 and "holds a space or other whitespace" in error_lines(result.stderr)[0], key
 
 
 def test_a_flag_key_beside_another_in_the_environment_is_said_at_start(memorised_model):

@@ -127,7 +127,13 @@ def serve(
             f"serve: the API key is empty (--api-key or {API_KEY_ENV}), which would leave the server open; "
             f"give a key, or leave both unset for a server without one"
         )
-    if api_key is not None and not (api_key.isascii() and api_key.isprintable() and " " not in api_key.strip()):
+    if api_key is not None and any(c.isspace() for c in api_key):
+        raise UserError(
+            f"serve: the API key (--api-key or {API_KEY_ENV}) holds a space or other whitespace ({api_key[:3]!r}...), "
+            "which an Authorization header drops at its ends and splits at in its middle, so no client's request "
+            "would carry it as given; remove the whitespace"
+        )
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
         raise UserError(
             f"serve: the API key (--api-key or {API_KEY_ENV}) holds a character other than printable ASCII, which "
             "an Authorization header does not carry alike from every client (the OpenAI SDK refuses it); use "
