@@ -284,3 +284,23 @@ def test_generation_settings_a_model_saved_out_of_range_are_said(base, tmp_path,
         load_for_inference(str(edited))
     (line,) = [r.getMessage() for r in caplog.records if "generation_config.json" in r.getMessage()]
     assert "generation_config.json's temperature -1.0 is out of the range generate() samples with" in line
+
+
+def test_a_chat_template_that_opens_no_answer_turn_is_said(base, tmp_path, caplog):
+    """A template without its add_generation_prompt block: answers go on the question's turn, said
+    where the tokenizer loads; one that renders no question at all is refused."""
+    from medrecipes.errors import UserError
+    from medrecipes.models.loading import load_tokenizer
+
+    edited = tmp_path / "edited"
+    shutil.copytree(base, edited)
+    template = (edited / "chat_template.jinja").read_text()
+    opened = "{%- if add_generation_prompt -%}\n{{- '<|im_start|>assistant\\n' -}}\n{%- endif -%}\n"
+    assert opened in template
+    (edited / "chat_template.jinja").write_text(template.replace(opened, ""))
+    with caplog.at_level("WARNING", logger="medrecipes.models.templates"):
+        load_tokenizer(str(edited))
+    assert "its chat template writes nothing for add_generation_prompt" in caplog.text
+    (edited / "chat_template.jinja").write_text("{% for m in messages %}{{ m['role'] }}{% endfor %}")
+    with pytest.raises(UserError, match="renders a question's turn without the question"):
+        load_tokenizer(str(edited))

@@ -105,20 +105,33 @@ def answer_end(tokenizer, template: str) -> str:
     return after.partition("next")[0]
 
 
+def _rendered(tokenizer, turns: list[dict], **kwargs) -> str | None:
+    try:
+        return tokenizer.apply_chat_template(turns, tokenize=False, **kwargs)
+    except Exception:  # noqa: BLE001 - a template's refusal is said where a prompt is rendered
+        return None
+
+
 def check_renders_question(tokenizer, name_or_path: str) -> None:
     """One line where the tokenizer's chat template renders a question's turn without its text (an
     empty chat_template.jinja, a template that writes no message): every prompt would be the same
     empty or fixed text, answered as if it were the question. A template that fails to render
-    is left to the command's own line for it (`errors.template_refusal`)."""
+    is left to the command's own line for it (`errors.template_refusal`). One that opens no
+    assistant turn for add_generation_prompt is said: answers would go on the question's turn."""
     mark = "\x00question\x00"
     if tokenizer.chat_template is None:
         return
-    try:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False
-        )
-    except Exception:  # noqa: BLE001 - its refusal is said where a prompt is rendered
+    turn = [{"role": "user", "content": mark}]
+    text = _rendered(tokenizer, turn, add_generation_prompt=True)
+    if text is None:  # its refusal is said where a prompt is rendered; an empty template renders nothing
         text = "" if not str(tokenizer.chat_template).strip() else mark
+    if mark in str(text) and text == _rendered(tokenizer, turn, add_generation_prompt=False):
+        logger.warning(
+            "%s: its chat template writes nothing for add_generation_prompt (no assistant turn is opened after the "
+            "question), so answers are generated as more of the question's turn; add the template's "
+            "{%% if add_generation_prompt %%} block",
+            name_or_path,
+        )
     if mark not in str(text):
         shown = repr(tokenizer.chat_template[:60]) if isinstance(tokenizer.chat_template, str) else "its template"
         raise UserError(
