@@ -474,6 +474,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("generate: a config of other sizes than its weights", ["generate", f["othervocab"], "--prompt", "hi"], "model.safetensors holds model.embed_tokens.weight of shape [1024, 64], and its config.json builds [500, 64]"),
         Case("generate: a model type this transformers lacks", ["generate", f["unknowntype"], "--prompt", "hi"], "config.json: model_type 'medllama9' is no architecture this transformers knows"),
         Case("generate: a model's end token past its vocabulary", ["generate", f["badeos"], "--prompt", "hi"], "generation_config.json's eos_token_id 999999 is not one of its"),
+        Case("eval: a classifier's checkpoint as the model", ["eval", "--model", f["classifier"], "--data", TEST_SET], "architectures LlamaForSequenceClassification is no language model"),
         Case("generate: a model's chat template that is empty", ["generate", f["emptytemplate"], "--prompt", "hi"], "renders a question's turn without the question"),
         Case("eval: a model's chat template that is empty", ["eval", "--model", f["emptytemplate"], "--data", TEST_SET, "--mode", "generate"], "renders a question's turn without the question"),
         Case("serve: a model's chat template that is empty", ["serve", f["emptytemplate"]], "renders a question's turn without the question"),
@@ -824,17 +825,20 @@ BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "
                  "unknowntype": "config.json", "badtemplate": "chat_template.jinja",
                  "badtokconfig": "tokenizer_config.json", "othervocab": "config.json", "notype": "config.json",
                  "devicetokenizer": "tokenizer.json", "nosystem": "chat_template.jinja",
-                 "emptytemplate": "chat_template.jinja", "badeos": "generation_config.json"}  # fmt: skip
+                 "emptytemplate": "chat_template.jinja", "badeos": "generation_config.json",
+                 "classifier": "config.json"}  # fmt: skip
 # What each of these is spoilt with: a model type transformers lacks, a template that does not
 # compile, a JSON file cut short, a vocabulary size its weights are not, no model type, a template
-# that refuses a system turn (as Gemma 2's does), an empty template, an end token past the vocabulary.
+# that refuses a system turn (as Gemma 2's does), an empty template, an end token past the vocabulary,
+# a classifier's head.
 SPOILT = {"unknowntype": lambda text: text.replace('"llama"', '"medllama9"'), "badtemplate": lambda text: text + "{% if %}",
           "badtokconfig": lambda text: text[: len(text) // 2],
           "othervocab": lambda text: re.sub(r'"vocab_size": \d+', '"vocab_size": 500', text),
           "notype": lambda text: re.sub(r'"model_type": "\w+",', "", text),
           "nosystem": lambda text: "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
           "supported') }}{% endif %}" + text, "emptytemplate": lambda text: "",
-          "badeos": lambda text: re.sub(r'"eos_token_id": [^\]]+\],', '"eos_token_id": [2, 999999],', text)}  # fmt: skip
+          "badeos": lambda text: re.sub(r'"eos_token_id": [^\]]+\],', '"eos_token_id": [2, 999999],', text),
+          "classifier": lambda text: text.replace("LlamaForCausalLM", "LlamaForSequenceClassification")}  # fmt: skip
 
 
 def make_files(folder: Path, model: str) -> Path:

@@ -151,6 +151,7 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         _check_vocabulary(model, tokenizer, recipe)
     else:
         source, kwargs = split_gguf(starting_model(model_args))
+        _check_language_model(source, model_args.model_name_or_path)
         quantization = get_quantization_config(model_args)  # QLoRA: 4-bit NF4 base weights
         if quantization is not None:
             kwargs.update(quantization_config=quantization, device_map=get_kbit_device_map())
@@ -178,6 +179,38 @@ def load_model(model_args, recipe, tokenizer, activation_checkpointing: bool = F
         attention,
     )
     return model
+
+
+def _check_language_model(source: str, name: str) -> None:
+    """A local checkpoint whose config.json names only heads that are no language model's (a
+    sequence classifier, a bare encoder): AutoModelForCausalLM would load its body under a new,
+    untrained output layer and answer from it, after a report of missing weights. The heads taken
+    are those transformers maps to causal LM or image-text-to-text generation."""
+    import json
+
+    from transformers.models.auto import modeling_auto
+
+    path = os.path.join(os.path.expanduser(source), "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            architectures = json.load(f).get("architectures") or []
+    except (OSError, ValueError, AttributeError):  # no local config, or one the loader reports itself
+        return
+    generating = {
+        name
+        for mapping in (
+            modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+            modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        )
+        for names in mapping.values()
+        for name in ([names] if isinstance(names, str) else names)
+    }
+    if architectures and not set(architectures) & generating:
+        raise UserError(
+            f"{name}: config.json's architectures {', '.join(map(str, architectures))} is no language model (its "
+            "output layer is another task's), so it would be loaded with a new, untrained one; give a checkpoint of "
+            "a ...ForCausalLM model"
+        )
 
 
 def check_finite_weights(model, origin: str) -> None:
