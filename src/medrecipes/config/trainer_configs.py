@@ -94,6 +94,12 @@ def launch_precision(
     that disagrees with the result is refused (ValueError, `refusal` filled in): the trainer would
     fail at build, or train in the other precision. `medrecipes validate --accelerate-config`
     asks the same of a config file."""
+    if launcher is not None and launcher not in ("bf16", "fp16", "no"):  # fp8: accelerate's, not a recipe's
+        raise ValueError(
+            f"the launch's mixed_precision {launcher} (accelerate's, for Transformer Engine or torchao on H100-class GPUs) is "
+            "none of the precisions the recipes train in (bf16, fp16 or no); set mixed_precision bf16 (or no), and leave "
+            "precision to the recipe"
+        )
     if bf16 is None and launcher in ("bf16", "no") and not fp16:
         bf16 = launcher == "bf16"  # the recipe leaves precision to the machine: the launcher chose
     if bf16 is None:
