@@ -116,6 +116,16 @@ def check_accelerate_config(path: str) -> dict:
             f"{path}: machine_rank {rank} of num_machines {machines}: the ranks of {machines} machine(s) are 0 to "
             f"{machines - 1}; {fix}"
         )
+    gpus = data.get("gpu_ids")
+    if gpus is not None and str(gpus).strip().lower() != "all" and not data.get("use_cpu"):
+        listed = [g.strip() for g in str(gpus).split(",") if g.strip()]
+        each = max(processes // machines, 1)  # processes a machine
+        if len(set(listed)) < each:
+            raise UserError(
+                f"{path}: gpu_ids {gpus} lists {len(set(listed))} GPU(s) and each machine starts {each} processes "
+                f"(num_processes {processes} over {machines} machine(s)), one a GPU; the ones past the list find no "
+                f"GPU; list {each} GPUs, or set num_processes to {len(set(listed)) * machines}; {fix}"
+            )
     deepspeed = data.get("deepspeed_config") or {}
     stage = deepspeed.get("zero_stage")
     if isinstance(stage, str) and stage.strip() in ("0", "1", "2", "3"):
