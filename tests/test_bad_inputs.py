@@ -398,6 +398,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("pairs: greedy answers", ["pairs", "--mcq", TEST_SET, "--model", model, "--temperature", "0", "--out", f"{files}/p.jsonl"], "--temperature: must be a finite number above 0"),
         # --- medrecipes decontaminate
         Case("decontaminate: n 0", ["decontaminate", "--train", TEST_SET, "--eval", TEST_SET, "--n", "0"], "--n: must be at least 1"),
+        Case("decontaminate: a task's name as an eval set", ["decontaminate", "--train", TEST_SET, "--eval", "medqa_4opt"], "decontaminate --eval medqa_4opt: a task's name"),
         Case("decontaminate: no eval sets", ["decontaminate", "--train", "data/medical_text/train.jsonl"], "pass --eval"),
         Case("decontaminate: train missing", ["decontaminate", "--train", "nope.jsonl", "--eval", TEST_SET], "nope.jsonl"),
         Case("decontaminate: train empty", ["decontaminate", "--train", f["empty.jsonl"], "--eval", TEST_SET], "empty.jsonl"),

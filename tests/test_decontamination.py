@@ -5,7 +5,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, SHARED_DATA, run, write_jsonl
+from conftest import PYTHON, ROOT, SHARED_DATA, run, write_jsonl
 
 from medrecipes.data import decontamination as dc
 from medrecipes.usmle import load_mcq
@@ -130,3 +130,13 @@ def test_a_benchmark_folder_of_questions_and_passages_is_read_file_by_file(tmp_p
     texts, ids = dc.benchmark_texts(str(folder))
     assert len(texts) == 4 and any("Iron deficiency" in t for t in texts)
     assert {i.split(":")[0] for i in ids} == {"passages.jsonl", "test.jsonl"}
+
+
+def test_overwrite_without_a_file_to_replace_is_said(capsys):
+    from medrecipes import cli
+
+    test = str(ROOT / "data/usmle_sample/test.jsonl")
+    cli.main(["decontaminate", "--train", test, "--eval", test, "--overwrite"])
+    assert "warning: decontaminate --overwrite lets --drop replace its file, and no --drop is given" in (
+        capsys.readouterr().err
+    )

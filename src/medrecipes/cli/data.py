@@ -16,7 +16,7 @@ from medrecipes.cli.arguments import (
     recipe_command,
 )
 from medrecipes.errors import UserError, given_twice
-from medrecipes.names import MOST_SAMPLES, PUBMEDQA_SETTINGS
+from medrecipes.names import MOST_SAMPLES, PUBMEDQA_SETTINGS, TASK_NAMES
 
 
 def add_commands(commands) -> None:
@@ -109,6 +109,14 @@ def cmd_decontaminate(args) -> None:
     if not is_recipe and args.method:
         raise UserError(f"decontaminate --method {args.method} names a recipe's script, and --train {args.train} is a "
                         "data file; leave --method out, or give a recipe")  # fmt: skip
+    if named := next((e for e in args.eval or [] if e in TASK_NAMES and not os.path.exists(e)), None):
+        raise UserError(
+            f"decontaminate --eval {named}: a task's name, and --eval reads evaluation sets' files; pass the file or "
+            f"folder of {named}'s questions (as medrecipes eval --data takes it), or a Hub dataset id"
+        )
+    if args.overwrite and not args.drop:
+        print("warning: decontaminate --overwrite lets --drop replace its file, and no --drop is given: it does "
+              "nothing here", file=sys.stderr, flush=True)  # fmt: skip
     if repeat := given_twice(args.eval or []):  # the same set twice would be counted twice, under two names
         raise UserError(f"decontaminate --eval {repeat}; name each evaluation set once")
     benchmarks, streaming = {}, False
