@@ -140,3 +140,27 @@ def test_overwrite_without_a_file_to_replace_is_said(capsys):
     assert "warning: decontaminate --overwrite lets --drop replace its file, and no --drop is given" in (
         capsys.readouterr().err
     )
+
+
+def test_a_pubmedqa_file_keyed_by_id_is_read_as_training_data(tmp_path, capsys):
+    """PubMedQA's PQA-L layout (one object of questions keyed by PubMed id) as a training file: its
+    rows, not 'line 1: not JSON' (the json builder has no mode for it), as --eval reads it."""
+    from medrecipes import cli
+
+    keyed = tmp_path / "ori_pqal.json"
+    abstract = "Aspirin taken daily for five years lowered the rate of a first ischaemic stroke in older adults"
+    question = {"QUESTION": "Does daily aspirin prevent a first stroke in adults over seventy years of age in the community?", "CONTEXTS": [abstract],
+                "LABELS": ["BACKGROUND"], "final_decision": "yes", "LONG_ANSWER": "Yes, in some."}  # fmt: skip
+    keyed.write_text(
+        json.dumps(
+            {
+                "101": question,
+                "102": {
+                    **question,
+                    "QUESTION": "Does daily aspirin prevent a first fall in adults over seventy years of age in the community?",
+                },
+            }
+        )
+    )
+    cli.main(["decontaminate", "--train", str(keyed), "--eval", str(keyed)])
+    assert "ori_pqal: 2 of 2 items found in training data" in capsys.readouterr().out

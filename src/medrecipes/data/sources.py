@@ -13,6 +13,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import datasets
 
@@ -163,6 +164,8 @@ def load_documents(source: SourceConfig, streaming: bool):
         if saved_dataset(path):
             rows = usmle.load_saved(path, source.split)
             return rows.to_iterable_dataset() if streaming else rows
+        if len(data_files or []) == 1 and (rows := usmle.keyed_rows(Path(data_files[0]))) is not None:
+            return rows.to_iterable_dataset() if streaming else rows  # PubMedQA's PQA-L file
     for file in data_files or []:
         if is_url(file) and "*" not in file and not url_files(file, source.storage_options):
             raise UserError(f"source '{source.path}': data file {file} does not exist; check the URL")

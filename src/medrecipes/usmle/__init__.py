@@ -12,13 +12,13 @@ whose keys vary from row to row (4- and 5-option MedQA). The prompt builders and
 by `extract_answer`, and `completion_prompt` matches lm-evaluation-harness `medqa_4options`.
 
 The package: `schema` (the row's columns and letters), `loading` (`load_mcq` and the formats it
-reads; `scored_split`, the split a task scores of a folder; `load_saved`, a folder save_to_disk wrote; `document_rows`, a JSON document's rows held in
+reads; `scored_split`, the split a task scores of a folder; `load_saved`, a folder save_to_disk wrote; `keyed_rows`, a JSON object of rows keyed by id; `document_rows`, a JSON document's rows held in
 another shape), `prompts` (prompts and targets from a row) and `answers` (`extract_answer`); the
 names below are its interface.
 """
 
 from medrecipes.usmle.answers import extract_answer, is_abstention
-from medrecipes.usmle.loading import FORMATS, document_rows, load_mcq, load_saved, scored_split
+from medrecipes.usmle.loading import FORMATS, document_rows, keyed_rows, load_mcq, load_saved, scored_split
 from medrecipes.usmle.prompts import (
     chat_messages,
     completion_prompt,
@@ -36,6 +36,7 @@ __all__ = [
     "Row",
     "chat_messages",
     "document_rows",
+    "keyed_rows",
     "completion_prompt",
     "extract_answer",
     "scored_split",

@@ -45,15 +45,24 @@ logger = logging.getLogger(__name__)
 # Reading files
 
 
+def keyed_rows(path: Path) -> Dataset | None:
+    """The rows of a .json file that is one object of objects keyed by id (PubMedQA's PQA-L, keyed
+    by PubMed id), each with its key as `id`; None for any other file. The json builder has no
+    mode for that layout and calls its first line not JSON."""
+    if path.suffix != ".json":
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None  # JSON Lines under a .json name, or what the json builder reports itself
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        return Dataset.from_list([{**value, "id": key} for key, value in data.items()])
+    return None
+
+
 def _read_json(path: Path) -> Dataset:
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            data = None  # JSON Lines under a .json name: the json builder reads those
-        # PubMedQA's PQA-L is one object keyed by PubMed id; the json builder has no mode for that.
-        if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
-            return Dataset.from_list([{**value, "id": key} for key, value in data.items()])
+    if (rows := keyed_rows(path)) is not None:
+        return rows
     return document_rows(load_dataset("json", data_files=data_file(str(path)), split="train"))
 
 
