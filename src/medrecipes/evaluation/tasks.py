@@ -233,7 +233,16 @@ def _load(task: Task, source: str, split: str | None, pubmedqa_setting: str | No
     misfit = _misfit(task, source, wording)
     reading = {"subjects": subjects, "pubmedqa_setting": pubmedqa_setting, "answered": True, "misfit": misfit}
     if looks_local(source) or Path(source).exists():
-        return load_mcq(source, split=scored_split(source, split), **reading).to_list()
+        rows = load_mcq(source, split=scored_split(source, split), **{**reading, "subjects": None}).to_list()
+        held = sorted({row["subject"] for row in rows})
+        if subjects and (missing := [s for s in subjects if s not in held]):  # a task scores all of its own
+            raise UserError(
+                f"{source}: no questions of {task.name}'s subject(s) {', '.join(missing)} (it holds "
+                f"{', '.join(held) or 'none named'}), and {task.name} scores its {len(subjects)} subjects; give the "
+                f"questions of all of them, or score these under a name of their own "
+                f"({wording.own.format(source=source)}), which takes the subjects they hold"
+            )
+        return [row for row in rows if not subjects or row["subject"] in subjects]
     configs = task.hub_configs if source == task.hub else (None,)
     try:
         return [row for config in configs for row in load_mcq(source, split=split, config=config, **reading)]
