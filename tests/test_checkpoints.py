@@ -318,13 +318,13 @@ def test_a_tied_output_head_is_not_named_missing_on_resume():
     from torch.nn.modules.module import _IncompatibleKeys
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from medrecipes.training.mixins import RecipeTrainerMixin
+    from medrecipes.training.transformers_seams import TrainerSeams
 
     class Seen:
         def _issue_warnings_after_load(self, load_result):
             self.seen = load_result
 
-    class Trainer(RecipeTrainerMixin, Seen):
+    class Trainer(TrainerSeams, Seen):
         pass
 
     trainer = object.__new__(Trainer)

@@ -473,6 +473,10 @@ PLAIN_WRITES = {
         "training/run_folder.py",
         "claim_run_folder",
     ): "makes the run's folder, claimed and locked for it, before it is marked",
+    (
+        "training/run_folder.py",
+        "_remove_unused",
+    ): "removes the new run folder a refused start made, where it holds only its own record",
 }
 
 # What writes, removes, moves or links a file or folder: Python's and the libraries' own calls (a

@@ -170,18 +170,6 @@ class RecipeTrainerMixin(TrainerSeams):
             self._pending_counts[1] += ids.numel() * ids.shape[-1]
         return super().training_step(model, inputs, *args, **kwargs)
 
-    def _issue_warnings_after_load(self, load_result) -> None:
-        # A checkpoint keeps one copy of a tied weight (safetensors), so transformers names the tied
-        # output head "missing" on every resume; the keys tied to a loaded weight are not.
-        model = self.accelerator.unwrap_model(self.model)
-        out, into = model.get_output_embeddings(), model.get_input_embeddings()
-        tied = set()
-        if out is not None and into is not None and out.weight is into.weight:
-            tied = {name for name, p in model.named_parameters(remove_duplicate=False) if p is out.weight}
-        loaded = tied - set(load_result.missing_keys)  # the copy the checkpoint kept
-        missing = [key for key in load_result.missing_keys if not (loaded and key in tied)]
-        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
-
     def _sum_token_counts(self) -> None:
         counts, self._pending_counts = self._pending_counts, [0, 0]
         if self.args.world_size > 1:  # every process logs and saves at the same steps

@@ -46,6 +46,10 @@ SEAMS = (
          "the gradient norm before the optimizer step; callbacks see it only after the step "
          "(on_pre_optimizer_step has no norm, on_optimizer_step is after clipping has been applied)",
          "tests/test_nonfinite.py::test_skip_policy_leaves_the_weights_of_a_nan_step_untouched"),
+    Seam("transformers.Trainer", "_issue_warnings_after_load", "(self, load_result)",
+         "the resume's warning of missing keys names a tied output head, which a checkpoint keeps one copy of; no "
+         "hook sees the load's result before it is logged",
+         "tests/test_checkpoints.py::test_a_tied_output_head_is_not_named_missing_on_resume"),
     Seam("transformers.generation.configuration_utils.CompileConfig", "_compile_all_devices", None,
          "transformers compiles generate's decoding step on accelerators only; the CPU tests compile it too",
          "tests/test_generation_paths.py::test_a_compiled_static_cache_answers_greedily_as_generate_does"),
@@ -53,8 +57,9 @@ SEAMS = (
 
 
 class TrainerSeams:
-    """The overrides of `Trainer`'s private methods (SEAMS): atomic checkpoints and the gradient
-    norm of each step. `mixins.RecipeTrainerMixin` inherits them and defines their hooks."""
+    """The overrides of `Trainer`'s private methods (SEAMS): atomic checkpoints, the gradient norm
+    of each step and the missing keys a resume names. `mixins.RecipeTrainerMixin` inherits them
+    and defines their hooks."""
 
     _staging_root: str | None = None  # the staging folder while a checkpoint is being saved
     _deferred_push = False
@@ -72,6 +77,18 @@ class TrainerSeams:
             self._deferred_push = True
             return
         super()._push_from_checkpoint(checkpoint_folder)
+
+    def _issue_warnings_after_load(self, load_result):
+        # A checkpoint keeps one copy of a tied weight (safetensors), so transformers names the tied
+        # output head "missing" on every resume; the keys tied to a loaded weight are not.
+        model = self.accelerator.unwrap_model(self.model)
+        out, into = model.get_output_embeddings(), model.get_input_embeddings()
+        tied = set()
+        if out is not None and into is not None and out.weight is into.weight:
+            tied = {name for name, p in model.named_parameters(remove_duplicate=False) if p is out.weight}
+        loaded = tied - set(load_result.missing_keys)  # the copy the checkpoint kept
+        missing = [key for key in load_result.missing_keys if not (loaded and key in tied)]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _save_checkpoint(self, model, trial):
         started = time.perf_counter()
