@@ -1000,3 +1000,16 @@ def test_the_line_starts_its_own_line_after_an_open_progress_bar(capsys):
     lines = err.splitlines()
     assert lines.count("error: the disk is full") == 2, err
     assert not err.startswith("\n") and "\n\nerror:" not in err.split("error:", 1)[1], err
+
+
+def test_a_command_into_a_log_or_a_pipe_prints_its_line_without_the_data_bars_above_it(files):
+    """datasets' progress bars written to a file or a pipe are lines of carriage-return updates above
+    the command's own line: a command whose stderr is no terminal leaves them out."""
+    from conftest import PYTHON, run
+
+    result = run(
+        PYTHON, "-m", "medrecipes.cli", "eval", "--model", "/nonexistent", "--data", f"{files}/noanswer.jsonl"
+    )
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        line for line in result.stderr.splitlines() if line.startswith("error: ")
+    ], result.stderr[-2000:]

@@ -54,6 +54,9 @@ def setup_logging(training_args=None, recipe=None) -> logging.Logger:
     main_process = training_args is None or training_args.should_log
     logging.getLogger("medrecipes").setLevel(logging.INFO if main_process else level)
     datasets.utils.logging.set_verbosity(level)
+    # Its bars in a log or a pipe: lines of \r-updates (the trainer's own stay); a user's setting wins.
+    if not sys.stderr.isatty() and "HF_DATASETS_DISABLE_PROGRESS_BARS" not in os.environ:
+        datasets.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity(level)
     logger = logging.getLogger("medrecipes")
     for key, value in getattr(recipe, "derived", {}).items():

@@ -60,6 +60,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
+    if not sys.stderr.isatty():  # datasets' bars in a log or a pipe: lines of \r-updates above the command's own
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     parser = make_parser()
     args, overrides = parser.parse_known_args(argv)
     if overrides and not getattr(args, "takes_overrides", False):
