@@ -883,3 +883,14 @@ def test_a_parquet_column_of_bytes_is_read_as_the_text_it_holds(tmp_path):
                       "options": [dict(zip("ABCD", o, strict=True)) for o in rows["options"]], "answer": rows["answer"]})  # fmt: skip
     pq.write_table(table, tmp_path / "bytes.parquet")
     assert load_mcq(str(tmp_path / "bytes.parquet"))["question"] == rows["question"]
+
+
+@pytest.mark.parametrize("setting", ["reasoning_required", "reasoning_free_with_abstract"])
+def test_a_pubmedqa_row_without_its_abstract_is_refused_where_the_question_is_about_it(tmp_path, setting):
+    rows = [PUBMEDQA_ROW, {**PUBMEDQA_ROW, "QUESTION": "Does sleep lower it?", "CONTEXTS": []}]
+    path = write_jsonl(tmp_path / "pqal.jsonl", rows)
+    with pytest.raises(
+        UserError, match=rf"pqal\.jsonl line 2: has no abstract \(CONTEXTS\), which pubmedqa_setting {setting}"
+    ):
+        load_mcq(path, pubmedqa_setting=setting)
+    assert load_mcq(path, pubmedqa_setting="reasoning_free")[1]["context"] == "Conclusion: The evidence is mixed."

@@ -112,6 +112,11 @@ def _pubmedqa_context(row: Row, setting: str, where: Where) -> str:
     context = row.get("context")  # the Hub copy's {"contexts": [...]}, or the abstract as one text
     contexts = row.get("CONTEXTS") or (context.get("contexts") if isinstance(context, dict) else context) or []
     abstract = "\n".join(contexts) if isinstance(contexts, list) else _text(contexts)
+    if not abstract.strip() and setting != "reasoning_free":
+        raise UserError(
+            f"{where}: has no abstract (CONTEXTS), which pubmedqa_setting {setting} asks the question about; fill it "
+            "in, or use pubmedqa_setting reasoning_free (the conclusion alone)"
+        )
     if setting == "reasoning_required":
         return abstract
     conclusion = _text(row.get("LONG_ANSWER", row.get("long_answer")))
