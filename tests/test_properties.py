@@ -872,7 +872,8 @@ def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
     unset = {"hub_model_id": "med/x", "hub_private_repo": True, "hub_revision": "v1", "save_total_limit": 2,
              "eval_steps": 5, "vllm_server_base_url": "http://localhost:8000", "vllm_max_model_length": 512,
              "vllm_structured_outputs_regex": "[AB]", "vllm_importance_sampling_clip_min": 0.5,
-             "fsdp_config": {"min_num_params": 100}}  # fmt: skip
+             "fsdp_config": {"min_num_params": 100}, "keep_best_checkpoints": 1, "keep_last_checkpoints": 2,
+             "checkpoint_mirror_url": "file:///tmp/mirror"}  # fmt: skip
     changed = {
         bool: lambda v: not v,
         int: lambda v: v + 3,
@@ -880,8 +881,11 @@ def test_keys_of_a_feature_switched_off_are_said_each(tmp_path):
         str: lambda v: "every_save",
     }
     tried = 0
+    from medrecipes.config.schema import RecipeArguments
+
+    recipe_keys = {f.name: f.default for f in dataclasses.fields(RecipeArguments)}  # the keys set up may be these
     for method in ("sft", "grpo", "dpo"):
-        defaults = {f.name: f.default for f in dataclasses.fields(method_named(method).config)}
+        defaults = {**recipe_keys, **{f.name: f.default for f in dataclasses.fields(method_named(method).config)}}
         for switch, (off, keys) in SWITCHED_OFF.items():
             if switch not in defaults:
                 continue

@@ -254,7 +254,7 @@ def test_a_benchmarks_name_on_the_card_names_the_local_file_it_was_scored_on(tmp
     hub = {**report, "source": "GBaker/MedQA-USMLE-4-options-hf"}
     assert task_label("medqa_4opt", hub) == "medqa_4opt"
     (result,) = mcq_results({"medqa_4opt": report})
-    assert (result.dataset_name, result.dataset_type) == ("medqa_4opt (mine.jsonl)", "medqa_4opt")
+    assert (result.dataset_name, result.dataset_type) == ("medqa_4opt (mine.jsonl)", "medqa_4opt (mine.jsonl)")
 
 
 def test_decontamination_result_goes_into_the_card():

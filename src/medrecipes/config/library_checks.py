@@ -888,7 +888,10 @@ SWITCHED_OFF = {
     ),
     "eval_strategy": (("no",), ("eval_steps", "eval_delay", "eval_packing", "metric_for_best_model")),
     "packing": ((False,), ("packing_strategy",)),  # SFT
-    "save_strategy": (("no",), ("save_steps", "save_total_limit")),
+    "save_strategy": (
+        ("no",),
+        ("save_steps", "save_total_limit", "keep_best_checkpoints", "keep_last_checkpoints", "checkpoint_mirror_url"),
+    ),
     "logging_strategy": (("no",), ("logging_steps", "logging_first_step")),
     "use_vllm": ((False,), ("vllm_",)),  # GRPO: vLLM's settings
     "sync_ref_model": ((False,), ("ref_model_sync_steps", "ref_model_mixup_alpha")),  # DPO, GRPO, KTO
@@ -922,9 +925,12 @@ def _switched_off(args: TrainingArguments, recipe=None) -> list[str]:
         pushes = switch == "push_to_hub" and getattr(recipe, "push_checkpoint_revisions", False)
         if switch not in defaults or value not in off or pushes:
             continue
-        named = [k for key in keys for k in defaults if k == key or (key.endswith("_") and k.startswith(key))]
         written = getattr(recipe, "given", None)  # the library may set a key from another (post_init)
-        given = [k for k in named if getattr(obj, k, None) != defaults[k] and (written is None or k in written)]
+        given = []
+        for holder in (o for o in (args, recipe) if o is not None):  # the keys may be the other's (a recipe's)
+            fields = {f.name: f.default for f in dataclasses.fields(holder) if f.default is not dataclasses.MISSING}
+            named = [k for key in keys for k in fields if k == key or (key.endswith("_") and k.startswith(key))]
+            given += [k for k in named if getattr(holder, k, None) != fields[k] and (written is None or k in written)]
         if given:
             them = "it" if len(given) == 1 else "them"
             found.append(

@@ -85,16 +85,17 @@ def calibration_rows(reports: dict[str, dict]) -> list[dict]:
         kept = found.get("selective_accuracy@0.8")
         helps = kept is not None and kept > report["accuracy"]
         trust = "is close to" if found["ece"] < 0.05 else "is not"
+        label = task_label(name, report)
         rows.append(
             {
-                "task": name,
+                "task": label,
                 "source": "agreement of sampled answers"
                 if "votes" in report["calibration"]
                 else "option probabilities",
                 **{key: with_interval(found, key, ".3f") for key in ("ece", "brier", "nll", "auroc")},
                 **{f"at{c:g}": with_interval(found, f"selective_accuracy@{c:g}", ".1%") for c in COVERAGES},
                 "meaning": (
-                    f"On {name} the model is right {report['accuracy']:.0%} of the time; its 80% most confident answers "
+                    f"On {label} the model is right {report['accuracy']:.0%} of the time; its 80% most confident answers "
                     f"are right {kept:.0%} of the time, so sending its least confident 20% to a person "
                     f"{'raises' if helps else 'does not raise'} the accuracy of what it answers alone; its stated "
                     f"confidence {trust} how often it is right (ECE {found['ece']:.3f})."
@@ -128,7 +129,7 @@ def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
             EvalResult(
                 task_type="multiple-choice",
                 task_name="Multiple-choice question answering",
-                dataset_type=hub_id or name,
+                dataset_type=hub_id or task_label(name, report),
                 dataset_name=task_label(name, report),
                 metric_type="accuracy",
                 metric_name=f"accuracy ({report.get('mode', 'generate')}, n={report['n']})",
