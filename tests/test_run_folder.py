@@ -425,6 +425,13 @@ def test_a_checkpoint_resumed_not_as_it_was_saved_is_said(finished_run, tmp_path
     with caplog.at_level(logging.WARNING):
         assert last_checkpoint(str(out)) == str(out / "checkpoint-6")
     assert caplog.records == []  # as it was saved: nothing to say
+    scheduler = (out / "checkpoint-6" / "scheduler.pt").read_bytes()
+    (out / "checkpoint-6" / "scheduler.pt").unlink()  # transformers then skips the optimizer's too
+    with caplog.at_level(logging.WARNING):
+        last_checkpoint(str(out))
+    assert "holds its optimizer state but no scheduler.pt" in caplog.text and "start again" in caplog.text
+    (out / "checkpoint-6" / "scheduler.pt").write_bytes(scheduler)
+    caplog.clear()
     (out / "checkpoint-6" / "optimizer.pt").unlink()
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

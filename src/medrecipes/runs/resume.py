@@ -70,13 +70,17 @@ def _say_what_differs(checkpoint: str) -> None:
     optimizer state (a copy that left it out: the optimizer starts again), or one saved by another
     number of processes (each step's batch and the data still to come are not the run's)."""
     names = [name for _, _, files in os.walk(checkpoint) for name in files]
-    if not any("optim" in name for name in names):  # optimizer.pt, DeepSpeed's and FSDP's shards
+    optimizer = any("optim" in name for name in names)  # optimizer.pt, DeepSpeed's and FSDP's shards
+    # transformers restores the optimizer only beside scheduler.pt, and skips both without it (DeepSpeed's own aside)
+    scheduler = "scheduler.pt" in names or any("optim_states" in name for name in names)
+    if not (optimizer and scheduler):
+        held = "no optimizer state" if not optimizer else "its optimizer state but no scheduler.pt"
         logger.warning(
-            "%s holds no optimizer state (save_only_model, or a copy that left it out): the run resumes its weights "
-            "and step, and the optimizer and the learning-rate schedule start again (moments at zero, warm-up "
-            "from step 0's rate); resume from a checkpoint with its optimizer.pt and scheduler.pt to continue them",
-            checkpoint,
-        )
+            "%s holds %s (save_only_model, or a copy that left it out): the run resumes its weights and step, and "
+            "the optimizer and the learning-rate schedule start again (moments at zero, warm-up from step 0's "
+            "rate); resume from a checkpoint with its optimizer.pt and scheduler.pt to continue them",
+            checkpoint, held,
+        )  # fmt: skip
     saved, now = (_stamp(checkpoint) or {}).get(PROCESSES), world_size()
     if isinstance(saved, int) and saved != now:
         logger.warning(
