@@ -363,9 +363,9 @@ def test_pairs_asked_otherwise_than_the_starting_models_run_are_said(tmp_path, c
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == (1 if said else 0), (trained, written, lines)
         if said:
-            assert lines[0].startswith(f"{said} of 4 pairs ask their question with another system turn") and (
-                "medrecipes pairs --system-prompt" in lines[0]
-            )
+            assert lines[0].startswith(
+                f"{said} of 4 preference rows ask their question with another system turn"
+            ) and ("medrecipes pairs --system-prompt" in lines[0])
     caplog.clear()  # a Hub id or a folder without a run record: nothing to compare with
     with caplog.at_level("WARNING", logger="medrecipes.data.preference"):
         say_prompts_unlike_start(pairs, str(tmp_path / "elsewhere" / "final"))

@@ -483,7 +483,10 @@ def test_a_run_refused_after_it_claimed_a_new_folder_leaves_no_folder(tiny_model
     out = tmp_path / "runs" / "sft"
     result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)
     assert result.returncode == 2 and "rows.jsonl line 2: has no gold answer" in error_lines(result.stderr)[0]
-    assert not out.exists() and (tmp_path / "runs").is_dir()
+    assert not out.exists() and not (tmp_path / "runs").exists()  # the folders above it the start made too
+    (tmp_path / "runs").mkdir()
+    result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)
+    assert result.returncode == 2 and not out.exists() and (tmp_path / "runs").is_dir()  # one of the user's, kept
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)

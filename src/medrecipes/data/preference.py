@@ -151,9 +151,9 @@ def say_prompts_unlike_start(train, start: str | None) -> None:
     if unlike := sum(system != trained for system in systems):
         asked = f"the system prompt {trained!r}" if trained else "no system prompt"
         logger.warning(
-            "%d of %d pairs ask their question with another system turn than the run of the starting model %s trained "
-            "with (%s, its run.json), so preferences are learnt on prompts it was not trained on; write the pairs as "
-            "that run asked (medrecipes pairs --system-prompt, or without it)",
+            "%d of %d preference rows ask their question with another system turn than the run of the starting model "
+            "%s trained with (%s, its run.json), so preferences are learnt on prompts it was not trained on; write "
+            "them as that run asked (medrecipes pairs --system-prompt, or without it)",
             unlike, len(systems), start, asked,
         )  # fmt: skip
 

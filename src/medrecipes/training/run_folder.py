@@ -85,11 +85,20 @@ def finished(record: dict, training_args) -> bool:
     return done["max_steps"] <= 0 and done["num_train_epochs"] >= training_args.num_train_epochs
 
 
-def _remove_unused(output_dir: str) -> None:
+def _remove_unused(output_dir: str, made: str) -> None:
     """A run folder this start made, removed where the run was refused before it held anything but
-    its record (no checkpoint, log or model): a rerun then starts as new, and nothing is left to explain."""
+    its record (no checkpoint, log or model), and the folders above it that it made (`made`, the
+    outermost) where they are left empty: a rerun then starts as new, and nothing is left to explain."""
     if os.path.isdir(output_dir) and set(os.listdir(output_dir)) <= {RUN_RECORD, MARKER, LOCK}:
         shutil.rmtree(output_dir, ignore_errors=True)
+        folder = os.path.dirname(os.path.abspath(output_dir))
+        while (
+            os.path.abspath(made) != os.path.abspath(output_dir) and os.path.isdir(folder) and not os.listdir(folder)
+        ):
+            os.rmdir(folder)
+            if os.path.abspath(folder) == os.path.abspath(made):
+                break
+            folder = os.path.dirname(folder)
 
 
 def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
@@ -113,7 +122,10 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
         inputs = [*recipe_inputs(recipe, training_args, model_args, recipe.recipe_file), recipe.built_data]
         claim_output(output_dir, "run", where, inputs, overwrite=True, folder=True)  # resumes or refuses by its record
         if not os.path.exists(output_dir):
-            on_refusal(lambda: _remove_unused(output_dir))
+            made = output_dir  # the outermost folder this start makes
+            while not os.path.exists(parent := os.path.dirname(os.path.abspath(made))):
+                made = parent
+            on_refusal(lambda: _remove_unused(output_dir, made))
         os.makedirs(output_dir, exist_ok=True)
         lock_folder(output_dir, where)
         mark(output_dir, "run")
