@@ -287,13 +287,15 @@ def test_a_reward_of_ones_own_is_held_to_the_scores_trl_takes(tmp_path, monkeypa
         "def fine(completions, **kw):\n    return [1.0, None]\n"
         "def nan(completions, **kw):\n    return [float('nan')] * len(completions)\n"
         "def misnamed(completion, **kw):\n    return [1.0] * len(completion)\n"
+        "def raises(completions, **kw):\n    return [1 / 0 for _ in completions]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError, match=r"reward 'my_scores.misnamed': takes no 'completions' argument, so .* rename its "
                        r"argument \(did you mean 'completions'\?\), or add 'completion' to the reward's entry"):  # fmt: skip
         get_reward("my_scores.misnamed")
     for name, said in (("batch", "returned a float"), ("short", "returned 1 scores for 2 completions"),
-                       ("text", "returned a score of str ('1')"), ("nan", "returned a score of nan")):  # fmt: skip
+                       ("text", "returned a score of str ('1')"), ("nan", "returned a score of nan"),
+                       ("raises", f"raised ZeroDivisionError: division by zero ({tmp_path}/my_scores.py line 14, in ")):  # fmt: skip
         with pytest.raises(UserError, match=re.escape(f"reward 'my_scores.{name}' {said}")):
             get_reward(f"my_scores.{name}")(["A", "B"])
     fine = pickle.loads(pickle.dumps(get_reward("my_scores.fine")))

@@ -175,7 +175,8 @@ class BoundReward:
 class CheckedReward:
     """A reward of the user's own (an import path), its scores held to what TRL takes: a list of one
     number a completion, None for one it does not score. TRL fails on another with a traceback
-    inside its step (a float for the batch is "not iterable"); this says which reward in one line.
+    inside its step (a float for the batch is "not iterable"); this says which reward in one line, as
+    it says an error the reward raises, with the line of the user's code it came from.
     A class, as BoundReward, so that it pickles; logged under the function's own name."""
 
     def __init__(self, name: str, function: Callable):
@@ -183,7 +184,17 @@ class CheckedReward:
         self.__name__ = getattr(function, "__name__", name.rsplit(".", 1)[-1])
 
     def __call__(self, completions, **kwargs):
-        scores = self.function(completions, **kwargs)
+        try:
+            scores = self.function(completions, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the user's code: its error, where it is, in one line
+            import traceback
+
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            raise UserError(
+                f"reward '{self.path}' raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+                f"({frame.filename} line {frame.lineno}, in {frame.name}); fix the reward (run it on a few "
+                "completions alone to see its traceback)"
+            ) from err
         wrong = None
         if not isinstance(scores, list | tuple):
             wrong = f"a {type(scores).__name__}"
