@@ -11,6 +11,7 @@ before the model runs (`requests`), every refusal a 4xx and one JSON line; one a
 a time (`model`), requests waiting their turn, a bounded number of them.
 """
 
+import errno
 import ipaddress
 import logging
 import os
@@ -94,9 +95,13 @@ def _check_address(host: str, port: int) -> bool:
         try:
             probe.bind(address)
         except OSError as err:
-            raise UserError(
-                f"serve: cannot listen on {host}:{port} ({err.strerror}); stop what uses that port or pass another --port"
-            ) from None
+            fixes = {
+                errno.EADDRNOTAVAIL: "this machine has no such address: pass --host 127.0.0.1 (this machine only), "
+                "0.0.0.0 (all its addresses) or one of its own",
+                errno.EACCES: "ports below 1024 need administrator rights: pass a --port from 1024 up",
+            }
+            fix = fixes.get(err.errno, "stop what uses that port or pass another --port")
+            raise UserError(f"serve: cannot listen on {host}:{port} ({err.strerror}); {fix}") from None
     return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
