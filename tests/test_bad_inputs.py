@@ -540,6 +540,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: a revision of a local model", ["eval", "--model", model, "--data", TEST_SET, "--model_revision", "v2"], "is a local folder, which has none"),
         Case("eval: top_p 0", ["eval", "--model", model, "--data", TEST_SET, "--top_p", "0"], "top_p"),
         # --- medrecipes report
+        Case("report: a run whose trainer state was cut short", ["report", f["cutrun"], "--output", f"{files}/r2.html"], "trainer_state.json: not a JSON trainer state (Unterminated string starting at: line 1 column 45 (char 44)); it was cut short or edited: put back the one in the run's newest checkpoint-N/"),
         Case("report: path missing", ["report", f"{files}/no-run", "--output", f"{files}/r1.html"], "no such file or folder"),
         Case("report: a device", ["report", "/dev/null", "--output", f"{files}/r0.html"], "not a file or folder but a device"),
         Case("report: a run's model folder", ["report", model, "--output", f"{files}/r8.html"], "a model folder (config.json)"),
@@ -763,6 +764,7 @@ FILES = {
     "twice.jsonl": '{"text": "scurvy"}\n{"text": "iron", "text": "iron deficiency"}\n',
     "array.json": '[\n  {"text": "iron deficiency anemia"},\n  "a bare string",\n  {"text": "scurvy"}\n]\n',
     "staterun/trainer_state.json": '{"log_history": [], "global_step": 0}\n',
+    "cutrun/trainer_state.json": '{"log_history": [{"loss": 2.5, "step": 1}], "global_st',
     "ckptrun/run.json": '{"script": "recipes/cpt.py"}\n',
     "ckptrun/checkpoint-2/run.json": '{"script": "recipes/cpt.py"}\n',
     "ckptrun/checkpoint-2/trainer_state.json": '{"log_history": [], "global_step": 2}\n',

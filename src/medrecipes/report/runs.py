@@ -35,14 +35,15 @@ class Evaluation:
     settings: dict = field(default_factory=dict)
 
 
-def _read_json(path: str, what: str):
+STATE_FIX = "it was cut short or edited: put back the one in the run's newest checkpoint-N/, or pass another run"
+
+
+def _read_json(path: str, what: str, fix: str = "pass a run folder or an eval --output file"):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(
-            f"{path}: not a JSON {what} ({str(err).splitlines()[0]}); pass a run folder or an eval --output file"
-        ) from None
+        raise UserError(f"{path}: not a JSON {what} ({str(err).splitlines()[0]}); {fix}") from None
 
 
 def is_run(folder: str) -> bool:
@@ -61,7 +62,7 @@ def read_run(folder: str, name: str) -> Run:
             f"{folder}: no trainer_state.json in it or in a checkpoint; pass the output_dir of a run that has "
             "logged or saved, or an eval --output file"
         )
-    state = _read_json(state_path, "trainer state") if state_path else {"log_history": []}
+    state = _read_json(state_path, "trainer state", STATE_FIX) if state_path else {"log_history": []}
     if problem := state_problem(state):
         raise UserError(
             f"{state_path}: not a trainer state as the trainer writes it ({problem}); pass a run's output_dir, "
@@ -71,7 +72,7 @@ def read_run(folder: str, name: str) -> Run:
     best_step = checkpoint_step(best) if best else None
     record = run.record() or {}  # a damaged run.json is one line (runs.record.read_record)
     reports = {
-        step: _tasks(_read_json(path, "evaluation report"), path, STEP_REPORT_FIX)
+        step: _tasks(_read_json(path, "evaluation report", STEP_REPORT_FIX), path, STEP_REPORT_FIX)
         for step, path in run.eval_reports().items()
     }
     return Run(name, folder, state.get("log_history", []), best_step, record, reports)
