@@ -88,6 +88,7 @@ class ServedModel:
         """The generation a chat request asks for, or the RequestError that refuses it."""
         payload = fields.check_fields(payload, fields.CHAT_FIELDS, "messages")
         turns = fields.chat_turns(payload.get("messages"))
+        self._check_special_tokens(turns)
         request = self._common(payload)
         limits = {key: payload[key] for key in ("max_tokens", "max_completion_tokens") if payload.get(key) is not None}
         if len(set(map(repr, limits.values()))) > 1:  # OpenAI's newer name and its older one
@@ -103,6 +104,22 @@ class ServedModel:
             raise RequestError(400, f"messages: the chat template refuses them ({str(err).splitlines()[0]})") from None
         self._fits(ids, limit)
         return {**request, "ids": ids, "max_tokens": limit}
+
+    def _check_special_tokens(self, turns: list[dict]) -> None:
+        """A 400 for a message that writes one of the model's special tokens (<|im_end|>,
+        <end_of_turn>): the rendered prompt is tokenized with them read as tokens, so a message's
+        text would end its own turn and open another in the client's words. A completion prompt is
+        the client's own whole text, special tokens and all, and is not checked."""
+        if getattr(self, "_special", None) is None:  # the tokenizer's, read once
+            added = [t.content for t in self.tokenizer.added_tokens_decoder.values() if t.special]
+            self._special = sorted({t for t in [*self.tokenizer.all_special_tokens, *added] if len(t) > 1})
+        for i, turn in enumerate(turns):
+            if found := next((t for t in self._special if t in turn["content"]), None):
+                raise RequestError(
+                    400,
+                    f"messages[{i}].content holds {found!r}, a special token of the model's chat format, which would "
+                    "end the turn it is in and start another in the message's words; remove it",
+                )
 
     def parse_completion(self, payload) -> dict:
         """The completions a /v1/completions request asks for: each prompt's ids (text is tokenized
