@@ -180,3 +180,17 @@ def test_memory_running_out_is_one_line_that_says_what_ran_out():
     assert said["python"].startswith("this machine ran out of memory: ")
     assert said["gpu"].startswith("this machine ran out of a GPU's memory (asking for 2.00 GiB more): ")
     assert out_of_memory(RuntimeError("shape mismatch")) is None
+
+
+def test_a_warning_before_logging_is_set_up_is_marked_as_one():
+    """A recipe script's parse warns before it sets up logging: Python's handler of last resort
+    would print the bare message, not marked beside the `error:` lines."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from medrecipes.errors import exit_on_user_error; "
+        "exit_on_user_error(lambda: logging.getLogger('medrecipes.config').warning('bf16 is true'))()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "warning: bf16 is true\n", result.stderr

@@ -9,6 +9,7 @@ import codecs
 import contextlib
 import csv
 import json
+import logging
 import math
 import os
 import re
@@ -481,6 +482,20 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
+class _LevelFirst(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
+def mark_unconfigured_warnings() -> None:
+    """A warning logged before logging is set up (a recipe's parse) or where none is (a command
+    such as generate) is marked `warning:` beside the `error:` lines: Python's handler of last
+    resort prints the bare message."""
+    logging.lastResort = logging.StreamHandler(sys.stderr)
+    logging.lastResort.setFormatter(_LevelFirst())
+    logging.lastResort.setLevel(logging.WARNING)
+
+
 def exit_on_user_error(main: Callable) -> Callable:
     """Run `main`; turn a UserError into its one line on stderr (once per launch, see
     first_to_report) and exit code 2, and Ctrl-C into one line that says what was kept and how to
@@ -489,6 +504,7 @@ def exit_on_user_error(main: Callable) -> Callable:
 
     @wraps(main)
     def wrapper(*args, **kwargs):
+        mark_unconfigured_warnings()
         try:
             return main(*args, **kwargs)
         except UserError as err:

@@ -24,14 +24,13 @@ medrecipes card outputs/demo/sft outputs/demo/eval.json --output outputs/demo/sf
 """
 
 import argparse
-import logging
 import os
 import re
 import sys
 
 from medrecipes.cli import data, models, recipes, results
 from medrecipes.cli.arguments import CommandParser
-from medrecipes.errors import UserError, exit_on_user_error
+from medrecipes.errors import UserError, exit_on_user_error, mark_unconfigured_warnings
 from medrecipes.libraries import TRAINING_BACKENDS, keep_out
 from medrecipes.outputs.claims import release_all
 
@@ -120,17 +119,8 @@ def run() -> None:
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     if command in READ_ONLY_COMMANDS:
         keep_out([name for name in TRAINING_BACKENDS if not _named(name, sys.argv[1:])])
-    # A command that sets up no logging (generate, merge-lora) still marks its warnings as warnings,
-    # beside its `error:` lines; Python's handler of last resort prints the bare message.
-    logging.lastResort = logging.StreamHandler(sys.stderr)
-    logging.lastResort.setFormatter(_LevelFirst())
-    logging.lastResort.setLevel(logging.WARNING)
+    mark_unconfigured_warnings()  # a command that sets up no logging (generate, merge-lora)
     sys.exit(main())
-
-
-class _LevelFirst(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {super().format(record)}"
 
 
 def _named(backend: str, argv: list[str]) -> bool:
