@@ -147,7 +147,7 @@ def cmd_decontaminate(args) -> None:
         inputs = [args.train, *(args.eval or []), *(f for source in sources.values() for f in local_files(source))]
         for name, out in drops.items():
             claim_output(out, "decontaminate", "decontaminate --drop", inputs, args.overwrite)
-            if os.path.splitext(out)[1] not in dc.KEPT_FORMATS:
+            if os.path.splitext(out)[1].lower() not in dc.KEPT_FORMATS:
                 raise UserError(f"--drop {out}: unsupported file type; use {', '.join(dc.KEPT_FORMATS)}")
             if sources[name].format == "usmle" and out.lower().endswith(".csv"):  # a cell holds no list
                 raise UserError(
@@ -158,7 +158,7 @@ def cmd_decontaminate(args) -> None:
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
     for name, out in drops.items():
         with staged(out, folder=False, kind="decontaminate") as path:
-            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1])
+            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1].lower())
         print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 

@@ -316,7 +316,7 @@ def write_kept(source: SourceConfig, contaminated: list[int], out: str, ext: str
         rows = load_documents(source, streaming=False)
     drop = set(contaminated)
     kept = rows.select([i for i in range(len(rows)) if i not in drop])
-    ext = ext or os.path.splitext(out)[1]
+    ext = (ext or os.path.splitext(out)[1]).lower()
     if ext in (".jsonl", ".json"):
         kept.to_json(out, lines=True, force_ascii=False)
     elif ext == ".parquet":
