@@ -164,3 +164,25 @@ def test_a_pubmedqa_file_keyed_by_id_is_read_as_training_data(tmp_path, capsys):
     )
     cli.main(["decontaminate", "--train", str(keyed), "--eval", str(keyed)])
     assert "ori_pqal: 2 of 2 items found in training data" in capsys.readouterr().out
+
+
+def test_a_short_question_copied_with_lettered_options_is_found_and_a_stock_phrase_is_not(tmp_path):
+    """A question of fewer than n words is checked with its options; a copy that letters them ("A.
+    yes") is found however its labels are written, while two questions that share a 12-word stock
+    phrase before their lettered options are not taken for one."""
+    short = {"question": "Does daily aspirin prevent a first ischaemic stroke in adults over seventy?", "options":
+             {"A": "yes", "B": "no", "C": "maybe"}, "answer": "A"}  # fmt: skip
+    stock = "Which of the following investigations is most appropriate to confirm the diagnosis?"
+    other = {"question": f"A woman has a cough. {stock}", "options": {"A": "Spirometry", "B": "CT"}, "answer": "B"}
+    test = write_jsonl(tmp_path / "test.jsonl", [short, other])
+    for labels in ("{L}. {o}", "({L}) {o}", "{L}) {o}"):
+        copied = "\n".join(labels.format(L=k, o=v) for k, v in short["options"].items())
+        train = write_jsonl(tmp_path / "train.jsonl", [
+            {"text": f"Notes. Question: {short['question']}\n{copied}\nAnswer: A"},
+            {"text": f"A man has chest pain. {stock}\nA. D-dimer\nB. Chest radiograph"},
+        ])  # fmt: skip
+        report, contaminated = dc.check_sources(
+            {"train": dc.training_file_source(str(train))}, dc.file_benchmarks([str(test)])
+        )
+        assert report["benchmarks"]["test"]["contaminated_rows"] == 1, (labels, report)
+        assert contaminated["train"] == [0], (labels, contaminated)

@@ -1,7 +1,7 @@
 """N-gram overlap between training documents and evaluation sets (benchmark contamination).
 
-Text is normalised (lowercase, punctuation stripped, whitespace collapsed: words are runs of
-letters and digits in any script) and cut into n-grams of `n` words, 13 by default as in the
+Text is normalised (lowercase, punctuation and single letters stripped, whitespace collapsed: words
+are runs of letters and digits in any script, one letter alone left out as an option's label) and cut into n-grams of `n` words, 13 by default as in the
 GPT-3 and lm-evaluation-harness decontamination. A training document is contaminated when one
 of its n-grams appears in an evaluation item; an evaluation item is contaminated when one of
 its n-grams appears in the training data. Multiple-choice items are checked on their question
@@ -28,15 +28,18 @@ from medrecipes.errors import UserError, bad_lines_named
 from medrecipes.locations import BUILDERS
 
 DEFAULT_N = 13
-NORMALISATION = "lowercase, punctuation stripped, whitespace collapsed"
+NORMALISATION = "lowercase, punctuation and single letters stripped, whitespace collapsed"
 BATCH_DOCUMENTS = 2000
 # Multiplier of the polynomial n-gram hash; odd, so no information is lost modulo 2**64.
 _MULTIPLIER = np.uint64(0x100000001B3)
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"[^\W_]{2,}|\d")  # a run of letters and digits; of one character, a digit only
 
 
 def words(text: str) -> list[str]:
-    """The normalised words of a text."""
+    """The normalised words of a text. A word of one letter is left out: an option's label ("A.",
+    "(B)") where a copy of a benchmark letters its options and the item does not, which otherwise
+    breaks every n-gram across two options (a question shorter than n words was never found), or
+    adds a word to a stock phrase where both letter them. Digits stay: "grade 3" is not "grade 4"."""
     return _WORD.findall(text.lower())
 
 
