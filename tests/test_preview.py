@@ -1,5 +1,7 @@
 """`medrecipes preview`: a recipe's first training examples as the model will see them."""
 
+import json
+
 import pytest
 from conftest import write_jsonl
 from transformers import AutoModelForCausalLM
@@ -91,6 +93,18 @@ def test_dpo_preview_marks_exactly_the_answers_trls_trainer_scores(chat_model, t
         for example, answer in zip(examples[2 * i : 2 * i + 2], ("chosen_ids", "rejected_ids"), strict=True):
             assert example.input_ids == row["prompt_ids"] + row[answer]
             assert example.trained == [False] * len(row["prompt_ids"]) + [True] * len(row[answer])
+    # Plain-text pairs: the trainer ends each answer with EOS, and so does the preview.
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"prompt": f"Q{i}?", "chosen": " Right.", "rejected": " Wrong."}) + "\n"
+                             for i in range(16)))  # fmt: skip
+    mixture = ["--dataset_mixture", f"{{sources: [{{path: {plain}, format: preference}}]}}"]
+    recipe, args, model_args = parse_recipe("dpo", [*argv, *mixture])
+    _, tokenizer, _, examples = training_examples("dpo", recipe, args, model_args, count=1)
+    train, _ = preference_data(recipe)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    row = trainer.train_dataset[0]
+    assert examples[0].input_ids == row["prompt_ids"] + row["chosen_ids"]
+    assert row["chosen_ids"][-1] == tokenizer.eos_token_id
     cli.main(["preview", "recipes/tiny_kto.yaml", "--model_name_or_path", chat_model, "--examples", "2"])
     out = capsys.readouterr().out
     assert out.startswith("KTO: ") and out.count("--- example") == 2

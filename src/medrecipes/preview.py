@@ -88,12 +88,15 @@ def sft_examples(tokenizer, rows, args) -> list[Example]:
 def answer_example(tokenizer, prompt, answer, note: str) -> Example:
     """A prompt and one answer as TRL's DPO and KTO trainers tokenize them: a conversation through
     the chat template, the prompt's turns with the generation prompt, the answer after them; plain
-    text joined as it is. The answer's tokens are what the loss scores."""
+    text joined as it is, the answer ended with EOS (both trainers add it to plain text). The
+    answer's tokens are what the loss scores."""
     if isinstance(prompt, list):
         head = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
         full = tokenizer.apply_chat_template(prompt + answer, tokenize=True)
         head, ids = list(getattr(head, "input_ids", head)), list(getattr(full, "input_ids", full))
     else:
+        eos = tokenizer.eos_token or ""
+        answer = answer if answer.endswith(eos) else answer + eos
         head = tokenizer(prompt)["input_ids"]
         ids = head + tokenizer(answer, add_special_tokens=False)["input_ids"]
     shared = next((i for i, (a, b) in enumerate(zip(head, ids, strict=False)) if a != b), len(head))
