@@ -194,3 +194,21 @@ def test_a_warning_before_logging_is_set_up_is_marked_as_one():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == "warning: bf16 is true\n", result.stderr
+
+
+def test_a_command_refuses_a_closed_output_and_escapes_what_its_encoding_lacks():
+    """Started with standard output closed (>&-), what a command prints would be lost without a
+    word: one line. An output encoding without a name's characters (PYTHONIOENCODING=ascii) gets
+    them escaped, not a traceback after the work is done."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from medrecipes.errors import exit_on_user_error; exit_on_user_error(lambda: print('anatomie_é'))()"
+    closed = subprocess.run([sys.executable, "-c", code], capture_output=False, stdout=None, stderr=subprocess.PIPE,
+                            text=True, timeout=120, pass_fds=(), close_fds=True,
+                            preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert closed.returncode == 2 and closed.stderr.startswith("error: standard output is closed"), closed.stderr
+    ascii_out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120,
+                               env={**os.environ, "PYTHONIOENCODING": "ascii"})  # fmt: skip
+    assert ascii_out.returncode == 0 and ascii_out.stdout == b"anatomie_\\xe9\n", ascii_out.stderr

@@ -505,7 +505,15 @@ def exit_on_user_error(main: Callable) -> Callable:
     @wraps(main)
     def wrapper(*args, **kwargs):
         mark_unconfigured_warnings()
+        for stream in (sys.stdout, sys.stderr):  # a name or an answer its encoding lacks, escaped, not a traceback
+            if callable(getattr(stream, "reconfigure", None)):
+                stream.reconfigure(errors="backslashreplace")
         try:
+            if sys.stdout is None:  # started with its standard output closed (>&-): print writes nowhere
+                raise UserError(
+                    "standard output is closed, so what this command prints would be lost without a word; "
+                    "redirect it to a file (> out.txt) or to /dev/null instead"
+                )
             return main(*args, **kwargs)
         except UserError as err:
             _report(err)
