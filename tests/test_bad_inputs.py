@@ -111,6 +111,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval: a CSV whose header has other names", ["eval", "--model", model, "--data", f["otherheader.csv"]], "line 1: Question, Option A, Option B, ... reads as a header ('Correct' is no answer letter)"),
         Case("a DPO recipe run by the KTO script", script("kto", dpo), "a recipe for recipes/dpo.py, which reads it whole (recipes/kto.py does not: loss_type must be text"),
         Case("a CPT recipe run by the SFT script", script("sft", cpt), "dataset_mixture mixes documents (format: text) with conversations (format: usmle)"),
+        Case("an SFT recipe run by the evaluation script", script("evaluate", sft), "a recipe for recipes/sft.py (activation_checkpointing is a key of sft recipes, which recipes/evaluate.py does not take); run it with recipes/sft.py"),
+        Case("eval: a GRPO recipe", ["eval", grpo], "a recipe for recipes/grpo.py ("),
         Case("an SFT recipe run by the DPO script", script("dpo", sft), "a recipe for recipes/sft.py (assistant_only_loss is a key of sft recipes, which recipes/dpo.py does not take); run it with recipes/sft.py"),
         Case("the best model kept with no saving", ["validate", cpt, "--model_name_or_path", model, "--save_strategy", "no"], "but found Evaluation strategy: steps, Save strategy: no: it keeps the best of the saved checkpoints"),
         Case("an output folder ending in a space", ["validate", sft, "--output_dir", f"{files}/run "], "starts or ends with a space, which a folder or file name keeps"),

@@ -13,10 +13,11 @@ dataclasses, every key checked and the derived settings computed once, for the a
 """
 
 from medrecipes.config.checks import resolve_token_budget
-from medrecipes.config.eval_args import EvalArguments, parse_eval_args
+from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, Method, method_named, method_of_args, register_method
 from medrecipes.config.parse import (
     method_misfit,
+    parse_eval_args,
     parse_recipe,
     recipe_method,
     recorded_command,

@@ -13,7 +13,7 @@ import yaml
 from transformers import TrainingArguments
 from trl import ModelConfig
 
-from medrecipes.config import checks, library_checks
+from medrecipes.config import checks, eval_args, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
 from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, field_names, read_recipe_yaml
@@ -96,6 +96,29 @@ def method_misfit(path: str, method: str) -> tuple[str, str] | None:
     return unfit[0], fitting
 
 
+def _for_another_script(path: str, method: str) -> UserError | None:
+    """The line for a recipe written for another script than `method`'s (`method_misfit`)."""
+    if misfit := method_misfit(path, method):
+        key, fitting = misfit
+        return UserError(
+            f"{path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which "
+            f"{script_of(method)} does not take); run it with {script_of(fitting)}"
+        )
+    return None
+
+
+def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
+    """`eval_args.parse_eval_args`, where a training recipe given to it is named as one, with its script."""
+    try:
+        return eval_args.parse_eval_args(argv)
+    except UserError:
+        words = list(sys.argv[1:] if argv is None else argv)
+        path = words[0] if words and words[0].endswith((".yaml", ".yml")) else None
+        if path and (other := _for_another_script(path, "eval")):
+            raise other from None
+        raise
+
+
 def library_words(err: BaseException, keys: frozenset[str] = frozenset()) -> str:
     """A library's refusal as one line: its lines joined (a list of "- item" lines as "item, item"),
     its enum members as the values a recipe writes ("IntervalStrategy.STEPS" as steps), its
@@ -135,12 +158,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
                 f"{parser.recipe_path}: an accelerate config ({', '.join(launch)}), not a recipe; give it to accelerate "
                 f"launch --config_file, and a recipe (recipes/) to {script_of(method)}"
             ) from None
-        if parser.recipe_path != "command line" and (misfit := method_misfit(parser.recipe_path, method)):
-            key, fitting = misfit
-            raise UserError(
-                f"{parser.recipe_path}: a recipe for {script_of(fitting)} ({key} is a key of {fitting} recipes, which "
-                f"{script_of(method)} does not take); run it with {script_of(fitting)}"
-            ) from None
+        if parser.recipe_path != "command line" and (other := _for_another_script(parser.recipe_path, method)):
+            raise other from None
         err = sys.exc_info()[1]
         if parser.recipe_path != "command line" and (other := _reads_as_other(parser.recipe_path, method, argv, err)):
             raise UserError(
