@@ -749,3 +749,16 @@ def test_a_turn_key_the_chat_template_does_not_render_is_said(chat_model, caplog
     with caplog.at_level("WARNING"):
         say_unrendered_keys(turns, tokenizer, "dataset_mixture")
     assert caplog.records == []
+
+
+def test_a_pattern_is_data_files_and_not_a_path(tmp_path):
+    """A source's path names one file or folder: a pattern there is named as one, with the keys that
+    take it; as data_files a multiple-choice source reads its files, as datasets reads the others'."""
+    from medrecipes.data.sources import check_local_source, load_mcq_source
+
+    pattern = str(ROOT / "data/usmle_sample/t*.jsonl")
+    with pytest.raises(UserError, match=r"a pattern \(2 files match it\), where path names one file or folder; write "
+                       r"path: json and data_files: .*t\*\.jsonl"):  # fmt: skip
+        check_local_source(SourceConfig(path=pattern, format="usmle"))
+    rows = load_mcq_source(SourceConfig(path="json", data_files=pattern, format="usmle"))
+    assert len(rows) == 80  # train.jsonl's 60 and test.jsonl's 20

@@ -105,6 +105,14 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
         data_files = [f.removeprefix("file://") for f in ([data_files] if isinstance(data_files, str) else data_files)]
     if local_path(path):
         if not os.path.isfile(path) and not os.path.isdir(path):  # gone, a device, a link that loops
+            if glob.has_magic(path) and (matched := glob.glob(path)):  # a pattern: path names one file or folder
+                suffix = os.path.splitext(path)[1]
+                builder = suffix.lstrip(".").replace("jsonl", "json") if suffix in BUILDERS else "json"
+                raise UserError(
+                    f"source '{path}': a pattern ({len(matched)} files match it), where path names one file or folder; "
+                    f"write path: {builder} and data_files: {path}, or path: {os.path.dirname(path) or '.'} for its "
+                    "whole folder"
+                )
             raise UserError(f"source '{path}': {absent(path)}; check the path")
         if os.path.isfile(path):
             ext = os.path.splitext(path)[1]
@@ -202,6 +210,8 @@ def load_mcq_source(source: SourceConfig, subjects: list[str] | None = None, pas
     rows its pass_rate keeps unless `pass_rates` is false (the rows `medrecipes pass-rate` measures)."""
     files = source.data_files or source.path
     files = [f.removeprefix("file://") for f in ([files] if isinstance(files, str) else files)]  # local paths
+    # A local pattern in data_files, as datasets reads one for the other formats: its files, in order.
+    files = [m for f in files for m in ((sorted(glob.glob(f)) or [f]) if glob.has_magic(f) and local_path(f) else [f])]
     if source.split != "train" and "[" not in source.split and all(os.path.isfile(f) for f in files):
         logger.warning(
             "source '%s': split '%s' chooses nothing in a file, which is one split: all its rows are read; write a "
