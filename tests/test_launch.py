@@ -269,6 +269,7 @@ def test_a_launch_of_more_cpu_processes_than_cores_is_said(capsys, tmp_path, mon
     as many is not (the count read where the launch runs: the cores this process may use)."""
     import os
 
+    import torch
     import yaml
 
     from medrecipes.cli import main
@@ -283,3 +284,10 @@ def test_a_launch_of_more_cpu_processes_than_cores_is_said(capsys, tmp_path, mon
         assert any(f"processes train on the CPU and share this machine's {cores} cores" in n for n in notes) == said
         warned = [line for line in err.splitlines() if line.startswith("warning:")]  # seen when stdout is piped
         assert [n.removeprefix("# note:") for n in notes] == [w.removeprefix("warning:") for w in warned]
+    # A config whose launch starts one process whatever num_processes says (distributed_type NO on a
+    # machine without several GPUs): its processes are not counted against the cores.
+    if not torch.cuda.device_count() > 1:
+        (tmp_path / "no.yaml").write_text(yaml.safe_dump(config | {"distributed_type": "NO"}))
+        main(["validate", "recipes/tiny_sft.yaml", "--accelerate-config", str(tmp_path / "no.yaml")])
+        out = capsys.readouterr().out
+        assert "distributed_type NO starts one process" in out and "cores" not in out, out

@@ -155,7 +155,8 @@ def recipe_under_launch(
     from medrecipes.config.trainer_configs import launch_precision
 
     processes = config.get("num_processes", 1)
-    for_world_size(recipe, training_args, recipe_path, processes)
+    sharded = str(config.get("distributed_type") or "NO")  # an unquoted NO is false to YAML, as accelerate reads it
+    for_world_size(recipe, training_args, recipe_path, _started(config, sharded, processes))
     _check_against_recipe(config, config_path, training_args, processes)
     precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
     given = training_args.bf16 if "bf16" in recipe.given else None
@@ -165,7 +166,6 @@ def recipe_under_launch(
         raise UserError(f"{recipe_path}: {err}") from None
     _check_wrapped_layers(config, config_path, model_name)
     launch = f"{config_path}: {processes} process{'es' if processes > 1 else ''} a machine"
-    sharded = str(config.get("distributed_type") or "NO")  # an unquoted NO is false to YAML, as accelerate reads it
     if config.get("use_cpu") and not training_args.use_cpu:
         launch += "; it has use_cpu: true, so its processes train on CPUs and the recipe's GPUs stay idle"
     if training_args.use_cpu and sharded in ("DEEPSPEED", "FSDP", "MULTI_GPU"):
@@ -212,7 +212,11 @@ def _notes_under_launch(recipe, training_args, config: dict, sharded: str, proce
     from unittest import mock
 
     alone = library_checks.notes(training_args, recipe)
-    launched = {"WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    launched = {
+        "WORLD_SIZE": str(_started(config, sharded, processes)),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
     if sharded == "DEEPSPEED":
         stage = (config.get("deepspeed_config") or {}).get("zero_stage", 0)
         launched |= {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": str(stage)}
@@ -220,6 +224,19 @@ def _notes_under_launch(recipe, training_args, config: dict, sharded: str, proce
         launched["ACCELERATE_USE_FSDP"] = "true"
     with mock.patch.dict(os.environ, launched):
         return [note for note in recipe.notes if note not in alone] + library_checks.notes(training_args, recipe)
+
+
+def _started(config: dict, sharded: str, processes: int) -> int:
+    """The processes accelerate launch starts on this machine for the config (`_idle_settings` says
+    why fewer than num_processes): one under distributed_type NO unless the machine has several
+    GPUs, and one under MULTI_CPU or use_cpu: true unless under mpirun."""
+    import torch
+
+    hostfile = (config.get("mpirun_config") or {}).get("mpirun_hostfile")
+    alone = (sharded == "NO" and torch.cuda.device_count() < 2) or (
+        not hostfile and (sharded == "MULTI_CPU" or config.get("use_cpu") is True)
+    )
+    return 1 if alone else processes
 
 
 def _idle_settings(config: dict, sharded: str, processes: int) -> list[str]:
