@@ -407,6 +407,7 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
     blanks = document_perplexity(model, tokenizer, [texts[0], "", "  \n ", *texts[1:]])  # nothing to score in them
     assert (blanks["left_out"], blanks["documents"], blanks["perplexity"]) == (2, 3, result["perplexity"])
     assert result["ci95"][0] <= result["perplexity"] <= result["ci95"][1]
+    assert document_perplexity(model, tokenizer, texts[:1])["ci95"] is None  # one document: nothing to resample
 
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))

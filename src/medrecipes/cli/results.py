@@ -109,7 +109,9 @@ def cmd_perplexity(args) -> None:
         ) from None
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
-    lo, hi = result["ci95"]
+    interval = (
+        "95% CI {:.3f}-{:.3f}".format(*result["ci95"]) if result["ci95"] else "one document: no interval; give several"
+    )
     windowed = result["windowed_documents"]
     long = (
         f"; {windowed} longer than the model's {result['window']:,} positions, scored in windows moving "
@@ -118,7 +120,7 @@ def cmd_perplexity(args) -> None:
         else ""
     )
     print(
-        f"{args.data}: perplexity {result['perplexity']:.3f} (95% CI {lo:.3f}-{hi:.3f}), loss {result['loss']:.4f}, "
+        f"{args.data}: perplexity {result['perplexity']:.3f} ({interval}), loss {result['loss']:.4f}, "
         f"{result['documents']} documents, {result['tokens']:,} tokens{long}"
         + (f"; {result['left_out']} left out (no text, or one token)" if result["left_out"] else "")
     )

@@ -33,8 +33,8 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0, windo
     that every token is scored with at least half a window of context; the output says how many
     documents that took and the stride. Packed training blocks would favour a model trained on
     that packing; this does not. The 95% interval comes from a seeded bootstrap over the documents
-    (total loss over total tokens of each resample); each document's loss and token count are
-    returned too, for paired comparisons."""
+    (total loss over total tokens of each resample), None for one document; each document's loss
+    and token count are returned too, for paired comparisons."""
     import numpy as np
 
     window = window or max_context_length(model, tokenizer)
@@ -56,7 +56,7 @@ def document_perplexity(model, tokenizer, texts: list[str], seed: int = 0, windo
     loss = losses.sum() / counts.sum()
     return {
         "perplexity": float(np.exp(loss)),
-        "ci95": [float(low), float(high)],
+        "ci95": [float(low), float(high)] if len(counts) > 1 else None,  # one document: no spread to resample
         "loss": float(loss),
         "documents": len(counts),
         "left_out": len(texts) - len(counts),  # empty, spaces alone, or a single token: nothing to score
