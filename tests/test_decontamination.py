@@ -166,6 +166,20 @@ def test_a_pubmedqa_file_keyed_by_id_is_read_as_training_data(tmp_path, capsys):
     assert "ori_pqal: 2 of 2 items found in training data" in capsys.readouterr().out
 
 
+def test_pubmedqa_questions_kept_by_drop_say_the_context_their_setting_gave(tmp_path, caplog):
+    from medrecipes import cli
+
+    question = {"QUESTION": "Does aspirin prevent stroke?", "CONTEXTS": ["An abstract."], "final_decision": "yes",
+                "LONG_ANSWER": "Yes."}  # fmt: skip
+    keyed = tmp_path / "ori_pqal.json"
+    keyed.write_text(json.dumps({"101": question}))
+    with caplog.at_level("WARNING", logger="medrecipes.data.decontamination"):
+        cli.main(["decontaminate", "--train", str(keyed), "--eval", str(ROOT / "data/usmle_sample/test.jsonl"),
+                  "--drop", str(tmp_path / "kept.jsonl")])  # fmt: skip
+    assert f"--drop {tmp_path}/kept.jsonl: the kept questions are written in medrecipes' own layout" in caplog.text
+    assert json.loads((tmp_path / "kept.jsonl").read_text())["context"] == "An abstract."
+
+
 def test_a_short_question_copied_with_lettered_options_is_found_and_a_stock_phrase_is_not(tmp_path):
     """A question of fewer than n words is checked with its options; a copy that letters them ("A.
     yes") is found however its labels are written, while two questions that share a 12-word stock

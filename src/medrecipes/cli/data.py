@@ -158,7 +158,7 @@ def cmd_decontaminate(args) -> None:
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
     for name, out in drops.items():
         with staged(out, folder=False, kind="decontaminate") as path:
-            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1].lower())
+            kept = dc.write_kept(sources[name], contaminated[name], path, os.path.splitext(out)[1].lower(), out)
         print(f"{name}: {kept} rows kept, {len(contaminated[name])} dropped -> {out}", file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ whole batch of documents come from numpy arithmetic on those, and membership is 
 search in the sorted hashes of the evaluation sets, so no Python loop runs per n-gram.
 """
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -306,12 +307,15 @@ def training_documents(source: SourceConfig, streaming: bool = False):
 KEPT_FORMATS = (".jsonl", ".json", ".parquet", ".csv")  # what write_kept writes
 
 
-def write_kept(source: SourceConfig, contaminated: list[int], out: str, ext: str | None = None) -> int:
+def write_kept(
+    source: SourceConfig, contaminated: list[int], out: str, ext: str | None = None, named: str | None = None
+) -> int:
     """Write the rows of `source` that are not contaminated to `out`, as its extension or `ext`
-    says (.jsonl, .json, .parquet or .csv).
+    says (.jsonl, .json, .parquet or .csv); `named`, the path the user gave, where `out` stages it.
 
     Text sources keep all their columns; multiple-choice sources are written in the normalised
-    schema of medrecipes.usmle, which load_mcq reads back. Returns the number of rows written.
+    schema of medrecipes.usmle, which load_mcq reads back (PubMedQA's with the context its setting
+    gave them, said). Returns the number of rows written.
     """
     if source.format == "usmle":
         rows = load_mcq_source(source)
@@ -328,4 +332,12 @@ def write_kept(source: SourceConfig, contaminated: list[int], out: str, ext: str
         kept.to_csv(out, index=False)
     else:
         raise UserError(f"--drop {out}: unsupported file type '{ext}'; use {', '.join(KEPT_FORMATS)}")
+    if source.format == "usmle" and any(kept["context"]):  # PubMedQA's: its setting chose the context
+        logging.getLogger(__name__).warning(
+            "--drop %s: the kept questions are written in medrecipes' own layout, each with the context its "
+            "pubmedqa_setting gave it (%s: %s), so a later pubmedqa_setting does not apply to them; decontaminate "
+            "with the pubmedqa_setting the file is to be asked in",
+            named or out, source.pubmedqa_setting or "reasoning_required",
+            "the abstract" if (source.pubmedqa_setting or "reasoning_required") == "reasoning_required" else "its text",
+        )  # fmt: skip
     return len(kept)
