@@ -197,13 +197,13 @@ def _check_language_model(source: str, name: str) -> None:
     except (OSError, ValueError, AttributeError):  # no local config, or one the loader reports itself
         return
     generating = {
-        name
+        head
         for mapping in (
             modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
             modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         )
-        for names in mapping.values()
-        for name in ([names] if isinstance(names, str) else names)
+        for heads in mapping.values()
+        for head in ([heads] if isinstance(heads, str) else heads)
     }
     if architectures and not set(architectures) & generating:
         raise UserError(
