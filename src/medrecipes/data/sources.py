@@ -109,7 +109,8 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
                 suffix = os.path.splitext(path)[1]
                 builder = suffix.lstrip(".").replace("jsonl", "json") if suffix in BUILDERS else "json"
                 raise UserError(
-                    f"source '{path}': a pattern ({len(matched)} files match it), where path names one file or folder; "
+                    f"source '{path}': a pattern ({len(matched)} file{'s' if len(matched) > 1 else ''} match{'' if len(matched) > 1 else 'es'} it), where path "
+                    "names one file or folder; "
                     f"write path: {builder} and data_files: {path}, or path: {os.path.dirname(path) or '.'} for its "
                     "whole folder"
                 )
