@@ -134,7 +134,7 @@ def serve(
         )
     if api_key is not None and any(c.isspace() for c in api_key):
         raise UserError(
-            f"serve: the API key (--api-key or {API_KEY_ENV}) holds a space or other whitespace ({api_key[:3]!r}...), "
+            f"serve: the API key (--api-key or {API_KEY_ENV}) holds a space or other whitespace, "
             "which an Authorization header drops at its ends and splits at in its middle, so no client's request "
             "would carry it as given; remove the whitespace"
         )
