@@ -491,3 +491,20 @@ def test_a_run_refused_after_it_claimed_a_new_folder_leaves_no_folder(tiny_model
     (out / "notes.txt").write_text("mine")
     result = run(PYTHON, "recipes/sft.py", recipe, "--model_name_or_path", tiny_model, "--output_dir", out)
     assert result.returncode == 2 and sorted(p.name for p in out.iterdir()) == ["notes.txt"], result.stderr[-1000:]
+
+
+def test_the_same_starting_weights_by_another_path_are_the_same_run():
+    """A run started from /m is resumed from ../m, /m/, a link to /m or a copy of it: the path as
+    written differs, the weights it records are the same (docs/long-runs.md). Other weights, or a
+    record without them, are another model."""
+    from medrecipes.runs.record import WEIGHTS, identity_differences
+
+    saved = {"script": "recipes/sft.py", "model": "/models/tiny", "data": "d1", WEIGHTS: "sha256:aa"}
+    for path in ("../models/tiny", "/models/tiny/", "/links/tiny", "/copies/tiny"):
+        assert identity_differences(saved, {**saved, "model": path}) == [], path
+    other = {**saved, "model": "/models/other", WEIGHTS: "sha256:bb"}
+    assert identity_differences(saved, other) == ["model /models/tiny, here /models/other"]
+    unweighed = {k: v for k, v in saved.items() if k != WEIGHTS}
+    assert identity_differences(unweighed, {**unweighed, "model": "../models/tiny"}) == [
+        "model /models/tiny, here ../models/tiny"
+    ]

@@ -71,12 +71,15 @@ def data_files(recipe) -> list[str]:
 
 def identity_differences(saved: dict, ours: dict) -> list[str]:
     """How run record `saved` is another run than `ours`: "model a, here b" for each of script,
-    model and data that differ, and the starting model's weights and the data files' contents where
-    both keep theirs (a record written before they were kept has neither)."""
+    model and data that differ (a model path written otherwise whose weights both keep, the same, is
+    the same model), and the starting model's weights and the data files' contents where both keep
+    theirs (a record written before they were kept has neither)."""
+    # The same starting weights however the path to them is written (a link, ../x, x/, a copy): one model.
+    same_weights = bool(saved.get(WEIGHTS)) and saved.get(WEIGHTS) == ours.get(WEIGHTS)
     found = [
         f"{IDENTITY_WORDS[key]} {saved.get(key)}, here {ours.get(key)}"
         for key in IDENTITY
-        if saved.get(key) != ours.get(key)
+        if saved.get(key) != ours.get(key) and not (key == "model" and same_weights)
     ]
     if not found and saved.get(WEIGHTS) and ours.get(WEIGHTS) and saved[WEIGHTS] != ours[WEIGHTS]:
         found.append(f"the weights of model {ours.get('model')} changed since that run started from them")
