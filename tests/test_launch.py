@@ -188,7 +188,9 @@ def test_validate_reads_the_recipe_with_the_launchers_precision(tmp_path, capsys
     from medrecipes.cli import main
 
     main(["validate", "recipes/tiny_cpt.yaml", "--accelerate-config", "accelerate_configs/zero3.yaml"])
-    assert "valid cpt recipe" in capsys.readouterr().out  # the recipe leaves bf16 to zero3.yaml's
+    out = capsys.readouterr().out
+    assert "valid cpt recipe" in out  # the recipe leaves bf16 to zero3.yaml's
+    assert yaml.safe_load(out)["bf16"] is True  # and shows the precision the launch trains in
     config = yaml.safe_load((ROOT / "accelerate_configs" / "ddp.yaml").read_text()) | {"mixed_precision": "fp16"}
     (tmp_path / "fp16.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(SystemExit) as exit:

@@ -161,7 +161,7 @@ def recipe_under_launch(
     precision = str(config.get("mixed_precision", "no"))  # handed to the recipe by the launch
     given = training_args.bf16 if "bf16" in recipe.given else None
     try:
-        launch_precision(given, training_args.fp16, precision, training_args.bf16)
+        training_args.bf16 = launch_precision(given, training_args.fp16, precision, training_args.bf16)
     except ValueError as err:
         raise UserError(f"{recipe_path}: {err}") from None
     _check_wrapped_layers(config, config_path, model_name)
