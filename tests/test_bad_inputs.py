@@ -449,6 +449,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("tiny-model: over a file", ["tiny-model", TEST_SET], "is a file"),
         Case("tiny-model: vocabulary 0", ["tiny-model", f"{files}/t1", "--vocab-size", "0"], "vocab-size"),
         Case("tiny-model: width 0", ["tiny-model", f"{files}/t2", "--hidden-size", "0"], "hidden-size"),
+        Case("tiny-model: heads of an odd width", ["tiny-model", f"{files}/t3", "--hidden-size", "36"], "--hidden-size must be a multiple of 8 (4 attention heads, each of an even width for rotary positions), got 36; use 32 or 40"),
         Case("tiny-model: 0 layers", ["tiny-model", f"{files}/t3", "--layers", "0"], "layers"),
         Case("tiny-model: corpus missing", ["tiny-model", f"{files}/t4", "--corpus", "nope.txt"], "nope.txt"),
         # --- medrecipes merge-lora

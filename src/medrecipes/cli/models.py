@@ -20,7 +20,7 @@ def add_commands(commands) -> None:
     # The tokenizer needs its 256 byte symbols and special tokens; attention has 4 heads; tiny means small.
     tiny.add_argument("--vocab-size", type=Number(int, least=300, most=2**18), default=1024)
     tiny.add_argument("--seed", type=SEED, default=0)
-    tiny.add_argument("--hidden-size", type=Number(int, least=4, most=4096), default=64)
+    tiny.add_argument("--hidden-size", type=Number(int, least=8, most=4096), default=64)
     tiny.add_argument("--layers", type=Number(int, least=1, most=64), default=2)
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     tiny.set_defaults(func=cmd_tiny_model)
@@ -79,8 +79,12 @@ def cmd_tiny_model(args) -> None:
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
 
-    if args.hidden_size % 4:
-        raise UserError(f"tiny-model: --hidden-size must divide by the 4 attention heads, got {args.hidden_size}")
+    if args.hidden_size % 8:  # 4 heads, each of an even width: rotary positions turn its dimensions in pairs
+        low, high = args.hidden_size // 8 * 8, args.hidden_size // 8 * 8 + 8
+        raise UserError(
+            f"tiny-model: --hidden-size must be a multiple of 8 (4 attention heads, each of an even width for "
+            f"rotary positions), got {args.hidden_size}; use {f'{low} or ' if low else ''}{high}"
+        )
     corpus = args.corpus or DEFAULT_CORPUS
     claim_output(args.out_dir, "tiny-model", "tiny-model OUT_DIR", corpus, args.overwrite, folder=True)
     with staged(args.out_dir, folder=True, kind="tiny-model") as path:
