@@ -127,6 +127,9 @@ def cmd_plan(args) -> None:
         args.prompt_tokens,
     )
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    if training_args.use_cpu:  # the plan is of GPUs, which this recipe would leave idle
+        print(f"warning: {args.recipe} has use_cpu: true, so it trains on CPUs, not on the {args.num_gpus} x "
+              f"{args.gpu} planned; set use_cpu: false for the run this plans", file=sys.stderr)  # fmt: skip
 
 
 def cmd_preview(args) -> None:
