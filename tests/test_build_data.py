@@ -220,9 +220,11 @@ def test_checkpoint_folder_copied_to_a_url(tmp_path, scheme):
 def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_model):
     built, out = tmp_path / "built", tmp_path / "run"
     keys = ["--model_name_or_path", tiny_model, "--built_data", built]
-    result = run(Path(PYTHON).parent / "medrecipes", "build-data", "recipes/tiny_cpt.yaml", *keys)
+    result = run(Path(PYTHON).parent / "medrecipes", "build-data", "recipes/tiny_cpt.yaml", *keys, "--num-gpus", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "built" in result.stdout and "usmle: 0 of 20 items" in result.stdout
+    # Neither streamed nor under a token budget: the same build for any number of processes, said.
+    assert "warning: build-data --num-gpus 2 sets the blocks a streamed build holds" in result.stderr
     manifest = json.loads((built / "manifest.json").read_text())
     steps = ["--max_steps", "4", "--eval_steps", "2", "--save_steps", "2"]
     result = run(PYTHON, "recipes/cpt.py", "recipes/tiny_cpt.yaml", *keys, "--output_dir", out, *steps)
