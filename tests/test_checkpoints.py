@@ -289,26 +289,29 @@ def test_a_checkpoint_another_run_saved_is_set_aside_for_this_runs(tmp_path, cap
 
 def test_a_named_checkpoint_of_another_run_is_refused_unless_the_recipe_says_so(tmp_path):
     """Another script, starting model, data or starting weights (the run records of both folders):
-    one line, and `resume_from_another_run` lets it through; the same run's checkpoint goes through."""
+    one line, and `resume_from_another_run` lets it through; the same run's checkpoint goes through,
+    its model written by another path to the same weights too."""
     import json
 
     ours = {"script": "recipes/sft.py", "model": "m", "data": "abc", "weights": "0123"}
     for key, other, told in (
-        ("script", "recipes/dpo.py", "script recipes/dpo.py, here recipes/sft.py"),
-        ("model", "another", "model another, here m"),
-        ("data", "def", "dataset_mixture def, here abc"),
-        ("weights", "4567", "the weights of model m changed since that run started from them"),
+        ("script", {"script": "recipes/dpo.py"}, "script recipes/dpo.py, here recipes/sft.py"),
+        ("model", {"model": "another", "weights": "89ab"}, "model another, here m"),
+        ("data", {"data": "def"}, "dataset_mixture def, here abc"),
+        ("weights", {"weights": "4567"}, "the weights of model m changed since that run started from them"),
     ):
         here, there = tmp_path / key / "here", tmp_path / key / "there"
         here.mkdir(parents=True)
         checkpoint = _whole_checkpoint(there, 3)
         (here / "run.json").write_text(json.dumps(ours))
-        (there / "run.json").write_text(json.dumps({**ours, key: other}))
+        (there / "run.json").write_text(json.dumps({**ours, **other}))
         args = TrainingArguments(output_dir=str(here), resume_from_checkpoint=str(checkpoint), use_cpu=True)
         with pytest.raises(UserError, match=rf"is another run's \({told}\)"):
             checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False))
         assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=True)) == str(checkpoint)
         (there / "run.json").write_text(json.dumps(ours))
+        assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False)) == str(checkpoint)
+        (there / "run.json").write_text(json.dumps({**ours, "model": "../m"}))  # the same weights by another path
         assert checkpoint_to_resume(args, SimpleNamespace(resume_from_another_run=False)) == str(checkpoint)
 
 

@@ -516,7 +516,7 @@ def test_a_recipe_that_leaves_checkpointing_unset_gets_the_plans_choice(gemma_pe
     for capacity, expected in ((80, False), (24, True)):
         recipe, args, model_args = parse_recipe("sft", [path])
         assert args.checkpointing_by_plan and args.activation_checkpointing is True  # until the plan decides
-        with caplog.at_level("INFO"):
+        with caplog.at_level("INFO", logger="medrecipes.plan.summary"):  # whatever an earlier test set above it
             settle_checkpointing(recipe, args, model_args, capacity_gib=capacity)
         assert args.activation_checkpointing is args.gradient_checkpointing is expected
         assert f"activation checkpointing {'on' if expected else 'off'}: the memory plan" in caplog.text
