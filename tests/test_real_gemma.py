@@ -52,7 +52,8 @@ def tokenizer():
 
 def pubmedqa_file(folder: Path, count: int, abstracts: bool = True) -> str:
     """The first PubMedQA questions in their own PQA-L layout (one object keyed by PubMed id),
-    with their abstracts or without (short rows, for the tests that train several steps)."""
+    with their abstracts or without (short rows, for the tests that train several steps, asked about
+    their conclusion: a question asked about its abstract needs it)."""
     rows = dict(list(json.loads(PUBMEDQA.read_text(encoding="utf-8")).items())[:count])
     if not abstracts:
         rows = {pmid: {k: v for k, v in row.items() if k != "CONTEXTS"} for pmid, row in rows.items()}
@@ -98,7 +99,7 @@ def test_the_gemma_template_refuses_turns_out_of_order(tokenizer):
         tokenizer.apply_chat_template([{"role": "assistant", "content": "Hello."}], tokenize=False)
 
 
-def sft_trainer(questions, output_dir, *overrides):
+def sft_trainer(questions, output_dir, *overrides, setting: str | None = None):
     from trl import get_peft_config
 
     from medrecipes.training.trainers import MedSFTTrainer
@@ -106,6 +107,8 @@ def sft_trainer(questions, output_dir, *overrides):
     base = ["--model_name_or_path", str(GEMMA), "--output_dir", str(output_dir), "--warmup_steps", "0"]
     recipe, args, model_args = parse_recipe("sft", [RECIPE, *base, *overrides])
     recipe.mixture.sources[0].path = questions
+    if setting is not None:  # what the questions are asked about: a file without abstracts, their conclusion
+        recipe.mixture.sources[0].pubmedqa_setting = setting
     tokenizer = recipe_tokenizer(recipe, model_args)
     train, _, _ = sft_data(recipe)
     model = load_model(model_args, recipe, tokenizer, args.activation_checkpointing)
@@ -151,7 +154,8 @@ def test_a_fine_tuned_gemma_stops_at_end_of_turn_and_merges_to_the_same_logits(t
         "--lora_dropout",
         "0",
     ]
-    trainer, train = sft_trainer(pubmedqa_file(tmp_path, 8, abstracts=False), tmp_path / "run", *steps)
+    short = pubmedqa_file(tmp_path, 8, abstracts=False)
+    trainer, train = sft_trainer(short, tmp_path / "run", *steps, setting="reasoning_free")
     trainer.train()
     trainer.save_model(str(tmp_path / "adapter"))
     merge_lora(str(tmp_path / "adapter"), str(tmp_path / "merged"))
