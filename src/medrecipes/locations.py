@@ -158,6 +158,12 @@ def run_record(folder: str) -> dict | str | None:
     return record if isinstance(record, dict) else "no mapping"
 
 
+def model_run_record(model_path: str) -> dict | str | None:
+    """`run_record` of the run a saved model belongs to: its output_dir, the folder above final/
+    or checkpoint-N."""
+    return run_record(os.path.dirname(os.path.abspath(os.path.expanduser(model_path))))
+
+
 def weights_fingerprint(path: str, ends: int | None = None) -> str | None:
     """ "sha256:" and 16 hex digits of a local model's (or adapter's) weight files, names and
     contents, in the folder itself: what tells one model from another whatever its path (a copy

@@ -4,7 +4,6 @@ unpaired layout of them, and the recipe's mixture of preference sources (TRL's l
 chosen, rejected; or prompt, completion, label; plain text or conversational)."""
 
 import logging
-import os
 import random
 from collections import Counter
 
@@ -12,7 +11,7 @@ from medrecipes import usmle
 from medrecipes.data.mixture import build_mixture, training_mixture
 from medrecipes.data.sources import load_source
 from medrecipes.errors import UserError
-from medrecipes.locations import run_record
+from medrecipes.locations import model_run_record
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +140,7 @@ def say_prompts_unlike_start(train, start: str | None) -> None:
     than the run that made the starting model (`start`: its output_dir/final, run.json beside it)
     trained with: the preferences are then learnt on prompts the model was not trained on, as
     when `medrecipes pairs` was run without the SFT recipe's --system-prompt."""
-    record = run_record(os.path.dirname(os.path.abspath(os.path.expanduser(start)))) if start else None
+    record = model_run_record(start) if start else None
     recipe = record.get("recipe") if isinstance(record, dict) else None
     if not isinstance(recipe, dict) or "system_prompt" not in recipe or "prompt" not in (train.column_names or []):
         return

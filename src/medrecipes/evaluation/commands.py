@@ -238,9 +238,9 @@ def run_calibration(
 def _trained_on(model_path: str, data: str) -> bool:
     """Whether `data` is a file among the training sources of the run whose folder holds the model
     (output_dir/final, output_dir/checkpoint-N: the run.json beside it)."""
-    from medrecipes.locations import run_record
+    from medrecipes.locations import model_run_record
 
-    record = run_record(os.path.dirname(os.path.abspath(model_path)))
+    record = model_run_record(model_path)
     mixture = ((record or {}).get("recipe") or {}).get("dataset_mixture") if isinstance(record, dict) else None
     named = [
         path

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl import get_quantization_config
 
 from medrecipes.errors import UserError, causes, did_you_mean
-from medrecipes.locations import SAMPLED, START_WEIGHTS, run_record, weights_fingerprint
+from medrecipes.locations import SAMPLED, START_WEIGHTS, model_run_record, weights_fingerprint
 from medrecipes.models.files import (
     TOKENIZER_FILES,
     adapter_base,
@@ -331,7 +331,7 @@ def _say_changed_base(adapter_dir: str, base: str) -> None:
     the run started from (trained again, another model copied over it): the adapter would be folded
     into weights it never trained with, without a word; the run's record tells."""
     try:
-        record = run_record(os.path.dirname(os.path.abspath(adapter_dir)))
+        record = model_run_record(adapter_dir)
     except OSError:
         return
     started = record.get(START_WEIGHTS) if isinstance(record, dict) and record.get("model") == base else None

@@ -91,13 +91,9 @@ def _remove_unused(output_dir: str, made: str) -> None:
     outermost) where they are left empty: a rerun then starts as new, and nothing is left to explain."""
     if os.path.isdir(output_dir) and set(os.listdir(output_dir)) <= {RUN_RECORD, MARKER, LOCK}:
         shutil.rmtree(output_dir, ignore_errors=True)
-        folder = os.path.dirname(os.path.abspath(output_dir))
-        while (
-            os.path.abspath(made) != os.path.abspath(output_dir) and os.path.isdir(folder) and not os.listdir(folder)
-        ):
-            os.rmdir(folder)
-            if os.path.abspath(folder) == os.path.abspath(made):
-                break
+        folder, made = os.path.dirname(os.path.abspath(output_dir)), os.path.abspath(made)
+        while os.path.commonpath([folder, made]) == made and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)  # within what this start made (none where it made output_dir alone)
             folder = os.path.dirname(folder)
 
 
