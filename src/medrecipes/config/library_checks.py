@@ -1007,26 +1007,19 @@ def check_structured_settings(args: TrainingArguments, path: str, given: dict) -
         else "activation_checkpointing_kwargs"
     )
     if isinstance(kwargs := getattr(args, key, None), dict):
-        trainers = _trainer_checkpoint_keywords(args)
-        kinds = {**_checkpoint_keywords(), **trainers}
+        torchs, trainers = _checkpoint_keywords(), _trainer_checkpoint_keywords(args)
+        kinds, trainer = {**torchs, **trainers}, f"TRL's {_trainer_of(args)[1].__name__}" if trainers else ""
         for name, value in kwargs.items():
             if name not in kinds:
-                theirs = f" or of TRL's {_trainer_of(args)[1].__name__}" if trainers else ""
                 raise UserError(
-                    f"{path}: {key}.{name} is not a setting of torch's checkpoint{theirs}"
+                    f"{path}: {key}.{name} is not a setting of torch's checkpoint{f' or of {trainer}' if trainer else ''}"
                     f"{did_you_mean(name, list(kinds))}; use {', '.join(sorted(kinds))}"
                 )
             check_value(f"{key}.{name}", value, kinds[name], path)
-            if (
-                name in trainers
-                and name not in _checkpoint_keywords()
-                and value
-                and args.gradient_checkpointing is False
-            ):
+            if name not in torchs and value and args.gradient_checkpointing is False:  # the trainer's own key
                 raise UserError(  # TRL's trainer refuses it as it builds, after the model has loaded
-                    f"{path}: {key}.{name} is read by TRL's {_trainer_of(args)[1].__name__} only with activation "
-                    "checkpointing on, and activation_checkpointing is false; set activation_checkpointing: true, or "
-                    f"drop {name}"
+                    f"{path}: {key}.{name} is read by {trainer} only with activation checkpointing on, and "
+                    f"activation_checkpointing is false; set activation_checkpointing: true, or drop {name}"
                 )
 
 
