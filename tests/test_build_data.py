@@ -217,6 +217,7 @@ def test_checkpoint_folder_copied_to_a_url(tmp_path, scheme):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a build and two runs
 def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_model):
     built, out = tmp_path / "built", tmp_path / "run"
     keys = ["--model_name_or_path", tiny_model, "--built_data", built]

@@ -648,6 +648,7 @@ def test_every_shipped_recipe_is_documented_and_parses_for_its_script(tmp_path):
         assert resolved_recipe(*parse_recipe(method, [str(again)], to_train=False)) == resolved, name
 
 
+@pytest.mark.long  # launches under accelerate
 def test_a_recipe_follows_the_launchers_mixed_precision_or_refuses_in_one_line():
     validate = (PYTHON, "-m", "medrecipes.cli", "validate", "recipes/tiny_cpt.yaml")
     for launcher, bf16 in (("bf16", True), ("no", False)):  # the recipe leaves bf16 to the machine

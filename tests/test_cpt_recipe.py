@@ -213,7 +213,10 @@ def test_bad_recipe_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.parametrize(
     "launcher",
-    [("--multi_gpu",), pytest.param(("--config_file", "accelerate_configs/zero3.yaml"), marks=pytest.mark.long)],
+    [
+        pytest.param(c, marks=pytest.mark.long)
+        for c in (("--multi_gpu",), ("--config_file", "accelerate_configs/zero3.yaml"))
+    ],
     ids=["ddp", "zero3"],
 )
 def test_bad_recipe_under_a_launcher_is_one_line_from_the_first_rank(tmp_path, launcher):

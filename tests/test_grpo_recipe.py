@@ -119,6 +119,7 @@ def test_continuous_batching_generates_for_training_and_for_an_evaluation_before
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a GRPO run from the learning check's warmed-up model (a minute to build)
 def test_lora_on_plain_prompts_with_loglik_accuracy(learn_check, tmp_path):
     lora = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_target_modules", "q_proj", "v_proj"]
     # A plain-prompt run samples its eval answers; eval_tasks adds the loglik accuracy of the set.

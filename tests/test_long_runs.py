@@ -208,7 +208,7 @@ torch.save, safetensors.torch.save_file, shutil.disk_usage = save, save_file, di
 """
 
 
-@pytest.mark.parametrize("where, kept", [("checkpoint", 4), ("final", STEPS)])
+@pytest.mark.parametrize("where, kept", [("checkpoint", 4), pytest.param("final", STEPS, marks=pytest.mark.long)])
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
     tiny_model, straight, tmp_path, where, kept
 ):
@@ -290,6 +290,7 @@ def test_grpo_killed_between_steps_resumes_to_the_same_weights(tiny_model, tmp_p
     assert not same_weights(out / "checkpoint-4", out / "final")  # the steps after the kill changed them
 
 
+@pytest.mark.long  # a run signalled mid-training
 def test_sigusr1_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path):
     out = tmp_path / "run"
     proc = start(tiny_model, out, "--preemption_grace_seconds", "60")

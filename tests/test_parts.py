@@ -213,6 +213,7 @@ def test_a_pass_rate_file_of_another_model_is_refused_at_parse(tmp_path, tiny_mo
 # medrecipes pass-rate
 
 
+@pytest.mark.long  # sampled answers of every question
 def test_pass_rate_measures_the_recipes_part_with_its_prompt_and_reward(tmp_path, chat_model):
     """The command as a user types it on a GRPO recipe whose filter names the file it writes: one
     row a question of the recipe's part (not the SFT's), its pass rate the share of right samples,

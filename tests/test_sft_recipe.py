@@ -215,6 +215,7 @@ def test_chat_sources_are_used_as_they_are(tmp_path):
     assert list(train) == [{"messages": messages}] and evals == {} and mcq == {}
 
 
+@pytest.mark.long  # a run with evaluations at every save
 def test_the_run_keeps_the_checkpoint_with_the_best_validation_accuracy(chat_model, tmp_path):
     """A recipe that scores a held-out set in generate mode after every pass and names its accuracy
     in `metric_for_best_model`: final/ is the checkpoint with the best accuracy (the first, on a

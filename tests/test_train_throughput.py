@@ -160,6 +160,7 @@ def test_repeats_pair_baseline_and_ours_run_back_to_back(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a benchmark's check
 def test_ablation_switches_each_speed_setting(tmp_path):
     bench("pretrain_tiny", "--ablate", "--no-baseline", "--out", tmp_path)
     result = json.loads((tmp_path / "pretrain_tiny-cpu.json").read_text())
