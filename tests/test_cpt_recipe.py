@@ -246,6 +246,7 @@ def test_make_validates_a_recipe_before_the_launcher_starts(tmp_path):
     assert ours == [f"error: {recipe}: unknown key 'learning_rat' (did you mean 'learning_rate'?)"]
 
 
+@pytest.mark.long  # two runs and a refused resume
 def test_resuming_a_checkpoint_of_another_model_is_one_line_before_training(tiny_run, tmp_path):
     from medrecipes.models.tiny import build_tiny_model
 

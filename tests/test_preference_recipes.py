@@ -87,7 +87,7 @@ def test_dpo_starts_at_ln2_learns_its_pairs_and_logs_reward_accuracy(chat_model,
 
 @pytest.mark.parametrize(
     "script, recipe",
-    [("recipes/dpo.py", TINY), pytest.param("recipes/kto.py", TINY_KTO, marks=pytest.mark.long)],
+    [pytest.param(*case, marks=pytest.mark.long) for case in (("recipes/dpo.py", TINY), ("recipes/kto.py", TINY_KTO))],
     ids=["dpo", "kto"],
 )
 def test_lora_trains_the_adapter_under_two_processes(chat_model, tmp_path, script, recipe):
@@ -246,6 +246,7 @@ def test_a_kto_recipe_refuses_what_its_trainer_would_fail_on_later(overrides, wo
         parse_recipe("kto", [TINY_KTO, *overrides])
 
 
+@pytest.mark.long  # a learning run
 def test_kto_starts_at_one_half_and_learns_its_answers(chat_model, tmp_path):
     out = tmp_path / "run"
     run_recipe("recipes/kto.py", TINY_KTO, "--model_name_or_path", chat_model, "--output_dir", str(out),

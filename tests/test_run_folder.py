@@ -50,6 +50,7 @@ def test_a_run_records_what_it_is_and_that_it_finished(finished_run, tiny_model)
     assert record["finished"]["global_step"] == 6
 
 
+@pytest.mark.long  # a finished run started again
 def test_a_finished_run_run_again_trains_nothing_and_writes_nothing(finished_run, tiny_model):
     """Run again as it was, or with settings it did not run with: nothing trains or is written,
     and the settings not applied are named (those that only log or save left out)."""
@@ -470,6 +471,7 @@ def test_an_accumulation_longer_than_an_epoch_is_said(caplog):
     assert said(0, 4, dataset=iter(range(60))) == []  # a stream
 
 
+@pytest.mark.long  # three refused runs
 def test_a_run_refused_after_it_claimed_a_new_folder_leaves_no_folder(tiny_model, tmp_path):
     """A refusal that comes once the folder is made (a data row read after the claim) leaves no
     folder holding only a record: a rerun starts as new. An existing folder is left as it was."""
