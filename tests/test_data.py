@@ -695,6 +695,65 @@ def test_json_lines_under_a_text_name_are_said(tmp_path, caplog):
     ]
 
 
+def _wrapped(paragraphs: list[str], width: int) -> str:
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(p, width) for p in paragraphs) + "\n"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_text_file_of_wrapped_paragraphs_is_said_and_read_a_paragraph_a_document(tmp_path, caplog, streaming):
+    """A .txt file is read as datasets' text builder reads it: one document a line unless the source's
+    sample_by says a paragraph or the whole file. A file of paragraphs wrapped over lines, read by
+    line, is said (each paragraph would be cut into documents where its lines end); read by
+    paragraph, each paragraph is one document. A file of one-line documents, blank lines between, is
+    not said as wrapped: its blank lines are, with the key that reads around them."""
+    texts = [" ".join(f"finding {i}-{w} of the chest film" for w in range(12)) for i in range(4)]
+    book = tmp_path / "book.txt"
+    book.write_text(_wrapped(texts, 60))
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n\n".join(texts) + "\n")
+
+    def documents(path, sample_by=None):
+        rows = load_source(SourceConfig(path=str(path), sample_by=sample_by), streaming=streaming)
+        return [row["text"] for row in rows]
+
+    with caplog.at_level("WARNING"):
+        by_line = documents(book)
+    lines_each = sum(len(_wrapped([t], 60).splitlines()) for t in texts) / len(texts)
+    said = [r.getMessage() for r in caplog.records if "run over several lines" in r.getMessage()]
+    assert said == [
+        f"source '{book}': its paragraphs run over several lines ({lines_each:.1f} lines a paragraph, blank lines "
+        "between), and a .txt file is read one document a line; set sample_by: paragraph to read a paragraph a "
+        "document (perplexity: --sample-by paragraph), or sample_by: line to keep lines"
+    ]
+    assert len([d for d in by_line if d.strip()]) == sum(len(_wrapped([t], 60).splitlines()) for t in texts)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert [d.replace("\n", " ") for d in documents(book, "paragraph")] == texts
+        assert documents(book, "document") == [book.read_text()]
+        assert documents(lines) == [texts[0], "", texts[1], "", texts[2], "", texts[3]]
+    assert not any("run over several lines" in r.getMessage() for r in caplog.records)
+    if not streaming:  # a stream's rows are checked as they are read
+        blanks = [r.getMessage() for r in caplog.records if "empty document" in r.getMessage()]
+        assert blanks and blanks[-1].endswith(
+            "drop them, or set sample_by: paragraph to read what blank lines part as documents"
+        )
+
+
+def test_sample_by_is_the_text_builders_own_option():
+    """The recipe's sample_by takes the values datasets' text builder does, and only for what that
+    builder reads: a source of another builder or format is one line at parse, a folder of another
+    builder's files one line when read."""
+    import typing
+
+    from datasets.packaged_modules.text.text import TextConfig
+
+    from medrecipes.data_config import SAMPLE_BY
+
+    assert SAMPLE_BY == typing.get_args(typing.get_type_hints(TextConfig)["sample_by"])
+
+
 @pytest.mark.parametrize("field", ["question", "options"])
 def test_a_turn_marker_in_a_questions_text_is_said_by_line(tmp_path, caplog, field):
     """A question or an option that holds <end_of_turn>: the prompt built from it ends the user's

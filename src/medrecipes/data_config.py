@@ -7,9 +7,14 @@ so neither side imports the other to share them.
 """
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from medrecipes.names import PubMedQASetting
+
+# What one document of a .txt file is, as `datasets`' text builder reads it (its `sample_by`):
+# a line (its default), a paragraph (lines up to a blank line), or the whole file.
+SampleBy = Literal["line", "paragraph", "document"]
+SAMPLE_BY = get_args(SampleBy)
 
 
 @dataclass
@@ -49,6 +54,9 @@ class SourceConfig:
     data_dir: str | None = None
     revision: str | None = None
     text_field: str = "text"
+    # .txt files: one document a line (unset, datasets' default), a paragraph or the whole file
+    # (docs/data.md, "Plain text").
+    sample_by: SampleBy | None = None
     # "text": a column of documents; "usmle": multiple-choice rows (MedQA, MedMCQA, MMLU, PubMedQA, ...)
     # rendered for the recipe (documents for CPT, chat turns for SFT); "chat": rows kept as they are
     # (messages, or prompt/completion), for SFT; "preference": prompt/chosen/rejected rows (TRL's

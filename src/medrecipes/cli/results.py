@@ -10,6 +10,7 @@ from medrecipes.cli.arguments import (
     output_path,
     repo_id,
 )
+from medrecipes.data_config import SAMPLE_BY
 
 
 def add_commands(commands) -> None:
@@ -22,6 +23,9 @@ def add_commands(commands) -> None:
     ppl.add_argument("--model", type=input_path, required=True, help="Hub id, local folder or .gguf file")
     ppl.add_argument("--data", type=input_path, required=True, help="a text, JSON or JSONL file of documents")
     ppl.add_argument("--text-field", default="text", help="the documents' column (default text)")
+    ppl.add_argument(
+        "--sample-by", choices=SAMPLE_BY, help="a .txt file's documents: a line each (default), a paragraph, the file"
+    )
     ppl.add_argument("--limit", type=COUNT, help="the first N documents")
     ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
     ppl.add_argument("--output", type=output_path, help="JSON file for the result")
@@ -87,11 +91,17 @@ def cmd_perplexity(args) -> None:
     from medrecipes.errors import UserError
     from medrecipes.evaluation.commands import load_for_evaluation
     from medrecipes.evaluation.perplexity import document_perplexity
+    from medrecipes.locations import BUILDERS
     from medrecipes.logs import setup_logging
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
 
     setup_logging()
+    if args.sample_by and BUILDERS.get(os.path.splitext(args.data)[1]) != "text":
+        raise UserError(
+            f"perplexity --sample-by: chooses what one document of a .txt file is, and --data {args.data} is not one; "
+            "leave --sample-by out"
+        )
     if args.output:  # before the model loads: a refused output must not cost the evaluation
         claim_output(args.output, "perplexity", "perplexity --output", [args.data, args.model], args.overwrite)
     files = sorted(f for f in os.listdir(args.data) if not f.startswith(".")) if os.path.isdir(args.data) else []
@@ -101,7 +111,8 @@ def cmd_perplexity(args) -> None:
             "datasets would read one split; pass the file to score"
         )
     try:
-        texts = list(load_source(SourceConfig(path=args.data, text_field=args.text_field))["text"])[: args.limit]
+        source = SourceConfig(path=args.data, text_field=args.text_field, sample_by=args.sample_by)
+        texts = list(load_source(source)["text"])[: args.limit]
     except MissingColumn as err:  # its fix names the recipes' key
         raise UserError(
             f"perplexity --data {args.data}: no column '{args.text_field}' (columns: {err.shown}); pass --text-field "

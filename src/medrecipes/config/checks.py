@@ -70,6 +70,11 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
             f"{where}: text_field names the column of a format text source, and this source is format "
             f"{source.format}, whose columns are its format's; leave text_field out"
         )
+    if source.sample_by is not None and (source.format != "text" or (other := _not_text_files(source))):
+        what = f"this source is format {source.format}" if source.format != "text" else f"{other} names no .txt file"
+        raise UserError(
+            f"{where}: sample_by chooses what one document of a .txt file is, and {what}; leave sample_by out"
+        )
     if not training and source.weight != 1.0:
         raise UserError(
             f"{where}: weight is a training source's share of the mixture, and an eval set is scored whole; "
@@ -100,6 +105,20 @@ def _build_source(data: Any, where: str, training: bool = True) -> SourceConfig:
     if rates is not None:
         _check_pass_rate_window(rates, where)
     return source
+
+
+def _not_text_files(source: SourceConfig) -> str | None:
+    """The first location of a source, as written, that names files of another builder than
+    datasets' text builder (a .jsonl file, path: json, a pattern of .csv files), or None. A
+    folder or a Hub dataset says what it holds only when read (sources.load_documents)."""
+    named = source.path if source.data_files is None else None
+    builder = BUILDERS.get(os.path.splitext(named)[1]) if named and local_path(named) else None
+    if source.path in set(BUILDERS.values()) - {"text"} or builder not in (None, "text"):
+        return f"path {source.path}"
+    for file in [] if source.data_files is None else source.locations()[1:]:
+        if BUILDERS.get(os.path.splitext(str(file))[1], "text") != "text":
+            return f"data_files {file}"
+    return None
 
 
 def _check_pass_rate_window(rates, where: str) -> None:

@@ -94,6 +94,41 @@ def _say_json_as_text(file: str) -> None:
         )
 
 
+@functools.cache  # said once, however often a command checks its sources
+def _say_wrapped_paragraphs(file: str) -> None:
+    """A .txt file of paragraphs wrapped over several lines, a blank line between them (a book's or
+    an article's text), read as datasets' text builder does by default, one document a line: each
+    paragraph becomes several documents, cut where its lines are (perplexity scores each from the
+    start; CPT puts an end-of-text token between them). Said with the key that reads a paragraph
+    a document, not refused: a file of one-line documents with blank lines between is fine."""
+    if BUILDERS.get(os.path.splitext(file)[1]) != "text":
+        return
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        lines = [handle.readline() for _ in range(2000)]
+    runs, run = [], 0
+    for line in (*lines, "\n"):  # a blank line ends a run of text lines
+        if line.strip():
+            run += 1
+        elif run:
+            runs, run = [*runs, run], 0
+    if len(runs) >= 2 and sum(runs) >= 2 * len(runs):
+        logger.warning(
+            "source '%s': its paragraphs run over several lines (%.1f lines a paragraph, blank lines between), and a "
+            ".txt file is read one document a line; set sample_by: paragraph to read a paragraph a document "
+            "(perplexity: --sample-by paragraph), or sample_by: line to keep lines",
+            file,
+            sum(runs) / len(runs),
+        )
+
+
+def _say_text_shape(file: str, source: SourceConfig) -> None:
+    """What a .txt file's text says about how it is read: JSON lines, or paragraphs when the source
+    does not choose (sample_by)."""
+    _say_json_as_text(file)
+    if source.sample_by is None:
+        _say_wrapped_paragraphs(file)
+
+
 def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str, list[str] | None]:
     """The builder (or folder, or Hub id) and data files `datasets` reads a source with, once the
     files on this machine are checked: its path, and each data file that is not a URL or a
@@ -119,7 +154,7 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
             ext = os.path.splitext(path)[1]
             if ext not in BUILDERS:
                 raise UserError(f"source '{path}': unsupported file type; use {', '.join(BUILDERS)}")
-            _say_json_as_text(path)
+            _say_text_shape(path, source)
             path, data_files = BUILDERS[ext], [path]
         # A directory goes to `datasets` as is: it maps train/test/validation files to splits.
         elif not saved_dataset(path):
@@ -143,7 +178,7 @@ def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str,
             continue
         if os.path.isfile(file):  # a file whose name holds *, ? or [ too
             check_text_file(file, f"source '{source.path}'", decode=decode)
-            _say_json_as_text(file)
+            _say_text_shape(file, source)
             continue
         if any(
             c in file for c in "*?["
@@ -179,7 +214,7 @@ def load_documents(source: SourceConfig, streaming: bool):
         if is_url(file) and "*" not in file and not url_files(file, source.storage_options):
             raise UserError(f"source '{source.path}': data file {file} does not exist; check the URL")
     try:
-        return datasets.load_dataset(
+        documents = datasets.load_dataset(
             path,
             name=source.name,
             split=source.split,
@@ -188,10 +223,21 @@ def load_documents(source: SourceConfig, streaming: bool):
             revision=source.revision,
             streaming=streaming,
             storage_options=source.storage_options,
+            **({"sample_by": source.sample_by} if source.sample_by else {}),  # the text builder's option
         )
+        if source.sample_by == "paragraph":  # its paragraphs keep the last line break of a file and of 3 in a row
+            documents = documents.map(lambda row: {"text": row["text"].strip("\n")})
+        return documents
     except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError) as err:  # a file it cannot parse
         raise unreadable(named(source), err, files_of([source])) from None
-    except (FileNotFoundError, ValueError, ConnectionError) as err:
+    except (FileNotFoundError, ValueError, ConnectionError, TypeError) as err:
+        if source.sample_by and "sample_by" in str(err):  # a folder or Hub dataset another builder reads
+            raise UserError(
+                f"source '{source.path}': sample_by chooses what one document of a .txt file is, and its files are "
+                "read by another builder; leave sample_by out"
+            ) from None
+        if isinstance(err, TypeError):
+            raise
         if "corresponds to no data" in str(err):  # datasets' words for a split with no rows
             sliced = source.split and "[" in source.split
             what = f"split '{source.split}' selects no rows; widen the slice" if sliced else "holds no rows; add some"
@@ -373,10 +419,12 @@ def _checked(documents, fields: dict[str, str], source: SourceConfig, tag: int |
             blank = [i for i, text in enumerate(texts) if not text.strip()]
             if blank:
                 lines = ", ".join(line_of(source, i) for i in blank[:3])
+                text_files = any(BUILDERS.get(os.path.splitext(f)[1]) == "text" for f in local_files(source))
+                fix = ", or set sample_by: paragraph to read what blank lines part as documents" if text_files else ""
                 logger.warning(
                     "%s: %d empty document(s) (%s%s): no text (training learns only its BOS and EOS, perplexity leaves "
-                    "it out); drop them",
-                    named(source), len(blank), lines, ", ..." if len(blank) > 3 else "",
+                    "it out); drop them%s",
+                    named(source), len(blank), lines, ", ..." if len(blank) > 3 else "", fix,
                 )  # fmt: skip
         if source.format in PREFERENCE_FIELDS or "completion" in fields:  # answers, or chat prompt/completion rows
             answers = [c for c in ANSWER_COLUMNS if c in fields]
