@@ -198,6 +198,9 @@ def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_pa
     # Every process scores the questions with the sharded model; the log has one value per evaluation.
     assert [e["step"] for e in log_history(tmp_path) if "eval_usmle_acc" in e] == [0, 3]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "final").num_parameters() > 0
+    # A dense model uses every parameter each step: DDP is not asked to look for unused ones, and
+    # torch says nothing about the search (models.loading.settle_unused_parameters).
+    assert "find_unused_parameters" not in result.stderr
 
 
 def test_bad_recipe_is_one_line_and_exit_2(tmp_path):

@@ -336,3 +336,28 @@ def test_another_models_tokenizer_beside_a_model_with_its_own_is_said(tiny_model
         with caplog.at_level("WARNING"):
             recipe_tokenizer(recipe, model_args)
         assert ("is not the tokenizer saved with" in caplog.text) == said, caplog.text
+
+
+def test_ddp_looks_for_unused_parameters_only_in_a_model_that_may_leave_some():
+    """Left unset, a dense text model trains under DDP without the search for unused parameters;
+    a Mixture-of-Experts model (a router, TRL's sign of one) and a model of several parts (a vision
+    tower) keep Trainer's choice, and a recipe's own value stands."""
+    from types import SimpleNamespace
+
+    from transformers import Gemma3Config, LlamaConfig, MixtralConfig, Qwen2MoeConfig
+
+    from medrecipes.models.loading import settle_unused_parameters
+
+    for config, settled in (
+        (LlamaConfig(), False),
+        (MixtralConfig(), None),
+        (Qwen2MoeConfig(), None),
+        (Gemma3Config(), None),
+    ):
+        args = SimpleNamespace(ddp_find_unused_parameters=None)
+        settle_unused_parameters(config, args)
+        assert args.ddp_find_unused_parameters is settled, type(config).__name__
+    for given in (True, False):
+        args = SimpleNamespace(ddp_find_unused_parameters=given)
+        settle_unused_parameters(LlamaConfig(), args)
+        assert args.ddp_find_unused_parameters is given

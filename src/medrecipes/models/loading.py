@@ -273,6 +273,18 @@ def positions(model) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
+def settle_unused_parameters(config, args) -> None:
+    """DDP's find_unused_parameters where the recipe leaves it unset: off for a dense text model,
+    whose every trained parameter takes part in each step's loss. Trainer turns it on for any model
+    trained without activation checkpointing, and torch then walks the autograd graph once more at
+    every step and warns at the first that it found nothing unused. A Mixture-of-Experts model (an
+    expert no token reached; TRL's sign of one, a router) or a model of several parts (a vision tower
+    that text never reaches) keeps Trainer's choice. `config`: the model's."""
+    text = config.get_text_config()
+    if args.ddp_find_unused_parameters is None and text is config and not hasattr(text, "output_router_logits"):
+        args.ddp_find_unused_parameters = False
+
+
 def check_positions(model, args) -> None:
     """Refuse, before the first step, a sequence longer than the model has positions for: a
     model with learned positions (GPT-2) fails inside its embedding, one with rotary positions

@@ -7,6 +7,7 @@ the push read it; nothing works one of its facts out again.
 - the chat template the run trains or prompts with, and the token that ends a turn (SFT trains
   its answers to end there: `eos_token`; generation stops there too);
 - activation checkpointing: the recipe's, or the memory plan's choice (`plan.summary`), logged once;
+- under DDP, whether it looks for parameters a step leaves unused (`settle_unused_parameters`);
 - GRPO: the room a prompt may take (the model's positions less `max_completion_length`) and the
   rewards with their weights and settings (built once, `reward_functions`);
 - the run folder and the checkpoint it resumes from (`runs.resume`).
@@ -14,7 +15,7 @@ the push read it; nothing works one of its facts out again.
 
 from medrecipes.config.methods import method_named
 from medrecipes.errors import UserError
-from medrecipes.models.loading import positions
+from medrecipes.models.loading import positions, settle_unused_parameters
 from medrecipes.models.templates import answer_end, say_dropped_system, sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
@@ -94,6 +95,8 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         rewards = tuple(
             {**entry, "weight": weight} for entry, weight in zip(training_args.rewards, weights, strict=True)
         )
+    if training_args.world_size > 1:  # DDP's search for unused parameters, where the recipe leaves it
+        settle_unused_parameters(model_config(recipe, model_args.model_name_or_path), training_args)
     by_plan = getattr(training_args, "checkpointing_by_plan", False)
     settle_checkpointing(recipe, training_args, model_args)  # SFT, DPO, KTO where the recipe left it to the plan
     by = "recipe" if not by_plan else "plan" if trains.plans_checkpointing else "default"
