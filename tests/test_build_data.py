@@ -224,7 +224,7 @@ def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_m
     result = run(Path(PYTHON).parent / "medrecipes", "build-data", "recipes/tiny_cpt.yaml", *keys, "--num-gpus", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "built" in result.stdout and "usmle: 0 of 20 items" in result.stdout
-    # Neither streamed nor under a token budget: the same build for any number of processes, said.
+    # Not streamed: the same build for any number of processes, said.
     assert "warning: build-data --num-gpus 2 sets the blocks a streamed build holds" in result.stderr
     manifest = json.loads((built / "manifest.json").read_text())
     steps = ["--max_steps", "4", "--eval_steps", "2", "--save_steps", "2"]
@@ -233,3 +233,17 @@ def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_m
     assert f"training data from {built}" in result.stdout
     assert (out / "final" / "config.json").is_file()
     assert manifest["train"]["blocks"] > 1000
+
+
+def test_a_number_of_gpus_that_changes_no_build_is_said(tmp_path, capsys):
+    """build-data's --num-gpus sets the blocks of a streamed build; a recipe that does not stream
+    builds the same blocks for any number, its token budget only checked to divide over them."""
+    from medrecipes.cli import main
+
+    for gpus in ("1", "2"):
+        main(["build-data", "recipes/tiny_pretrain.yaml", "--out", str(tmp_path / gpus), "--num-gpus", gpus])
+        said = capsys.readouterr().err
+        assert ("warning: build-data --num-gpus" in said) is (gpus == "2")
+    assert "does not stream: the build is the same for any number of processes, its token budget only checked" in said
+    one, two = (sorted((p.name, p.read_bytes()) for p in (tmp_path / g / "train").iterdir()) for g in ("1", "2"))
+    assert one == two

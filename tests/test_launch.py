@@ -208,6 +208,23 @@ def test_validate_reads_the_recipe_with_the_launchers_precision(tmp_path, capsys
     assert "accelerate launch runs with mixed_precision fp16 but the recipe with no" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bf16_here", [False, True])
+def test_validate_says_a_bf16_launch_this_machine_cannot_train(bf16_here, capsys, monkeypatch):
+    """A GPU recipe validated with a bf16 config on a machine without a GPU that has bf16 (a login
+    node): valid, with the line that a launch here stops at its start (transformers refuses bf16
+    there). A CPU recipe, or a machine with such a GPU, is not told."""
+    from medrecipes.cli import main
+    from medrecipes.plan import launch
+
+    monkeypatch.setattr(launch, "_bf16_here", lambda: bf16_here)
+    for recipe, said in (("recipes/gemma3_4b.yaml", not bf16_here), ("recipes/tiny_cpt.yaml", False)):
+        main(["validate", recipe, "--accelerate-config", "accelerate_configs/zero2.yaml"])
+        out, err = capsys.readouterr()
+        assert "valid" in out
+        line = "the launch trains in bf16 (accelerate_configs/zero2.yaml: mixed_precision bf16), which transformers"
+        assert (line in err) is said, err
+
+
 @pytest.mark.parametrize(
     "recipe, setting, config, launched",
     [

@@ -495,6 +495,17 @@ def test_a_run_refused_after_it_claimed_a_new_folder_leaves_no_folder(tiny_model
     assert result.returncode == 2 and sorted(p.name for p in out.iterdir()) == ["notes.txt"], result.stderr[-1000:]
 
 
+def test_a_starting_model_by_another_path_is_no_changed_setting():
+    """A run resumed or restarted with its model written by another path (the run's identity found
+    the same weights there) is not told its settings changed, nor offered a start over for it."""
+    from medrecipes.training.run_folder import _changed_settings
+
+    saved = {"model_name_or_path": "/models/tiny", "learning_rate": 0.001}
+    assert _changed_settings(saved, {**saved, "model_name_or_path": "../models/tiny/"}) == ""
+    changed = _changed_settings(saved, {"model_name_or_path": "/links/tiny", "learning_rate": 0.002})
+    assert changed == "learning_rate 0.001 there, 0.002 here"
+
+
 def test_the_same_starting_weights_by_another_path_are_the_same_run():
     """A run started from /m is resumed from ../m, /m/, a link to /m or a copy of it: the path as
     written differs, the weights it records are the same (docs/long-runs.md). Other weights, or a

@@ -151,7 +151,12 @@ class CommandParser(argparse.ArgumentParser):
 
 def recipe_command(commands, name: str, help: str):
     """A command that reads a recipe: its path, --method, and --key value overrides of its keys."""
-    sub = commands.add_parser(name, help=help)
+    sub = commands.add_parser(
+        name,
+        help=help,
+        epilog="Any recipe key overrides the recipe's: --KEY VALUE after it (--max_steps 10, "
+        "--architecture small for a model not trained yet).",
+    )
     sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
     sub.add_argument("--method", help="the training method it is for, e.g. sft (default: from its keys)")
     sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe

@@ -190,10 +190,11 @@ def cmd_build_data(args) -> None:
         " (the token blocks of pretraining; the other methods build their data as they start)",
     )
     recipe, training_args, model_args = parse_recipe_file(args.recipe, "cpt", args.overrides)
-    if args.num_gpus > 1 and not recipe.mixture.streaming and recipe.global_batch_tokens is None:
-        print(f"warning: build-data --num-gpus {args.num_gpus} sets the blocks a streamed build holds and how a token "
-              f"budget is split, and {args.recipe} has neither: the build is the same for any number of "
-              "processes", file=sys.stderr)  # fmt: skip
+    if args.num_gpus > 1 and not recipe.mixture.streaming:
+        checked = ", its token budget only checked to divide over them" if recipe.global_batch_tokens else ""
+        print(f"warning: build-data --num-gpus {args.num_gpus} sets the blocks a streamed build holds, and "
+              f"{args.recipe} does not stream: the build is the same for any number of processes{checked}",
+              file=sys.stderr)  # fmt: skip
     manifest, built = build_data(recipe, training_args, model_args, args.recipe, args.out, args.num_gpus, args.force)
     out = args.out or recipe.built_data
     shares = ", ".join(f"{name} {n:,}" for name, n in manifest["tokens_per_source"].items())

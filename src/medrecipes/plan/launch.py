@@ -174,7 +174,20 @@ def recipe_under_launch(
             "so each CPU process would hold the whole model (plain data parallel)"
         )
     recipe.notes = _notes_under_launch(recipe, training_args, config, sharded, processes)
+    if training_args.bf16 and not training_args.use_cpu and not _bf16_here():  # a login node, often
+        recipe.notes.append(
+            f"the launch trains in bf16 ({config_path}: mixed_precision {precision}), which transformers refuses on "
+            "this machine, without a GPU that has bf16: launched here, it stops at its start; launch it where its GPUs "
+            "are"
+        )
     return launch + "".join(f"; {note}" for note in _idle_settings(config, sharded, processes))
+
+
+def _bf16_here() -> bool:
+    """Whether transformers lets a GPU recipe (use_cpu false) train in bf16 on this machine."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return is_torch_bf16_gpu_available() or is_torch_xla_available()
 
 
 def _check_against_recipe(config: dict, config_path: str, training_args, processes: int) -> None:

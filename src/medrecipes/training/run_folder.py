@@ -33,12 +33,13 @@ def _differences(saved: dict, ours: dict) -> str:
 
 
 # Settings that do not change what a run trains: where and how it logs and saves (a run folder
-# moved elsewhere holds the same run), and where it resumes from.
+# moved elsewhere holds the same run), and where it resumes from; and the starting model's path,
+# which the run's identity judges by the weights there, however the path is written.
 _NOT_TRAINING = ("output_dir", "logging_dir", "logging_steps", "logging_strategy", "logging_first_step",
                  "log_level", "log_level_replica", "log_on_each_node", "disable_tqdm", "report_to", "save_steps",
                  "save_strategy", "save_total_limit", "push_to_hub", "hub_model_id", "hub_strategy",
                  "hub_private_repo", "run_name", "resume_from_checkpoint", "resume_from_another_run",
-                 "overwrite_output_dir")  # fmt: skip
+                 "overwrite_output_dir", "model_name_or_path")  # fmt: skip
 
 
 # Settings a checkpoint carries in its optimizer, scheduler and data position: a run that resumes
