@@ -291,15 +291,16 @@ def test_grpo_killed_between_steps_resumes_to_the_same_weights(tiny_model, tmp_p
 
 
 @pytest.mark.long  # a run signalled mid-training
-def test_sigusr1_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGHUP])  # SLURM's notice; a closed terminal
+def test_a_signal_saves_a_checkpoint_and_exits_0(tiny_model, straight, tmp_path, sig):
     out = tmp_path / "run"
     proc = start(tiny_model, out, "--preemption_grace_seconds", "60")
     wait_for(out / "checkpoint-4", proc)
-    proc.send_signal(signal.SIGUSR1)
+    proc.send_signal(sig)
     assert proc.wait(timeout=60) == 0, output_of(out)[-3000:]
     stopped = checkpoint_steps(out)[-1]
     assert 4 < stopped < STEPS and not (out / "final").exists()
-    assert f"SIGUSR1: stopped at step {stopped} with checkpoint-{stopped}" in output_of(out)
+    assert f"{sig.name}: stopped at step {stopped} with checkpoint-{stopped}" in output_of(out)
 
     finish(tiny_model, out)
     assert_same_run(out, straight)

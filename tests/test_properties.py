@@ -759,6 +759,11 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
     # a warm-up of 1.0: one step, where a share of the run is written below 1
     for steps, said in ((1.0, True), (1, False), (2.0, False), (0.5, False)):
         assert any(n.startswith("warmup_steps 1.0 is one step") for n in notes(warmup_steps=steps)) == said, steps
+    # a warm-up as long as the run (transformers' count: a share rounded up): the rate never peaks
+    for warmup, max_steps, said in ((0.05, 1, "trains at learning rate 0"), (3, 3, "reaches 67% of learning_rate"),
+                                    (0.5, 2, None), (2, 3, None), (0.99, 100, None), (0.995, 100, "reaches 99% of learning_rate")):  # fmt: skip
+        found = [n for n in notes(warmup_steps=warmup, max_steps=max_steps) if "the whole run" in n]
+        assert [said in n for n in found] == ([True] if said else []), (warmup, max_steps, found)
     # kwargs that hold a moving schedule still after its warm-up
     for name, kwargs in (
         ("cosine", {"num_cycles": 0}),

@@ -295,14 +295,17 @@ def _optimizer_probe(args: TrainingArguments):
     return optimizer
 
 
-def _schedule_factors(args: TrainingArguments, optimizer=None) -> tuple[int, dict[int, float]]:
-    """The run's step count (100 where it is counted in epochs) and the factor transformers' schedule
-    scales learning_rate by at steps spread over it ({} for a schedule of no factor: plateau)."""
+def _schedule_factors(
+    args: TrainingArguments, optimizer=None, steps: int | None = None
+) -> tuple[int, dict[int, float]]:
+    """The run's step count (`steps`, else max_steps, 100 where it is counted in epochs) and the factor
+    transformers' schedule scales learning_rate by at steps spread over it ({} for a schedule of no
+    factor: plateau)."""
     import torch
     from transformers.optimization import get_scheduler
 
     optimizer = optimizer or torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    steps = args.max_steps if args.max_steps > 0 else 100
+    steps = steps or (args.max_steps if args.max_steps > 0 else 100)
     scheduler = get_scheduler(
         args.lr_scheduler_type,
         optimizer,
@@ -686,6 +689,28 @@ def _flat_after_warmup(args: TrainingArguments) -> bool:
     return len(after) > 1 and max(after) - min(after) < 1e-9
 
 
+def warmup_note(args: TrainingArguments, steps: int) -> str | None:
+    """A warm-up that takes every step of a run of `steps`: the learning rate never reaches
+    learning_rate (a run of one step trains at 0 and changes no weight). The warm-up's count is
+    transformers' (`get_warmup_steps`: a share below 1 rounded up), the rate its schedule's."""
+    warm = args.get_warmup_steps(steps) if steps > 0 else 0
+    if not warm or warm < steps or args.learning_rate == 0:
+        return None
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if schedule == "reduce_lr_on_plateau":  # no warm-up of its own
+        return None
+    peak = max(_schedule_factors(args, steps=steps)[1].get(step, 0.0) for step in range(steps))
+    reached = (
+        "trains at learning rate 0 and changes no weight"
+        if peak == 0
+        else (f"reaches {peak:.0%} of learning_rate at its last step")
+    )
+    return (
+        f"warmup_steps {args.warmup_steps:g} is a warm-up of {warm} step{'s' if warm > 1 else ''}, the whole run "
+        f"({steps} step{'s' if steps > 1 else ''}): it {reached}; lower warmup_steps, or train more steps"
+    )
+
+
 def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
     """A learning rate of 0 trains nothing; transformers clips gradients only at a norm above 0; a
     schedule whose function takes no warm-up ignores it; a compile mode alone switches compiling
@@ -718,6 +743,8 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
             "warmup_steps 1.0 is one step: transformers counts steps from 1 up and reads a share of the run only "
             "below 1; write 1 for one step, or a share such as 0.1"
         )
+    if args.max_steps > 0 and (note := warmup_note(args, args.max_steps)):
+        found.append(note)
     if "constant" not in schedule and _flat_after_warmup(args):
         found.append(
             f"lr_scheduler_type {schedule} with lr_scheduler_kwargs {args.lr_scheduler_kwargs} keeps learning_rate "

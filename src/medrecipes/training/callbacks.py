@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from medrecipes.config.library_checks import warmup_note
 from medrecipes.outputs.checkpoints import checkpoint_step, checkpoint_steps
 from medrecipes.training.monitoring import ThroughputMonitor
 
@@ -33,10 +34,11 @@ class StopsRun(TrainerCallback):
 
 
 class PreemptionHandler(StopsRun):
-    """On SIGTERM or SIGUSR1: checkpoint at the end of the current optimizer step and exit 0.
+    """On SIGTERM, SIGUSR1 or SIGHUP: checkpoint at the end of the current optimizer step and exit 0.
 
     Kubernetes sends SIGTERM and kills after terminationGracePeriodSeconds; SLURM sends the
-    signal named by `--signal` before a time limit or a preemption. The handler only records
+    signal named by `--signal` before a time limit or a preemption; a terminal or SSH session
+    that closes sends SIGHUP to the run started in it (whose default ends it where it is). The handler only records
     the signal. The run acts on it where a checkpoint resumes exactly: between micro-batches
     the saved random-number state would be one that an uninterrupted run never has. With
     several processes they agree, at every step, over a CPU (gloo) group, so that no GPU work
@@ -48,7 +50,7 @@ class PreemptionHandler(StopsRun):
     """
 
     exit_code = 0
-    signals = (signal.SIGTERM, signal.SIGUSR1)
+    signals = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
     expired_exit_code = 128 + signal.SIGTERM
 
     def __init__(self, grace_seconds: float):
@@ -266,15 +268,26 @@ class ResumedSchedule(TrainerCallback):
             )  # fmt: skip
 
 
+class WarmupWithinRun(TrainerCallback):
+    """A run counted in epochs learns its step count once its data is there: a warm-up that takes
+    every step of it is said then (`library_checks.warmup_note`; a run of max_steps is told at parse)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0 and args.max_steps <= 0 and args.should_log:
+            if note := warmup_note(args, state.max_steps):
+                logger.warning(note)
+
+
 def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
     """The callbacks a recipe's trainer runs with: preemption, the non-finite guard, monitoring,
-    the schedule of a resumed run, and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
+    the schedule of a resumed run, a warm-up as long as the run, and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
     copies are taken before old checkpoints are deleted)."""
     callbacks = [
         PreemptionHandler(recipe.preemption_grace_seconds),
         NonFiniteGuard(recipe.nonfinite_policy, recipe.max_nonfinite_skips),
         ThroughputMonitor(recipe.gpu_hour_price, recipe.peak_tflops),
         ResumedSchedule(),
+        WarmupWithinRun(),
     ]
     if recipe.checkpoint_mirror_url:
         from medrecipes.mirror import BackgroundMirror
