@@ -201,6 +201,8 @@ def test_two_processes_with_each_accelerate_config_as_shipped(tiny_model, tmp_pa
     # A dense model uses every parameter each step: DDP is not asked to look for unused ones, and
     # torch says nothing about the search (models.loading.settle_unused_parameters).
     assert "find_unused_parameters" not in result.stderr
+    # The precision the launch chose, where this CPU would choose another: said once, not once a process.
+    assert result.stderr.count("bf16 is true because ACCELERATE_MIXED_PRECISION is bf16") == 1
 
 
 def test_bad_recipe_is_one_line_and_exit_2(tmp_path):

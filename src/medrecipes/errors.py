@@ -220,17 +220,17 @@ def _first_element_not_object(path: str, text: str) -> str | None:
         at = end
 
 
-def first_to_report() -> bool:
-    """Whether this process prints the user error it found: under torchrun (and so `accelerate
-    launch`), only the first rank of a node to find one, so that an error every rank finds, such
-    as a recipe's typo, is printed once and not once per rank. The ranks of a node share the folder
-    of their launch attempt (the parent of each rank's TORCHELASTIC_ERROR_FILE folder, removed by
-    the launcher when it ends); the first to create a marker there reports. Any other process
-    reports its own error."""
+def first_to_report(what: str = "user-error") -> bool:
+    """Whether this process prints the user error it found (or the line named `what`): under
+    torchrun (and so `accelerate launch`), only the first rank of a node to find one, so that an
+    error every rank finds, such as a recipe's typo, is printed once and not once per rank. The
+    ranks of a node share the folder of their launch attempt (the parent of each rank's
+    TORCHELASTIC_ERROR_FILE folder, removed by the launcher when it ends); the first to create a
+    marker there reports. Any other process reports its own."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not error_file:
         return True
-    marker = os.path.join(os.path.dirname(os.path.dirname(error_file)), "medrecipes-user-error")
+    marker = os.path.join(os.path.dirname(os.path.dirname(error_file)), f"medrecipes-{what}")
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:

@@ -14,7 +14,7 @@ from transformers import TrainingArguments
 from trl import DPOConfig, GRPOConfig, KTOConfig, ModelConfig, SFTConfig
 
 from medrecipes.config.schema import ANSWER_WEIGHT, POSITIVE_BETA, Bound, check_ranges, world_size
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, first_to_report
 
 _SAID_LAUNCHERS: set[str] = set()  # the launcher precisions said to have chosen bf16 in this process
 
@@ -57,7 +57,8 @@ class DeviceDefaults:
         device_bf16 = gpu and torch.cuda.is_bf16_supported()
         left_out = self.bf16 is None and not self.fp16
         self.bf16 = launch_precision(self.bf16, self.fp16, launcher, device_bf16, ENVIRONMENT_PRECISION)
-        if left_out and self.bf16 != device_bf16 and launcher not in _SAID_LAUNCHERS:  # once, though parsed twice
+        said = launcher in _SAID_LAUNCHERS  # once, though parsed twice, and by a node's first process only
+        if left_out and self.bf16 != device_bf16 and not said and first_to_report("bf16-note"):
             _SAID_LAUNCHERS.add(launcher)  # a shell's leftover looks the same as a launch's
             logging.getLogger("medrecipes").warning(
                 "bf16 is %s because ACCELERATE_MIXED_PRECISION is %s (accelerate launch's mixed_precision, or left "
