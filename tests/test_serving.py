@@ -473,6 +473,16 @@ def test_only_the_documented_doors_are_open(server):
             assert_refused(*server.call(method, path, body), expected=(404, 405))
     assert_refused(*server.call("GET", "/v1/chat/completions"), expected=405)
     assert_refused(*server.call("DELETE", "/v1/models"), expected=405)
+    # A POST to a GET door, with a body or none, is told the method, not what its body lacks.
+    for path in ("/v1/models", "/health"):
+        for body, headers in ((None, {}), (None, {"Content-Type": "text/plain"}), ({"x": 1}, {})):
+            status, answer = server.call("POST", path, body, headers=headers)
+            assert status == 405 and answer["error"]["message"].startswith(f"POST {path}: Method Not Allowed"), answer
+    # HEAD where GET: its status and headers, no body; none where no GET.
+    name = server.call("GET", "/v1/models")[1]["data"][0]["id"]
+    for path in ("/health", "/v1/models", f"/v1/models/{name}"):
+        assert server.call("HEAD", path) == (200, None), path
+    assert server.call("HEAD", "/v1/chat/completions")[0] == 405
 
 
 @pytest.mark.slow

@@ -9,7 +9,10 @@ import threading
 from medrecipes.serving.model import ServedModel
 from medrecipes.serving.requests import RequestError, body_of
 
-DOORS = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model} and GET /health"
+DOORS = (
+    "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model} and GET /health "
+    "(HEAD too, where GET)"
+)
 
 
 def error_body(message: str, kind: str = "invalid_request_error") -> dict:
@@ -63,7 +66,7 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
                 return refuse(
                     401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
                 )
-        if request.method == "POST":
+        if request.method == "POST" and request.url.path in posted:  # another path's answer is its 404 or 405
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return refuse(415, f"the body must be JSON (Content-Type: application/json), not '{kind or 'none'}'")
@@ -78,17 +81,21 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
                 return refuse(413, f"the body is {int(length):,} bytes; this server takes at most {max_body_bytes:,}")
         return await call_next(request)
 
-    @app.get("/health")
+    # A GET door takes HEAD too (HTTP asks it of every GET; health checks send it), its body left out.
+    def get(path: str):
+        return app.api_route(path, methods=["GET", "HEAD"])
+
+    @get("/health")
     async def health():
         return {"status": "ok", "model": served.name}
 
     described = {"id": served.name, "object": "model", "created": served.created, "owned_by": "medrecipes"}
 
-    @app.get("/v1/models")
+    @get("/v1/models")
     async def models():
         return {"object": "list", "data": [described]}
 
-    @app.get("/v1/models/{name:path}")  # a served name may hold a slash, as a Hub id does
+    @get("/v1/models/{name:path}")  # a served name may hold a slash, as a Hub id does
     async def model(name: str):
         if not served.answers_to(name):
             return refuse(404, f"model '{name}' is not served here; this server serves '{served.name}'",
@@ -145,4 +152,5 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     async def completions(request: Request):
         return await answer(request, served.parse_completion, completion_work)
 
+    posted = {route.path for route in app.routes if "POST" in getattr(route, "methods", ())}  # the guard's bodies
     return app
