@@ -586,3 +586,30 @@ def test_another_process_checking_the_same_folder_is_not_taken_for_a_users_file(
     (out / ".medrecipes.json").unlink()
     with pytest.raises(UserError, match="did not write"):
         claim_output(str(out), kind, "recipe: output_dir", overwrite=True, folder=True)
+
+
+def test_a_run_folders_own_names_are_not_another_commands_output(tmp_path):
+    """Another command may write beside a run (an evaluation in its folder), but not under the names
+    the run writes itself: its final model, a checkpoint (a resume would take it for the run's) or its
+    staging; a folder the run wrote is named as part of that run, not as a user's."""
+    from medrecipes.outputs.claims import release
+    from medrecipes.outputs.records import mark
+
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    mark(str(run_folder), "run")
+    (run_folder / "final").mkdir()
+    (run_folder / "final" / "config.json").write_text("{}")
+    for name, kept in (("final", "final model"), ("checkpoint-40", "checkpoint-40"), ("_staging", "_staging")):
+        with pytest.raises(UserError) as refused:
+            claim_output(str(run_folder / name), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
+        assert str(refused.value).endswith(
+            f"is where the run in {run_folder} keeps its {kept}; name a path of another name"
+        )
+        assert not (run_folder / name).exists() or name == "final"
+    (run_folder / "runs").mkdir()  # the run's logs, below its folder
+    (run_folder / "runs" / "events").write_text("")
+    with pytest.raises(UserError, match=f"runs is part of the 'run' result in {run_folder}; name a new path"):
+        claim_output(str(run_folder / "runs"), "tiny-model", "tiny-model OUT_DIR", folder=True)
+    claim_output(str(run_folder / "eval.json"), "eval", "eval --output")  # beside the run: its own name
+    release(str(run_folder / "eval.json"))

@@ -10,6 +10,7 @@ from medrecipes.errors import is_number, quoted
 
 # A run's checkpoint folders in its output_dir, as the trainer names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+FINAL = "final"  # the finished model, written last
 
 
 def checkpoint_step(path: str) -> int | None:

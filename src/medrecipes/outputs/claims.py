@@ -12,10 +12,12 @@ from collections.abc import Iterable
 
 from medrecipes.errors import UserError
 from medrecipes.locations import absent
+from medrecipes.outputs.checkpoints import CHECKPOINT, FINAL
 from medrecipes.outputs.records import (
     LOCK,
     MARKER,
     PROBE,
+    STAGING,
     STAGING_EXTRA,
     beside,
     changed_since,
@@ -102,6 +104,7 @@ def claim_output(
             what = "is also what" if how == "is" else f"{how} {source}, which"
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
     check_named_format(path, where, kind)
+    _check_run_names(path, where)
     if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
         lock = beside(path, LOCK)
         made = _make_folders(os.path.dirname(lock))
@@ -122,14 +125,37 @@ def claim_output(
         raise
 
 
+def _check_run_names(path: str, where: str) -> None:
+    """A new output may sit in a run's folder (an evaluation beside it), but not under the names the
+    run writes itself: its final model, a checkpoint (a resume would take it for one) or staging."""
+    folder, name = os.path.split(os.path.abspath(path))
+    if (name in (FINAL, STAGING) or CHECKPOINT.match(name)) and written_kind(folder) == "run":
+        raise UserError(
+            f"{where}: {path} is where the run in {folder} keeps its {'final model' if name == FINAL else name}; "
+            "name a path of another name"
+        )
+
+
+def _result_around(path: str) -> str | None:
+    """The nearest folder above `path` that holds a result this project wrote, or None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder != os.path.dirname(folder):
+        if os.path.isdir(folder) and written_kind(folder):
+            return folder
+        folder = os.path.dirname(folder)
+    return None
+
+
 def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> None:
     if not holds_something(path):
         return
     found = written_kind(path)
     if found != kind:
-        what = f"a '{found}' result" if found else "files that medrecipes did not write"
+        what = f"holds a '{found}' result" if found else "holds files that medrecipes did not write"
+        if not found and (within := _result_around(path)):  # a run's final/ or checkpoint, an eval's folder...
+            what = f"is part of the '{written_kind(within)}' result in {within}"
         raise UserError(
-            f"{where}: {path} holds {what}; name a new path (nothing there is replaced, "
+            f"{where}: {path} {what}; name a new path (nothing there is replaced, "
             f"--overwrite included: it replaces only an earlier '{kind}' result)"
         )
     if not overwrite:

@@ -24,6 +24,7 @@ from medrecipes.locations import (
     run_record,
     weights_fingerprint,
 )
+from medrecipes.outputs.checkpoints import FINAL
 from medrecipes.outputs.writes import staged
 
 RECORD = RUN_RECORD
@@ -31,7 +32,6 @@ RECORD = RUN_RECORD
 # reports of its evaluations during training, and the model card its push writes.
 EVAL_TASKS = "eval_tasks"
 CARD = "card"
-FINAL = "final"  # the finished model, written last
 IDENTITY = ("script", "model", "data")
 # The words a difference in each is told by, and the fingerprint of a local starting model's weights,
 # compared where both records have it (a run recorded before it was kept has none).
