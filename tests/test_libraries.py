@@ -45,3 +45,28 @@ def test_a_thread_count_that_is_none_is_said_as_the_package_loads():
     for value, said in (("abc", True), ("0", True), ("4", False), ("4,2", False)):
         result = run(PYTHON, "-c", "import medrecipes", env={"OMP_NUM_THREADS": value})
         assert (f"OMP_NUM_THREADS={value!r} in the environment is no count of threads" in result.stderr) == said
+
+
+RETRIES = """
+import logging, medrecipes
+from medrecipes.errors import mark_unconfigured_warnings
+mark_unconfigured_warnings()  # as every command and recipe script does
+http = logging.getLogger("huggingface_hub.utils._http")
+http.addHandler(logging.StreamHandler())  # a bare handler, as transformers gives huggingface_hub's logger
+for attempt in range(1, 6):
+    http.warning("'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co/x")
+    http.warning(f"Retrying in {2 ** attempt}s [Retry {attempt}/5].")
+http.warning("an unrelated line")
+"""
+
+
+def test_the_hubs_retries_are_one_line_with_the_switch_that_stops_them():
+    """huggingface_hub asks an unreachable Hub five times over half a minute, two lines each time:
+    one warning, naming the cause and HF_HUB_OFFLINE; its other lines are kept."""
+    result = run(PYTHON, "-c", RETRIES, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: the Hugging Face Hub does not answer ([Errno -2] Name or service not known); asking again for "
+        "about half a minute. Without a network, set HF_HUB_OFFLINE=1 to use only what is on this machine",
+        "an unrelated line",
+    ]

@@ -77,6 +77,29 @@ class _DropLines(logging.Filter):
         return not record.getMessage().startswith(self.start)
 
 
+class _OneRetryLine(logging.Filter):
+    """huggingface_hub's retries of a request the Hub does not answer (no network, a proxy), two lines
+    each, five times over half a minute: said as one of the project's lines, with the switch that
+    stops the asking."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not (" thrown while requesting " in message or message.startswith("Retrying in ")):
+            return True
+        if _OneRetryLine.said:
+            return False
+        _OneRetryLine.said = True
+        reason = message.split("' thrown while requesting ")[0].lstrip("'") if "thrown" in message else "no answer"
+        logging.getLogger("medrecipes").warning(  # marked as the project's lines are, whatever the Hub's handler
+            "the Hugging Face Hub does not answer (%s); asking again for about half a minute. Without a network, "
+            "set HF_HUB_OFFLINE=1 to use only what is on this machine",
+            reason[:120],
+        )
+        return False
+
+
 def _quiet_writer_thread(default):
     """threading.excepthook that leaves out the traceback TensorBoard's writer thread prints when the
     disk is full: the thread keeps the error and the training loop raises it at its next logged
@@ -93,8 +116,8 @@ def _quiet_writer_thread(default):
 
 
 def drop_harmless_lines() -> None:
-    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS, and the writer thread's
-    quiet hook (once per process)."""
+    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS, the Hub's retries as one
+    line, and the writer thread's quiet hook (once per process)."""
     if not getattr(threading.excepthook, "quiet_writer", False):
         threading.excepthook = _quiet_writer_thread(threading.excepthook)
     for name, start in HARMLESS_LOG_LINES:
@@ -103,6 +126,9 @@ def drop_harmless_lines() -> None:
             logger.addFilter(_DropLines(start))
     for category, start in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=start, category=category)
+    retries = logging.getLogger("huggingface_hub.utils._http")
+    if not any(isinstance(f, _OneRetryLine) for f in retries.filters):
+        retries.addFilter(_OneRetryLine())
 
 
 def keep_out(modules=TRAINING_BACKENDS) -> None:
