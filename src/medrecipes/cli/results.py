@@ -99,7 +99,7 @@ def cmd_perplexity(args) -> None:
     setup_logging()
     if args.sample_by and BUILDERS.get(os.path.splitext(args.data)[1]) != "text":
         raise UserError(
-            f"perplexity --sample-by: chooses what one document of a .txt file is, and --data {args.data} is not one; "
+            f"perplexity --sample-by chooses what one document of a .txt file is, and --data {args.data} is not one; "
             "leave --sample-by out"
         )
     if args.output:  # before the model loads: a refused output must not cost the evaluation
