@@ -235,13 +235,14 @@ def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_m
     assert manifest["train"]["blocks"] > 1000
 
 
-def test_a_number_of_gpus_that_changes_no_build_is_said(tmp_path, capsys):
+def test_a_number_of_gpus_that_changes_no_build_is_said(tmp_path, capsys, tiny_model):
     """build-data's --num-gpus sets the blocks of a streamed build; a recipe that does not stream
     builds the same blocks for any number, its token budget only checked to divide over them."""
     from medrecipes.cli import main
 
     for gpus in ("1", "2"):
-        main(["build-data", "recipes/tiny_pretrain.yaml", "--out", str(tmp_path / gpus), "--num-gpus", gpus])
+        keys = ["--tokenizer_name_or_path", str(tiny_model), "--out", str(tmp_path / gpus), "--num-gpus", gpus]
+        main(["build-data", "recipes/tiny_pretrain.yaml", *keys])
         said = capsys.readouterr().err
         assert ("warning: build-data --num-gpus" in said) is (gpus == "2")
     assert "does not stream: the build is the same for any number of processes, its token budget only checked" in said

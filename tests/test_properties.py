@@ -764,6 +764,8 @@ def test_settings_that_do_nothing_here_are_said_in_one_line_each(tmp_path):
                                     (0.5, 2, None), (2, 3, None), (0.99, 100, None), (0.995, 100, "reaches 99% of learning_rate")):  # fmt: skip
         found = [n for n in notes(warmup_steps=warmup, max_steps=max_steps) if "the whole run" in n]
         assert [said in n for n in found] == ([True] if said else []), (warmup, max_steps, found)
+    constant = notes(warmup_steps=2, max_steps=2, lr_scheduler_type="constant")  # no warm-up to be the run
+    assert not any("the whole run" in n for n in constant) and any("is ignored by" in n for n in constant), constant
     # kwargs that hold a moving schedule still after its warm-up
     for name, kwargs in (
         ("cosine", {"num_cycles": 0}),

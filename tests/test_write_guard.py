@@ -603,13 +603,14 @@ def test_a_run_folders_own_names_are_not_another_commands_output(tmp_path):
     for name, kept in (("final", "final model"), ("checkpoint-40", "checkpoint-40"), ("_staging", "_staging")):
         with pytest.raises(UserError) as refused:
             claim_output(str(run_folder / name), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
-        assert str(refused.value).endswith(
-            f"is where the run in {run_folder} keeps its {kept}; name a path of another name"
-        )
+        assert str(refused.value).endswith(f"is where the run in {run_folder} keeps its {kept}; write it elsewhere")
         assert not (run_folder / name).exists() or name == "final"
     (run_folder / "runs").mkdir()  # the run's logs, below its folder
     (run_folder / "runs" / "events").write_text("")
     with pytest.raises(UserError, match=f"runs is part of the 'run' result in {run_folder}; name a new path"):
         claim_output(str(run_folder / "runs"), "tiny-model", "tiny-model OUT_DIR", folder=True)
+    for inside in ("final/eval.json", "checkpoint-2/scores/p.json"):  # a file put into the run's own
+        with pytest.raises(UserError, match=f"is inside where the run in {run_folder} keeps its"):
+            claim_output(str(run_folder / inside), "eval", "eval --output")
     claim_output(str(run_folder / "eval.json"), "eval", "eval --output")  # beside the run: its own name
     release(str(run_folder / "eval.json"))

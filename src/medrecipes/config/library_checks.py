@@ -689,15 +689,20 @@ def _flat_after_warmup(args: TrainingArguments) -> bool:
     return len(after) > 1 and max(after) - min(after) < 1e-9
 
 
+def _takes_warmup(args: TrainingArguments) -> bool:
+    """Whether the schedule's function, in transformers' own table, takes a warm-up."""
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+
+    function = TYPE_TO_SCHEDULER_FUNCTION.get(args.lr_scheduler_type)
+    return function is None or "num_warmup_steps" in inspect.signature(function).parameters
+
+
 def warmup_note(args: TrainingArguments, steps: int) -> str | None:
     """A warm-up that takes every step of a run of `steps`: the learning rate never reaches
     learning_rate (a run of one step trains at 0 and changes no weight). The warm-up's count is
     transformers' (`get_warmup_steps`: a share below 1 rounded up), the rate its schedule's."""
     warm = args.get_warmup_steps(steps) if steps > 0 else 0
-    if not warm or warm < steps or args.learning_rate == 0:
-        return None
-    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    if schedule == "reduce_lr_on_plateau":  # no warm-up of its own
+    if not warm or warm < steps or args.learning_rate == 0 or not _takes_warmup(args):
         return None
     peak = max(_schedule_factors(args, steps=steps)[1].get(step, 0.0) for step in range(steps))
     reached = (
@@ -727,9 +732,7 @@ def _course_notes(args: TrainingArguments, given: dict) -> list[str]:
             "give a positive norm (1.0 is usual) to clip"
         )
     schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    function = TYPE_TO_SCHEDULER_FUNCTION.get(args.lr_scheduler_type)
-    takes_warmup = function is None or "num_warmup_steps" in inspect.signature(function).parameters
-    if args.warmup_steps and not takes_warmup:
+    if args.warmup_steps and not _takes_warmup(args):
         with_warmup = f"{schedule}_with_warmup"
         instead = (
             with_warmup if any(t.value == with_warmup for t in TYPE_TO_SCHEDULER_FUNCTION) else "linear or cosine"

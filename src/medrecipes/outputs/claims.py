@@ -104,7 +104,8 @@ def claim_output(
             what = "is also what" if how == "is" else f"{how} {source}, which"
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
     check_named_format(path, where, kind)
-    _check_run_names(path, where)
+    if kind != "calibration":  # the one result saved with a model, a run's final/ included, by design
+        _check_run_names(path, where)
     if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
         lock = beside(path, LOCK)
         made = _make_folders(os.path.dirname(lock))
@@ -127,13 +128,16 @@ def claim_output(
 
 def _check_run_names(path: str, where: str) -> None:
     """A new output may sit in a run's folder (an evaluation beside it), but not under the names the
-    run writes itself: its final model, a checkpoint (a resume would take it for one) or staging."""
-    folder, name = os.path.split(os.path.abspath(path))
-    if (name in (FINAL, STAGING) or CHECKPOINT.match(name)) and written_kind(folder) == "run":
-        raise UserError(
-            f"{where}: {path} is where the run in {folder} keeps its {'final model' if name == FINAL else name}; "
-            "name a path of another name"
-        )
+    run writes itself, nor inside them: its final model, a checkpoint (a resume would take it for
+    one) or staging."""
+    inner = os.path.abspath(path)
+    while inner != os.path.dirname(inner):
+        folder, name = os.path.split(inner)
+        if (name in (FINAL, STAGING) or CHECKPOINT.match(name)) and written_kind(folder) == "run":
+            kept = "final model" if name == FINAL else name
+            at = "where" if inner == os.path.abspath(path) else "inside where"
+            raise UserError(f"{where}: {path} is {at} the run in {folder} keeps its {kept}; write it elsewhere")
+        inner = folder
 
 
 def _result_around(path: str) -> str | None:
