@@ -97,7 +97,8 @@ class PreemptionHandler(StopsRun):
                 f"{name}: stopped at step {state.global_step} with checkpoint-{state.global_step}; "
                 "run the same command again to resume"
             )
-            logger.warning("%s received: saving checkpoint-%d and exiting", name, state.global_step)
+            if args.should_log:  # every process agreed: said once
+                logger.warning("%s received: saving checkpoint-%d and exiting", name, state.global_step)
             control.should_save = True
             control.should_training_stop = True
             control.should_evaluate = False

@@ -49,7 +49,7 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     stopped = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopsRun) and cb.stop_reason]
     if stopped:
         reason, code = stopped[0].stop_reason, stopped[0].exit_code
-        if code == 0:
+        if code == 0 and trainer.args.should_log:  # every process stops alike: said once
             logger.warning(reason)
         end_run(trainer, 0 if code == 0 else f"error: {reason}")
     trainer.log_metrics("train", result.metrics)
