@@ -17,6 +17,8 @@ import time
 
 import fsspec
 
+from medrecipes.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 COMPLETE = "_COMPLETE"
@@ -68,7 +70,14 @@ class BackgroundMirror:
     """Copies folders to `url`/<folder name> on a worker thread, one after another."""
 
     def __init__(self, url: str):
-        fsspec.core.url_to_fs(url)  # an unknown protocol or a missing driver fails now, not hours in
+        try:  # an unknown protocol, a missing driver or a server that is not there fails now, not hours in
+            fsspec.core.url_to_fs(url)
+        except OSError as err:  # a refused connection, a host that is not there (ftp, sftp connect at once)
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(
+                f"checkpoint_mirror_url {url}: cannot reach it ({why}); check the address, the server and the "
+                "network, or leave checkpoint_mirror_url out"
+            ) from None
         self.url = url.rstrip("/")
         self.copied: list[str] = []
         self.failed: list[str] = []

@@ -69,6 +69,10 @@ class EvalArguments:
         self.tasks = split_names(self.tasks)
         if not self.tasks:  # an evaluation of nothing would write an empty result and exit 0
             raise UserError(f"tasks is empty; name at least one: {', '.join(TASK_NAMES)}")
+        if twice := next((task for i, task in enumerate(self.tasks) if task in self.tasks[:i]), None):
+            raise UserError(
+                f"tasks: {twice} is named twice (a task is scored once, its result kept once); name it once"
+            )
         self.data_by_task = _by_task(self.data, self.tasks, "--data")
         self.fewshot_by_task = _by_task(self.fewshot_data, self.tasks, "--fewshot_data")
 

@@ -241,6 +241,11 @@ class RecipeParser(TrlParser):
         unknown = [arg for arg in remaining if arg.startswith("--")]
         if remaining:
             name = (unknown or remaining)[0].lstrip("-").split("=")[0]
+            if not unknown and name.replace("-", "_") in self._keys():  # a key written without its dashes
+                raise UserError(
+                    f"command line: '{name}' is a recipe key written without its dashes, which the command line "
+                    f"reads as no key at all; write --{name} VALUE"
+                )
             raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
         for obj in outputs:
             _read_flow_lists(obj)

@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
-from medrecipes.errors import UserError, check_text_file, not_utf8
+from medrecipes.errors import UserError, bad_line, check_text_file, not_utf8
 from medrecipes.locations import data_file
 from medrecipes.models.templates import chat_template
 
@@ -74,10 +74,15 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
                 pass
         except UnicodeDecodeError as err:
             raise not_utf8(f"tiny-model: corpus {path}", err) from None
-        except json.JSONDecodeError as err:
+        except json.JSONDecodeError as err:  # a JSON Lines file's line is read alone: its own line number is 1
+            found = bad_line([path])
             raise UserError(
-                f"tiny-model: corpus {path}: not JSON at line {err.lineno} ({err.msg}); pass text, JSON, JSONL, CSV or "
-                "Parquet files"
+                f"tiny-model: corpus {found}"
+                if found
+                else (
+                    f"tiny-model: corpus {path}: not JSON at line {err.lineno} ({err.msg}); pass text, JSON, JSONL, CSV "
+                    "or Parquet files"
+                )
             ) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
