@@ -244,6 +244,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("one source twice in a mixture", ["validate", sft, "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/train.jsonl, format: usmle}]}"], "sources[1] is sources[0] again"),
         Case("an eval set with an empty name", ["validate", sft, "--eval_sets", "{'': {path: data/usmle_sample/test.jsonl, format: usmle}}"], "eval_sets has a set with an empty name"),
         Case("a loss weight fewer than the losses, as a YAML list", ["validate", dpo, "--loss_type", "[sigmoid, sft]", "--loss_weights", "[1.0]"], "Got 1 weights for 2 loss types"),
+        Case("a misspelt key without its dashes", ["validate", sft, "learnin_rate", "1e-5"], "command line: unknown argument 'learnin_rate'; keys after the recipe take two dashes (did you mean '--learning_rate'"),
+        Case("a checkpoint mirror's port past 65535", script("cpt", cpt, *run_in(files, model), "--max_steps", "2", "--checkpoint_mirror_url", "ftp://127.0.0.1:99999/run"), "checkpoint_mirror_url ftp://127.0.0.1:99999/run: cannot reach it (Port out of range"),
         Case("eval: a task named twice", ["eval", "--model", model, "--tasks", "medqa_4opt,medqa_4opt", "--data", TEST_SET], "tasks: medqa_4opt is named twice"),
         Case("a key without its dashes", ["validate", sft, "learning_rate", "1e-5"], "command line: 'learning_rate' is a recipe key written without its dashes, which the command line reads as no key at all; write --learning_rate VALUE"),
         Case("validate: a key before the recipe", ["validate", "--model_name_or_path", model, sft], "the recipe recipes/tiny_sft.yaml comes first, before its keys: medrecipes validate recipes/tiny_sft.yaml [--key value ...]"),

@@ -72,7 +72,7 @@ class BackgroundMirror:
     def __init__(self, url: str):
         try:  # an unknown protocol, a missing driver or a server that is not there fails now, not hours in
             fsspec.core.url_to_fs(url)
-        except OSError as err:  # a refused connection, a host that is not there (ftp, sftp connect at once)
+        except (OSError, ValueError) as err:  # a refused connection, a host that is not there, a port past 65535
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(
                 f"checkpoint_mirror_url {url}: cannot reach it ({why}); check the address, the server and the "

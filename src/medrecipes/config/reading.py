@@ -246,6 +246,11 @@ class RecipeParser(TrlParser):
                     f"command line: '{name}' is a recipe key written without its dashes, which the command line "
                     f"reads as no key at all; write --{name} VALUE"
                 )
+            if not unknown:  # no dashes either: the keys it may have meant, as they are written
+                close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])
+                raise UserError(
+                    f"command line: unknown argument '{name}'; keys after the recipe take two dashes{close}"
+                )
             raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
         for obj in outputs:
             _read_flow_lists(obj)
