@@ -704,7 +704,7 @@ def warmup_note(args: TrainingArguments, steps: int) -> str | None:
     warm = args.get_warmup_steps(steps) if steps > 0 else 0
     if not warm or warm < steps or args.learning_rate == 0 or not _takes_warmup(args):
         return None
-    peak = max(_schedule_factors(args, steps=steps)[1].get(step, 0.0) for step in range(steps))
+    peak = max(value for step, value in _schedule_factors(args, steps=steps)[1].items() if step < steps)
     reached = (
         "trains at learning rate 0 and changes no weight"
         if peak == 0

@@ -130,24 +130,26 @@ def _check_run_names(path: str, where: str) -> None:
     """A new output may sit in a run's folder (an evaluation beside it), but not under the names the
     run writes itself, nor inside them: its final model, a checkpoint (a resume would take it for
     one) or staging."""
-    inner = os.path.abspath(path)
-    while inner != os.path.dirname(inner):
+    for inner in _path_and_above(path):
         folder, name = os.path.split(inner)
         if (name in (FINAL, STAGING) or CHECKPOINT.match(name)) and written_kind(folder) == "run":
             kept = "final model" if name == FINAL else name
             at = "where" if inner == os.path.abspath(path) else "inside where"
             raise UserError(f"{where}: {path} is {at} the run in {folder} keeps its {kept}; write it elsewhere")
-        inner = folder
+
+
+def _path_and_above(path: str):
+    """`path` made absolute, then each folder above it up to the root's child."""
+    inner = os.path.abspath(path)
+    while inner != os.path.dirname(inner):
+        yield inner
+        inner = os.path.dirname(inner)
 
 
 def _result_around(path: str) -> str | None:
     """The nearest folder above `path` that holds a result this project wrote, or None."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while folder != os.path.dirname(folder):
-        if os.path.isdir(folder) and written_kind(folder):
-            return folder
-        folder = os.path.dirname(folder)
-    return None
+    above = list(_path_and_above(path))[1:]
+    return next((folder for folder in above if os.path.isdir(folder) and written_kind(folder)), None)
 
 
 def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> None:
