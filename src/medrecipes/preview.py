@@ -11,7 +11,9 @@ mask shows here, not after an hour of training.
 - CPT: the packed blocks, every token trained.
 - GRPO: the prompts the model answers; it trains on its own sampled answers, not on these.
 - DPO: each pair's prompt with its chosen answer, then with its rejected one, the answer's tokens
-  marked (the log-probabilities the loss compares); KTO: each answer with its label.
+  marked (the log-probabilities the loss compares); KTO: each answer with its label. Both cut at
+  `max_length` as the run cuts them: a row whose prompt alone fills it trains nothing, and the run
+  drops it.
 """
 
 from dataclasses import dataclass, field
@@ -75,21 +77,30 @@ def sft_examples(tokenizer, rows, args) -> list[Example]:
             prompt, ids = list(getattr(prompt, "input_ids", prompt)), list(getattr(full, "input_ids", full))
             shared = next((i for i, (a, b) in enumerate(zip(prompt, ids, strict=False)) if a != b), len(prompt))
             trained = [i >= shared for i in range(len(ids))]
-        notes = []
-        if args.max_length and len(ids) > args.max_length:
-            notes.append(f"cut at max_length {args.max_length} from {len(ids)} tokens")
-            ids, trained = ids[: args.max_length], trained[: args.max_length]
-        if not any(trained):
-            notes.append("NOTHING TRAINED: the template marks no answer, or max_length cut it off")
-        examples.append(Example(ids, trained, notes))
+        examples.append(cut(Example(ids, trained), args))
     return examples
 
 
-def answer_example(tokenizer, prompt, answer, note: str) -> Example:
+def cut(example: Example, args) -> Example:
+    """The example cut to `max_length` as TRL's trainers cut it: its first tokens, or its last ones
+    under `truncation_mode: keep_end`. An example with nothing left to train is one the run drops
+    (or, packed, trains nothing of)."""
+    length, n = getattr(args, "max_length", None), len(example.input_ids)
+    if length and n > length:
+        keep_end = getattr(args, "truncation_mode", "keep_start") == "keep_end"
+        kept = slice(-length, None) if keep_end else slice(None, length)
+        example.input_ids, example.trained = example.input_ids[kept], example.trained[kept]
+        example.notes.append(f"cut at max_length {length} from {n} tokens" + (", its end kept" if keep_end else ""))
+    if not any(example.trained):
+        example.notes.append("NOTHING TRAINED: the template marks no answer, or max_length cut it off")
+    return example
+
+
+def answer_example(tokenizer, prompt, answer, note: str, args) -> Example:
     """A prompt and one answer as TRL's DPO and KTO trainers tokenize them: a conversation through
     the chat template, the prompt's turns with the generation prompt, the answer after them; plain
-    text joined as it is, the answer ended with EOS (both trainers add it to plain text). The
-    answer's tokens are what the loss scores."""
+    text joined as it is, the answer ended with EOS (both trainers add it to plain text), cut to
+    `max_length`. The answer's tokens are what the loss scores."""
     if isinstance(prompt, list):
         head = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
         full = tokenizer.apply_chat_template(prompt + answer, tokenize=True)
@@ -100,7 +111,7 @@ def answer_example(tokenizer, prompt, answer, note: str) -> Example:
         head = tokenizer(prompt)["input_ids"]
         ids = head + tokenizer(answer, add_special_tokens=False)["input_ids"]
     shared = next((i for i, (a, b) in enumerate(zip(head, ids, strict=False)) if a != b), len(head))
-    return Example(ids, [i >= shared for i in range(len(ids))], [note])
+    return cut(Example(ids, [i >= shared for i in range(len(ids))], [note]), args)
 
 
 def training_examples(method: str, recipe, args, model_args, count: int = 3):
@@ -132,11 +143,11 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
         examples = []
         for row in _first(train, count):
             if "chosen" in row:
-                examples.append(answer_example(tokenizer, row["prompt"], row["chosen"], "chosen"))
-                examples.append(answer_example(tokenizer, row["prompt"], row["rejected"], "rejected"))
+                examples.append(answer_example(tokenizer, row["prompt"], row["chosen"], "chosen", args))
+                examples.append(answer_example(tokenizer, row["prompt"], row["rejected"], "rejected", args))
             else:
                 label = "desirable" if row["label"] else "undesirable"
-                examples.append(answer_example(tokenizer, row["prompt"], row["completion"], label))
+                examples.append(answer_example(tokenizer, row["prompt"], row["completion"], label, args))
         what = (
             "each pair's chosen, then rejected answer"
             if trains.preference == "pairs"
