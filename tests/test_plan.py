@@ -550,3 +550,12 @@ def test_a_plan_of_gpus_for_a_cpu_recipe_says_it_trains_on_cpus(capsys):
     assert "warning: recipes/tiny_sft.yaml has use_cpu: true, so it trains on CPUs, not on the 4 x h100-80gb" in err
     cli.main(["plan", "recipes/tiny_sft.yaml", "--use_cpu", "false", "--architecture", "tiny"])
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_plan_whose_warm_up_takes_every_planned_step_says_so(gemma_cpt, capsys):
+    # 4312 sequences of 64 a step: 68 steps an epoch; a warm-up of 100 steps is the whole run.
+    argv = ["plan", gemma_cpt, "--num-gpus", "8", "--dataset-sequences", "4312", "--num_train_epochs", "1"]
+    cli.main([*argv, "--warmup_steps", "100"])
+    assert "warmup_steps 100 is a warm-up of 100 steps, the whole run (68 steps)" in capsys.readouterr().err
+    cli.main([*argv, "--warmup_steps", "10"])
+    assert "warm-up" not in capsys.readouterr().err

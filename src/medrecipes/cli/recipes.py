@@ -112,6 +112,7 @@ def _check_local_inputs(recipe, model_args, training_args) -> None:
 
 
 def cmd_plan(args) -> None:
+    from medrecipes.config.library_checks import warmup_note
     from medrecipes.plan.summary import format_plan, plan
 
     method = method_of(args.recipe, args.method)
@@ -127,6 +128,9 @@ def cmd_plan(args) -> None:
         args.prompt_tokens,
     )
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    steps = result["total_steps"]  # a run of max_steps was told at parse; one of epochs is told here
+    if steps and training_args.max_steps <= 0 and (note := warmup_note(training_args, steps)):
+        print(f"warning: {args.recipe}: {note}", file=sys.stderr)
     if training_args.use_cpu:  # the plan is of GPUs, which this recipe would leave idle
         print(f"warning: {args.recipe} has use_cpu: true, so it trains on CPUs, not on the {args.num_gpus} x "
               f"{args.gpu} planned; set use_cpu: false for the run this plans", file=sys.stderr)  # fmt: skip
