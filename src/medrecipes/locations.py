@@ -29,7 +29,12 @@ def unreachable(url: str) -> str | None:
         except ValueError:
             return f"{protocol}:// is no filesystem fsspec knows (s3://, gs://, hf://, file://, memory://, ...); fix the URL"
         except ImportError as err:  # fsspec's own words name the package: "Install s3fs to access S3"
-            return f"{protocol}:// needs a package not installed here ({err}); install it (pip install -e '.[cloud]' brings s3fs and gcsfs)"
+            how = (  # the extra brings the object stores' packages; another protocol's is the user's to add
+                "pip install -e '.[cloud]' brings s3fs and gcsfs"
+                if protocol in ("s3", "s3a", "gs", "gcs")
+                else "pip install the package it names"
+            )
+            return f"{protocol}:// needs a package not installed here ({err}); {how}"
     return None
 
 
