@@ -761,3 +761,17 @@ def test_a_served_name_with_a_slash_is_retrieved_by_it(memorised_model):
     assert by_path.status_code == 200 and by_path.json()["id"] == "med/tiny-sft"
     missing = client.get("/v1/models/med/other")
     assert missing.status_code == 404 and "is not served here; this server serves 'med/tiny-sft'" in missing.text
+
+
+def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
+    """A 405 names the methods its door takes (Allow); a 401 the scheme it asks for (WWW-Authenticate)."""
+    from fastapi.testclient import TestClient
+
+    from medrecipes.serving.app import create_app
+    from medrecipes.serving.model import ServedModel
+
+    client = TestClient(create_app(ServedModel(tiny_model), api_key="s3cret"))
+    wrong_method = client.get("/v1/chat/completions", headers={"Authorization": "Bearer s3cret"})
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    no_key = client.get("/v1/models")
+    assert no_key.status_code == 401 and no_key.headers["www-authenticate"] == "Bearer"

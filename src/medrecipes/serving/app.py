@@ -43,13 +43,13 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     waiting = [0]
 
-    def refuse(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-        return JSONResponse(error_body(message, kind), status_code=status)
+    def refuse(status: int, message: str, kind: str = "invalid_request_error", headers=None) -> JSONResponse:
+        return JSONResponse(error_body(message, kind), status_code=status, headers=headers)
 
     @app.exception_handler(HTTPException)
-    async def http_error(request, err):  # 404 and 405 in the same shape as the others
+    async def http_error(request, err):  # 404 and 405 in the same shape as the others, 405's Allow kept
         return refuse(err.status_code, f"{request.method} {request.url.path}: {err.detail}; this server answers "
-                      f"{DOORS}", "not_found_error")  # fmt: skip
+                      f"{DOORS}", "not_found_error", err.headers)  # fmt: skip
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -63,8 +63,11 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
         if api_key and request.url.path != "/health":
             given = bearer_token(request.headers.get("authorization", ""))
             if given is None or not _same(given, api_key):
-                return refuse(
-                    401, "missing or wrong API key: send Authorization: Bearer <key>", "authentication_error"
+                return refuse(  # WWW-Authenticate: the scheme a 401 asks for (RFC 9110)
+                    401,
+                    "missing or wrong API key: send Authorization: Bearer <key>",
+                    "authentication_error",
+                    {"WWW-Authenticate": "Bearer"},
                 )
         if request.method == "POST" and request.url.path in posted:  # another path's answer is its 404 or 405
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
