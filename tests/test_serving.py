@@ -775,3 +775,14 @@ def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
     assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
     no_key = client.get("/v1/models")
     assert no_key.status_code == 401 and no_key.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "named"), [("", "prompt"), ([], "prompt"), (["a", ""], "prompt[1]"), ([[1], []], "prompt[1]")]
+)
+def test_an_empty_prompt_is_named_as_the_request_wrote_it(prompt, named):
+    from medrecipes.serving.requests import RequestError, prompts_of
+
+    with pytest.raises(RequestError) as refused:
+        prompts_of(prompt)
+    assert str(refused.value).startswith(f"{named} must be")

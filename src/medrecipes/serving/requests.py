@@ -195,16 +195,19 @@ def _check_read(fields: dict, read: tuple[str, ...], where: str) -> None:
 
 def prompts_of(prompt) -> list:
     """A completion request's prompts: text, token ids, or a list of either (a batch, as lm-eval sends)."""
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
-        prompts = [prompt]
-    else:
-        prompts = prompt
+    single = isinstance(prompt, str) or (
+        isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
+    )
+    prompts = [prompt] if single else prompt
     if not isinstance(prompts, list) or not prompts:
         raise RequestError(400, "prompt must be text, a list of token ids, or a non-empty list of either")
     for i, one in enumerate(prompts):
         ids = isinstance(one, list) and one and all(isinstance(t, int) and not isinstance(t, bool) for t in one)
-        if not (isinstance(one, str) and one) and not ids:
-            raise RequestError(400, f"prompt[{i}] must be non-empty text or a non-empty list of token ids")
+        if not (isinstance(one, str) and one) and not ids:  # named as the request wrote it
+            raise RequestError(
+                400,
+                f"{'prompt' if single else f'prompt[{i}]'} must be non-empty text or a non-empty list of token ids",
+            )
     return prompts
 
 
