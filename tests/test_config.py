@@ -903,3 +903,15 @@ def test_a_checkpointing_key_trls_trainer_reads_itself_is_taken_where_it_reads_i
         to_train=False,
     )  # fmt: skip
     assert args.gradient_checkpointing_kwargs == {"selective": True, "use_reentrant": False}
+
+
+def test_a_mirror_in_the_processs_memory_is_a_note(tmp_path):
+    """memory:// takes the copies, and they go with the process: said, not refused (a test's mirror)."""
+    path = write_recipe(tmp_path, checkpoint_mirror_url="memory://bucket/run")
+    recipe = parse_recipe("cpt", [path], to_train=False)[0]
+    assert any(
+        n.startswith("checkpoint_mirror_url memory://bucket/run copies into this process's memory")
+        for n in recipe.notes
+    )
+    recipe = parse_recipe("cpt", [path, "--checkpoint_mirror_url", str(tmp_path / "copies")], to_train=False)[0]
+    assert not any("checkpoint_mirror_url" in n for n in recipe.notes)

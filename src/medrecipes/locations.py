@@ -17,13 +17,17 @@ def is_url(path: str) -> bool:
 
 def unreachable(url: str) -> str | None:
     """Why fsspec cannot open a URL from this machine, in words for a message that starts with the
-    key and its value: a protocol it does not know, or one whose package is not installed; None for a
-    local path or a URL it can open (whether the place exists is for the one who reads it)."""
+    key and its value: an address that cannot be read, a protocol it does not know, or one whose
+    package is not installed; None for a local path or a URL it can open (whether the place exists
+    is for the one who reads it)."""
     if not is_url(url):
         return None
+    chain, _, rest = url.partition("://")  # chained: simplecache::s3://...; the last one's address
+    if problem := _unreadable_address(f"{chain.rpartition('::')[2]}://{rest}"):
+        return problem
     import fsspec
 
-    for protocol in url.partition("://")[0].split("::"):  # chained: simplecache::s3://...
+    for protocol in chain.split("::"):
         try:
             fsspec.get_filesystem_class(protocol)
         except ValueError:
@@ -35,6 +39,28 @@ def unreachable(url: str) -> str | None:
                 else "pip install the package it names"
             )
             return f"{protocol}:// needs a package not installed here ({err}); {how}"
+    return None
+
+
+# Protocols whose URL names a bucket (s3://BUCKET/...) or a server (ftp://HOST/...) before its path.
+BUCKETS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oci"}
+SERVERS = {"ftp", "sftp", "ssh", "smb", "http", "https", "webdav"}
+
+
+def _unreadable_address(url: str) -> str | None:
+    """What keeps a URL's address from being read, before anything connects to it: a port that is
+    not a number from 0 to 65535, a bracket left open, no host or bucket where its protocol needs one
+    (fsspec's own parse fails on these with a traceback, or reads ftp:///x as no host at all)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (read for its check: urllib raises on a port it cannot read)
+    except ValueError as err:
+        return f"its address cannot be read ({err}); fix the URL"
+    if parts.scheme in BUCKETS | SERVERS and not parts.hostname:
+        place = "BUCKET" if parts.scheme in BUCKETS else "HOST"
+        return f"{parts.scheme}:// names no {place.lower()}; write {parts.scheme}://{place}/PATH"
     return None
 
 

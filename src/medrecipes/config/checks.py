@@ -884,15 +884,23 @@ def check_model_args(model_args: ModelConfig, path: str) -> None:
         check_revision(model_args.model_name_or_path or "", model_args.model_revision, path)
 
 
-def check_mirror_target(url: str, output_dir: str | None, where: str) -> None:
+def check_mirror_target(url: str, output_dir: str | None, where: str, recipe_notes: list[str]) -> None:
     """A mirror on this machine's filesystem (a path or file://) writes checkpoint-<step> folders
     into its folder, replacing files of those names: refused where it is, holds or lies inside the
     run's output_dir (the run would copy its checkpoints into themselves), and where it holds
     anything but checkpoint copies a mirror completed (a user's own files would be replaced).
-    Object stores (s3://, gs://, ...) are the run's to reach, once fsspec can open them here."""
+    Object stores (s3://, gs://, ...) are the run's to reach, once fsspec can open them here; a
+    memory:// mirror is noted, since its copies go with the process."""
     if problem := unreachable(url):
         raise UserError(f"{where}: checkpoint_mirror_url {url}: {problem}")
     protocol, _, rest = url.partition("://")
+    if protocol == "memory":
+        recipe_notes.append(
+            f"checkpoint_mirror_url {url} copies into this process's memory, which goes when it exits: the copies "
+            "outlive nothing; name a folder on another disk or an object store"
+        )
+    if protocol == "file" and not rest:  # fsspec would read it as the root
+        raise UserError(f"{where}: checkpoint_mirror_url {url} names no folder; write file:///PATH/TO/FOLDER")
     if rest and protocol != "file":
         return
     folder = os.path.abspath(os.path.expanduser(rest if rest else url))

@@ -218,7 +218,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     checks.check_model_args(model_args, path)
     checks.check_reference(args, model_args, path)
     if recipe.checkpoint_mirror_url:
-        checks.check_mirror_target(recipe.checkpoint_mirror_url, args.output_dir, path)
+        checks.check_mirror_target(recipe.checkpoint_mirror_url, args.output_dir, path, recipe.notes)
     if to_train:
         checks.check_pass_rates(recipe, model_args, path)
         library_checks.check_hub_reachable(args, recipe, path)
