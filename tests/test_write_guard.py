@@ -614,3 +614,9 @@ def test_a_run_folders_own_names_are_not_another_commands_output(tmp_path):
             claim_output(str(run_folder / inside), "eval", "eval --output")
     claim_output(str(run_folder / "eval.json"), "eval", "eval --output")  # beside the run: its own name
     release(str(run_folder / "eval.json"))
+    (tmp_path / "link").symlink_to(run_folder / "final")  # a way into final/ by another name
+    with pytest.raises(UserError, match="is where the run in .* keeps its final model"):
+        claim_output(str(tmp_path / "link"), "run", "recipe: output_dir", overwrite=True, folder=True)
+    with pytest.raises(UserError, match="is inside where the run in .* keeps its final model"):
+        claim_output(str(tmp_path / "link" / "nested"), "run", "recipe: output_dir", overwrite=True, folder=True)
+    assert sorted(p.name for p in (run_folder / "final").iterdir()) == ["config.json"]

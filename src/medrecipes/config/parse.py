@@ -20,7 +20,7 @@ from medrecipes.config.reading import RecipeParser, check_blank_text, check_choi
 from medrecipes.config.schema import RecipeArguments, say_rendezvous, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
-from medrecipes.outputs.claims import check_writable
+from medrecipes.outputs.claims import check_run_names, check_writable
 
 
 def script_classes(method: str) -> tuple:
@@ -198,6 +198,7 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
     if to_train and not (recipe.init_from_scratch or model_args.model_name_or_path):  # a data-only recipe parses
         raise UserError(f"{path}: model_name_or_path is not set; name the model this recipe starts from")
     check_writable(args.output_dir, f"{path}: output_dir", folder=True)
+    check_run_names(args.output_dir, f"{path}: output_dir", run=True)
     for obj in (recipe, args, model_args):
         check_choices(obj, path)
     checks.resolve_data(recipe, path)

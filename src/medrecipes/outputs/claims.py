@@ -105,7 +105,7 @@ def claim_output(
             raise UserError(f"{where}: {path} {what} this command reads; write to another path")
     check_named_format(path, where, kind)
     if kind != "calibration":  # the one result saved with a model, a run's final/ included, by design
-        _check_run_names(path, where)
+        check_run_names(path, where)
     if kind != "run":  # a run's folder is locked from inside (`lock_folder`), by its writing process
         lock = beside(path, LOCK)
         made = _make_folders(os.path.dirname(lock))
@@ -126,16 +126,24 @@ def claim_output(
         raise
 
 
-def _check_run_names(path: str, where: str) -> None:
+def check_run_names(path: str, where: str, run: bool = False) -> None:
     """A new output may sit in a run's folder (an evaluation beside it), but not under the names the
     run writes itself, nor inside them: its final model, a checkpoint (a resume would take it for
-    one) or staging."""
-    for inner in _path_and_above(path):
+    one) or staging; reached by a symbolic link too. A `run` put in a checkpoint is told how that
+    run resumes, which is what it may have meant."""
+    for inner in _path_and_above(os.path.realpath(path)):
         folder, name = os.path.split(inner)
         if (name in (FINAL, STAGING) or CHECKPOINT.match(name)) and written_kind(folder) == "run":
             kept = "final model" if name == FINAL else name
-            at = "where" if inner == os.path.abspath(path) else "inside where"
-            raise UserError(f"{where}: {path} is {at} the run in {folder} keeps its {kept}; write it elsewhere")
+            at = "where" if inner == os.path.realpath(path) else "inside where"
+            resumes = (
+                f" (a run resumes from its checkpoints when its recipe is run again with output_dir {folder})"
+                if run and CHECKPOINT.match(name)
+                else ""
+            )
+            raise UserError(
+                f"{where}: {path} is {at} the run in {folder} keeps its {kept}; write it elsewhere{resumes}"
+            )
 
 
 def _path_and_above(path: str):

@@ -87,12 +87,6 @@ class RunFolder:
             for name in os.listdir(self.path)
         )
 
-    def checkpoint_of(self) -> str | None:
-        """The run folder this folder is a checkpoint of (checkpoint-N beside that run's record), or None."""
-        parent = os.path.dirname(os.path.abspath(self.path))
-        named = CHECKPOINT.match(os.path.basename(os.path.abspath(self.path)))
-        return parent if named and os.path.isfile(os.path.join(parent, RECORD)) else None
-
     def start_over(self) -> list[str]:
         """Remove everything an earlier run wrote here that a new one must not find (its record,
         checkpoints and their staging, final model, trainer state and metrics, the benchmark

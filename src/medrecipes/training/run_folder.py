@@ -110,11 +110,6 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
     output_dir = training_args.output_dir
     ours = run_identity(method, recipe, model_args)
     where = f"{recipe.recipe_file or 'command line'}: output_dir"
-    if run_of := RunFolder(output_dir).checkpoint_of():
-        raise UserError(
-            f"{where}: {output_dir} is a checkpoint of the run in {run_of}; give this run a folder of its own (a run "
-            f"resumes from its checkpoints when its recipe is run again with output_dir {run_of})"
-        )
     if training_args.should_save:  # the process that writes; the launch's others wait below
         inputs = [*recipe_inputs(recipe, training_args, model_args, recipe.recipe_file), recipe.built_data]
         claim_output(output_dir, "run", where, inputs, overwrite=True, folder=True)  # resumes or refuses by its record
