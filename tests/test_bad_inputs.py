@@ -515,7 +515,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("serve: port not a number", ["serve", model, "--port", "http"], "--port: must be a whole number"),
         Case("serve: a limit beyond its range", ["serve", model, "--max-body-bytes", "0"], f"--max-body-bytes: must be at least 1024 and at most {2**30}, got 0"),
         Case("merge-lora: unknown dtype", ["merge-lora", f["adapter"], f"{files}/m4", "--dtype", "fp8"], "invalid choice"),
-        Case("tiny-model: corpus without text", ["tiny-model", f"{files}/t6", "--corpus", f["empty.jsonl"]], "holds no text to learn a tokenizer from"),
+        Case("tiny-model: corpus without text", ["tiny-model", f"{files}/t6", "--corpus", f["notext.jsonl"]], "holds no text to learn a tokenizer from"),
+        Case("tiny-model: an empty corpus file", ["tiny-model", f"{files}/t6", "--corpus", f["empty.jsonl"]], "empty.jsonl: the file is empty"),
         Case("pairs: sampling without a model", ["pairs", "--mcq", TEST_SET, "--out", f"{files}/p9.jsonl", "--samples", "6"], "--samples is for sampling a model's own answers, and no --model"),
         Case("card: repo id the Hub refuses", ["card", f["staterun"], "--output", f"{files}/c9", "--repo-id", "my org/x y"], "is not a Hub repository id"),
         Case("report: a page not named .html", ["report", f["existing.json"], "--output", f"{files}/r9.png"], "is not an .html file"),
@@ -532,6 +533,10 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("DPO synced and precomputed reference", script("dpo", dpo, "--precompute_ref_log_probs", "true", "--sync_ref_model", "true"), "set one of them to false"),
         Case("tiny-model: corpus of weights", ["tiny-model", f"{files}/t7", "--corpus", f["latin1.jsonl"]], "not UTF-8 text"),
         Case("tiny-model: corpus with a line that is not JSON", ["tiny-model", f"{files}/t9", "--corpus", f["notjson.jsonl"]], "notjson.jsonl line 2: not JSON"),
+        Case("tiny-model: a CSV corpus with a quote left open", ["tiny-model", f"{files}/t10", "--corpus", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),
+        Case("tiny-model: a Parquet corpus cut short", ["tiny-model", f"{files}/t11", "--corpus", f["cut.parquet"]], "cut.parquet: not a whole Parquet file"),
+        Case("tiny-model: a text corpus with a byte that is not UTF-8", ["tiny-model", f"{files}/t12", "--corpus", f["latin1line3.txt"]], "not UTF-8 text (invalid continuation byte at line 3"),
+        Case("eval: a CSV with a quote left open", ["eval", "--model", model, "--data", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),
         Case("tiny-model: corpus a folder", ["tiny-model", f"{files}/t8", "--corpus", f["emptydir"]], "is a folder; pass --corpus FILE"),
         Case("eval: few-shot examples never shown", ["eval", "--model", model, "--data", TEST_SET, "--fewshot_data", "data/usmle_sample/train.jsonl"], "num_fewshot is 0, so none is shown"),
         Case("eval: few-shot examples from the scored file", ["eval", "--model", model, "--data", TEST_SET, "--num_fewshot", "2", "--fewshot_data", TEST_SET], "is the file it scores"),
@@ -772,6 +777,11 @@ FILES = {
     "badsyntax.jinja": "{% for m in messages %}{{ m.content }{% endfor %}",
     "norows.parquet": _parquet_of_no_rows(),
     "unquotedno.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: no\n",
+    "notext.jsonl": '{"id": 1, "answer_idx": 2}\n{"id": 2, "answer_idx": 0}\n',
+    "openquote.csv": 'question,A,B,answer\nWhat causes scurvy?,vitamin C lack,iron lack,A\n"Which vitamin,C,D,A\nlast,x,y,B\n',
+    "latin1line3.txt": "Scurvy follows a lack of vitamin C.\nRickets follows a lack of vitamin D.\nCaf\xe9 au lait spots.\n".encode(
+        "latin-1"
+    ),
     "semicolons.csv": "question;A;B;answer\nWhat causes scurvy?;vitamin C lack;iron lack;A\n",
     "sharedid.jsonl": '{"id": "q1", "question": "What causes scurvy?", "options": {"A": "vitamin C lack", "B": "iron lack"}, "answer": "A"}\n'
     '{"id": "q2", "question": "What causes rickets?", "options": {"A": "vitamin D lack", "B": "iron lack"}, "answer": "A"}\n'

@@ -308,7 +308,7 @@ def test_a_file_that_does_not_parse_is_named(tmp_path):
     path.write_text('{"text": "a"}\nnot json\n')
     with pytest.raises(UserError) as info:
         load_source(SourceConfig(path=str(path)))
-    assert str(info.value) == f"{path} line 2: not JSON (Expecting value, column 1); fix or drop that line"
+    assert str(info.value) == f"{path} line 2: not JSON (Expecting value at column 1); fix or drop that line"
     path.write_text('{"text": "a"}\n["a list"]\n')
     with pytest.raises(UserError, match="line 2: a JSON list, not an object with named fields"):
         load_source(SourceConfig(path=str(path)))

@@ -186,7 +186,7 @@ def test_streaming_needs_the_stream_in_the_training_process(tmp_path, corpora, t
         # Found when datasets reads the file's first block to learn its columns, before a step.
         (
             '{"text": "cut off',
-            "line 1501: not JSON (Unterminated string starting at, column 10); fix or drop that line",
+            "line 1501: not JSON (Unterminated string starting at column 10); fix or drop that line",
             False,
         ),
     ],

@@ -444,7 +444,7 @@ def test_a_file_that_does_not_parse_is_named(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(UserError) as info:
         load_mcq(str(path))
-    assert str(info.value) == f"{path} line 1: not JSON (Expecting value, column 1); fix or drop that line"
+    assert str(info.value) == f"{path} line 1: not JSON (Expecting value at column 1); fix or drop that line"
 
 
 def test_unknown_format_suggests_one():

@@ -138,7 +138,7 @@ def first_bad_line(path: str) -> str | None:
             try:
                 json.loads(text, parse_int=_bounded_int, parse_float=_finite_float)
             except json.JSONDecodeError as err:
-                return f"{path} line {err.lineno} column {err.colno}: not JSON ({err.msg})"
+                return f"{path} line {err.lineno}: not JSON ({_where_in_line(err)})"
             except _TooBig as err:
                 return f"{path} line {text.count(chr(10), 0, text.find(str(err))) + 1}: {_too_big(err)}"
             return _first_element_not_object(path, text)
@@ -150,7 +150,7 @@ def first_bad_line(path: str) -> str | None:
                 value = json.loads(line.rstrip("\r\n"), object_pairs_hook=_one_of_each_key, parse_int=_bounded_int,
                                    parse_float=_finite_float)  # fmt: skip
             except json.JSONDecodeError as err:
-                return f"{path} line {number}: not JSON ({err.msg}, column {err.colno})"
+                return f"{path} line {number}: not JSON ({_where_in_line(err)})"
             except _TooBig as err:
                 return f"{path} line {number}: {_too_big(err)}"
             except _RepeatedKey as err:
@@ -158,6 +158,12 @@ def first_bad_line(path: str) -> str | None:
             if not isinstance(value, dict):
                 return f"{path} line {number}: a JSON {type(value).__name__}, not an object with named fields"
     return None
+
+
+def _where_in_line(err: json.JSONDecodeError) -> str:
+    """json's words and the column: "Unterminated string starting at column 10" (its own words of
+    some errors end in "at", their position cut off)."""
+    return f"{err.msg.removesuffix(' at')} at column {err.colno}"
 
 
 class _TooBig(ValueError):
@@ -395,14 +401,22 @@ def _other_separator(path: str) -> str | None:
     return found if found in first else None
 
 
-def _first_ragged_row(path: str) -> str | None:
+def _first_ragged_row(path: str, strict: bool = True) -> str | None:
+    """The first row of another width than the header, or the line a quote that never closes opens
+    on (pandas counts its "row" from 0, the header included). Strict reading stops at the end of the
+    data inside a quote, and at other quoting pandas takes: those files are read again leniently."""
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        reader = csv.reader(handle)
-        width, start = len(next(reader, [])), reader.line_num + 1
-        for row in reader:
-            if row and len(row) != width:
-                return f"{path} line {start}: {len(row)} cells where the header has {width}"
-            start = reader.line_num + 1
+        reader = csv.reader(handle, strict=strict)
+        try:
+            width, start = len(next(reader, [])), reader.line_num + 1
+            for row in reader:
+                if row and len(row) != width:
+                    return f"{path} line {start}: {len(row)} cells where the header has {width}"
+                start = reader.line_num + 1
+        except csv.Error as err:
+            if "unexpected end of data" in str(err):
+                return f"{path} line {start}: a quote opened on this line is never closed"
+            return _first_ragged_row(path, strict=False)
     return None
 
 

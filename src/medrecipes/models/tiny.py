@@ -10,10 +10,11 @@ import json
 import os
 from pathlib import Path
 
+from datasets.exceptions import DatasetGenerationError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
-from medrecipes.errors import UserError, bad_line, check_text_file, not_utf8
+from medrecipes.errors import UserError, bad_line, check_text_file, not_utf8, unreadable
 from medrecipes.locations import data_file
 from medrecipes.models.templates import chat_template
 
@@ -66,24 +67,17 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
         raise UserError(
             f"tiny-model: corpus file {missing[0]} {what}; pass --corpus FILE (text, JSONL, CSV or Parquet)"
         )
-    for path in corpus:  # read once as the tokenizer's trainer will, so a bad file is one line
-        if path.endswith((".csv", ".parquet")):
-            check_text_file(path, "tiny-model: corpus")
-        try:
+    for path in corpus:  # a bad file is one line, naming its line, before the tokenizer's trainer reads it
+        check_text_file(path, "tiny-model: corpus")  # empty, blank, or not UTF-8 (.txt, .json, .jsonl, .csv)
+        if found := bad_line([path]):  # a JSON record or CSV row that does not parse, a Parquet file that does not
+            raise UserError(f"tiny-model: corpus {found}")
+        try:  # what the checks cannot see: a CSV's quote left open; a file of another suffix, read as lines
             for _ in _read_texts([path]):
                 pass
         except UnicodeDecodeError as err:
             raise not_utf8(f"tiny-model: corpus {path}", err) from None
-        except json.JSONDecodeError as err:  # a JSON Lines file's line is read alone: its own line number is 1
-            found = bad_line([path])
-            raise UserError(
-                f"tiny-model: corpus {found}"
-                if found
-                else (
-                    f"tiny-model: corpus {path}: not JSON at line {err.lineno} ({err.msg}); pass text, JSON, JSONL, CSV "
-                    "or Parquet files"
-                )
-            ) from None
+        except DatasetGenerationError as err:
+            raise unreadable(f"tiny-model: corpus {path}", err, [path]) from None
     if not any(text.strip() for text in _read_texts(corpus)):
         raise UserError(
             f"tiny-model: the corpus ({', '.join(corpus)}) holds no text to learn a tokenizer from; pass text, "
