@@ -915,3 +915,12 @@ def test_a_mirror_in_the_processs_memory_is_a_note(tmp_path):
     )
     recipe = parse_recipe("cpt", [path, "--checkpoint_mirror_url", str(tmp_path / "copies")], to_train=False)[0]
     assert not any("checkpoint_mirror_url" in n for n in recipe.notes)
+
+
+def test_an_eval_key_given_twice_is_said(capsys):
+    """argparse keeps the last of a key given twice; eval's --tasks twice ran the last tasks alone."""
+    args = parse_eval_args(["--model", "m", "--tasks", "medmcqa", "--tasks=medqa_4opt", "--limit", "2"])
+    assert args.tasks == ["medqa_4opt"]
+    assert "# note: --tasks is given twice on the command line; the last is used" in capsys.readouterr().err
+    parse_eval_args(["--model", "m", "--tasks", "medmcqa,medqa_4opt"])
+    assert "given twice" not in capsys.readouterr().err

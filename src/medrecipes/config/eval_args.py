@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 
 from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, check_revision, split_names
@@ -111,6 +112,8 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     parser = RecipeParser([EvalArguments])
     (args,), path = parser.parse_recipe(argv)
     where = path or "command line"
+    for note in parser.repeated:  # a key given twice: argparse keeps the last
+        print(f"# note: {note}", file=sys.stderr)
     check_blank_text((args,), parser.given, where)
     if (processes := world_size()) > 1:  # each would score every question and write the one output
         raise UserError(
