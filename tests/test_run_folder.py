@@ -521,3 +521,18 @@ def test_the_same_starting_weights_by_another_path_are_the_same_run():
     assert identity_differences(unweighed, {**unweighed, "model": "../models/tiny"}) == [
         "model /models/tiny, here ../models/tiny"
     ]
+
+
+@pytest.mark.long  # a finished run trained on
+def test_a_run_trained_on_logs_and_saves_at_the_intervals_it_is_given_now(finished_run, tiny_model, tmp_path):
+    """transformers takes a resumed run's logging and save steps from the checkpoint's trainer state;
+    the run takes the ones it is started with, and transformers' raw mismatch lines are not shown."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    result = run(PYTHON, "recipes/cpt.py", CPT, "--model_name_or_path", tiny_model, "--output_dir", out,
+                 *RUN[:1], "8", *RUN[2:], "--save_steps", "1", "--logging_steps", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    state = json.loads((out / "checkpoint-8" / "trainer_state.json").read_text())  # (retention keeps the last)
+    assert state["save_steps"] == state["logging_steps"] == 1
+    assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [3, 6, 7, 8]
+    assert "do not match the ones in the `trainer_state.json`" not in result.stderr + result.stdout

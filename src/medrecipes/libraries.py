@@ -37,6 +37,12 @@ HARMLESS_LOG_LINES = (
         # not of the recipe, and nothing to change.
     ),
     (
+        "transformers.trainer_utils",
+        "Warning: The following arguments do not match the ones in the `trainer_state.json`",
+        # A resumed run's logging, eval and save steps: they apply from the checkpoint on
+        # (training.callbacks.IntervalsOfThisStart), and the run's resume line says its changed settings.
+    ),
+    (
         "datasets.packaged_modules.json.json",
         "Failed to load JSON from file",
         # Logged before the parse error is raised; the error is then reported as the file's

@@ -269,6 +269,16 @@ class ResumedSchedule(TrainerCallback):
             )  # fmt: skip
 
 
+class IntervalsOfThisStart(TrainerCallback):
+    """A resumed run logs, evaluates and saves at the intervals its recipe gives now (a run resumed
+    with save_steps lowered saves more often from there): transformers takes them from the
+    checkpoint's trainer_state.json, as the start that wrote it set them."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:
+            state.compute_steps(args, state.max_steps)
+
+
 class WarmupWithinRun(TrainerCallback):
     """A run counted in epochs learns its step count once its data is there: a warm-up that takes
     every step of it is said then (`library_checks.warmup_note`; a run of max_steps is told at parse)."""
@@ -281,13 +291,14 @@ class WarmupWithinRun(TrainerCallback):
 
 def recipe_callbacks(recipe, training_args) -> list[TrainerCallback]:
     """The callbacks a recipe's trainer runs with: preemption, the non-finite guard, monitoring,
-    the schedule of a resumed run, a warm-up as long as the run, and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
+    the schedule and intervals of a resumed run, a warm-up as long as the run, and, as the recipe asks, checkpoint mirroring, Hub revisions and retention (last, so that
     copies are taken before old checkpoints are deleted)."""
     callbacks = [
         PreemptionHandler(recipe.preemption_grace_seconds),
         NonFiniteGuard(recipe.nonfinite_policy, recipe.max_nonfinite_skips),
         ThroughputMonitor(recipe.gpu_hour_price, recipe.peak_tflops),
         ResumedSchedule(),
+        IntervalsOfThisStart(),
         WarmupWithinRun(),
     ]
     if recipe.checkpoint_mirror_url:
