@@ -502,6 +502,11 @@ def check_generation_config(args, path: str) -> None:
             f"{path}: generation_kwargs.do_sample {kwargs['do_sample']!r}: GRPO learns from the differences between "
             "a group's sampled answers, and greedy answers are all one; drop it (GRPO always samples)"
         )
+    if args.top_k == 1:  # generation samples from the one most likely token: greedy by another name
+        raise UserError(
+            f"{path}: top_k 1 samples from the single most likely token, so a group's answers are all one, and GRPO "
+            "learns from the differences between them; use 0 (no limit) or a top_k above 1"
+        )
     if overridden := [key for key in own if key in (kwargs or {})]:  # TRL lets generation_kwargs win, silently
         raise UserError(
             f"{path}: generation_kwargs.{overridden[0]} overrides the recipe's {own[overridden[0]]}; set "
