@@ -924,3 +924,17 @@ def test_an_eval_key_given_twice_is_said(capsys):
     assert "# note: --tasks is given twice on the command line; the last is used" in capsys.readouterr().err
     parse_eval_args(["--model", "m", "--tasks", "medmcqa,medqa_4opt"])
     assert "given twice" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["bf16", "bf16_full_eval"])
+def test_bf16_without_a_gpu_that_takes_it_names_the_key_and_the_fix(tmp_path, monkeypatch, key):
+    import transformers.training_args
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: False)
+    path = write_recipe(tmp_path, use_cpu=False, **{key: True})
+    with pytest.raises(UserError) as refused:
+        parse_recipe("cpt", [path], to_train=False)
+    assert str(refused.value) == (
+        f"{path}: {key}: true computes in bfloat16 on a GPU, and this machine has none that does (use_cpu is false); "
+        f"set use_cpu: true to compute in bfloat16 on the CPU, or {key}: false"
+    )

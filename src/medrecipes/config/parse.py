@@ -175,6 +175,12 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
                 "evaluation; make save_strategy and eval_strategy one, and save_steps a multiple of eval_steps, or set "
                 "load_best_model_at_end: false"
             )
+        if reason.startswith("Your setup doesn't support bf16/gpu"):  # transformers names neither key nor fix
+            asked = [k for k in ("bf16", "bf16_full_eval") if str(parser.given.get(k)).lower() == "true"] or ["bf16"]
+            reason = (
+                f"{asked[0]}: true computes in bfloat16 on a GPU, and this machine has none that does (use_cpu is "
+                f"false); set use_cpu: true to compute in bfloat16 on the CPU, or {asked[0]}: false"
+            )
         if "process group" in reason:  # a setting that starts one (ddp_backend) outside a launch
             asked = [k for k in parser.given if k in library_checks.distributed_keys(script_classes(method)[1])]
             reason = (
