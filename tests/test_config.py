@@ -938,3 +938,15 @@ def test_bf16_without_a_gpu_that_takes_it_names_the_key_and_the_fix(tmp_path, mo
         f"{path}: {key}: true computes in bfloat16 on a GPU, and this machine has none that does (use_cpu is false); "
         f"set use_cpu: true to compute in bfloat16 on the CPU, or {key}: false"
     )
+
+
+def test_a_run_that_asks_for_an_accelerator_where_none_is_is_told_it_trains_on_the_cpu(tmp_path, monkeypatch):
+    from transformers import TrainingArguments
+
+    from medrecipes.config.library_checks import accelerator_note
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    assert "the run trains on the CPU" in accelerator_note(TrainingArguments(output_dir=str(tmp_path)))
+    assert accelerator_note(TrainingArguments(output_dir=str(tmp_path), use_cpu=True)) is None
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    assert accelerator_note(TrainingArguments(output_dir=str(tmp_path))) is None

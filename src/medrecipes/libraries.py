@@ -65,6 +65,9 @@ HARMLESS_WARNINGS = (
     # TRL's generation and PEFT read the model's deprecated `is_gradient_checkpointing`; no recipe
     # setting changes that.
     (FutureWarning, "`is_gradient_checkpointing` is deprecated"),
+    # torch's DataLoader on a machine without an accelerator, where transformers pins memory by
+    # default: nothing to pin to; the run's own note says it trains on the CPU (accelerator_note).
+    (UserWarning, "'pin_memory' argument is set as true but no accelerator is found"),
 )
 
 # Back ends that only building or training a model uses: peft (transformers' trainer utilities

@@ -1070,6 +1070,19 @@ def check_accelerator_settings(args: TrainingArguments, path: str) -> None:
         )
 
 
+def accelerator_note(args: TrainingArguments) -> str | None:
+    """A run that asks for an accelerator (use_cpu: false) on a machine without one trains on the
+    CPU, which transformers does without a word."""
+    import torch
+
+    if args.use_cpu or torch.accelerator.is_available():
+        return None
+    return (
+        "use_cpu is false, and this machine has no GPU or other accelerator: the run trains on the CPU; set "
+        "use_cpu: true to say so, or run it where a GPU is"
+    )
+
+
 def check_parallelism(args: TrainingArguments, path: str, world_size: int) -> None:
     """parallelism_config's groups multiply to the processes that train (accelerate refuses another
     product when the run sets up, after the model loaded)."""

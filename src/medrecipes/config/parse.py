@@ -242,6 +242,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         library_checks.check_installed(args, model_args, path)
         library_checks.check_parallelism(args, path, world_size())
         library_checks.check_accelerator_settings(args, path)
+        if note := library_checks.accelerator_note(args):
+            recipe.notes.append(note)
     checks.check_eval_tasks(recipe, args, path, trains)
     checks.check_read_keys(recipe, args, model_args, trains, path)
     checks.check_best_metric(recipe, args, path, trains)
