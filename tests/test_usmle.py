@@ -855,7 +855,7 @@ def test_a_file_whose_name_holds_pattern_characters_is_read_as_itself(tmp_path, 
     assert len(load_documents(SourceConfig(path=str(path), format="usmle"), streaming=False)) == len(rows)
 
 
-def test_a_folder_whose_files_name_no_split_is_one_split_whatever_is_asked(tmp_path):
+def test_a_folder_whose_files_name_no_split_is_one_split_whatever_is_asked(tmp_path, caplog):
     """Files named by subject (anatomy.jsonl, cardiology.jsonl) name no split as `datasets` names
     them: the folder is read whole for a task's split, as one file is; a folder whose files do name
     splits gives the one asked."""
@@ -867,7 +867,9 @@ def test_a_folder_whose_files_name_no_split_is_one_split_whatever_is_asked(tmp_p
     (tmp_path / "named").mkdir()
     rows.select(range(3)).to_json(str(tmp_path / "named" / "test.jsonl"))
     rows.select(range(4)).to_json(str(tmp_path / "named" / "train.jsonl"))
-    assert len(usmle.load_mcq(tmp_path / "named", split="test")) == 3
+    with caplog.at_level("INFO", logger="medrecipes.usmle.loading"):
+        assert len(usmle.load_mcq(tmp_path / "named", split="test")) == 3
+    assert f"{tmp_path / 'named'}: its test split is read (test.jsonl); train.jsonl left out" in caplog.text
     with pytest.raises(UserError, match="no 'validation' split"):
         usmle.load_mcq(tmp_path / "named", split="validation")
 

@@ -359,6 +359,11 @@ def _split_files(directory: Path, split: str) -> list[Path]:
             f"{', '.join(files) or 'none'} (named as datasets names splits: train.jsonl, test.jsonl, ...); "
             "choose one of them, or leave split out for every file"
         )
+    if others := [f.name for name, chosen in files.items() if name != split for f in chosen]:
+        logger.info(
+            "%s: its %s split is read (%s); %s left out", directory, split, ", ".join(f.name for f in files[split]),
+            ", ".join(others),
+        )  # fmt: skip
     return files[split]
 
 
