@@ -488,6 +488,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT: a template without generation marks", script("sft", sft, *run_in(files, model), "--chat_template_path", f["nogen.jinja"], "--assistant_only_loss", "true", "--eval_sets", "null", *NO_EVAL), "nogen.jinja has no {% generation %} block"),
         Case("merge-lora: an adapter cut short", ["merge-lora", f["cutadapter"], f"{files}/m5"], "cutadapter/adapter_model.safetensors is cut short or corrupt"),
         Case("convert-gguf: a .gguf with no tokenizer", ["convert-gguf", f["bare.gguf"], f"{files}/g2"], "holds no tokenizer (no tokenizer.ggml.* metadata), and transformers builds one from those alone; export the .gguf with its tokenizer (llama.cpp's convert_hf_to_gguf.py writes it)"),
+        Case("convert-gguf: a GGUF file named without its suffix", ["convert-gguf", f["model-q8"], f"{files}/g3"], "model-q8 is a GGUF model named without .gguf, the suffix it is read by; rename it to end in .gguf"),
+        Case("convert-gguf: a file of another kind", ["convert-gguf", f["notes.jsonl"], f"{files}/g4"], "notes.jsonl is not a .gguf file; pass the model file itself"),
         Case("convert-gguf: a .gguf cut short", ["convert-gguf", f["cut.gguf"], f"{files}/g1"], "cut.gguf is cut short or corrupt"),
         Case("generate: a Hub id not in the cache, offline", ["generate", "medrecipes-tests/not-cached", "--prompt", "hi"], "'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
         Case("plan: a Hub model whose config is not cached, offline", ["plan", "recipes/tiny_sft.yaml", "--model_name_or_path", "medrecipes-tests/not-cached"], "model config: 'medrecipes-tests/not-cached' is not in the Hugging Face cache"),
@@ -816,6 +818,7 @@ FILES = {
     "noend.jinja": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
     "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
     "bare.gguf": b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (0).to_bytes(8, "little"),
+    "model-q8": b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (0).to_bytes(8, "little"),
     "cut.gguf": b"GGUF" + (3).to_bytes(4, "little") + (5).to_bytes(8, "little") + (3).to_bytes(8, "little") + b"\x05",
     "emptyish/keep.txt": "an earlier result",
     "emptyq.jsonl": '{"question": "  ", "options": {"A": "a", "B": "b"}, "answer": "A"}\n',

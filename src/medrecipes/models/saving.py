@@ -73,8 +73,14 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
     dequantized once, where loading the .gguf dequantizes it in every process (Gemma 3 270M:
     about 30 s on 2 cores, against seconds from the folder). A model whose file has no chat template
     gets its turn format's (Gemma's for the Gemma 3 base), and generation stops at its end of turn."""
-    if not gguf.endswith(".gguf"):
-        raise UserError(f"convert-gguf: {gguf} is not a .gguf file; pass the model file itself")
+    if not gguf.endswith(".gguf"):  # transformers reads a file as GGUF by its suffix
+        with open(gguf, "rb") if os.path.isfile(gguf) else open(os.devnull, "rb") as f:
+            is_gguf = f.read(4) == b"GGUF"  # the format's magic number
+        raise UserError(
+            f"convert-gguf: {gguf} is a GGUF model named without .gguf, the suffix it is read by; rename it to end in .gguf"
+            if is_gguf
+            else f"convert-gguf: {gguf} is not a .gguf file; pass the model file itself"
+        )
     claim_output(out_dir, "convert-gguf", "convert-gguf OUT_DIR", [gguf], overwrite, folder=True)
     tokenizer = load_tokenizer(gguf)
     source, kwargs = split_gguf(gguf)
