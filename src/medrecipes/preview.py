@@ -134,6 +134,11 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
         examples = sft_examples(tokenizer, _first(train, count), args)
         what = "the answer turns" if args.assistant_only_loss else "every token"
         title = f"{name}: the first {len(examples)} examples; trained: {what}, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
+        if args.packing:  # shown one by one, as each is tokenized; the run then packs them
+            title += (
+                f"; packing: the run packs them into sequences of up to max_length {args.max_length} tokens "
+                f"(packing_strategy {args.packing_strategy})"
+            )
     elif trains.preference:
         from medrecipes.data.preference import preference_data
 
