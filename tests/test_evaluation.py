@@ -188,6 +188,14 @@ def test_generate_mode_reads_the_answers_the_model_gives(tiny_model, caplog):
         _say_cut_answers("u", score(ROWS, completions, stopped), None)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["t"]
     assert "4 of 4 answers reached max_new_tokens (1) before an answer could be read" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # letters read from replies cut short: under a chain of thought, said
+        _say_cut_answers("v", score(ROWS, completions, [False] * 4), 4, chain_of_thought=True)
+        _say_cut_answers("w", score(ROWS, completions, [False] * 4), 4)
+    assert [r.getMessage() for r in caplog.records] == [
+        "v: 3 of 4 answers reached max_new_tokens (4) before their reasoning ended, and their letters are read from "
+        "the unfinished text; raise --max-new-tokens (a chain of thought takes hundreds)"
+    ]
     report = score(ROWS, completions, stopped)
     assert report["stopped"] == 1.0
     assert [p["predicted"] for p in report["predictions"]] == ["A", "B", "D", None]

@@ -114,7 +114,7 @@ def run_evaluation(args) -> dict:
             model, tokenizer, data, args.mode, args.num_fewshot, args.batch_size, args.max_length, generation, True,
             fitted,
         )  # fmt: skip
-        _say_cut_answers(name, reports[name], args.max_new_tokens)
+        _say_cut_answers(name, reports[name], args.max_new_tokens, args.chain_of_thought)
     settings = {
         "model": args.model_name_or_path,
         "model_fingerprint": weights_fingerprint(args.model_name_or_path),  # which weights, whatever the path
@@ -139,17 +139,25 @@ def run_evaluation(args) -> dict:
     return results
 
 
-def _say_cut_answers(name: str, report: dict, max_new_tokens: int | None) -> None:
+def _say_cut_answers(name: str, report: dict, max_new_tokens: int | None, chain_of_thought: bool = False) -> None:
     """Generated answers that ended at the token limit before an answer could be read are scored
-    as wrong, a figure of the limit and not of the model: said in one line with their count."""
-    cut = [p for p in report.get("predictions", []) if p.get("stopped") is False and p["predicted"] is None
-           and not p["abstained"]]  # fmt: skip
-    if cut:
-        limit = f" ({max_new_tokens})" if max_new_tokens else ""
+    as wrong, a figure of the limit and not of the model: said in one line with their count. Under
+    a chain of thought, a letter read from reasoning the limit cut is no final answer either."""
+    predictions = report.get("predictions", [])
+    cut = [p for p in predictions if p.get("stopped") is False and not p["abstained"]]
+    unread = [p for p in cut if p["predicted"] is None]
+    limit = f" ({max_new_tokens})" if max_new_tokens else ""
+    if unread:
         logger.warning(
             "%s: %d of %d answers reached max_new_tokens%s before an answer could be read, and are scored as wrong; "
             "raise --max-new-tokens (a chain of thought takes hundreds)",
-            name, len(cut), len(report["predictions"]), limit,
+            name, len(unread), len(predictions), limit,
+        )  # fmt: skip
+    if chain_of_thought and (read := len(cut) - len(unread)):
+        logger.warning(
+            "%s: %d of %d answers reached max_new_tokens%s before their reasoning ended, and their letters are read "
+            "from the unfinished text; raise --max-new-tokens (a chain of thought takes hundreds)",
+            name, read, len(predictions), limit,
         )  # fmt: skip
 
 
