@@ -361,3 +361,34 @@ def test_ddp_looks_for_unused_parameters_only_in_a_model_that_may_leave_some():
         args = SimpleNamespace(ddp_find_unused_parameters=given)
         settle_unused_parameters(LlamaConfig(), args)
         assert args.ddp_find_unused_parameters is given
+
+
+def test_weights_trained_in_bfloat16_that_a_step_cannot_move_are_said(tiny_model, caplog):
+    """An Adam-style step is about learning_rate; a bfloat16 weight above 256 x learning_rate
+    rounds it away. Said with their share where they are a tenth or more; not for float32 weights,
+    nor under DeepSpeed, whose optimizer steps float32 copies."""
+    import logging
+
+    from transformers import AutoModelForCausalLM
+
+    from medrecipes.training.run import say_half_precision_weights
+
+    def trainer(dtype, rate, deepspeed=False):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=dtype)
+        return SimpleNamespace(model=model, is_deepspeed_enabled=deepspeed,
+                               args=SimpleNamespace(should_log=True, learning_rate=rate))  # fmt: skip
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16)
+    weights = torch.cat([p.detach().abs().flatten().float() for p in model.parameters()])
+    expected = 100 * (weights > 1e-6 * 256).float().mean().item()
+    with caplog.at_level(logging.WARNING, logger="medrecipes.training.run"):
+        say_half_precision_weights(trainer(torch.bfloat16, 1e-6))
+        assert f"{expected:.0f}% of the {weights.numel():,} trainable weights are held in bfloat16" in caplog.text
+        caplog.clear()
+        for quiet in (trainer(torch.float32, 1e-6), trainer(torch.bfloat16, 1e-6, deepspeed=True),
+                      trainer(torch.bfloat16, 1.0)):  # fmt: skip
+            say_half_precision_weights(quiet)
+        assert caplog.text == ""
+    # The rounding it describes: one step of learning_rate leaves such a weight as it was.
+    big = weights.max().to(torch.bfloat16)
+    assert big - torch.tensor(1e-6, dtype=torch.bfloat16) == big

@@ -43,6 +43,7 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
     # A disk that fills while the run writes its logs (the TensorBoard writer's thread raises at the
     # next write) or anything else of its own, saves aside (they have a line of their own).
     say_accumulation_past_an_epoch(trainer)
+    say_half_precision_weights(trainer)
     out = trainer.args.output_dir
     with full_disk_is_one_line(out, f"{out} (the run's logs and checkpoints)", kept=lambda: kept(out)):
         result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -80,6 +81,39 @@ def say_accumulation_past_an_epoch(trainer) -> None:
             "gradient_accumulation_steps %d is more than the %d batches an epoch holds: each step ends at the epoch's "
             "end, a batch of %d rows, not %d; lower it to %d or less, or lower per_device_train_batch_size",
             args.gradient_accumulation_steps, batches, batches * rows, args.gradient_accumulation_steps * rows, batches,
+        )  # fmt: skip
+
+
+# Significand bits of the half-precision formats, the implicit leading one counted.
+SIGNIFICAND_BITS = {"bfloat16": 8, "float16": 11}
+
+
+def say_half_precision_weights(trainer) -> None:
+    """Trainable weights held in bfloat16 or float16 with no float32 copy for the optimizer (DeepSpeed
+    keeps one) take a step only where it is over half their last bit, about 2**-bits of the weight:
+    an Adam-style step is about learning_rate, so a weight above learning_rate * 2**bits does not
+    move. Where that is a tenth of them or more, said with the share and the fix."""
+    import torch
+
+    if trainer.is_deepspeed_enabled or not trainer.args.should_log:
+        return
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    half = [p for p in trainable if str(p.dtype).removeprefix("torch.") in SIGNIFICAND_BITS]
+    if not half:
+        return
+    dtype = str(half[0].dtype).removeprefix("torch.")
+    rate = trainer.args.learning_rate
+    threshold = rate * 2 ** SIGNIFICAND_BITS[dtype]
+    with torch.no_grad():
+        still = sum(int((p.abs() > threshold).sum()) for p in half)
+    total = sum(p.numel() for p in trainable)
+    if still >= total / 10:
+        logger.warning(
+            "%.0f%% of the %s trainable weights are held in %s and above %d x learning_rate %g: a step of about "
+            "learning_rate is under half their last bit and rounds away, so they do not train; load the model in "
+            "float32 (dtype: float32) and compute in %s with %s: true, or train under DeepSpeed (float32 copies)",
+            100 * still / total, f"{total:,}", dtype, 2 ** SIGNIFICAND_BITS[dtype], rate, dtype,
+            "bf16" if dtype == "bfloat16" else "fp16",
         )  # fmt: skip
 
 
