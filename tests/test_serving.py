@@ -759,6 +759,7 @@ def test_a_served_name_with_a_slash_is_retrieved_by_it(memorised_model):
     assert client.get("/v1/models/med/tiny-sft").json()["id"] == "med/tiny-sft"
     by_path = client.get(f"/v1/models/{memorised_model}")  # as a request may name it
     assert by_path.status_code == 200 and by_path.json()["id"] == "med/tiny-sft"
+    assert client.get(f"/v1/models/{memorised_model}/").status_code == 200  # as a shell completes a folder
     missing = client.get("/v1/models/med/other")
     assert missing.status_code == 404 and "is not served here; this server serves 'med/tiny-sft'" in missing.text
 
@@ -771,8 +772,11 @@ def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
     from medrecipes.serving.model import ServedModel
 
     client = TestClient(create_app(ServedModel(tiny_model), api_key="s3cret"))
-    wrong_method = client.get("/v1/chat/completions", headers={"Authorization": "Bearer s3cret"})
+    key = {"Authorization": "Bearer s3cret"}
+    wrong_method = client.get("/v1/chat/completions", headers=key)
     assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    options = client.options("/v1/models", headers=key)
+    assert options.status_code == 405 and set(options.headers["allow"].split(", ")) == {"GET", "HEAD"}
     no_key = client.get("/v1/models")
     assert no_key.status_code == 401 and no_key.headers["www-authenticate"] == "Bearer"
 

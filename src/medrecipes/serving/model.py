@@ -65,8 +65,10 @@ class ServedModel:
 
     def answers_to(self, name: str | None) -> bool:
         """Whether a request naming model `name` (none: this one) is for this server: its served
-        name, or the path it was started with."""
-        return name in (None, self.name, self.path)
+        name, or the path it was started with (written with a slash at its end, or ./ before it)."""
+        if name in (None, self.name, self.path):
+            return True
+        return isinstance(name, str) and bool(name) and os.path.normpath(name) == os.path.normpath(self.path)
 
     def _common(self, payload: dict) -> dict:
         if not self.answers_to(payload.get("model")):
