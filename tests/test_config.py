@@ -690,7 +690,7 @@ def test_a_librarys_refusal_reads_as_one_line_in_a_recipes_words():
 
 def test_yaml_words_a_key_would_misread_are_said_or_read_as_the_command_line_reads_them(tmp_path):
     path = write_recipe(tmp_path, "eval_strategy: no\n")  # YAML 1.1: false
-    assert "eval_strategy must be one of no, steps, epoch" in user_error(path)
+    assert "eval_strategy must be one of no, steps, epoch, got false" in user_error(path)  # not "or text"
     assert "got false (YAML's reading of an unquoted yes, no, on, off, true or false); write the word in quotes" in (
         user_error(path)
     )

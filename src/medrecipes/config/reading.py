@@ -681,8 +681,11 @@ KINDS = {float: "a number", int: "a whole number", str: "text", bool: "true or f
 
 def _kind(hint) -> str:
     """A field's type in a user's words: "text or a list or null"."""
-    if _is_union(hint):
-        return " or ".join(_kind(arg) for arg in typing.get_args(hint))
+    if _is_union(hint):  # an Enum or its text (transformers' strategies): its values are the texts taken
+        args = typing.get_args(hint)
+        if any(isinstance(arg, type) and issubclass(arg, Enum) for arg in args):
+            args = tuple(arg for arg in args if arg is not str)
+        return " or ".join(_kind(arg) for arg in args)
     if typing.get_origin(hint) is typing.Literal:
         return " or ".join(sorted({_kind(type(choice)) for choice in typing.get_args(hint)}))
     origin = typing.get_origin(hint) or hint
