@@ -538,6 +538,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("tiny-model: a CSV corpus with a quote left open", ["tiny-model", f"{files}/t10", "--corpus", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),
         Case("tiny-model: a Parquet corpus cut short", ["tiny-model", f"{files}/t11", "--corpus", f["cut.parquet"]], "cut.parquet: not a whole Parquet file"),
         Case("tiny-model: a text corpus with a byte that is not UTF-8", ["tiny-model", f"{files}/t12", "--corpus", f["latin1line3.txt"]], "not UTF-8 text (invalid continuation byte at line 3"),
+        Case("eval: an option of no text before others", ["eval", "--model", model, "--data", f["nulloption.jsonl"]], "nulloption.jsonl line 1: option B has no text (null, or no such key) while D follows; give B its text"),
+        Case("eval: options keyed by lower-case letters", ["eval", "--model", model, "--data", f["lowerkeys.jsonl"]], "lowerkeys.jsonl line 1: option keys ['a', 'b'] are not consecutive letters from A"),
         Case("eval: a CSV with a quote left open", ["eval", "--model", model, "--data", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),
         Case("tiny-model: corpus a folder", ["tiny-model", f"{files}/t8", "--corpus", f["emptydir"]], "is a folder; pass --corpus FILE"),
         Case("eval: few-shot examples never shown", ["eval", "--model", model, "--data", TEST_SET, "--fewshot_data", "data/usmle_sample/train.jsonl"], "num_fewshot is 0, so none is shown"),
@@ -780,6 +782,8 @@ FILES = {
     "badsyntax.jinja": "{% for m in messages %}{{ m.content }{% endfor %}",
     "norows.parquet": _parquet_of_no_rows(),
     "unquotedno.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: no\n",
+    "nulloption.jsonl": '{"question": "Which vitamin prevents scurvy?", "options": {"A": "C", "B": null, "C": "D", "D": "K"}, "answer_idx": "A"}\n',
+    "lowerkeys.jsonl": '{"question": "Which vitamin prevents scurvy?", "options": {"a": "C", "b": "D"}, "answer_idx": "A"}\n',
     "notext.jsonl": '{"id": 1, "answer_idx": 2}\n{"id": 2, "answer_idx": 0}\n',
     "openquote.csv": 'question,A,B,answer\nWhat causes scurvy?,vitamin C lack,iron lack,A\n"Which vitamin,C,D,A\nlast,x,y,B\n',
     "latin1line3.txt": "Scurvy follows a lack of vitamin C.\nRickets follows a lack of vitamin D.\nCaf\xe9 au lait spots.\n".encode(

@@ -92,6 +92,12 @@ def _options_from_dict(options: dict, where: Where) -> list[str]:
     present = sorted(k for k, v in options.items() if v is not None)
     _check_option_count(len(present), where)
     if "".join(present) != LETTERS[: len(present)]:
+        if all(letter in LETTERS for letter in present):  # a letter with no text (null, or no such key) before others
+            gaps = [letter for letter in LETTERS[: LETTERS.index(present[-1])] if letter not in present]
+            raise UserError(
+                f"{where}: option {', '.join(gaps)} has no text (null, or no such key) while {present[-1]} follows; "
+                f"give {gaps[0]} its text, or label the options A, B, C, ... without gaps"
+            )
         raise UserError(
             f"{where}: option keys {present} are not consecutive letters from A; "
             "label the options A, B, C, ... without gaps"
