@@ -782,6 +782,9 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
         f"{path}: 4 question(s) repeat an earlier one (line 4 repeats line 1, line 9 repeats line 1"
     )
     caplog.clear()
+    with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
+        load_mcq(path)  # read again (a run's training data that is also its eval set): said once
+    assert not caplog.records
     contexts = [{**PUBMEDQA_ROW, "CONTEXTS": [c]} for c in ("One abstract.", "Another abstract.", "One abstract.")]
     with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
         load_mcq(write_jsonl(tmp_path / "contexts.jsonl", contexts))

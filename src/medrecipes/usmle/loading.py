@@ -205,8 +205,13 @@ def _normalise(
         desc=f"normalising {id_prefix}",
     )
     for line in doubtful_rows(rows, lambda index: str(Where(source, index + 1, header)).removeprefix(f"{source} ")):
-        logger.warning("%s: %s", source, line)
+        if (source, line) not in _SAID:  # a file read as training data, eval set and scored set: said once
+            _SAID.add((source, line))
+            logger.warning("%s: %s", source, line)
     return rows
+
+
+_SAID: set[tuple[str, str]] = set()  # (file, what doubtful_rows found) said in this process
 
 
 def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) -> list[str]:
@@ -248,8 +253,8 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
     if twins:
         lines = ", ".join(where(i) for i in twins[:named]) + (more if len(twins) > named else "")
         found.append(
-            f"{len(twins)} question(s) with two options that read the same ({lines}): whichever the model picks, "
-            "one of them is scored wrong; reword or drop the row"
+            f"{len(twins)} question(s) with two options that read the same ({lines}): no model can tell them apart "
+            "(where one is the answer, the other is scored wrong); reword or drop the row"
         )
     if lettered:
         lines = ", ".join(where(i) for i in lettered[:named]) + (more if len(lettered) > named else "")
