@@ -127,7 +127,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("eval_steps 0", script("cpt", cpt, "--eval_steps", "0"), "eval_steps must be positive"),
         Case("weight_decay negative", script("cpt", cpt, "--weight_decay", "-0.1"), "weight_decay must be 0 or more"),
         Case("max_steps not a number", script("cpt", cpt, "--max_steps", "ten"), "max_steps"),
-        Case("unknown command-line key", script("cpt", cpt, "--learnin_rate", "1e-4"), "did you mean 'learning_rate'"),
+        Case("unknown command-line key", script("cpt", cpt, "--learnin_rate", "1e-4"), "unknown argument '--learnin_rate' (did you mean '--learning_rate'"),
         Case("stray command-line value", script("cpt", cpt, "extra.yaml"), "unknown argument"),
         Case("unknown scheduler", script("cpt", cpt, "--lr_scheduler_type", "cosinus"), "lr_scheduler_type"),
         Case("unknown optimizer", script("cpt", cpt, "--optim", "adamw_fast"), "optim"),
@@ -613,7 +613,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO: fewer questions than a generation batch", script("grpo", grpo, *run_in(files, model), "--dataset_mixture", f"{{sources: [{{path: {f['twoquestions.jsonl']}, format: usmle}}]}}", "--eval_sets", "null", *NO_EVAL), "the 2 training questions fill no generation batch of 4 prompts"),
         Case("SFT: dropped last batches leave none", script("sft", sft, *run_in(files, model), "--dataloader_drop_last", "true", "--per_device_train_batch_size", "500", "--eval_sets", "null", *NO_EVAL), "dataloader_drop_last drops every batch: the 60 training rows"),
         Case("SFT: max_length that leaves no row", script("sft", sft, *run_in(files, model), "--max_length", "1", "--eval_sets", "null", *NO_EVAL), "no training rows are left of 60 once MedSFTTrainer prepared them"),
-        Case("abbreviated flag", ["plan", cpt, "--num-gpu", "2"], "unknown argument 'num-gpu'"),
+        Case("abbreviated flag", ["plan", cpt, "--num-gpu", "2"], "unknown argument '--num-gpu'"),
         Case("flag a command does not have", ["report", f["existing.json"], "--outpt", "r.html"], "medrecipes report: unknown argument '--outpt'"),
         # --- boundaries: models, tokenizers, adapters, places to write
         Case("model weights cut short", ["eval", "--model", f["truncated"], "--data", TEST_SET], "is cut short or corrupt"),

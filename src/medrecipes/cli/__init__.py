@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except UserError as err:  # a recipe key the recipe does not know may be another command's option
-        unknown = re.match(r"command line: unknown argument '([\w-]+)'", str(err))
+        unknown = re.match(r"command line: unknown argument '(?:--)?([\w-]+)'", str(err))
         if unknown and (others := _commands_with(parser, unknown.group(1), args.command)):
             command = f"{parser.prog} {args.command}"
             raise UserError(

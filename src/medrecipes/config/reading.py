@@ -251,7 +251,8 @@ class RecipeParser(TrlParser):
                 raise UserError(
                     f"command line: unknown argument '{name}'; keys after the recipe take two dashes{close}"
                 )
-            raise UserError(f"command line: unknown argument '{name}'{did_you_mean(name, self._keys())}")
+            close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])  # as it is written
+            raise UserError(f"command line: unknown argument '--{name}'{close}")
         for obj in outputs:
             _read_flow_lists(obj)
             check_finite(obj, path or "command line")
