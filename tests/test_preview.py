@@ -117,11 +117,14 @@ def test_dpo_preview_marks_exactly_the_answers_trls_trainer_scores(chat_model, t
     assert {"desirable", "undesirable"} & set(out.replace(";", " ").split()) and TRAINED_OPEN in out
 
 
-@pytest.mark.parametrize("mode", ["keep_start", "keep_end"])
-def test_dpo_preview_cuts_pairs_at_max_length_as_trls_collator_does(chat_model, tmp_path, mode):
+def test_dpo_preview_cuts_pairs_at_max_length_as_trls_collator_does(chat_model, tmp_path):
     """A pair longer than max_length is shown as the collator cuts it (its start, or its end under
-    keep_end); a pair whose prompt alone fills max_length trains nothing, and is said to."""
+    keep_end); a pair whose prompt alone fills max_length trains nothing, is said to, and the trainer
+    drops it (under keep_start: keep_end keeps its answer's end)."""
     from trl import DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    from medrecipes.data.preference import preference_data
 
     rows = [{"prompt": [{"role": "user", "content": "Which vitamin prevents scurvy? " * n}],
              "chosen": [{"role": "assistant", "content": "Vitamin C, ascorbic acid, in citrus fruit."}],
@@ -129,22 +132,24 @@ def test_dpo_preview_cuts_pairs_at_max_length_as_trls_collator_does(chat_model, 
     data = write_jsonl(tmp_path / "pairs.jsonl", rows * 8)
     argv = ["recipes/tiny_dpo.yaml", "--model_name_or_path", chat_model, "--output_dir", str(tmp_path / "run"),
             "--eval_strategy", "no", "--eval_sets", "null", "--eval_on_start", "false", "--max_length", "30",
-            "--truncation_mode", mode, "--dataset_mixture", f"{{sources: [{{path: {data}, format: preference}}]}}"]  # fmt: skip
+            "--dataset_mixture", f"{{sources: [{{path: {data}, format: preference}}]}}"]  # fmt: skip
     recipe, args, model_args = parse_recipe("dpo", argv)
-    _, tokenizer, _, examples = training_examples("dpo", recipe, args, model_args, count=2)
-    assert all(len(e.input_ids) == 30 for e in examples[::2]) and "cut at max_length 30" in examples[0].notes[1]
-    from medrecipes.data.preference import preference_data
-
     train, _ = preference_data(recipe)
     model = AutoModelForCausalLM.from_pretrained(chat_model)
+    _, tokenizer, _, _ = training_examples("dpo", recipe, args, model_args, count=1)
     trainer = DPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
-    batch = trainer.data_collator([trainer.train_dataset[0]])
-    for k, example in enumerate(examples[:2]):  # the first pair's chosen, then rejected
-        kept = batch["attention_mask"][k].bool()
-        assert example.input_ids == batch["input_ids"][k][kept].tolist()
-        assert example.trained == batch["completion_mask"][k][kept].bool().tolist()
-    long_prompt = examples[2]  # the second pair's chosen answer
-    if mode == "keep_start":  # the trainer drops the pair whose prompt fills max_length
-        assert len(trainer.train_dataset) == 8 and any("NOTHING TRAINED" in note for note in long_prompt.notes)
-    else:
-        assert len(trainer.train_dataset) == 16 and any(long_prompt.trained)
+    assert len(trainer.train_dataset) == 8  # keep_start: the pairs whose prompt fills max_length dropped
+    tokenized = trainer.train_dataset[0]
+    for mode in ("keep_start", "keep_end"):
+        recipe, args, model_args = parse_recipe("dpo", [*argv, "--truncation_mode", mode])
+        _, _, _, examples = training_examples("dpo", recipe, args, model_args, count=2)
+        assert all(len(e.input_ids) == 30 for e in examples[::2]) and "cut at max_length 30" in examples[0].notes[1]
+        collator = DataCollatorForPreference(tokenizer.pad_token_id, max_length=30, truncation_mode=mode)
+        batch = collator([tokenized])
+        for k, example in enumerate(examples[:2]):  # the first pair's chosen, then rejected
+            kept = batch["attention_mask"][k].bool()
+            assert example.input_ids == batch["input_ids"][k][kept].tolist()
+            assert example.trained == batch["completion_mask"][k][kept].bool().tolist()
+        long_prompt = examples[2]  # the second pair's chosen answer
+        assert any("NOTHING TRAINED" in n for n in long_prompt.notes) == (mode == "keep_start")
+        assert any(long_prompt.trained) == (mode == "keep_end")
