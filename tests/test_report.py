@@ -309,6 +309,18 @@ def test_a_run_that_has_started_but_not_logged_is_a_run_not_a_folder_of_evaluati
         read_inputs([str(started / "runs")])
 
 
+def test_a_folder_of_runs_and_evaluations_is_each_of_them(tmp_path):
+    """`report outputs/demo`: the run folders in it and its eval --output files, each named by it;
+    a folder inside them that is neither is not read."""
+    write_run(tmp_path / "all" / "cpt")
+    write_run(tmp_path / "all" / "sft")
+    write_evaluation(tmp_path / "all" / "eval.json", 0.5)
+    (tmp_path / "all" / "tiny-model").mkdir()  # a model folder, no run
+    runs, evaluations = read_inputs([str(tmp_path / "all")])
+    assert [run.name for run in runs] == ["all/cpt", "all/sft"]
+    assert [evaluation.name for evaluation in evaluations] == ["all/eval"]
+
+
 def test_the_page_names_the_scored_weights_and_the_adapter_a_merge_came_from():
     from medrecipes.report.page import _scored_model
 

@@ -174,7 +174,7 @@ def _names(paths: list[str]) -> list[str]:
 
 def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
     """Runs and evaluations from the paths given: run folders, eval --output files, or folders
-    holding eval --output files (one evaluation each, named by the file)."""
+    holding run folders and eval --output files (each a run or an evaluation, named by it)."""
     runs, evaluations = [], []
     for path, name in zip(paths, _names(paths), strict=True):
         if os.path.isfile(path):
@@ -188,12 +188,16 @@ def read_inputs(paths: list[str]) -> tuple[list[Run], list[Evaluation]]:
                 f"{path}: a model folder (config.json), which holds no run's logs and no evaluation; pass {run} "
                 "or the file that `medrecipes eval --output` wrote of it"
             )
-        elif os.path.isdir(path) and (files := sorted(glob.glob(os.path.join(path, "*.json")))):
+        elif os.path.isdir(path):  # a folder of runs and evaluations (outputs/demo): each one in it
+            inner = sorted(entry.path for entry in os.scandir(path) if entry.is_dir() and is_run(entry.path))
+            files = sorted(glob.glob(os.path.join(path, "*.json")))
+            if not inner and not files:
+                raise UserError(
+                    f"{path}: holds no run (trainer_state.json or run.json), no run folders and no eval --output "
+                    "files; pass a run's output_dir"
+                )
+            runs += [read_run(folder, f"{name}/{Path(folder).name}") for folder in inner]
             evaluations += [read_evaluation(f, f"{name}/{Path(f).stem}") for f in files]
-        elif os.path.isdir(path):
-            raise UserError(
-                f"{path}: holds no run (trainer_state.json or run.json) and no eval --output files; pass a run's output_dir"
-            )
         else:
             raise UserError(f"{path}: {absent(path)}; pass a run's output_dir or an eval --output file")
     return runs, evaluations
