@@ -153,3 +153,15 @@ def test_dpo_preview_cuts_pairs_at_max_length_as_trls_collator_does(chat_model, 
         long_prompt = examples[2]  # the second pair's chosen answer
         assert any("NOTHING TRAINED" in n for n in long_prompt.notes) == (mode == "keep_start")
         assert any(long_prompt.trained) == (mode == "keep_end")
+
+
+@pytest.mark.parametrize(("strategy", "cut"), [("bfd", True), ("bfd_split", False), ("wrapped", False)])
+def test_a_packed_example_past_max_length_is_cut_only_where_its_strategy_cuts(chat_model, strategy, cut):
+    """TRL's bfd packing drops what is past max_length; bfd_split and wrapped carry it into another sequence."""
+    argv = ["recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--packing", "true",
+            "--packing_strategy", strategy, "--max_length", "40"]  # fmt: skip
+    recipe, args, model_args = parse_recipe("sft", argv)
+    (example,) = training_examples("sft", recipe, args, model_args, count=1)[3]
+    assert (len(example.input_ids) == 40) == cut
+    assert any("NOTHING TRAINED" in note for note in example.notes) == cut  # its answer is past token 40
+    assert any("into the next sequence" in note for note in example.notes) != cut

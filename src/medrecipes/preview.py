@@ -83,10 +83,15 @@ def sft_examples(tokenizer, rows, args) -> list[Example]:
 
 def cut(example: Example, args) -> Example:
     """The example cut to `max_length` as TRL's trainers cut it: its first tokens, or its last ones
-    under `truncation_mode: keep_end`. An example with nothing left to train is one the run drops
-    (or, packed, trains nothing of)."""
+    under `truncation_mode: keep_end`; packed by a strategy that splits (bfd_split, wrapped), whole.
+    An example with nothing left to train is one the run drops (or, packed, trains nothing of)."""
     length, n = getattr(args, "max_length", None), len(example.input_ids)
-    if length and n > length:
+    strategy = getattr(args, "packing_strategy", "bfd")
+    if length and n > length and getattr(args, "packing", False) and strategy != "bfd":  # split, not cut
+        example.notes.append(
+            f"{n} tokens: packing ({strategy}) carries those past max_length {length} into the next sequence"
+        )
+    elif length and n > length:
         keep_end = getattr(args, "truncation_mode", "keep_start") == "keep_end"
         kept = slice(-length, None) if keep_end else slice(None, length)
         example.input_ids, example.trained = example.input_ids[kept], example.trained[kept]
