@@ -587,6 +587,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("report: output is a folder", ["report", f["existing.json"], "--output", str(files)], "is a folder"),
         Case("card: run missing", ["card", f"{files}/no-run", "--output", f"{files}/c1"], "no such file or folder"),
         Case("card: folder with no run", ["card", f["emptydir"], "--output", f"{files}/c2"], "no trainer_state.json"),
+        Case("validate of a run written into its starting model", ["validate", sft, "--model_name_or_path", model, "--output_dir", f"{model}/more"], "more lies inside"),
         Case("validate of a run inside another run's checkpoint", ["validate", sft, "--output_dir", f"{files}/ckptrun/checkpoint-2/mine"], "mine is inside where the run in"),
         Case("a run into another run's checkpoint", script("sft", sft, "--model_name_or_path", model, "--output_dir", f"{files}/ckptrun/checkpoint-2", *NO_EVAL, "--eval_sets", "null"), "keeps its checkpoint-2; write it elsewhere (a run resumes from its checkpoints when its recipe is run again with output_dir"),
         Case("card: run that never finished", ["card", f["staterun"], "--output", f"{files}/c3"], "no finished run there"),

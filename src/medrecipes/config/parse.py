@@ -20,7 +20,7 @@ from medrecipes.config.reading import RecipeParser, check_blank_text, check_choi
 from medrecipes.config.schema import RecipeArguments, say_rendezvous, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
-from medrecipes.outputs.claims import check_run_names, check_writable
+from medrecipes.outputs.claims import check_not_read, check_run_names, check_writable
 
 
 def script_classes(method: str) -> tuple:
@@ -205,6 +205,9 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
         raise UserError(f"{path}: model_name_or_path is not set; name the model this recipe starts from")
     check_writable(args.output_dir, f"{path}: output_dir", folder=True)
     check_run_names(args.output_dir, f"{path}: output_dir", run=True)
+    # What the run reads that is not its data (whose files the run's claim adds): its model, above all.
+    read = [recipe.recipe_file, model_args.model_name_or_path, recipe.tokenizer_name_or_path]
+    check_not_read(args.output_dir, [*read, getattr(args, "chat_template_path", None)], f"{path}: output_dir")
     for obj in (recipe, args, model_args):
         check_choices(obj, path)
     checks.resolve_data(recipe, path)

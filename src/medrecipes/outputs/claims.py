@@ -99,10 +99,7 @@ def claim_output(
         return
     check_writable(path, where, folder)
     _check_name(path, where, kind)
-    for source in inputs:
-        if source and "://" not in source and os.path.lexists(source) and (how := _relation(path, source)):
-            what = "is also what" if how == "is" else f"{how} {source}, which"
-            raise UserError(f"{where}: {path} {what} this command reads; write to another path")
+    check_not_read(path, inputs, where)
     check_named_format(path, where, kind)
     if kind != "calibration":  # the one result saved with a model, a run's final/ included, by design
         check_run_names(path, where)
@@ -124,6 +121,15 @@ def claim_output(
     except UserError:
         release(path)
         raise
+
+
+def check_not_read(path: str, inputs: Iterable[str], where: str) -> None:
+    """An output that is, contains or lies inside a local path the command reads (Hub ids and URLs
+    are skipped): refused in one line."""
+    for source in inputs:
+        if source and "://" not in source and os.path.lexists(source) and (how := _relation(path, source)):
+            what = "is also what" if how == "is" else f"{how} {source}, which"
+            raise UserError(f"{where}: {path} {what} this command reads; write to another path")
 
 
 def check_run_names(path: str, where: str, run: bool = False) -> None:
