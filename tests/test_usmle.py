@@ -769,13 +769,17 @@ def test_questions_that_cannot_mean_what_they_say_are_counted_and_named_by_line(
         *[_medqa(f"Q{i}", ["a", "b", " ", "d"]) for i in range(3, 7)],  # blank after stripping
         *[_medqa("Q1", ["a", "b", "c", "d"])] * 3,
         _medqa("Q7", ["Aspirin", "aspirin ", "c", "d"]),  # two options that read the same
+        _medqa("Q8", ["a", "b", "c"]),  # fewer options than the others: one left out, or null
     ]
     path = write_jsonl(tmp_path / "set.jsonl", rows)
     with caplog.at_level("WARNING", logger="medrecipes.usmle.loading"):
         assert len(load_mcq(path)) == len(rows)  # said, not dropped
     said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 3, said
-    empty, twins, repeats = said
+    assert len(said) == 4, said
+    fewer, empty, twins, repeats = said
+    assert fewer.startswith(
+        f"{path}: 1 question(s) with fewer options than the 4 most of its questions have (line 13 has 3)"
+    )
     assert empty.startswith(f"{path}: 5 question(s) with an empty option (line 3, line 5, line 6, ...)")
     assert twins.startswith(f"{path}: 1 question(s) with two options that read the same (line 12)")
     assert repeats.startswith(

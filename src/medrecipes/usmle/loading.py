@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -244,6 +245,16 @@ def doubtful_rows(rows: Dataset, where: Callable[[int], str], named: int = 3) ->
             (conflicts if differs else repeats).append((index, first))
     more = ", ..."
     found = []
+    sizes = Counter(len(key[2]) for key in keys)
+    usual = sizes.most_common(1)[0][0] if sizes else 0
+    if fewer := [i for i, key in enumerate(keys) if len(key[2]) < usual]:  # an option null, or left out
+        lines = ", ".join(f"{where(i)} has {len(keys[i][2])}" for i in fewer[:named]) + (
+            more if len(fewer) > named else ""
+        )
+        found.append(
+            f"{len(fewer)} question(s) with fewer options than the {usual} most of its questions have ({lines}): "
+            "an option left out or null? give it its text, or drop the row"
+        )
     if empty:
         lines = ", ".join(where(i) for i in empty[:named]) + (more if len(empty) > named else "")
         found.append(
