@@ -370,12 +370,17 @@ def _split_files(directory: Path, split: str) -> list[Path]:
             "multiple-choice data"
         )
     if split not in files:
+        first = next(iter(files.values()))[0]
         raise UserError(
             f"{directory}: no '{split}' split{did_you_mean(split, list(files))}: its files make "
             f"{', '.join(files) or 'none'} (named as datasets names splits: train.jsonl, test.jsonl, ...); "
-            "choose one of them, or leave split out for every file"
+            f"name one of its files in place of the folder ({first}), or give a recipe source's split: one of them"
         )
-    if others := [f.name for name, chosen in files.items() if name != split for f in chosen]:
+    read = set(files[split])
+    every = (
+        p for p in directory.rglob("*") if p.is_file() and p.suffix in FILE_SUFFIXES and not p.name.startswith(".")
+    )
+    if others := sorted(str(p.relative_to(directory)) for p in every if p not in read):  # other splits, other names
         logger.info(
             "%s: its %s split is read (%s); %s left out", directory, split, ", ".join(f.name for f in files[split]),
             ", ".join(others),
