@@ -949,3 +949,17 @@ def test_a_run_that_asks_for_an_accelerator_where_none_is_is_told_it_trains_on_t
     assert accelerator_note(TrainingArguments(output_dir=str(tmp_path), use_cpu=True)) is None
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     assert accelerator_note(TrainingArguments(output_dir=str(tmp_path))) is None
+
+
+def test_a_quoted_home_in_a_commands_paths_is_the_home(tmp_path, monkeypatch):
+    """'~/x' reaches a command unexpanded when quoted (or from a YAML file): it is the user's home,
+    as in a recipe's output_dir, not a folder named ~ in the working folder."""
+    from medrecipes.cli.arguments import input_path, output_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = parse_eval_args(
+        ["--model", "~/model", "--tasks", "mine", "--data", "mine=~/q.jsonl", "--output", "~/e.json"]
+    )
+    assert (args.model_name_or_path, args.output) == (str(tmp_path / "model"), str(tmp_path / "e.json"))
+    assert input_path("~/final") == output_path("~/final") == str(tmp_path / "final")
+    assert input_path("org/model") == "org/model"  # a Hub id is left as it is

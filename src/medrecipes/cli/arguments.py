@@ -99,13 +99,15 @@ def parse_recipe_file(recipe_path: str, method: str, overrides: list[str], to_tr
 
 def input_path(text: str) -> str:
     """argparse type of an argument that names something the command reads (a file or folder;
-    tests/test_properties.py feeds every such argument bad paths)."""
-    return text
+    tests/test_properties.py feeds every such argument bad paths); ~ is the user's home, as a
+    shell would have made it (a quoted ~ reaches the command as it is)."""
+    return os.path.expanduser(text)
 
 
 def output_path(text: str) -> str:
-    """argparse type of an argument that names where the command writes (outputs.claims.claim_output)."""
-    return text
+    """argparse type of an argument that names where the command writes (outputs.claims.claim_output);
+    ~ is the user's home, not a folder named ~."""
+    return os.path.expanduser(text)
 
 
 # The options argparse lets a command line give many times (each one adds a value).

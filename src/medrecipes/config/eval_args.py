@@ -67,6 +67,9 @@ class EvalArguments:
     overwrite: bool = field(default=False, metadata={"help": "Let `output` replace an existing file."})
 
     def __post_init__(self):
+        for key in ("model_name_or_path", "data_dir", "output"):  # ~ is the home, as in a recipe's output_dir
+            if isinstance(value := getattr(self, key), str) and value.startswith("~"):
+                setattr(self, key, os.path.expanduser(value))
         self.tasks = split_names(self.tasks)
         if not self.tasks:  # an evaluation of nothing would write an empty result and exit 0
             raise UserError(f"tasks is empty; name at least one: {', '.join(TASK_NAMES)}")
