@@ -515,13 +515,21 @@ def check_generation_config(args, path: str) -> None:
     settings = {setting: getattr(args, key) for setting, key in own.items()}
     settings |= {"do_sample": True, **(kwargs or {})}
     try:
-        GenerationConfig(**settings).validate(strict=True)
+        config = GenerationConfig(**settings)
+        config.validate(strict=True)
     except (ValueError, TypeError) as err:
         reason = " ".join(str(err).split())
         named = next((key for key in settings if key in reason), "generation_kwargs")
         raise UserError(
             f"{path}: {named}: transformers' generation refuses it ({reason}); change or drop it"
         ) from None
+    mode = config.get_generation_mode()  # transformers' own reading of the settings: beams are no samples
+    if mode.value != "sample":
+        asked = [key for key in (kwargs or {}) if key not in ("do_sample",)] or ["generation_kwargs"]
+        raise UserError(
+            f"{path}: generation_kwargs {', '.join(asked)}: transformers generates by {mode.value} with them, not by "
+            "plain sampling, and GRPO learns from the differences between a group's sampled answers; drop them"
+        )
 
 
 def check_sampling(args, path: str) -> None:
