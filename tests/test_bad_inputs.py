@@ -244,6 +244,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("one source twice in a mixture", ["validate", sft, "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/train.jsonl, format: usmle}]}"], "sources[1] is sources[0] again"),
         Case("an eval set with an empty name", ["validate", sft, "--eval_sets", "{'': {path: data/usmle_sample/test.jsonl, format: usmle}}"], "eval_sets has a set with an empty name"),
         Case("a loss weight fewer than the losses, as a YAML list", ["validate", dpo, "--loss_type", "[sigmoid, sft]", "--loss_weights", "[1.0]"], "Got 1 weights for 2 loss types"),
+        Case("two recipes on one command line", script("sft", sft, cpt), "a second recipe, recipes/tiny_cpt.yaml, after recipes/tiny_sft.yaml; a script reads one recipe"),
         Case("a misspelt key without its dashes", ["validate", sft, "learnin_rate", "1e-5"], "command line: unknown argument 'learnin_rate'; keys after the recipe take two dashes (did you mean '--learning_rate'"),
         Case("a checkpoint mirror's port past 65535", ["validate", cpt, "--checkpoint_mirror_url", "ftp://127.0.0.1:99999/run"], "checkpoint_mirror_url ftp://127.0.0.1:99999/run: its address cannot be read (Port out of range 0-65535); fix the URL"),
         Case("a checkpoint mirror server URL without its host", ["validate", cpt, "--checkpoint_mirror_url", "ftp:///run"], "ftp:// names no host; write ftp://HOST/PATH"),

@@ -246,6 +246,11 @@ class RecipeParser(TrlParser):
                     f"command line: '{name}' is a recipe key written without its dashes, which the command line "
                     f"reads as no key at all; write --{name} VALUE"
                 )
+            if not unknown and name.endswith((".yaml", ".yml")):  # a second recipe after the first
+                raise UserError(
+                    f"command line: a second recipe, {name}, after {path}; a script reads one recipe: put the keys "
+                    "you want of the other in it, or give them after it as --key value"
+                )
             if not unknown:  # no dashes either: the keys it may have meant, as they are written
                 close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])
                 raise UserError(
