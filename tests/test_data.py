@@ -821,3 +821,12 @@ def test_a_pattern_is_data_files_and_not_a_path(tmp_path):
         check_local_source(SourceConfig(path=pattern, format="usmle"))
     rows = load_mcq_source(SourceConfig(path="json", data_files=pattern, format="usmle"))
     assert len(rows) == 80  # train.jsonl's 60 and test.jsonl's 20
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_text_files_byte_order_mark_is_no_text(tmp_path, streaming):
+    """Windows' Notepad starts a UTF-8 file with a byte-order mark: not a character of its first document."""
+    marked = tmp_path / "notes.txt"
+    marked.write_bytes("Scurvy follows a lack of vitamin C.\nRickets, of vitamin D.\n".encode("utf-8-sig"))
+    rows = load_source(SourceConfig(path=str(marked)), streaming=streaming)
+    assert [row["text"] for row in rows] == ["Scurvy follows a lack of vitamin C.", "Rickets, of vitamin D."]

@@ -224,6 +224,8 @@ def load_documents(source: SourceConfig, streaming: bool):
             streaming=streaming,
             storage_options=source.storage_options,
             **({"sample_by": source.sample_by} if source.sample_by else {}),  # the text builder's option
+            # A text file saved with a byte-order mark (Windows' Notepad): the mark is no text of its first line.
+            **({"encoding": "utf-8-sig"} if path == "text" else {}),
         )
         if source.sample_by == "paragraph":  # its paragraphs keep the last line break of a file and of 3 in a row
             documents = documents.map(lambda row: {"text": row["text"].strip("\n")})
