@@ -623,3 +623,22 @@ def test_a_benchmark_scored_in_training_from_the_file_the_recipe_trains_on_is_sa
         say_trained_on(recipe, {"medqa_4opt": str(tmp_path / "." / "test.jsonl"), "medmcqa": str(ROOT / "data")})
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and said[0].startswith(f"eval_tasks medqa_4opt scores {tmp_path}/test.jsonl, which the")
+
+
+def test_a_model_asked_without_the_system_prompt_it_was_trained_with_is_told(tmp_path):
+    """eval (generate), generate and pairs --model read the run's run.json beside final/: a system turn
+    other than the one it trained with (or none) is said, with the flag that gives it."""
+    from medrecipes.locations import system_prompt_note
+
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"recipe": {"system_prompt": "Answer as a doctor."}}))
+    model = str(tmp_path / "run" / "final")
+    assert system_prompt_note(model, "Answer as a doctor.", "--system_prompt") is None
+    assert system_prompt_note(model, None, "--system_prompt").endswith(
+        "is asked with none: its answers are to prompts it was not trained on; pass --system_prompt "
+        "'Answer as a doctor.' to ask as it was trained"
+    )
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"recipe": {"system_prompt": None}}))
+    assert "leave --system out" in system_prompt_note(model, "Be brief.", "--system")
+    assert system_prompt_note(str(tmp_path / "elsewhere"), None, "--system") is None  # no run to read
+    assert system_prompt_note("org/model", None, "--system") is None  # a Hub id

@@ -234,7 +234,10 @@ def _sampled_answers(args, rows) -> list[list[str]]:
 
     from medrecipes.evaluation.commands import load_for_evaluation
     from medrecipes.evaluation.generate import sample_answers
+    from medrecipes.locations import system_prompt_note
 
+    if note := system_prompt_note(args.model, args.system_prompt, "--system-prompt"):
+        print(f"warning: pairs --model: {note}", file=sys.stderr)
     set_seed(args.seed)
     model, tokenizer = load_for_evaluation(args.model)
     answers, _ = sample_answers(

@@ -14,7 +14,7 @@ from medrecipes.errors import UserError
 from medrecipes.evaluation import calibration as cal
 from medrecipes.evaluation.loglik import max_context_length
 from medrecipes.evaluation.scoring import evaluate_task
-from medrecipes.locations import weights_fingerprint
+from medrecipes.locations import system_prompt_note, weights_fingerprint
 from medrecipes.models.files import merged_adapter_fingerprint
 from medrecipes.outputs.claims import claim_output
 from medrecipes.outputs.writes import staged
@@ -62,6 +62,10 @@ def run_evaluation(args) -> dict:
         claim_output(args.output, "eval", where, getattr(args, "inputs", []), overwrite=args.overwrite)
     for note in getattr(args, "notes", []):
         logger.warning(note)
+    if args.mode == "generate" and (
+        note := system_prompt_note(args.model_name_or_path, args.system_prompt, "--system_prompt")
+    ):
+        logger.warning(note)  # a loglik question is no chat: no system turn to miss
     started = time.time()
     set_seed(args.seed)
     tasks = {

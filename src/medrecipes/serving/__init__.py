@@ -19,7 +19,7 @@ import socket
 import sys
 
 from medrecipes.errors import UserError
-from medrecipes.locations import absent, file_as_model, looks_local
+from medrecipes.locations import absent, file_as_model, looks_local, system_prompt_note
 from medrecipes.serving.app import create_app, error_body
 from medrecipes.serving.model import ServedModel, capped_tokens, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
@@ -56,6 +56,8 @@ def generate(model: str, prompt: str, system: str | None = None, max_new_tokens:
     chat = tokenizer.chat_template is not None
     if chat and system:
         say_dropped_system(tokenizer, "generate --system")
+    if chat and (note := system_prompt_note(model, system, "--system")):
+        logging.getLogger("medrecipes").warning(note)
     specials = [t for t in tokenizer.all_special_tokens + [str(t) for t in tokenizer.added_tokens_decoder.values()]
                 if len(t) > 1 and any(t in text for text in (prompt, system or ""))]  # fmt: skip
     if chat and specials:  # the tokenizer reads them as the markers themselves, not as the user's text
