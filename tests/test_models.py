@@ -392,3 +392,22 @@ def test_weights_trained_in_bfloat16_that_a_step_cannot_move_are_said(tiny_model
     # The rounding it describes: one step of learning_rate leaves such a weight as it was.
     big = weights.max().to(torch.bfloat16)
     assert big - torch.tensor(1e-6, dtype=torch.bfloat16) == big
+
+
+def test_a_recipes_template_that_drops_the_models_bos_is_said(tiny_model, caplog):
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from medrecipes.models.templates import say_dropped_bos
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    own = tokenizer.chat_template
+    plain = (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    )
+    with caplog.at_level(logging.WARNING, logger="medrecipes.models.templates"):
+        say_dropped_bos(tokenizer, own, "{{ bos_token }}" + plain)  # keeps it: nothing said
+        assert not caplog.records
+        say_dropped_bos(tokenizer, own, plain)
+    assert "chat_template_path: the template renders no <|bos|>, which" in caplog.text

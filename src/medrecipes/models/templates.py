@@ -157,6 +157,22 @@ def say_dropped_system(tokenizer, key: str, template: str | None = None) -> None
         )  # fmt: skip
 
 
+def say_dropped_bos(tokenizer, own: str, template: str, key: str = "chat_template_path") -> None:
+    """A template (`key`) that renders no BOS where the model's own template starts each conversation
+    with it: the run trains on text without the token the model always saw first, said."""
+    bos = tokenizer.bos_token
+    turns = [{"role": "user", "content": "question"}, {"role": "assistant", "content": "answer"}]
+    if not bos:
+        return
+    starts = tokenizer.apply_chat_template(turns, chat_template=own, tokenize=False).lstrip().startswith(bos)
+    if starts and bos not in tokenizer.apply_chat_template(turns, chat_template=template, tokenize=False):
+        logger.warning(
+            "%s: the template renders no %s, which %s's own template starts each conversation with, so the model "
+            "trains on text without the token it always saw first; start the template with {{ bos_token }}",
+            key, bos, tokenizer.name_or_path,
+        )  # fmt: skip
+
+
 def align_generation_eos(model, tokenizer, end_of_turn: str | None) -> None:
     """Make generation stop at the chat template's end of turn as well as at EOS.
 

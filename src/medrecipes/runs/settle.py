@@ -16,7 +16,7 @@ the push read it; nothing works one of its facts out again.
 from medrecipes.config.methods import method_named
 from medrecipes.errors import UserError
 from medrecipes.models.loading import positions, settle_unused_parameters
-from medrecipes.models.templates import answer_end, say_dropped_system, sft_template, turn_end
+from medrecipes.models.templates import answer_end, say_dropped_bos, say_dropped_system, sft_template, turn_end
 from medrecipes.plan.shape import model_config
 from medrecipes.plan.summary import settle_checkpointing
 from medrecipes.rewards import reward_functions
@@ -33,8 +33,12 @@ def chat_turns(
     tokenizer's own; CPT trains on plain text, in no template (`Method.chat`). `medrecipes preview`
     shows the examples through the same. SFT's answers must end with that token in its template
     (TRL adds none to a conversation), or the model is never trained to stop. A `system_prompt` the
-    template refuses stops the run here, one it leaves out is said (`say_dropped_system`)."""
+    template refuses stops the run here, one it leaves out is said (`say_dropped_system`), as is a
+    template of the recipe's that drops the BOS the model's own starts with (`say_dropped_bos`)."""
+    own = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     template, end = _chat_turns(method, training_args, tokenizer)
+    if template and own and template != own:  # a template of the recipe's, in place of the model's
+        say_dropped_bos(tokenizer, own, template)
     if template and system_prompt:  # before a step: a template that refuses the turn stops the run here
         say_dropped_system(tokenizer, "system_prompt", template)
     return template, end
