@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from medrecipes.data.sources import load_mcq_source
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, row_in_files
 from medrecipes.locations import absent, looks_local
 from medrecipes.usmle import (
     LETTERS,
@@ -336,12 +336,17 @@ def load_task(
 
 
 def _task_data(task: Task, rows: list[Row], source: str, limit: int | None, wording: Wording) -> TaskData:
+    # A question of a JSON Lines file is named by its line (its rows are its records, in order); others by id.
+    index = {id(r): i for i, r in enumerate(rows)} if str(source).lower().endswith(".jsonl") else {}
     rows = _first_per_subject(rows, limit, bool(task.subjects))
     if not rows:
         raise UserError(f"{task.name}: {source} holds no questions; check the file")
     other = [r for r in rows if task.options and len(r["options"]) != task.options]
     if other:
-        named = ", ".join(f"'{r['id']}' ({len(r['options'])})" for r in other[:3])
+        where = {
+            id(r): row_in_files([source], index[id(r)]).removeprefix(f"{source} ") for r in other if id(r) in index
+        }
+        named = ", ".join(f"{where.get(id(r), repr(r['id']))} has {len(r['options'])}" for r in other[:3])
         raise UserError(
             f"{task.name}: {len(other)} of the {len(rows)} questions in {source} have other than the {task.options} "
             f"options of {task.name} ({named}{', ...' if len(other) > 3 else ''}); fix them, or score them as "
