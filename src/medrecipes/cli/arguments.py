@@ -151,8 +151,9 @@ class CommandParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
 
-def recipe_command(commands, name: str, help: str):
-    """A command that reads a recipe: its path, --method, and --key value overrides of its keys."""
+def recipe_command(commands, name: str, help: str, method: str = "sft"):
+    """A command that reads a recipe: its path, --method (`method`, an example of one it takes), and
+    --key value overrides of its keys."""
     sub = commands.add_parser(
         name,
         help=help,
@@ -160,6 +161,6 @@ def recipe_command(commands, name: str, help: str):
         "--architecture small for a model not trained yet).",
     )
     sub.add_argument("recipe", type=input_path, help="a recipe YAML file")
-    sub.add_argument("--method", help="the training method it is for, e.g. sft (default: from its keys)")
+    sub.add_argument("--method", help=f"the training method it is for, e.g. {method} (default: from its keys)")
     sub.set_defaults(takes_overrides=True)  # unknown --key value pairs override the recipe
     return sub

@@ -73,7 +73,10 @@ def add_commands(commands) -> None:
     pairs.set_defaults(func=cmd_pairs, for_model=for_model)
 
     rates = recipe_command(
-        commands, "pass-rate", "each question's pass rate: a model's answers sampled, scored by the recipe's reward"
+        commands,
+        "pass-rate",
+        "each question's pass rate: a model's answers sampled, scored by the recipe's reward",
+        method="grpo",  # the recipes that have a reward
     )
     rates.add_argument(
         "--output", type=output_path, help="the JSONL file to write (default: the file the recipe's pass_rate reads)"
