@@ -216,7 +216,7 @@ def test_calibrate_saves_a_temperature_that_eval_then_reports(tiny_model, tmp_pa
     assert "was fitted on medqa_4opt and scales the confidences of other too" in caplog.text
     # Its own earlier result is replaced only when asked; questions both fitted and measured are refused.
     for extra, words in (
-        ([], "pass --overwrite"),
+        ([], "calibration.json already exists; pass --overwrite to replace it"),  # its path is its model's
         (["--overwrite", "--held-out", str(SAMPLE / "train.jsonl")], "share questions"),
     ):
         with pytest.raises(SystemExit) as info:

@@ -841,7 +841,10 @@ def test_a_benchmark_file_with_another_option_count_is_refused_by_its_name(tmp_p
     for name in ("medqa_4opt", "medmcqa", "mmlu_medical"):
         if TASKS[name].subjects:
             continue  # MMLU keeps its subjects only
-        with pytest.raises(UserError, match=rf"1 of the 4 questions in .* have other than the 4 options of {name} \(line 4 has {count}\)"):
+        with pytest.raises(
+            UserError,
+            match=rf"1 of the 4 questions in .* have other than the 4 options of {name} \(line 4 has {count}\)",
+        ):
             load_task(name, data=path)
     assert len(load_task("my_set", data=path).rows) == 4
 

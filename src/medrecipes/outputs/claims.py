@@ -178,8 +178,9 @@ def _check_earlier_result(path: str, kind: str, where: str, overwrite: bool) -> 
             f"{where}: {path} {what}; name a new path (nothing there is replaced, "
             f"--overwrite included: it replaces only an earlier '{kind}' result)"
         )
-    if not overwrite:
-        raise UserError(f"{where}: {path} already exists; name a new path, or pass --overwrite to replace it")
+    if not overwrite:  # calibration.json's path is its model's: no other to name
+        other = "" if kind == "calibration" else "name a new path, or "
+        raise UserError(f"{where}: {path} already exists; {other}pass --overwrite to replace it")
     foreign = not_written(path) if os.path.isdir(path) else None
     if foreign is not None:
         raise UserError(
