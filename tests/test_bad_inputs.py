@@ -539,6 +539,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("tiny-model: a CSV corpus with a quote left open", ["tiny-model", f"{files}/t10", "--corpus", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),
         Case("tiny-model: a Parquet corpus cut short", ["tiny-model", f"{files}/t11", "--corpus", f["cut.parquet"]], "cut.parquet: not a whole Parquet file"),
         Case("tiny-model: a text corpus with a byte that is not UTF-8", ["tiny-model", f"{files}/t12", "--corpus", f["latin1line3.txt"]], "not UTF-8 text (invalid continuation byte at line 3"),
+        Case("eval: a dtype of whole numbers", ["eval", "--model", model, "--data", TEST_SET, "--dtype", "int8"], "argument --dtype: invalid choice: 'int8' (choose from 'auto', 'bfloat16', 'float16', 'float32')"),
+        Case("perplexity: a dtype of booleans", ["perplexity", "--model", model, "--data", f["notes.jsonl"], "--dtype", "bool"], "argument --dtype: invalid choice: 'bool'"),
         Case("eval: an option of no text before others", ["eval", "--model", model, "--data", f["nulloption.jsonl"]], "nulloption.jsonl line 1: option B has no text (null, or no such key) while D follows; give B its text"),
         Case("eval: options keyed by lower-case letters", ["eval", "--model", model, "--data", f["lowerkeys.jsonl"]], "lowerkeys.jsonl line 1: option keys ['a', 'b'] are not consecutive letters from A"),
         Case("eval: a CSV with a quote left open", ["eval", "--model", model, "--data", f["openquote.csv"]], "openquote.csv line 3: a quote opened on this line is never closed"),

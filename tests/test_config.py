@@ -963,3 +963,19 @@ def test_a_quoted_home_in_a_commands_paths_is_the_home(tmp_path, monkeypatch):
     assert (args.model_name_or_path, args.output) == (str(tmp_path / "model"), str(tmp_path / "e.json"))
     assert input_path("~/final") == output_path("~/final") == str(tmp_path / "final")
     assert input_path("org/model") == "org/model"  # a Hub id is left as it is
+
+
+def test_the_dtypes_a_command_loads_in_are_trls(tmp_path):
+    """eval's and perplexity's --dtype take what a recipe's dtype takes: TRL's ModelConfig choices."""
+    import dataclasses
+
+    from trl import ModelConfig
+
+    from medrecipes.models.loading import resolve_dtype
+    from medrecipes.names import DTYPES
+
+    field = next(f for f in dataclasses.fields(ModelConfig) if f.name == "dtype")
+    assert DTYPES == tuple(field.metadata["choices"])
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(UserError, match="'int8' is no dtype a model loads in"):
+        resolve_dtype("int8")

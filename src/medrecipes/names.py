@@ -17,6 +17,9 @@ EVAL_MODES = get_args(EvalMode)
 # Answers sampled a question at most (generate mode's votes, pass-rate, on-policy pairs): a share
 # finer than 1/1024 changes no vote or filter, and each answer is generated and held in memory.
 MOST_SAMPLES = 1024
+# The dtypes a model is loaded in: TRL's ModelConfig.dtype choices (a test holds the two together),
+# for eval and perplexity as for a recipe; a dtype of whole numbers or booleans loads no model.
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 # PubMedQA's two settings (Jin et al. 2019): reasoning-required asks about the abstract without its
 # conclusion, the benchmark's standard score; reasoning-free gives the conclusion (`LONG_ANSWER`),
 # alone or after the abstract. A figure is reported under its setting's name.

@@ -11,6 +11,7 @@ from medrecipes.cli.arguments import (
     repo_id,
 )
 from medrecipes.data_config import SAMPLE_BY
+from medrecipes.names import DTYPES
 
 
 def add_commands(commands) -> None:
@@ -27,7 +28,7 @@ def add_commands(commands) -> None:
         "--sample-by", choices=SAMPLE_BY, help="a .txt file's documents: a line each (default), a paragraph, the file"
     )
     ppl.add_argument("--limit", type=COUNT, help="the first N documents")
-    ppl.add_argument("--dtype", default="auto", help="auto (the checkpoint's), bfloat16, float16 or float32")
+    ppl.add_argument("--dtype", default="auto", choices=DTYPES, help="auto (the checkpoint's), or the one to load in")
     ppl.add_argument("--output", type=output_path, help="JSON file for the result")
     ppl.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     ppl.set_defaults(func=cmd_perplexity)

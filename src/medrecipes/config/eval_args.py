@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, check_revision, split_names
 from medrecipes.config.schema import world_size
 from medrecipes.errors import UserError, did_you_mean
-from medrecipes.names import MOST_SAMPLES, TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
+from medrecipes.names import DTYPES, MOST_SAMPLES, TASK_NAMES, EvalMode, PubMedQASetting, check_task_names
 from medrecipes.outputs.claims import check_writable
 
 
@@ -48,7 +48,9 @@ class EvalArguments:
         default=None, metadata={"help": "Context length; longer inputs lose tokens on the left (default: model's)."}
     )
     model_revision: str | None = field(default=None, metadata={"help": "Hub revision of the model."})
-    dtype: str = field(default="auto", metadata={"help": "auto (the checkpoint's), bfloat16, float16 or float32."})
+    dtype: str = field(
+        default="auto", metadata={"help": "auto (the checkpoint's), or the one to load in.", "choices": DTYPES}
+    )
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1 (default: cuda when available)."})
     system_prompt: str | None = field(default=None, metadata={"help": "generate: system turn before each question."})
     chain_of_thought: bool = field(default=False, metadata={"help": "generate: reason, then 'Final Answer: X'."})

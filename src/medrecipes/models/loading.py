@@ -23,6 +23,7 @@ from medrecipes.models.files import (
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.scratch import packaged_config, scratch_config
 from medrecipes.models.templates import chat_template, check_renders_question, native_template
+from medrecipes.names import DTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +32,10 @@ def resolve_dtype(name: str | None) -> torch.dtype | str:
     """'auto' (the checkpoint's dtype) unless the recipe names one."""
     if name in (None, "auto"):
         return "auto"
-    if not isinstance(getattr(torch, name, None), torch.dtype):
-        raise UserError(f"dtype: unknown dtype '{name}'; use bfloat16, float16, float32 or auto")
+    if name not in DTYPES:
+        raise UserError(
+            f"dtype: '{name}' is no dtype a model loads in{did_you_mean(name, DTYPES)}; use {', '.join(DTYPES)}"
+        )
     return getattr(torch, name)
 
 
