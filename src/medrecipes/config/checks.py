@@ -698,6 +698,10 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             kind = "a file that is no template (.jinja or .j2), so it would be read as a tokenizer"
         elif looks_local(template) and not os.path.exists(template):
             kind = kind or "no such file or tokenizer folder"
+        elif os.path.isdir(template) and not any(
+            os.path.isfile(os.path.join(template, name)) for name in ("tokenizer_config.json", "tokenizer.json")
+        ):  # TRL would load it as a tokenizer, and find none
+            kind = "a folder with no tokenizer in it (no tokenizer_config.json)"
         if kind:
             raise UserError(
                 f"{path}: chat_template_path: {template} is {kind}; name a .jinja file, a tokenizer, "
