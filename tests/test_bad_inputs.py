@@ -128,7 +128,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("weight_decay negative", script("cpt", cpt, "--weight_decay", "-0.1"), "weight_decay must be 0 or more"),
         Case("max_steps not a number", script("cpt", cpt, "--max_steps", "ten"), "max_steps"),
         Case("unknown command-line key", script("cpt", cpt, "--learnin_rate", "1e-4"), "unknown argument '--learnin_rate' (did you mean '--learning_rate'"),
-        Case("stray command-line value", script("cpt", cpt, "extra.yaml"), "unknown argument"),
+        Case("stray command-line value", script("cpt", cpt, "extra.txt"), "unknown argument 'extra.txt'"),
         Case("unknown scheduler", script("cpt", cpt, "--lr_scheduler_type", "cosinus"), "lr_scheduler_type"),
         Case("unknown optimizer", script("cpt", cpt, "--optim", "adamw_fast"), "optim"),
         Case("unknown logger", script("cpt", cpt, "--report_to", "tensorbord"), "did you mean 'tensorboard'"),

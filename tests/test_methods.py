@@ -178,7 +178,7 @@ def test_a_source_in_a_format_the_method_does_not_train_on_is_refused_at_parse(m
         recipe.write_text(
             yaml.safe_dump(
                 {
-                    "model_name_or_path": str(tmp_path),
+                    "model_name_or_path": str(tmp_path / "model"),  # beside output_dir, not around it
                     "dataset_mixture": {"sources": [{"path": "json", "data_files": "a.jsonl", "format": mixture}]},
                     "eval_sets": {"held": {"path": "json", "data_files": "b.jsonl", "format": evals}},
                     "output_dir": str(tmp_path / "out"),

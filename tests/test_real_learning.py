@@ -532,6 +532,8 @@ def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_give
     for overrides in same:
         stage("sft-s1", moved / "final", lambda: pytest.fail("a done stage ran"), ("sft", sft, *overrides))
         assert "sft-s1 done" in capsys.readouterr().out
+    other = tmp_path / "another-model"  # a folder beside the run's, not one the run lies inside
+    other.mkdir()
     changed = {
         ("--learning_rate", "0.5"): "learning_rate 0.003 there, 0.5 here",
         ("--seed", "3"): "seed 42 there, 3 here",
@@ -539,7 +541,7 @@ def test_a_done_training_stage_is_passed_only_if_its_run_is_what_the_recipe_give
             "--dataset_mixture",
             '{"sources": [{"path": "data/usmle_sample/train.jsonl", "format": "usmle", "balance_answers": true}]}',
         ): "dataset_mixture ",  # fmt: skip
-        ("--model_name_or_path", str(tmp_path)): f"model outputs/demo/cpt/final, here {tmp_path}",
+        ("--model_name_or_path", str(other)): f"model outputs/demo/cpt/final, here {other}",
     }
     for overrides, difference in changed.items():
         with pytest.raises(SystemExit) as stopped:

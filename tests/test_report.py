@@ -136,7 +136,7 @@ def test_a_run_still_training_is_read_from_its_newest_checkpoint(tmp_path):
         (lambda p: p / "absent", "no such file or folder"),
         (
             lambda p: (p / "empty").mkdir() or p / "empty",
-            "holds no run (trainer_state.json or run.json) and no eval --output files",
+            "holds no run (trainer_state.json or run.json), no run folders and no eval --output files",
         ),
         (lambda p: (p / "x.json").write_text("{not json") and p / "x.json", "not a JSON evaluation"),
         (lambda p: (p / "y.json").write_text('{"a": 1}') and p / "y.json", "no 'tasks' in it"),
