@@ -61,6 +61,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     if not sys.stderr.isatty():  # datasets' bars in a log or a pipe: lines of \r-updates above the command's own
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        if os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1" and "datasets" in sys.modules:
+            sys.modules["datasets"].disable_progress_bars()  # imported already (a notebook): it read the variable then
     parser = make_parser()
     args, overrides = parser.parse_known_args(argv)
     if overrides and not getattr(args, "takes_overrides", False):
