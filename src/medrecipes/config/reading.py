@@ -251,12 +251,11 @@ class RecipeParser(TrlParser):
                     f"command line: a second recipe, {name}, after {path}; a script reads one recipe: put the keys "
                     "you want of the other in it, or give them after it as --key value"
                 )
-            if not unknown:  # no dashes either: the keys it may have meant, as they are written
-                close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])
+            close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])  # as a command line writes them
+            if not unknown:  # no dashes either
                 raise UserError(
                     f"command line: unknown argument '{name}'; keys after the recipe take two dashes{close}"
                 )
-            close = did_you_mean(f"--{name}", [f"--{key}" for key in self._keys()])  # as it is written
             raise UserError(f"command line: unknown argument '--{name}'{close}")
         for obj in outputs:
             _read_flow_lists(obj)

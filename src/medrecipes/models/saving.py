@@ -74,8 +74,10 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
     about 30 s on 2 cores, against seconds from the folder). A model whose file has no chat template
     gets its turn format's (Gemma's for the Gemma 3 base), and generation stops at its end of turn."""
     if not gguf.endswith(".gguf"):  # transformers reads a file as GGUF by its suffix
-        with open(gguf, "rb") if os.path.isfile(gguf) else open(os.devnull, "rb") as f:
-            is_gguf = f.read(4) == b"GGUF"  # the format's magic number
+        is_gguf = False
+        if os.path.isfile(gguf):
+            with open(gguf, "rb") as f:
+                is_gguf = f.read(4) == b"GGUF"  # the format's magic number
         raise UserError(
             f"convert-gguf: {gguf} is a GGUF model named without .gguf, the suffix it is read by; rename it to end in .gguf"
             if is_gguf

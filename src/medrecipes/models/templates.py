@@ -161,9 +161,9 @@ def say_dropped_bos(tokenizer, own: str, template: str, key: str = "chat_templat
     """A template (`key`) that renders no BOS where the model's own template starts each conversation
     with it: the run trains on text without the token the model always saw first, said."""
     bos = tokenizer.bos_token
-    turns = [{"role": "user", "content": "question"}, {"role": "assistant", "content": "answer"}]
     if not bos:
         return
+    turns = [{"role": "user", "content": "question"}, {"role": "assistant", "content": "answer"}]
     starts = tokenizer.apply_chat_template(turns, chat_template=own, tokenize=False).lstrip().startswith(bos)
     if starts and bos not in tokenizer.apply_chat_template(turns, chat_template=template, tokenize=False):
         logger.warning(
