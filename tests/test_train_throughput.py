@@ -140,6 +140,32 @@ def test_a_time_limit_is_written_as_a_timeout_with_the_runs_it_finished(tmp_path
     assert not list(out.glob("*.partial"))
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception, on purpose
+def test_a_time_limit_that_comes_during_garbage_collection_still_ends_the_run_as_a_timeout():
+    """Python drops the exception of a signal handler that runs inside a weakref's callback: the
+    run goes on to its end, and is then ended as a timeout all the same."""
+    import gc
+    import signal
+    import weakref
+
+    measure = load_script("throughput.measure")
+
+    class Held:
+        pass
+
+    held = Held()
+    weakref.finalize(held, lambda: signal.raise_signal(signal.SIGTERM))  # the handler runs in the callback
+    previous = signal.signal(signal.SIGTERM, measure.raise_timed_out)
+    try:
+        del held
+        gc.collect()  # the run went on: nothing was raised here
+        with pytest.raises(measure.TimedOut, match="SIGTERM received"):
+            measure.check_timed_out()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        measure._received.clear()
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_repeats_pair_baseline_and_ours_run_back_to_back(tmp_path):

@@ -13,8 +13,20 @@ class TimedOut(Exception):
     """A SIGTERM, the `timeout` that bounds a case, stopped a run: the case ends as a timeout."""
 
 
+_received: list[str] = []  # the signals that came, read again after each run
+
+
 def raise_timed_out(signum, frame):
-    raise TimedOut(f"{signal.Signals(signum).name} received (the case's time limit)")
+    _received.append(f"{signal.Signals(signum).name} received (the case's time limit)")
+    raise TimedOut(_received[-1])
+
+
+def check_timed_out() -> None:
+    """Python drops an exception raised by a signal handler that ran inside a callback whose
+    exceptions it ignores (a weakref's, a __del__, at garbage collection): the run then goes on to
+    its end. The signal is recorded too, and a run it came during ends as the timeout it is."""
+    if _received:
+        raise TimedOut(_received[0])
 
 
 def stopped_early(trainer) -> None:

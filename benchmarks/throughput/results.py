@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .arms import Bench, device_name
 from .cases import ROOT
-from .measure import TimedOut, add_mfu, profile_gap, train_measured
+from .measure import TimedOut, add_mfu, check_timed_out, profile_gap, train_measured
 from .op_census import census_gap
 from .plain_loop import PlainLoop
 
@@ -65,6 +65,7 @@ def run_one(build, bench: Bench, label: str) -> dict:
     finally:
         release(trainer)
         trainer = None
+    check_timed_out()
     print(f"[{bench.case['name']}] {label}: {summary_line(record)}", flush=True)
     return record
 
