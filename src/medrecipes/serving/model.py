@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import medrecipes.serving.requests as fields
-from medrecipes.errors import UserError
+from medrecipes.errors import UserError, quoted
 from medrecipes.runs.record import FINAL
 from medrecipes.serving.requests import RequestError
 
@@ -94,8 +94,8 @@ class ServedModel:
         request = self._common(payload)
         limits = {key: payload[key] for key in ("max_tokens", "max_completion_tokens") if payload.get(key) is not None}
         if len(set(map(repr, limits.values()))) > 1:  # OpenAI's newer name and its older one
-            raise fields.RequestError(400, f"max_tokens {limits['max_tokens']!r} and max_completion_tokens "
-                                      f"{limits['max_completion_tokens']!r} disagree; give one of them")  # fmt: skip
+            raise fields.RequestError(400, f"max_tokens {quoted(limits['max_tokens'])} and max_completion_tokens "
+                                      f"{quoted(limits['max_completion_tokens'])} disagree; give one of them")  # fmt: skip
         named = next((key for key in ("max_completion_tokens", "max_tokens") if key in limits), "max_tokens")
         limit = limits.get(named)
         limit = fields.token_limit(min(256, self.max_tokens) if limit is None else limit, 1, self.max_tokens, named)
@@ -119,7 +119,7 @@ class ServedModel:
             if found := next((t for t in self._special if t in turn["content"]), None):
                 raise RequestError(
                     400,
-                    f"messages[{i}].content holds {found!r}, a special token of the model's chat format, which would "
+                    f"messages[{i}].content holds {quoted(found)}, a special token of the model's chat format, which would "
                     "end the turn it is in and start another in the message's words; remove it",
                 )
 
@@ -133,7 +133,7 @@ class ServedModel:
         request = self._common(payload)
         echo = payload.get("echo", False)
         if not isinstance(echo, bool):
-            raise RequestError(400, f"echo must be true or false, got {echo!r}")
+            raise RequestError(400, f"echo must be true or false, got {quoted(echo)}")
         limit = fields.token_limit(payload.get("max_tokens", 16), 0 if echo else 1, self.max_tokens)
         prompts, added = [], []
         for prompt in fields.prompts_of(payload.get("prompt")):
@@ -196,7 +196,7 @@ class ServedModel:
         return text, "stop" if stopped or len(out) < request["max_tokens"] else "length"
 
     def _head(self, kind: str) -> dict:
-        prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
+        prefix = "chatcmpl" if kind.startswith("chat.completion") else "cmpl"  # its chunks too, as OpenAI's
         return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": self.name}
 
     @staticmethod

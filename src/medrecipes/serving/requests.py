@@ -64,7 +64,7 @@ def _fields_once(pairs: list[tuple]) -> dict:
     fields = {}
     for key, value in pairs:
         if key in fields:
-            raise RequestError(400, f"field {key!r} is given twice in one object; give it once")
+            raise RequestError(400, f"field {quoted(key)} is given twice in one object; give it once")
         fields[key] = value
     return fields
 
@@ -98,9 +98,9 @@ def sampling(payload: dict) -> tuple[float, float]:
         ("top_p", top_p, lambda v: 0 < v <= 1),
     ):
         if not is_number(value):
-            raise RequestError(400, f"{key} must be a number, got {value!r}")
+            raise RequestError(400, f"{key} must be a number, got {quoted(value)}")
         if not ok(value):
-            raise RequestError(400, f"{key} {value!r} is out of range (temperature 0 to 2, top_p above 0 to 1)")
+            raise RequestError(400, f"{key} {quoted(value)} is out of range (temperature 0 to 2, top_p above 0 to 1)")
     temperature, top_p = float(temperature), float(top_p)
     if "temperature" not in payload and top_p != 1:  # OpenAI's default would sample; this server's does not
         raise RequestError(
@@ -121,7 +121,7 @@ def sampling(payload: dict) -> tuple[float, float]:
 def seed_of(payload: dict) -> int | None:
     seed = payload.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not SEEDS[0] <= seed <= SEEDS[1]):
-        raise RequestError(400, f"seed must be a whole number from {SEEDS[0]} to {SEEDS[1]}, got {seed!r}")
+        raise RequestError(400, f"seed must be a whole number from {SEEDS[0]} to {SEEDS[1]}, got {quoted(seed)}")
     return seed
 
 
@@ -131,14 +131,14 @@ def stop_of(payload: dict) -> list[str]:
     stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
         raise RequestError(
-            400, f"stop must be a non-empty string or a list of up to {MAX_STOPS} of them, got {stop!r}"
+            400, f"stop must be a non-empty string or a list of up to {MAX_STOPS} of them, got {quoted(stop)}"
         )
     return stops
 
 
 def token_limit(value, least: int, most: int, name: str = "max_tokens") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise RequestError(400, f"{name} must be a whole number from {least} to {most}, got {value!r}")
+        raise RequestError(400, f"{name} must be a whole number from {least} to {most}, got {quoted(value)}")
     return value
 
 
@@ -146,11 +146,11 @@ def stream_of(payload: dict) -> tuple[bool, bool]:
     """(stream the answer as server-sent events, end the stream with the usage)."""
     stream, options = payload.get("stream", False), payload.get("stream_options")
     if not isinstance(stream, bool):
-        raise RequestError(400, f"stream must be true or false, got {stream!r}")
+        raise RequestError(400, f"stream must be true or false, got {quoted(stream)}")
     if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}
                                 or not isinstance(options.get("include_usage", False), bool)):  # fmt: skip
         raise RequestError(
-            400, f"stream_options takes {{include_usage: true|false}} with stream: true, got {options!r}"
+            400, f"stream_options takes {{include_usage: true|false}} with stream: true, got {quoted(options)}"
         )
     return stream, bool((options or {}).get("include_usage"))
 
