@@ -506,6 +506,29 @@ def test_a_question_asked_more_than_once_is_reported(tiny, tmp_path):
     )
 
 
+def test_a_limit_past_the_questions_is_said_where_it_cuts_nothing(tmp_path, caplog):
+    """A limit above the questions a file holds (or, for MMLU, its largest subject's) scores them
+    all: said in one line by the option's name; a limit that cuts, or that takes them all exactly, is not."""
+    sample = str(ROOT / "data/usmle_sample/test.jsonl")
+    count = len(load_task("mine", data=sample).rows)
+    for limit, said in ((count - 1, False), (count, False), (count + 1, True)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="medrecipes"):
+            assert len(load_task("mine", data=sample, limit=limit).rows) == min(limit, count)
+        notes = [r.getMessage() for r in caplog.records if "all of them are scored" in r.getMessage()]
+        assert len(notes) == said and all(f"--limit {limit} is more than the {count} questions" in n for n in notes)
+    val = tmp_path / "val"
+    val.mkdir()
+    for subject, rows in zip(TASKS["mmlu_medical"].subjects, (3, 1, 1, 1, 1, 1), strict=True):
+        lines = [f"Which {i} in {subject}?,a,b,c,d,B" for i in range(rows)]
+        (val / f"{subject}_val.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for limit, said in ((2, False), (4, True)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="medrecipes"):
+            load_task("mmlu_medical", data=str(val), limit=limit)
+        assert any("3 questions of its largest subject" in r.getMessage() for r in caplog.records) == said
+
+
 def test_a_folder_of_one_splits_files_is_scored_whole_and_a_folder_of_several_by_the_tasks(tmp_path):
     """MMLU's val/ folder (anatomy_val.csv, ...) given as a task's data is what the user points at:
     scored whole, as a file is, though the task's own split is test. A folder whose files make

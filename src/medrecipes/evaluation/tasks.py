@@ -10,6 +10,7 @@ the registry but comes with its own questions (`--data NAME=FILE`, or a recipe's
 """
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ class Wording:
     own: str = "--tasks NAME --data NAME={source}"
     data_dir: str = "--data_dir"
     fewshot: str = "--fewshot_data {name}=FILE or --num_fewshot 0"
+    limit: str = "--limit"
 
 
 EVAL_WORDING = Wording()  # medrecipes eval's options
@@ -50,7 +52,7 @@ CALIBRATE_WORDING = Wording(
 )  # fmt: skip
 RECIPE_WORDING = Wording(
     data="an eval_sets entry of format usmle", own="an eval_sets entry of another name ({source}, format usmle)",
-    data_dir="eval_tasks_data_dir", fewshot="",
+    data_dir="eval_tasks_data_dir", fewshot="", limit="eval_tasks_limit",
 )  # fmt: skip
 
 MMLU_MEDICAL = (
@@ -338,6 +340,12 @@ def load_task(
 def _task_data(task: Task, rows: list[Row], source: str, limit: int | None, wording: Wording) -> TaskData:
     # A question of a JSON Lines file is named by its line (its rows are its records, in order); others by id.
     index = {id(r): i for i, r in enumerate(rows)} if str(source).lower().endswith(".jsonl") else {}
+    most = max(Counter(r["subject"] for r in rows).values(), default=0) if task.subjects else len(rows)
+    if limit is not None and rows and limit > most:
+        logger.warning(
+            "%s: %s %d is more than the %d questions%s in %s: all of them are scored",
+            task.name, wording.limit, limit, most, " of its largest subject" if task.subjects else "", source,
+        )  # fmt: skip
     rows = _first_per_subject(rows, limit, bool(task.subjects))
     if not rows:
         raise UserError(f"{task.name}: {source} holds no questions; check the file")
