@@ -479,7 +479,7 @@ def test_a_question_longer_than_the_model_is_cut_and_counted_in_the_report(tiny_
     that generation never runs past the positions; the report says how many and how."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model.config.max_position_embeddings = 96
+    model.config.max_position_embeddings = tokenizer.model_max_length = 96
     long = "Which drug? " + "A patient with a long history of hypertension and diabetes. " * 40
     rows = [mcq("short", "Which drug?", ["Aspirin", "Statin"], "A"), mcq("long", long, ["Aspirin", "Statin"], "B")]
     data = load_task("mine", data=str(write_jsonl_rows(rows, tmp_path)))
@@ -490,6 +490,8 @@ def test_a_question_longer_than_the_model_is_cut_and_counted_in_the_report(tiny_
     report = evaluate_task(model, tokenizer, data, mode, generation={"max_new_tokens": 4})
     assert report["truncated"]["prompts"] == 1 and "first tokens dropped" in report["truncated"]["how"]
     assert report["n"] == 2 and max(seen) <= 96
+    # Nor the tokenizer's line that such a text "will result in indexing errors": it was cut.
+    assert "sequence-length-is-longer-than-the-specified-maximum" not in tokenizer.deprecation_warnings
     short = evaluate_task(model, tokenizer, load_task("mine", data=str(write_jsonl_rows(rows[:1], tmp_path))), mode,
                           generation={"max_new_tokens": 4})  # fmt: skip
     assert "truncated" not in short

@@ -75,7 +75,7 @@ def generate_answers(
     # keeps its last tokens, as loglik scoring does (`evaluate_task` counts them in its report):
     # generating past the positions would fail, or grow memory without bound.
     room = max(max_context_length(model, tokenizer) - max_new_tokens, 1)
-    ids = [tokens[-room:] for tokens in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    ids = [tokens[-room:] for tokens in tokenizer(prompts, add_special_tokens=False, verbose=False)["input_ids"]]
     # Longest first: a batch of similar lengths wastes little on padding.
     order = sorted(range(len(prompts)), key=lambda i: -len(ids[i]))
     completions, stopped = [""] * len(prompts), [False] * len(prompts)

@@ -106,7 +106,8 @@ def _duplicates(rows) -> dict:
 def _too_long(tokenizer, prompts: list[str], room: int, how: str) -> dict:
     """How many prompts do not fit the `room` the model's positions leave them, and what was done:
     {} when all fit; logged as well, since a figure on cut questions is not the same figure."""
-    over = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"]) > room for p in prompts)
+    # verbose=False: the tokenizer's own line ("will result in indexing errors") is not true of a cut prompt.
+    over = sum(len(tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]) > room for p in prompts)
     if not over:
         return {}
     logger.warning(
