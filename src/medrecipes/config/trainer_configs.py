@@ -289,7 +289,12 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
             1, True, "answers sampled per question when evaluating; TRL takes 0 for num_generations without a word"
         ),
         "top_p": Bound(
-            0, False, "answers are sampled from this share of the probability; 0 is greedy", 1, high_ok=True
+            0,
+            False,
+            "answers are sampled from the likeliest tokens that make up this share of the probability "
+            "(1: all of them); near 0 every answer is the one greedy answer, and GRPO learns from their differences",
+            1,
+            high_ok=True,
         ),
         "top_entropy_quantile": Bound(
             0, True, "the share of tokens, highest entropy first, kept in the policy loss", 1, high_ok=True
