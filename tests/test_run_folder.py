@@ -536,3 +536,6 @@ def test_a_run_trained_on_logs_and_saves_at_the_intervals_it_is_given_now(finish
     assert state["save_steps"] == state["logging_steps"] == 1
     assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [3, 6, 7, 8]
     assert "do not match the ones in the `trainer_state.json`" not in result.stderr + result.stdout
+    output = result.stdout + result.stderr
+    said = re.search(r"resuming the run there with other settings than it last ran with \((.*)\)", output)
+    assert said and "logging_steps 3 there, 1 here" in said[1] and "save_steps 3 there, 1 here" in said[1], output

@@ -51,11 +51,22 @@ RESTORED = ("learning_rate", "embedding_learning_rate", "lr_scheduler_type", "lr
             "packing", "seed", "data_seed")  # fmt: skip
 
 
-def _changed_settings(saved: dict, ours: dict) -> str:
+# Of those, the ones a resumed run takes up from its checkpoint on (training.callbacks.IntervalsOfThisStart).
+_INTERVALS = ("logging_steps", "logging_strategy", "save_steps", "save_strategy", "save_total_limit")
+
+
+def _shown(value) -> str:
+    """A setting's value as a recipe gives it: a whole step count as 1, not the 1.0 transformers keeps
+    for a count that may be a share of the run."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
+
+
+def _changed_settings(saved: dict, ours: dict, intervals: bool = False) -> str:
     """The resolved settings a finished run differs in from these, "learning_rate 0.0003 there,
-    0.0001 here", those that only log or save left out."""
-    keys = [k for k in ours if k in saved and k not in _NOT_TRAINING and saved[k] != ours[k]]
-    return "; ".join(f"{k} {saved[k]!r} there, {ours[k]!r} here" for k in keys[:5]) + (
+    0.0001 here", those that only log or save left out (but for the `intervals`, where asked)."""
+    left_out = set(_NOT_TRAINING) - (set(_INTERVALS) if intervals else set())
+    keys = [k for k in ours if k in saved and k not in left_out and saved[k] != ours[k]]
+    return "; ".join(f"{k} {_shown(saved[k])} there, {_shown(ours[k])} here" for k in keys[:5]) + (
         "; ..." if len(keys) > 5 else ""
     )
 
@@ -171,7 +182,7 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 )
             # The others (max_steps raised, a system prompt edited) apply from the checkpoint on: said, and
             # recorded, so that the record, the card and a later start compare with what trained last.
-            if changed := _changed_settings(recorded, ours_resolved):
+            if changed := _changed_settings(recorded, ours_resolved, intervals=True):
                 if training_args.should_log:
                     logger.warning(
                         "output_dir: resuming the run there with other settings than it last ran with (%s); they "
