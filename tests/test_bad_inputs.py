@@ -470,7 +470,7 @@ def cases(files: Path, model: str) -> list[Case]:
         # --- medrecipes merge-lora
         Case("eval: a file for --data_dir", ["eval", "--model", model, "--data_dir", TEST_SET], "--data_dir data/usmle_sample/test.jsonl: a file, not a folder"),
         Case("perplexity: output a pipe or device", ["perplexity", "--model", model, "--data", "data/medical_text/eval.jsonl", "--output", "/dev/null"], "/dev/null is not a file or folder but a device, pipe or socket"),
-        Case("decontaminate: pairs for a benchmark", ["decontaminate", "--train", f["notes.jsonl"], "--eval", "data/usmle_sample/pairs_test.jsonl"], "neither multiple-choice questions nor documents with a 'text' column"),
+        Case("decontaminate: a benchmark of no layout", ["decontaminate", "--train", f["notes.jsonl"], "--eval", f["othercolumns.jsonl"]], "neither multiple-choice questions, documents with a 'text' column, conversations nor preference pairs"),
         Case("an MCQ folder of hidden files only", ["preview", sft, "--model_name_or_path", model, "--examples", "1", "--eval_sets", "null", "--dataset_mixture", f"{{sources: [{{path: {f['hiddenonly']}, format: usmle}}]}}"], "holds no .jsonl, .json, .csv, .parquet files that are not hidden"),
         Case("min_lr above the learning rate", ["validate", "recipes/tiny_pretrain.yaml", "--tokenizer_name_or_path", model, "--min_lr", "0.1"], "min_lr 0.1 is above learning_rate 0.001"),
         Case("adam_epsilon 0", ["validate", sft, "--adam_epsilon", "0"], "adam_epsilon must be above 0, got 0"),
@@ -772,6 +772,7 @@ FILES = {
     "ragged.csv": "question,A,B,answer\nWhat causes scurvy?,vitamin C,iron,A\nSecond,row,has,too,many,cells\n",
     "existing.json": "{}\n",
     "notes.jsonl": '{"text": "iron deficiency anemia notes"}\n',
+    "othercolumns.jsonl": '{"title": "Scurvy", "body": "Scurvy is a lack of vitamin C."}\n',
     "emptydir/": None,
     "folder.gguf/": None,
     "blankturn.jsonl": '{"messages": [{"role": "user", "content": "Which drug?"}, {"role": "assistant", "content": "Aspirin."}]}\n{"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": "Metformin."}]}\n',

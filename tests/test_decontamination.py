@@ -200,3 +200,43 @@ def test_a_short_question_copied_with_lettered_options_is_found_and_a_stock_phra
         )
         assert report["benchmarks"]["test"]["contaminated_rows"] == 1, (labels, report)
         assert contaminated["train"] == [0], (labels, contaminated)
+
+
+@pytest.mark.parametrize("layout", ["pairs", "unpaired"])
+def test_preference_data_is_checked_by_its_questions_and_a_shared_system_prompt_is_no_overlap(tmp_path, layout):
+    """DPO and KTO data (what `medrecipes pairs` writes, a system prompt before every question): as
+    training data, its benchmark questions are found and dropped; as an evaluation set, its questions
+    are what is looked for, and pairs of other questions behind the same system prompt match none."""
+    from medrecipes import cli
+
+    test, train = write_jsonl(tmp_path / "test.jsonl", QUESTIONS[:2]), ROOT / "data/usmle_sample/train.jsonl"
+    made = {}
+    for name, mcq in (("mixed", [train, test]), ("held_out", [test]), ("train_only", [train])):
+        made[name] = tmp_path / f"{name}.jsonl"
+        cli.main(["pairs", "--mcq", *map(str, mcq), "--out", str(made[name]), "--layout", layout,
+                  "--system-prompt", "You are a careful medical expert. Answer the multiple-choice question."])  # fmt: skip
+    source = dc.training_file_source(str(made["mixed"]))
+    assert source.format == {"pairs": "preference", "unpaired": "unpaired"}[layout]
+    report, contaminated = dc.check_sources({"mixed": source}, dc.file_benchmarks([str(test)]))
+    assert report["benchmarks"]["test"]["contaminated_rows"] == 2
+    rows = [json.loads(line) for line in made["mixed"].read_text().splitlines()]
+    assert {rows[i]["prompt"][-1]["content"].split("\n")[0] for i in contaminated["mixed"]} == {
+        q["question"] for q in QUESTIONS[:2]
+    }
+    for training, found in (("mixed", 2), ("train_only", 0)):
+        against = dc.file_benchmarks([str(made["held_out"])])
+        report, _ = dc.check_sources({training: dc.training_file_source(str(made[training]))}, against)
+        assert report["benchmarks"]["held_out"]["rows"] == 2  # its questions, each once
+        assert report["benchmarks"]["held_out"]["contaminated_rows"] == found, (training, report)
+
+
+@pytest.mark.parametrize(
+    "recipe", sorted(p.name for p in (ROOT / "recipes").glob("tiny_*.yaml") if p.stem != "tiny_eval")
+)
+def test_every_training_recipe_is_checked_against_its_eval_sets(recipe, capsys):
+    """decontaminate takes a recipe of each training method: its sources against its eval sets."""
+    from medrecipes import cli
+
+    cli.main(["decontaminate", "--train", str(ROOT / "recipes" / recipe), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["sources"] and report["benchmarks"], report

@@ -23,7 +23,10 @@ def add_commands(commands) -> None:
     """decontaminate and pairs."""
     decon = commands.add_parser("decontaminate", help="n-gram overlap between training data and evaluation sets")
     decon.add_argument(
-        "--train", type=input_path, required=True, help="a training file (text or MCQ) or a recipe YAML"
+        "--train",
+        type=input_path,
+        required=True,
+        help="a training file (text, MCQ, conversations or preference pairs) or a training recipe YAML",
     )
     decon.add_argument(
         "--eval", type=input_path, action="append", help="an evaluation file or folder (MCQ or text); repeatable"
@@ -34,9 +37,7 @@ def add_commands(commands) -> None:
     )
     decon.add_argument("--overwrite", action="store_true", help="let --drop replace an existing OUT")
     decon.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    decon.add_argument(
-        "--method", choices=["cpt", "sft"], help="the recipe script, for a recipe (default: from its keys)"
-    )
+    decon.add_argument("--method", help="the training method a recipe is for, e.g. grpo (default: from its keys)")
     decon.set_defaults(func=cmd_decontaminate, takes_overrides=True)
 
     pairs = commands.add_parser("pairs", help="DPO and KTO preference data from multiple-choice questions")
@@ -126,9 +127,7 @@ def cmd_decontaminate(args) -> None:
     if is_recipe:
         from medrecipes.data.mixture import source_names
 
-        recipe, _, _ = parse_recipe_file(
-            args.train, method_of(args.train, args.method, ("cpt", "sft")), args.overrides
-        )
+        recipe, _, _ = parse_recipe_file(args.train, method_of(args.train, args.method), args.overrides)
         if recipe.mixture is None:
             raise UserError(f"{args.train}: no 'dataset_mixture'; nothing to check")
         sources = dict(zip(source_names(recipe.mixture), recipe.mixture.sources, strict=True))

@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from medrecipes.data.rows import files_of
-from medrecipes.data.sources import MissingColumn, load_documents, load_mcq_source, load_source
+from medrecipes.data.sources import PREFERENCE_FIELDS, MissingColumn, load_documents, load_mcq_source, load_source
 from medrecipes.data_config import SourceConfig
 from medrecipes.errors import UserError, bad_lines_named
 from medrecipes.locations import BUILDERS
@@ -198,16 +198,17 @@ def mcq_texts(rows) -> tuple[list[str], list[str]]:
 
 
 def eval_set_texts(source: SourceConfig) -> tuple[list[str], list[str]]:
-    """The texts of a recipe's eval set: question and options for `format: usmle`, else the documents."""
+    """The texts of a recipe's eval set: question and options for `format: usmle`, the prompts of
+    pairs or unpaired answers, else the documents as training reads them (a conversation's turns)."""
     if source.format == "usmle":
         return mcq_texts(load_mcq_source(source))
-    documents = load_source(source)
-    return list(documents["text"]), [str(i) for i in range(len(documents))]
+    texts = _questions(source) if source.format in PREFERENCE_FIELDS else list(training_documents(source)["text"])
+    return texts, [str(i) for i in range(len(texts))]
 
 
 def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
-    """The texts of a benchmark file or folder: MCQ rows when load_mcq reads it, else a `text` column;
-    a folder of both (questions and their passages), file by file."""
+    """The texts of a benchmark file or folder: MCQ rows when load_mcq reads it, else a `text` column
+    or the questions of TRL's layouts; a folder of both (questions and their passages), file by file."""
     from medrecipes.usmle import load_mcq
 
     try:
@@ -226,13 +227,13 @@ def benchmark_texts(path: str) -> tuple[list[str], list[str]]:
             texts += read
             ids += [f"{os.path.relpath(file, path)}:{item}" for item in named]
         return texts, ids
-    try:
-        return eval_set_texts(SourceConfig(path=path))
-    except MissingColumn:  # its fix names a recipe's key, which a file given here has not
+    source = training_file_source(path)  # text, or TRL's layouts by their columns
+    if source.format == "usmle":  # load_mcq did not read it: no layout fits
         raise UserError(
-            f"{path}: neither multiple-choice questions nor documents with a 'text' column; give a benchmark's "
-            "questions, or its text as JSON Lines with a 'text' key"
-        ) from None
+            f"{path}: neither multiple-choice questions, documents with a 'text' column, conversations nor "
+            "preference pairs; give a benchmark's questions, or its text as JSON Lines with a 'text' key"
+        )
+    return eval_set_texts(source)
 
 
 def benchmark_name(path: str) -> str:
@@ -265,12 +266,16 @@ def file_benchmarks(paths: list[str]) -> Benchmarks:
 
 
 def training_file_source(path: str) -> SourceConfig:
-    """A training file as a source: its `text` column, or its multiple-choice rows when it has none."""
+    """A training file as a source: its `text` column; else TRL's layouts a recipe reads (preference
+    pairs, unpaired answers, conversations) by their columns; else its multiple-choice rows."""
     source = SourceConfig(path=path)
     try:
         load_source(source)
     except MissingColumn:
-        return SourceConfig(path=path, format="usmle")
+        columns = set(load_documents(source, streaming=False).column_names)
+        layouts = [*PREFERENCE_FIELDS.items(), ("chat", ["messages"]), ("chat", ["prompt", "completion"])]
+        fitting = next((layout for layout, fields in layouts if columns.issuperset(fields)), "usmle")
+        return SourceConfig(path=path, format=fitting)
     return source
 
 
@@ -292,16 +297,35 @@ def check_sources(
         return decontaminate(batches, index)  # a stream is parsed here, as it is read
 
 
+def _turns_text(value) -> str:
+    """A field of TRL's layouts as text: a string, or a conversation's turns' contents, one a line.
+    A system turn is left out: the same words before every question of a file (and of the file its
+    test questions were made with), they would make every question match its neighbours."""
+    if isinstance(value, list):
+        turns = [m for m in value if not (isinstance(m, dict) and m.get("role") == "system")]
+        return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in turns)
+    return str(value)
+
+
 def training_documents(source: SourceConfig, streaming: bool = False):
     """A training source as documents with a `text` column, as the recipes train on them."""
     documents = load_source(source, streaming)
-    if source.format == "chat":
-        # Conversations are trained on as their turns' text; that is what must not hold test items.
-        column = "messages" if "messages" in (documents.column_names or ["messages"]) else None
-        if column is None:
-            return documents.map(lambda row: {"text": f"{row['prompt']}\n{row['completion']}"})
-        return documents.map(lambda row: {"text": "\n".join(str(m["content"]) for m in row["messages"])})
-    return documents
+    # Conversations, pairs and unpaired answers are trained on as their fields' text (a prompt, its
+    # answers); that is what must not hold test items. A KTO label is no text.
+    fields = {"chat": ["messages"], **PREFERENCE_FIELDS}.get(source.format)
+    if fields is None:
+        return documents
+    if source.format == "chat" and "messages" not in (documents.column_names or ["messages"]):
+        fields = ["prompt", "completion"]
+    fields = [f for f in fields if f != "label"]
+    return documents.map(lambda row: {"text": "\n".join(_turns_text(row[f]) for f in fields)})
+
+
+def _questions(source: SourceConfig):
+    """An eval set of pairs or unpaired answers as its questions: the prompts, each once (a question
+    is paired with each wrong option), without the answers."""
+    prompts = dict.fromkeys(_turns_text(p) for p in load_source(source)["prompt"])
+    return list(prompts)
 
 
 KEPT_FORMATS = (".jsonl", ".json", ".parquet", ".csv")  # what write_kept writes
