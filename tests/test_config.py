@@ -979,3 +979,21 @@ def test_the_dtypes_a_command_loads_in_are_trls(tmp_path):
     assert resolve_dtype("bfloat16") is torch.bfloat16
     with pytest.raises(UserError, match="'int8' is no dtype a model loads in"):
         resolve_dtype("int8")
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ((), None),
+        (("--temperature", "0.6", "--top_p", "0.9"), None),
+        (("--temperature", "0.00001"), "temperature 1e-05"),
+        (("--top_p", "0.0001"), "top_p 0.0001"),
+        (("--temperature", "0.1", "--top_p", "0.15"), "temperature 0.1 and top_p 0.15"),
+    ],
+)
+def test_grpo_sampling_too_narrow_for_a_group_to_differ_is_a_note(given, said):
+    """GRPO learns from the differences between a group's answers: a temperature or top_p below
+    library_checks.NEAR_GREEDY makes them nearly one answer, said in one note naming the keys."""
+    recipe = parse_recipe("grpo", [str(ROOT / "recipes/tiny_grpo.yaml"), *given], to_train=False)[0]
+    notes = [n for n in recipe.notes if "nearly all the one greedy answer" in n]
+    assert notes == ([] if said is None else notes[:1]) and (said is None or notes[0].startswith(f"{said}: ")), notes

@@ -507,6 +507,12 @@ def check_generation_config(args, path: str) -> None:
             f"{path}: top_k 1 samples from the single most likely token, so a group's answers are all one, and GRPO "
             "learns from the differences between them; use 0 (no limit) or a top_k above 1"
         )
+    if args.min_p is not None and args.min_p >= 1:  # only tokens as likely as the likeliest: greedy again
+        raise UserError(
+            f"{path}: min_p {args.min_p} keeps only the tokens as likely as the most likely one, so a group's answers "
+            "are all one, and GRPO learns from the differences between them; use a min_p below 1 (0.05 to 0.1 is "
+            "usual), or leave it out"
+        )
     if overridden := [key for key in own if key in (kwargs or {})]:  # TRL lets generation_kwargs win, silently
         raise UserError(
             f"{path}: generation_kwargs.{overridden[0]} overrides the recipe's {own[overridden[0]]}; set "
@@ -530,6 +536,24 @@ def check_generation_config(args, path: str) -> None:
             f"{path}: generation_kwargs {', '.join(asked)}: transformers generates by {mode.value} with them, not by "
             "plain sampling, and GRPO learns from the differences between a group's sampled answers; drop them"
         )
+
+
+# Below these, sampling is greedy in all but name for most tokens (a token at 0.3 against one at 0.7
+# falls under 2% at temperature 0.2); usual GRPO runs sample at 0.6 to 1.0 with top_p 0.9 to 1.
+NEAR_GREEDY = {"temperature": 0.2, "top_p": 0.2}
+
+
+def sampling_note(args) -> str | None:
+    """A GRPO sampling setting so low that a group's answers will be nearly all the same: said,
+    not refused, as the point where it stops teaching depends on the model's confidence."""
+    low = [f"{key} {getattr(args, key)}" for key, bound in NEAR_GREEDY.items() if getattr(args, key) < bound]
+    if not low:
+        return None
+    return (
+        f"{' and '.join(low)}: answers sampled this narrowly are nearly all the one greedy answer, and GRPO learns "
+        "from the differences within a group (frac_reward_zero_std in the log is the share of groups that taught "
+        "nothing); temperature 0.6 to 1.0 and top_p 0.9 to 1 are usual"
+    )
 
 
 def check_sampling(args, path: str) -> None:

@@ -93,6 +93,8 @@ def _dpo_reference(recipe, args, path: str) -> None:
 def _sampling(recipe, args, path: str) -> None:
     library_checks.check_sampling(args, path)
     library_checks.check_generation_config(args, path)
+    if note := library_checks.sampling_note(args):
+        recipe.notes.append(note)
 
 
 register_method(Method("cpt", CPTConfig, formats=("text", "usmle"), chat="none"))
