@@ -652,6 +652,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("GRPO reward scaling unknown", script("grpo", grpo, "--scale_rewards", "sometimes"), "scale_rewards 'sometimes' is none of the values TRL's GRPOTrainer acts on"),
         Case("GRPO generation cache unknown", script("grpo", grpo, "--cache_implementation", "weird"), "cache_implementation: transformers' generation refuses it"),
         Case("GRPO sampling from the one most likely token", ["validate", grpo, "--top_k", "1"], "top_k 1 samples from the single most likely token"),
+        Case("a key of another method's recipes on the command line", ["preview", dpo, "--chat_template_path", "recipes/templates/smollm2.jinja"], "chat_template_path is a key of recipes/sft.py recipes, which recipes/dpo.py does not take; drop it, or run recipes/sft.py"),
+        Case("a key of several other methods' recipes", script("cpt", cpt, "--beta", "0.1"), "beta is a key of recipes/grpo.py, recipes/dpo.py and recipes/kto.py recipes, which recipes/cpt.py does not take"),
         Case("GRPO sampling only tokens as likely as the likeliest", ["validate", grpo, "--min_p", "1.0"], "min_p 1.0 keeps only the tokens as likely as the most likely one"),
         Case("GRPO generation by beam search", ["validate", grpo, "--generation_kwargs", "{num_beams: 4}"], "generation_kwargs num_beams: transformers generates by beam_sample with them, not by plain sampling"),
         Case("GRPO generation greedy", ["validate", grpo, "--generation_kwargs", "{do_sample: false}"], "generation_kwargs.do_sample False: GRPO learns from the differences between a group's sampled answers"),

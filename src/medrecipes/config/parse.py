@@ -96,6 +96,25 @@ def method_misfit(path: str, method: str) -> tuple[str, str] | None:
     return unfit[0], fitting
 
 
+def _key_of_other_methods(err: BaseException, method: str) -> UserError | None:
+    """The line for an unknown key or argument (the parse's own line) that other methods' recipes
+    take (chat_template_path in a DPO recipe): which take it, where the parse only found it unknown."""
+    found = re.match(r"(?P<where>.*?): unknown (key|argument) '(--)?(?P<key>[\w-]+)'", str(err))
+    if not found:
+        return None
+    key = found["key"].replace("-", "_")
+    others = [m for m in METHODS if m != method and key in _keys_of(m)]
+    if not others:
+        return None
+    scripts = [script_of(m) for m in others]
+    taking = scripts[0] if len(scripts) == 1 else f"{', '.join(scripts[:-1])} and {scripts[-1]}"
+    run = scripts[0] if len(scripts) == 1 else "the script it is for"
+    return UserError(
+        f"{found['where']}: {key} is a key of {taking} recipes, which {script_of(method)} does not take; drop it, "
+        f"or run {run}"
+    )
+
+
 def _for_another_script(path: str, method: str) -> UserError | None:
     """The line for a recipe written for another script than `method`'s (`method_misfit`)."""
     if misfit := method_misfit(path, method):
@@ -166,6 +185,8 @@ def parse_recipe(method: str, argv: list[str] | None = None, to_train: bool = Tr
                 f"{parser.recipe_path}: a recipe for {script_of(other)}, which reads it whole ({script_of(method)} "
                 f"does not: {str(err).removeprefix(f'{parser.recipe_path}: ')}); run it with {script_of(other)}"
             ) from None
+        if other_key := _key_of_other_methods(err, method):
+            raise other_key from None
         raise
     except (TypeError, ValueError, ArithmeticError) as err:  # a dataclass __post_init__ refusing a value
         reason = library_words(err, frozenset(field_names(script_classes(method))))
