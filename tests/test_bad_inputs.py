@@ -431,6 +431,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a weight that leaves a source undrawn", ["preview", sft, "--model_name_or_path", model, "--eval_sets", "null", "--dataset_mixture", "{sources: [{path: data/usmle_sample/train.jsonl, format: usmle}, {path: data/usmle_sample/test.jsonl, format: usmle, weight: 1.0e-9}]}"], "source usmle_sample/test (20 rows) is drawn with probability 1e-09"),
         Case("a mixture cut short on the command line", ["validate", sft, "--dataset_mixture", "{sources: [{path: x}"], "not valid YAML (column 21: expected ',' or ']'"),
         Case("a chat template path of a folder with no tokenizer", ["validate", sft, "--chat_template_path", f["emptydir"]], "is a folder with no tokenizer in it (no tokenizer_config.json); name a .jinja file"),
+        Case("a chat template path of a tokenizer with no template", ["validate", sft, "--chat_template_path", f["notemplate"]], "is a tokenizer with no chat template (none in tokenizer_config.json, no chat_template.jinja)"),
         Case("a chat template that does not compile", ["preview", sft, "--model_name_or_path", model, "--assistant_only_loss", "false", "--chat_template_path", f["badsyntax.jinja"]], "badsyntax.jinja line 1: unexpected '}'; fix the template"),
         Case("eval: a number beyond 64 bits in a row", ["eval", "--model", model, "--data", f["bignumber.jsonl"]], "bignumber.jsonl line 2: the number 1e400 is beyond what pyarrow stores in 64 bits"),
         Case("generate: a system prompt the template refuses", ["generate", f["nosystem"], "--prompt", "hi", "--system", "be brief"], "the model's chat template refuses the turns it was given (System role not supported); leave the system prompt out"),
@@ -881,7 +882,7 @@ BROKEN_MODELS = {"truncated": "model.safetensors", "notokenizer": "tokenizer", "
                  "badtokconfig": "tokenizer_config.json", "othervocab": "config.json", "notype": "config.json",
                  "devicetokenizer": "tokenizer.json", "nosystem": "chat_template.jinja",
                  "emptytemplate": "chat_template.jinja", "badeos": "generation_config.json",
-                 "classifier": "config.json"}  # fmt: skip
+                 "classifier": "config.json", "notemplate": "chat_template.jinja"}  # fmt: skip
 # What each of these is spoilt with: a model type transformers lacks, a template that does not
 # compile, a JSON file cut short, a vocabulary size its weights are not, no model type, a template
 # that refuses a system turn (as Gemma 2's does), an empty template, an end token past the vocabulary,

@@ -11,18 +11,20 @@ from medrecipes.config import parse_recipe
 from medrecipes.preview import TRAINED_CLOSE, TRAINED_OPEN, training_examples
 
 
-def test_sft_preview_marks_exactly_what_the_trainer_trains(chat_model, tmp_path):
+@pytest.mark.parametrize("template", ["own", "cloned"])
+def test_sft_preview_marks_exactly_what_the_trainer_trains(chat_model, tmp_path, template):
+    """With the model's own template, and with one chat_template_path clones from another tokenizer
+    (a folder whose template differs, which TRL's trainer clones; the preview shows the same)."""
+    from transformers import AutoTokenizer
     from trl import SFTTrainer
 
-    argv = [
-        "recipes/tiny_sft.yaml",
-        "--model_name_or_path",
-        chat_model,
-        "--output_dir",
-        str(tmp_path),
-        "--packing",
-        "false",
-    ]
+    argv = ["recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--output_dir", str(tmp_path / "run"),
+            "--packing", "false"]  # fmt: skip
+    if template == "cloned":
+        other = AutoTokenizer.from_pretrained(chat_model)
+        other.chat_template = other.chat_template.replace("message['role'] + '\\n'", "message['role'] + ' said:\\n'")
+        other.save_pretrained(tmp_path / "other")
+        argv += ["--chat_template_path", str(tmp_path / "other")]
     recipe, args, model_args = parse_recipe("sft", argv)
     _, tokenizer, end_of_turn, examples = training_examples("sft", recipe, args, model_args, count=4)
     from medrecipes.data.sft import sft_data
@@ -35,6 +37,7 @@ def test_sft_preview_marks_exactly_what_the_trainer_trains(chat_model, tmp_path)
         assert example.input_ids == trainer.train_dataset[i]["input_ids"]
         assert example.trained == [label != -100 for label in labels]
     assert end_of_turn == "<|im_end|>"
+    assert (" said:" in tokenizer.decode(examples[0].input_ids)) == (template == "cloned")
 
 
 def test_preview_prints_each_example_with_its_counts_and_markers(chat_model, tmp_path, capsys):

@@ -9,6 +9,7 @@ reward can only be checked by importing it.
 """
 
 import dataclasses
+import json
 import math
 import os
 from typing import Any
@@ -665,6 +666,18 @@ def named_sources(recipe: RecipeArguments) -> dict:
     return sources | {f"eval_sets.{name}": s for name, s in recipe.eval_sources.items()}
 
 
+def _has_chat_template(folder: str) -> bool:
+    """Whether the tokenizer saved in `folder` has a chat template, in any of the files transformers
+    saves one to (a chat_template.jinja or .json beside it, or the key in tokenizer_config.json)."""
+    if any(os.path.isfile(os.path.join(folder, name)) for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as file:
+            return bool(json.load(file).get("chat_template"))
+    except (OSError, ValueError, AttributeError):  # unreadable: the tokenizer's loading says so in the run
+        return True
+
+
 def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) -> None:
     """A chat template file must exist (TRL opens it once the trainer is built), and a template
     shipped with medrecipes may be named (gemma, chatml); assistant_only_loss needs conversations:
@@ -702,6 +715,8 @@ def check_sft_sources(recipe: RecipeArguments, args: MedSFTConfig, path: str) ->
             os.path.isfile(os.path.join(template, name)) for name in ("tokenizer_config.json", "tokenizer.json")
         ):  # TRL would load it as a tokenizer, and find none
             kind = "a folder with no tokenizer in it (no tokenizer_config.json)"
+        elif os.path.isdir(template) and not _has_chat_template(template):  # TRL would clone a template it lacks
+            kind = "a tokenizer with no chat template (none in tokenizer_config.json, no chat_template.jinja)"
         if kind:
             raise UserError(
                 f"{path}: chat_template_path: {template} is {kind}; name a .jinja file, a tokenizer, "

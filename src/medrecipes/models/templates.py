@@ -38,20 +38,27 @@ def native_template(tokenizer) -> str | None:
     return None
 
 
-def sft_template(training_args, tokenizer) -> str | None:
-    """The chat template an SFT run trains with, decided here alone and set on the tokenizer, which
-    TRL applies: the recipe's chat_template_path file (a shipped name was resolved to its file when
-    the recipe was read), else the tokenizer's own (one in a shipped turn format that came without
-    one was given it when loaded, `loading.load_tokenizer`), else the shipped ChatML template. A
-    chat_template_path that names a tokenizer is TRL's to clone; the tokenizer's own is checked."""
-    path = training_args.chat_template_path
-    if path and path.endswith(".jinja"):
-        tokenizer.chat_template = Path(path).read_text()
-    elif path is None and tokenizer.chat_template is None:
+TEMPLATE_FILES = (".jinja", ".j2")  # what TRL reads as a template file; another chat_template_path is a tokenizer
+
+
+def sft_template(training_args, tokenizer) -> tuple[str | None, frozenset[str]]:
+    """(the chat template an SFT run trains with, the tokens TRL adds with it), decided here alone
+    and the template set on the tokenizer, which TRL applies: the recipe's chat_template_path file
+    (a shipped name was resolved to its file when the recipe was read); the template of the
+    tokenizer it names, which TRL clones with that tokenizer's added tokens (trl's
+    clone_chat_template, in the trainer); else the tokenizer's own (one in a shipped turn format
+    that came without one was given it when loaded, `loading.load_tokenizer`), else the shipped
+    ChatML template."""
+    path, added = training_args.chat_template_path, frozenset()
+    if path and path.endswith(TEMPLATE_FILES):
+        tokenizer.chat_template = Path(path).read_text(encoding="utf-8")
+    elif path:
+        tokenizer.chat_template, added = _cloned_template(path)
+    elif tokenizer.chat_template is None:
         tokenizer.chat_template = chat_template("chatml")
         logger.info("the tokenizer has no chat template; using the shipped chatml template")
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
-    check_turn_tokens(template, tokenizer, path or "the tokenizer's chat template")
+    check_turn_tokens(template, tokenizer, path or "the tokenizer's chat template", added)
     if getattr(training_args, "assistant_only_loss", False) and template and not GENERATION_MARK.search(template):
         source = path or "the tokenizer's chat template"
         raise UserError(
@@ -59,16 +66,34 @@ def sft_template(training_args, tokenizer) -> str | None:
             f"the assistant's tokens from the rest; use a template that marks them ({', '.join(shipped_templates())} "
             "are shipped with it), or set assistant_only_loss: false"
         )
-    return template
+    return template, added
 
 
-def check_turn_tokens(template: str | None, tokenizer, source: str) -> None:
-    """A template in a shipped turn format whose turn tokens the tokenizer has as single tokens:
-    without them each marker is cut into pieces of text, the model learns those, and generation
-    never stops at the end of a turn (the recipe's eos_token is not where the turn ends)."""
+def _cloned_template(path: str) -> tuple[str, frozenset[str]]:
+    """(the template, the added tokens) of the tokenizer at `path`, as TRL's clone_chat_template
+    takes them; one line where it has no template (TRL's ValueError, in the trainer)."""
+    from transformers import AutoTokenizer
+
+    source = AutoTokenizer.from_pretrained(path)
+    try:
+        template = source.get_chat_template()
+    except ValueError:
+        raise UserError(
+            f"chat_template_path: {path} is a tokenizer with no chat template, which the run would clone one from; "
+            f"name a .jinja file, a tokenizer that has a template, or a template shipped with medrecipes "
+            f"({', '.join(shipped_templates())})"
+        ) from None
+    return template, frozenset(token.content for token in source.added_tokens_decoder.values())
+
+
+def check_turn_tokens(template: str | None, tokenizer, source: str, added: frozenset[str] = frozenset()) -> None:
+    """A template in a shipped turn format whose turn tokens the tokenizer has as single tokens (or
+    gets, `added` with a cloned template): without them each marker is cut into pieces of text, the
+    model learns those, and generation never stops at the end of a turn (the recipe's eos_token is
+    not where the turn ends)."""
     end = turn_end(template)
     name = next((n for n, (_, last) in TURN_TOKENS.items() if last == end), None)
-    vocab = tokenizer.get_vocab()
+    vocab = set(tokenizer.get_vocab()) | added
     if name is None or all(token in vocab for token in TURN_TOKENS[name]):
         return
     own = native_template(tokenizer)

@@ -49,9 +49,9 @@ def _chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str 
     if chat == "none":
         return None, None
     if chat == "trains":
-        template = sft_template(training_args, tokenizer)
+        template, added = sft_template(training_args, tokenizer)
         end = training_args.eos_token or turn_end(template)
-        if end and tokenizer.convert_tokens_to_ids(end) in (None, tokenizer.unk_token_id):
+        if end and end not in added and tokenizer.convert_tokens_to_ids(end) in (None, tokenizer.unk_token_id):
             raise UserError(  # TRL refuses it once its trainer is built, after the data is tokenised
                 f"eos_token: {end!r} is not a token of {tokenizer.name_or_path}'s tokenizer; name one of its tokens "
                 f"({tokenizer.eos_token!r} is its end), or leave eos_token out for its template's end of turn"
