@@ -395,6 +395,10 @@ def test_raising_max_steps_of_a_finished_run_trains_on_the_new_schedule_and_reco
                    "--max_steps", str(steps), "--save_steps", "2", *cosine, *extra)  # fmt: skip
 
     assert sft(2).returncode == 0
+    found = (out / "run.json").read_bytes()
+    refused = sft(4, "--use_peft", "true")  # an adapter over a full fine-tune's checkpoint: refused before a step
+    assert refused.returncode == 2 and "does not fit its model" in refused.stderr, refused.stderr[-2000:]
+    assert (out / "run.json").read_bytes() == found and "other settings" not in refused.stdout + refused.stderr
     result = sft(4, "--system_prompt", "Answer briefly.")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-2000:]

@@ -22,6 +22,7 @@ from medrecipes.runs.record import record_finished
 from medrecipes.runs.resume import kept
 from medrecipes.training.callbacks import StopsRun
 from medrecipes.training.resume import check_resumable
+from medrecipes.training.run_folder import say_resumed
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ def train_and_save(trainer, checkpoint: str | None) -> str:
         keep_freed_memory()  # freed buffers stay in the process for the next step
     if checkpoint is not None:
         check_resumable(checkpoint, trainer.model, trainer.args)
+    say_resumed(trainer.args)
     if checkpoint is not None and 0 < trainer.args.max_steps <= _steps_done(checkpoint):
         return _finish_from(trainer, checkpoint)
     # A disk that fills while the run writes its logs (the TensorBoard writer's thread raises at the

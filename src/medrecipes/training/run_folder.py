@@ -109,6 +109,36 @@ def _remove_unused(output_dir: str, made: str) -> None:
             folder = os.path.dirname(folder)
 
 
+# output_dir: (the settings a resume changed, the record that says so), kept for `say_resumed`.
+_RESUMED: dict[str, tuple[str, dict]] = {}
+# output_dir: the record of the run there as this start found it, put back if the start is refused
+# before it trains (the run settled anew writes its record before its checkpoint is checked).
+_FOUND: dict[str, dict] = {}
+
+
+def _put_back(output_dir: str) -> None:
+    if (found := _FOUND.pop(output_dir, None)) is not None:
+        write_record(output_dir, found)
+
+
+def say_resumed(training_args) -> None:
+    """The settings a resumed run changed since it last ran, said and written to its record once
+    training goes ahead (its checkpoint found to fit the model): a start refused before then leaves
+    the record as it was, and says nothing would apply."""
+    _FOUND.pop(training_args.output_dir, None)  # training goes ahead: what it writes from here on stays
+    if (pending := _RESUMED.pop(training_args.output_dir, None)) is None:
+        return
+    changed, record = pending
+    if training_args.should_log:
+        logger.warning(
+            "output_dir: resuming the run there with other settings than it last ran with (%s); they apply from its "
+            "newest checkpoint on, and run.json records them",
+            changed,
+        )
+    if training_args.should_save:
+        write_record(training_args.output_dir, record)
+
+
 def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
     """Claim output_dir for this run: check that it is this run's (one line and exit 2 if it holds
     another run's, unless the recipe sets overwrite_output_dir, which deletes that run first; or
@@ -171,6 +201,9 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 )
             return True
         if saved is not None:  # this run, which resumes: a setting the checkpoint overrides is refused
+            if training_args.should_save:
+                _FOUND[output_dir] = saved
+                on_refusal(lambda: _put_back(output_dir))
             ours_resolved = resolved_recipe(recipe, model_args, training_args)
             recorded = saved.get("recipe") or {}
             changed = _changed_settings({k: v for k, v in recorded.items() if k in RESTORED}, ours_resolved)
@@ -181,17 +214,11 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                     "apply: set them back to resume, or set overwrite_output_dir: true to start over with them"
                 )
             # The others (max_steps raised, a system prompt edited) apply from the checkpoint on: said, and
-            # recorded, so that the record, the card and a later start compare with what trained last.
+            # recorded, so that the record, the card and a later start compare with what trained last;
+            # once the checkpoint is found to fit the model (`say_resumed`), so a refused start changes nothing.
             if changed := _changed_settings(recorded, ours_resolved, intervals=True):
-                if training_args.should_log:
-                    logger.warning(
-                        "output_dir: resuming the run there with other settings than it last ran with (%s); they "
-                        "apply from its newest checkpoint on, and run.json records them",
-                        changed,
-                    )
-                if training_args.should_save:
-                    resumed = [*saved.get("resumed_with", []), changed]
-                    write_record(output_dir, {**saved, "recipe": ours_resolved, "resumed_with": resumed})
+                resumed = [*saved.get("resumed_with", []), changed]
+                _RESUMED[output_dir] = (changed, {**saved, "recipe": ours_resolved, "resumed_with": resumed})
         if saved is None and training_args.should_save:
             # The settings it ran with and how it was started, for `medrecipes report` and `medrecipes
             # card`; only `ours` tells runs apart.
