@@ -797,6 +797,17 @@ def test_a_launch_environment_no_launcher_writes_is_one_line(tmp_path, monkeypat
     with monkeypatch.context() as env:
         env.setenv("LOCAL_RANK", "0")  # transformers sets up torch.distributed for one process too
         assert "LOCAL_RANK=0 in the environment, with no MASTER_ADDR or MASTER_PORT" in user_error(recipe)
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):  # a count of no processes, with or without a rank
+        with monkeypatch.context() as env:
+            env.setenv(name, "0")
+            assert (
+                user_error(recipe)
+                == f"{name}='0' in the environment is no count of processes; unset it (a launcher sets it)"
+            )
+    for port in ("0", "65536", "99999"):
+        with monkeypatch.context() as env:
+            env.setenv("MASTER_PORT", port)
+            assert user_error(recipe).startswith(f"MASTER_PORT={port} in the environment is no port (1 to 65535)")
 
 
 def test_a_data_path_whose_name_holds_an_equals_sign_is_a_path(tmp_path, monkeypatch):

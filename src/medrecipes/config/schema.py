@@ -217,9 +217,17 @@ def world_size() -> int:
             raise UserError(
                 f"{name}={env[name]!r} in the environment is not a whole number; unset it (a launcher sets it)"
             )
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        if name in env and int(env[name]) < 1:
+            raise UserError(
+                f"{name}={env[name]!r} in the environment is no count of processes; unset it (a launcher sets it)"
+            )
+    if "MASTER_PORT" in env and not 0 < int(env["MASTER_PORT"]) < 2**16:  # torch's store refuses it, naming a "port"
+        raise UserError(
+            f"MASTER_PORT={env['MASTER_PORT']} in the environment is no port (1 to 65535); unset it (a launcher "
+            "sets it), or give a free port in that range"
+        )
     world = int(env.get("WORLD_SIZE", "1"))
-    if world < 1:
-        raise UserError("WORLD_SIZE='0' in the environment is no count of processes; unset it (a launcher sets it)")
     for rank, size in (("RANK", world), ("LOCAL_RANK", int(env.get("LOCAL_WORLD_SIZE", world)))):
         if int(env.get(rank, 0)) >= size:
             raise UserError(
