@@ -142,6 +142,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("lora_dropout negative", script("sft", sft, "--use_peft", "true", "--lora_dropout", "-0.1"), "lora_dropout must be at least 0"),
         Case("LoRA target module misspelt", script("sft", sft, *run_in(files, model), "--use_peft", "true", "--lora_target_modules", "q_proj", "v_prj"), "lora_target_modules: v_prj names no module of llama (did you mean 'v_proj'"),
         Case("LoRA adapter on the output layer of a TRL trainer", ["validate", kto, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_modules", "[lm_head, q_proj]"], "lm_head is the output layer, and TRL's trainer computes log-probabilities"),
+        Case("LoRA target parameter of no parameter", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_parameters", "[mlp.experts.gate_up_proj]"], "lora_target_parameters: mlp.experts.gate_up_proj names no parameter of llama"),
         Case("LoRA module to save misspelt", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_modules_to_save", "lm_haed"], "lora_modules_to_save: lm_haed names no module of llama (did you mean 'lm_head'"),
         Case("LoRA target module as one text", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_modules", "self_attn.q_proj"], "PEFT reads as a regular expression"),
         Case("lora_alpha 0", script("sft", sft, "--use_peft", "true", "--lora_alpha", "0"), "lora_alpha must be above 0, got 0"),

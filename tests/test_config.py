@@ -1008,3 +1008,17 @@ def test_grpo_sampling_too_narrow_for_a_group_to_differ_is_a_note(given, said):
     recipe = parse_recipe("grpo", [str(ROOT / "recipes/tiny_grpo.yaml"), *given], to_train=False)[0]
     notes = [n for n in recipe.notes if "nearly all the one greedy answer" in n]
     assert notes == ([] if said is None else notes[:1]) and (said is None or notes[0].startswith(f"{said}: ")), notes
+
+
+def test_lora_target_parameters_that_name_a_parameter_by_its_end_are_taken(tiny_model, capsys):
+    """PEFT's rule for target_parameters: a parameter's full name, or its end after a dot (a name
+    that matches none is refused: tests/test_bad_inputs.py)."""
+    for name in ("mlp.gate_proj.weight", "model.layers.0.mlp.gate_proj.weight", "nope.weight"):
+        argv = ["validate", "recipes/tiny_sft.yaml", "--model_name_or_path", tiny_model, "--use_peft", "true",
+                "--lora_target_parameters", f"[{name}]"]  # fmt: skip
+        if name == "nope.weight":
+            with pytest.raises(SystemExit):
+                cli.main(argv)
+            assert "nope.weight names no parameter of llama" in capsys.readouterr().err
+        else:
+            cli.main(argv)

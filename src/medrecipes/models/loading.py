@@ -528,8 +528,9 @@ def check_adapter_targets(model_args, recipe=None, config=None, args=None) -> No
             "all-linear, or leave it out for PEFT's choice for the model"
         )
     saved = model_args.lora_modules_to_save or []
+    parameters = getattr(model_args, "lora_target_parameters", None) or []
     everything = not targets or targets == "all-linear" or targets == ["all-linear"]
-    if not model_args.use_peft or (everything and not saved) or config is None:
+    if not model_args.use_peft or (everything and not saved and not parameters) or config is None:
         return
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -543,6 +544,16 @@ def check_adapter_targets(model_args, recipe=None, config=None, args=None) -> No
         raise UserError(
             f"{where}: lora_modules_to_save: {', '.join(unsaved)} names no module of {config.model_type}"
             f"{did_you_mean(unsaved[0], tops)}; name modules it has (lm_head, embed_tokens, ...), or leave it out"
+        )
+    # PEFT's target_parameters (a mixture of experts' stacked weights): the same rule on parameter
+    # names; PEFT says of a name that matches nothing only a RuntimeWarning, and trains without it.
+    held = [name for name, _ in model.named_parameters()]
+    if unmatched := [t for t in parameters if not any(n == t or n.endswith("." + t) for n in held)]:
+        ends = sorted({".".join(name.split(".")[-3:]) for name in held})
+        raise UserError(
+            f"{where}: lora_target_parameters: {', '.join(unmatched)} names no parameter of {config.model_type}"
+            f"{did_you_mean(unmatched[0], ends)}; name a parameter by its full name or its end (its weights are "
+            f"named like {held[len(held) // 2]}), or leave it out"
         )
     if everything:
         return
