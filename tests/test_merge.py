@@ -210,6 +210,15 @@ def test_an_adapter_whose_base_changed_since_its_run_started_says_so(base, adapt
     )  # fmt: skip
     assert merged.returncode == 0, merged.stderr
     assert f"warning: {final}: its base {own_base} is not the model" in merged.stderr
+    shutil.rmtree(own_base)
+    build_tiny_model(str(own_base), [str(CORPUS)], "llama", hidden_size=96)  # rebuilt at another width
+    refused = subprocess.run(
+        [sys.executable, "-m", "medrecipes.cli", "merge-lora", str(final), str(tmp_path / "merged2")],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    said = [line for line in refused.stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert refused.returncode == 2 and len(said) == 1, refused.stderr  # not applied, then refused: one line
+    assert "shapes do not fit" in said[0] and "whose weights changed since the adapter's run started" in said[0]
 
 
 def test_an_adapter_config_of_another_rank_than_its_weights_names_r(adapter, tmp_path, capsys):

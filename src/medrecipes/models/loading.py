@@ -341,22 +341,16 @@ def load_for_inference(name_or_path: str, revision: str | None = None, dtype: st
     return load_merged_adapter(os.path.expanduser(name_or_path), dtype)
 
 
-def _say_changed_base(adapter_dir: str, base: str) -> None:
-    """A run's adapter (final/ or a checkpoint in its output_dir) whose base is no longer the model
-    the run started from (trained again, another model copied over it): the adapter would be folded
-    into weights it never trained with, without a word; the run's record tells."""
+def _base_changed(adapter_dir: str, base: str) -> bool:
+    """Whether a run's adapter (final/ or a checkpoint in its output_dir) has a base that is no longer
+    the model the run started from (trained again, another model copied over it): the adapter would
+    be folded into weights it never trained with, without a word; the run's record tells."""
     try:
         record = model_run_record(adapter_dir)
     except OSError:
-        return
+        return False
     started = record.get(START_WEIGHTS) if isinstance(record, dict) and record.get("model") == base else None
-    if isinstance(started, str) and weights_fingerprint(base, ends=SAMPLED) not in (None, started):
-        logger.warning(
-            "%s: its base %s is not the model its run trained it on (its weights changed since the run started from "
-            "them); the adapter is applied to these weights. Point base_model_name_or_path at the model it was "
-            "trained on",
-            adapter_dir, base,
-        )  # fmt: skip
+    return isinstance(started, str) and weights_fingerprint(base, ends=SAMPLED) not in (None, started)
 
 
 def _missing_adapter_weights(adapter_dir: str, said: str) -> str:
@@ -403,7 +397,7 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
 
     base, revision = adapter_base(os.path.join(adapter_dir, "adapter_config.json"))
     check_model_folder(adapter_dir)  # the adapter's weights whole, before its base loads
-    _say_changed_base(adapter_dir, base)
+    changed = _base_changed(adapter_dir, base)  # said once the adapter is found to fit it, or in its refusal
     check_model_folder(os.path.expanduser(base))  # the base's weights whole and of its config's shapes
     source, kwargs = split_gguf(base)
     try:
@@ -435,8 +429,9 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
             raise
         if rank := _saved_rank(adapter_dir):
             raise UserError(rank) from None
+        since = ", whose weights changed since the adapter's run started from them" if changed else ""
         raise UserError(
-            f"{adapter_dir}: the adapter's shapes do not fit '{base}'; "
+            f"{adapter_dir}: the adapter's shapes do not fit '{base}'{since}; "
             "set base_model_name_or_path in adapter_config.json to the model it was trained on"
         ) from None
     except (KeyError, ValueError, TypeError) as err:  # a config PEFT cannot build an adapter from
@@ -444,6 +439,13 @@ def load_merged_adapter(adapter_dir: str, dtype: str | None = None):
             f"{adapter_dir}: not a LoRA adapter PEFT can load ({str(err).splitlines()[0]}); "
             "copy the adapter again from its run"
         ) from None
+    if changed:
+        logger.warning(
+            "%s: its base %s is not the model its run trained it on (its weights changed since the run started from "
+            "them); the adapter is applied to these weights. Point base_model_name_or_path at the model it was "
+            "trained on",
+            adapter_dir, base,
+        )  # fmt: skip
     model = model.merge_and_unload()
     check_finite_weights(model, f"{adapter_dir} (merged into {base})")
     if os.path.isfile(os.path.join(adapter_dir, "generation_config.json")):  # the run's stop tokens
