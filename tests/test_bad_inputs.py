@@ -362,6 +362,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("accelerate config: fp8 precision", ["validate", sft, "--accelerate-config", f["fp8accel.yaml"]], "the launch's mixed_precision fp8 (accelerate's, for Transformer Engine"),
         Case("a recipe as the accelerate config", ["validate", sft, "--accelerate-config", cpt], "recipes/tiny_cpt.yaml: not an accelerate config (no distributed_type"),
         Case("an accelerate config as the recipe", script("sft", "accelerate_configs/zero3.yaml"), "an accelerate config (compute_environment, distributed_type), not a recipe"),
+        Case("eval recipe: a task's data replaced on the command line", ["recipes/evaluate.py", "recipes/tiny_eval.yaml", "--model_name_or_path", model, "--data", f"usmle_test={TEST_SET}"], "task 'usmle_train' has its questions in the recipe's data, which --data on the command line replaces"),
         Case("accelerate config for an eval recipe", ["validate", "recipes/tiny_eval.yaml", "--accelerate-config", "accelerate_configs/ddp.yaml"], "an eval recipe is not launched"),
         Case("launch-plan: 0 nodes", ["launch-plan", cpt, "--nodes", "0"], "--nodes: must be at least 1"),
         Case("launch-plan: 0 GPUs a node", ["launch-plan", cpt, "--nodes", "2", "--gpus-per-node", "0"], "--gpus-per-node: must be at least 1"),

@@ -112,6 +112,22 @@ def _by_task(entries: list[str] | None, tasks: list[str], flag: str) -> dict[str
     return result
 
 
+def _check_data_replaced(args: EvalArguments, parser: RecipeParser, where: str) -> None:
+    """A task whose questions the recipe's `data` gave, left without them by a --data on the command
+    line, which replaces the recipe's whole list (as every list key given there does)."""
+    if "data" not in parser.on_command_line:
+        return
+    given = parser.recipe_data.get("data") or []
+    entries = given.items() if isinstance(given, dict) else (str(e).partition("=")[::2] for e in given)
+    recipe_names = {str(name).strip() for name, _ in entries}
+    if lost := [t for t in args.tasks if t not in args.data_by_task and t in recipe_names and t not in TASK_NAMES]:
+        raise UserError(
+            f"{where}: task '{lost[0]}' has its questions in the recipe's data, which --data on the command line "
+            f"replaces (a list given there replaces the recipe's whole list); give --data {lost[0]}=FILE too, or "
+            "leave it out of tasks"
+        )
+
+
 def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
     """EvalArguments from the command line (and an optional positional YAML with the same keys)."""
     parser = RecipeParser([EvalArguments])
@@ -125,6 +141,7 @@ def parse_eval_args(argv: list[str] | None = None) -> EvalArguments:
             f"{where}: an evaluation runs in one process, and this launch started {processes} (WORLD_SIZE); run it "
             "with python or medrecipes eval, not under accelerate launch or torchrun"
         )
+    _check_data_replaced(args, parser, where)
     check_task_names(args.tasks, list(args.data_by_task), where, "give a name its own questions with --data NAME=FILE")
     # An entry for a task not run is fine (a YAML's data for several tasks, --tasks picking some),
     # unless its name is a misspelling of a task that runs without an entry of its own.
