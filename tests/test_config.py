@@ -1022,3 +1022,11 @@ def test_lora_target_parameters_that_name_a_parameter_by_its_end_are_taken(tiny_
             assert "nope.weight names no parameter of llama" in capsys.readouterr().err
         else:
             cli.main(argv)
+
+
+@pytest.mark.parametrize("bounds, said", [(("0.2", "0.1"), True), (("0.2", "0.28"), False), (("0.2", "0.2"), False)])
+def test_grpo_epsilon_high_below_epsilon_is_a_note(bounds, said):
+    """epsilon_high is the upper clip DAPO raises above epsilon; below it, most likely the two swapped."""
+    argv = ["recipes/tiny_grpo.yaml", "--epsilon", bounds[0], "--epsilon_high", bounds[1]]
+    recipe = parse_recipe("grpo", argv, to_train=False)[0]
+    assert any(n.startswith(f"epsilon_high {bounds[1]} is below epsilon {bounds[0]}") for n in recipe.notes) == said

@@ -429,6 +429,12 @@ def resolve_grpo(recipe: RecipeArguments, args: MedGRPOConfig, path: str) -> Non
             f"{path}: compile_generation compiles generate's decoding step over a static cache: set "
             "cache_implementation: static (and use_vllm: false, which generates otherwise)"
         )
+    if args.epsilon_high is not None and args.epsilon_high < args.epsilon:  # TRL takes it without a word
+        recipe.notes.append(
+            f"epsilon_high {args.epsilon_high} is below epsilon {args.epsilon}: the upper clip of the policy ratio is "
+            "then the tighter one, the reverse of the clip-higher it is for (DAPO: epsilon_high above epsilon, e.g. "
+            "0.28 over 0.2); swap them if that was meant"
+        )
     if args.rewards is None:
         args.rewards = [{"name": "usmle_accuracy"}]
     functions, args.reward_weights = reward_functions(args.rewards, f"{path}: rewards")
