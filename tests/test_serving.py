@@ -224,6 +224,14 @@ def test_every_bad_request_is_refused_in_one_line_and_the_server_answers_after(s
         )  # its values as JSON writes them
     for raw in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe", b"", b"[" * 100_000 + b"]" * 100_000):
         assert_refused(*server.call("POST", "/v1/chat/completions", raw=raw), expected=400)
+    for path in (
+        "/v1/chat/completions?stream=true",
+        "/v1/completions?max_tokens=2&stream=true",
+    ):  # fields in the address
+        body = {"messages": [{"role": "user", "content": QUESTION}]} if "chat" in path else {"prompt": "x"}
+        status, answer = server.call("POST", path, body)
+        assert_refused(status, answer, 400)
+        assert "query parameters" in answer["error"]["message"] and "stream" in answer["error"]["message"], answer
     twice = b'{"messages": [{"role": "user", "content": "hi", "role": "user"}], "max_tokens": 3, "max_tokens": 5}'
     status, answer = server.call("POST", "/v1/chat/completions", raw=twice)
     assert_refused(status, answer, 400)

@@ -6,6 +6,7 @@ import hmac
 import json
 import threading
 
+from medrecipes.errors import quoted
 from medrecipes.serving.model import ServedModel
 from medrecipes.serving.requests import RequestError, body_of
 
@@ -70,6 +71,12 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
                     {"WWW-Authenticate": "Bearer"},
                 )
         if request.method == "POST" and request.url.path in posted:  # another path's answer is its 404 or 405
+            if request.url.query:  # a field there (?stream=true) would be passed over without a word
+                names = (
+                    ", ".join(dict.fromkeys(key for key, _ in request.query_params.multi_items())) or request.url.query
+                )
+                return refuse(400, f"the address holds query parameters ({quoted(names, 60)}), and this server takes "
+                                   "a request's fields in its JSON body only; move them into the body")  # fmt: skip
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return refuse(415, f"the body must be JSON (Content-Type: application/json), not '{kind or 'none'}'")
