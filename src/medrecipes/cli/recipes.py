@@ -99,13 +99,21 @@ def _check_local_inputs(recipe, model_args, training_args) -> None:
     that is missing or empty, a scratch architecture that is not known, settings the model (a
     scratch one, or a local folder's config) cannot take (`check_model_settings`). Hub ids, URLs and a starting
     model that is not there yet (an earlier stage may still be writing it) are left to the run."""
+    import os
+    from pathlib import Path
+
     from medrecipes.data.sources import check_local_source
+    from medrecipes.locations import saved_dataset
     from medrecipes.models.loading import check_model_settings
     from medrecipes.models.scratch import scratch_config
+    from medrecipes.usmle.loading import check_folder_split
 
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
     for source in sources:
         check_local_source(source)
+    for source in recipe.mixture.sources if recipe.mixture else []:  # a folder trains on its split's files
+        if source.data_files is None and os.path.isdir(source.path) and not saved_dataset(source.path):
+            check_folder_split(Path(source.path), source.split)
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)

@@ -361,6 +361,18 @@ def scored_split(source: str, split: str | None) -> str | None:
     return split
 
 
+def check_folder_split(directory: Path, split: str, files: dict[str, list[Path]] | None = None) -> None:
+    """One line where a folder's files (`folder_splits`, as `datasets` maps them) make no `split`."""
+    files = folder_splits(directory, split) if files is None else files
+    if files and split not in files:
+        first = next(iter(files.values()))[0]
+        raise UserError(
+            f"{directory}: no '{split}' split{did_you_mean(split, list(files))}: its files make "
+            f"{', '.join(files) or 'none'} (named as datasets names splits: train.jsonl, test.jsonl, ...); "
+            f"name one of its files in place of the folder ({first}), or give a recipe source's split: one of them"
+        )
+
+
 def _split_files(directory: Path, split: str) -> list[Path]:
     """The files of one split of a folder (`folder_splits`)."""
     files = folder_splits(directory, split)
@@ -369,13 +381,7 @@ def _split_files(directory: Path, split: str) -> list[Path]:
             f"{directory}: holds no {', '.join(FILE_SUFFIXES)} files that are not hidden; point the source at "
             "multiple-choice data"
         )
-    if split not in files:
-        first = next(iter(files.values()))[0]
-        raise UserError(
-            f"{directory}: no '{split}' split{did_you_mean(split, list(files))}: its files make "
-            f"{', '.join(files) or 'none'} (named as datasets names splits: train.jsonl, test.jsonl, ...); "
-            f"name one of its files in place of the folder ({first}), or give a recipe source's split: one of them"
-        )
+    check_folder_split(directory, split, files)
     read = set(files[split])
     every = (
         p for p in directory.rglob("*") if p.is_file() and p.suffix in FILE_SUFFIXES and not p.name.startswith(".")
