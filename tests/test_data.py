@@ -830,3 +830,39 @@ def test_a_text_files_byte_order_mark_is_no_text(tmp_path, streaming):
     marked.write_bytes("Scurvy follows a lack of vitamin C.\nRickets, of vitamin D.\n".encode("utf-8-sig"))
     rows = load_source(SourceConfig(path=str(marked)), streaming=streaming)
     assert [row["text"] for row in rows] == ["Scurvy follows a lack of vitamin C.", "Rickets, of vitamin D."]
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+def test_a_csv_quote_left_open_that_a_later_row_closes_is_said_with_its_line(tmp_path, caplog, width):
+    """A quote opened in a cell and closed by a later row's joins the rows between into one cell
+    (every text still read, the rows miscounted): said once, naming the line it opens on. A cell
+    whose line breaks are text reads as no row of its own and is not named."""
+    import csv
+    import io
+    import random
+
+    from medrecipes.data.sources import check_local_source
+
+    rng = random.Random(width)
+    rows = [[f"r{i}c{j} " + " ".join(rng.choice(["iron", "scurvy", "heparin"]) for _ in range(3)) for j in range(width)]
+            for i in range(8)]  # fmt: skip
+    rows[2][-1] = "A note\nover two lines\nof text"  # text line breaks: quoted by the writer, no row of its own
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([[f"col{j}" for j in range(width)], *rows])
+    whole = tmp_path / "whole.csv"
+    whole.write_text(out.getvalue())
+    lines = out.getvalue().splitlines(keepends=True)
+    opened = 7  # a data line after the note's three: a quote opened before its last cell, never closed there
+    lines[opened - 1] = lines[opened - 1].replace(",r", ',"r', 1)
+    lines[opened] = lines[opened].rstrip("\n") + '"\n'  # closed at the end of the next row
+    broken = tmp_path / "broken.csv"
+    broken.write_text("".join(lines))
+    with caplog.at_level("WARNING"):
+        for path in (whole, broken, broken):
+            check_local_source(SourceConfig(path=str(path)))
+    said = [r.getMessage() for r in caplog.records if "quote opened" in r.getMessage()]
+    assert said == [
+        f"source {broken} line {opened}: a quote opened on this line closes on line {opened + 1}, and the lines after "
+        "it that read as rows of their own were joined into this row's cell; close the quote on its line (a quote "
+        'inside a cell is written "")'
+    ]

@@ -8,6 +8,7 @@ without a traceback; anything else is a bug and keeps its traceback.
 import codecs
 import contextlib
 import csv
+import itertools
 import json
 import logging
 import math
@@ -417,6 +418,33 @@ def _first_ragged_row(path: str, strict: bool = True) -> str | None:
             if "unexpected end of data" in str(err):
                 return f"{path} line {start}: a quote opened on this line is never closed"
             return _first_ragged_row(path, strict=False)
+    return None
+
+
+def merged_csv_rows(path: str, limit: int = 100_000) -> str | None:
+    """Where a CSV's quote left open on one line closes on a later one, so that the rows between
+    were read as the text of one cell: a quoted cell spanning lines one of whose later lines reads
+    as a row of the header's width by itself. 'FILE line N: ...' for the first, else None; a cell
+    whose line breaks are text (a note of several lines) reads as no row and is not named."""
+    if not path.lower().endswith(".csv") or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            width, start = len(next(reader, [])), reader.line_num + 1
+            for row in itertools.islice(reader, limit):
+                if reader.line_num > start and width > 1:  # a row over several lines: a quoted line break
+                    for cell in row:
+                        lines = cell.splitlines()[1:]
+                        if any(len(next(csv.reader([line]), [])) == width for line in lines):
+                            return (
+                                f"{path} line {start}: a quote opened on this line closes on line {reader.line_num}, "
+                                "and the lines after it that read as rows of their own were joined into this row's "
+                                'cell; close the quote on its line (a quote inside a cell is written "")'
+                            )
+                start = reader.line_num + 1
+        except csv.Error:  # a file the other checks name
+            return None
     return None
 
 

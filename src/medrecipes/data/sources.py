@@ -34,7 +34,7 @@ from medrecipes.data.rows import (
     say_turn_oddities,
 )
 from medrecipes.data_config import SourceConfig
-from medrecipes.errors import UserError, bad_line, check_text_file, quoted, unreadable
+from medrecipes.errors import UserError, bad_line, check_text_file, merged_csv_rows, quoted, unreadable
 from medrecipes.locations import BUILDERS, absent, data_file, is_url, local_path, saved_dataset
 
 logger = logging.getLogger(__name__)
@@ -123,10 +123,17 @@ def _say_wrapped_paragraphs(file: str) -> None:
 
 def _say_text_shape(file: str, source: SourceConfig) -> None:
     """What a .txt file's text says about how it is read: JSON lines, or paragraphs when the source
-    does not choose (sample_by)."""
+    does not choose (sample_by); and a CSV's rows joined into a cell by a quote left open."""
     _say_json_as_text(file)
     if source.sample_by is None:
         _say_wrapped_paragraphs(file)
+    _say_merged_csv_rows(file)
+
+
+@functools.cache  # said once, however often a command checks its sources
+def _say_merged_csv_rows(file: str) -> None:
+    if found := merged_csv_rows(file):
+        logger.warning("source %s", found)
 
 
 def check_local_source(source: SourceConfig, decode: bool = False) -> tuple[str, list[str] | None]:

@@ -7,6 +7,7 @@ local text files, with BOS/EOS/pad tokens and a ChatML chat template; the model 
 """
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from datasets.exceptions import DatasetGenerationError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
 
-from medrecipes.errors import UserError, bad_line, check_text_file, not_utf8, unreadable
+from medrecipes.errors import UserError, bad_line, check_text_file, merged_csv_rows, not_utf8, unreadable
 from medrecipes.locations import data_file
 from medrecipes.models.templates import chat_template
+
+logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gemma3_text": Gemma3TextConfig}
@@ -71,6 +74,8 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 1024) -> PreTrainedToke
         check_text_file(path, "tiny-model: corpus")  # empty, blank, or not UTF-8 (.txt, .json, .jsonl, .csv)
         if found := bad_line([path]):  # a JSON record or CSV row that does not parse, a Parquet file that does not
             raise UserError(f"tiny-model: corpus {found}")
+        if found := merged_csv_rows(path):  # rows a quote left open joined: read, said
+            logger.warning("tiny-model: corpus %s", found)
         try:  # what the checks cannot see: a CSV's quote left open; a file of another suffix, read as lines
             for _ in _read_texts([path]):
                 pass
