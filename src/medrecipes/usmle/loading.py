@@ -2,6 +2,7 @@
 the normalised rows: `load_mcq`."""
 
 import csv
+import functools
 import json
 import logging
 import os
@@ -387,11 +388,13 @@ def _split_files(directory: Path, split: str) -> list[Path]:
         p for p in directory.rglob("*") if p.is_file() and p.suffix in FILE_SUFFIXES and not p.name.startswith(".")
     )
     if others := sorted(str(p.relative_to(directory)) for p in every if p not in read):  # other splits, other names
-        logger.info(
-            "%s: its %s split is read (%s); %s left out", directory, split, ", ".join(f.name for f in files[split]),
-            ", ".join(others),
-        )  # fmt: skip
+        _say_left_out(str(directory), split, ", ".join(f.name for f in files[split]), ", ".join(others))
     return files[split]
+
+
+@functools.cache  # said once, however often a run reads the folder (its data, then its evaluation)
+def _say_left_out(directory: str, split: str, read: str, others: str) -> None:
+    logger.info("%s: its %s split is read (%s); %s left out", directory, split, read, others)
 
 
 def load_saved(path: str, split: str | None) -> Dataset:
