@@ -661,12 +661,15 @@ def choices(hint) -> tuple | None:
 
 
 def check_choices(obj, where: str) -> None:
-    """Every `Literal` field of a parsed dataclass holds one of its values: the one line with
-    the closest names and the valid ones, for a value from the YAML or the command line alike."""
+    """Every `Literal` field of a parsed dataclass holds one of its values, and so does every field
+    whose metadata lists its choices (TRL's dtype): the one line with the closest names and the
+    valid ones, for a value from the YAML (which argparse takes as a default, unchecked) or the
+    command line alike."""
+    listed = {f.name: list(f.metadata["choices"]) for f in dataclasses.fields(obj) if f.metadata.get("choices")}
     for name, hint in typing.get_type_hints(type(obj)).items():
-        values, value = choices(hint), getattr(obj, name, None)
+        values, value = choices(hint) or listed.get(name), getattr(obj, name, None)
         if values is not None and value is not None:
-            check_choice(value, values, f"{where}: {name}")
+            check_choice(value if isinstance(value, str) else str(value), values, f"{where}: {name}")
 
 
 def written_keys(given: dict) -> set[str]:
