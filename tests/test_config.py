@@ -1000,6 +1000,8 @@ def test_the_dtypes_a_command_loads_in_are_trls(tmp_path):
         (("--temperature", "0.00001"), "temperature 1e-05"),
         (("--top_p", "0.0001"), "top_p 0.0001"),
         (("--temperature", "0.1", "--top_p", "0.15"), "temperature 0.1 and top_p 0.15"),
+        (("--min_p", "0.1"), None),
+        (("--min_p", "0.999"), "min_p 0.999"),
     ],
 )
 def test_grpo_sampling_too_narrow_for_a_group_to_differ_is_a_note(given, said):

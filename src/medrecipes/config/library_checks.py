@@ -538,21 +538,26 @@ def check_generation_config(args, path: str) -> None:
         )
 
 
-# Below these, sampling is greedy in all but name for most tokens (a token at 0.3 against one at 0.7
-# falls under 2% at temperature 0.2); usual GRPO runs sample at 0.6 to 1.0 with top_p 0.9 to 1.
+# Below these (temperature, top_p) or from this on (min_p), sampling is greedy in all but name for
+# most tokens (a token at 0.3 against one at 0.7 falls under 2% at temperature 0.2; min_p 0.5 drops
+# every token under half the likeliest's); usual GRPO runs sample at 0.6 to 1.0 with top_p 0.9 to 1
+# and min_p, where set, 0.05 to 0.1.
 NEAR_GREEDY = {"temperature": 0.2, "top_p": 0.2}
+NEAR_GREEDY_MIN_P = 0.5
 
 
 def sampling_note(args) -> str | None:
-    """A GRPO sampling setting so low that a group's answers will be nearly all the same: said,
+    """A GRPO sampling setting so narrow that a group's answers will be nearly all the same: said,
     not refused, as the point where it stops teaching depends on the model's confidence."""
-    low = [f"{key} {getattr(args, key)}" for key, bound in NEAR_GREEDY.items() if getattr(args, key) < bound]
-    if not low:
+    narrow = [f"{key} {getattr(args, key)}" for key, bound in NEAR_GREEDY.items() if getattr(args, key) < bound]
+    if args.min_p is not None and args.min_p >= NEAR_GREEDY_MIN_P:
+        narrow.append(f"min_p {args.min_p}")
+    if not narrow:
         return None
     return (
-        f"{' and '.join(low)}: answers sampled this narrowly are nearly all the one greedy answer, and GRPO learns "
-        "from the differences within a group (frac_reward_zero_std in the log is the share of groups that taught "
-        "nothing); temperature 0.6 to 1.0 and top_p 0.9 to 1 are usual"
+        f"{' and '.join(narrow)}: answers sampled this narrowly are nearly all the one greedy answer, and GRPO "
+        "learns from the differences within a group (frac_reward_zero_std in the log is the share of groups that "
+        "taught nothing); temperature 0.6 to 1.0, top_p 0.9 to 1 and min_p 0.05 to 0.1 (or none) are usual"
     )
 
 
