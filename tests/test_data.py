@@ -835,8 +835,9 @@ def test_a_text_files_byte_order_mark_is_no_text(tmp_path, streaming):
 @pytest.mark.parametrize("width", [2, 3, 5])
 def test_a_csv_quote_left_open_that_a_later_row_closes_is_said_with_its_line(tmp_path, caplog, width):
     """A quote opened in a cell and closed by a later row's joins the rows between into one cell
-    (every text still read, the rows miscounted): said once, naming the line it opens on. A cell
-    whose line breaks are text reads as no row of its own and is not named."""
+    (every text still read, the rows miscounted): said once, naming the line it opens on, where a
+    joined line has the shape of the file's rows (its width, a number in its id column). A cell
+    whose lines are text is not named, commas in them or not."""
     import csv
     import io
     import random
@@ -844,21 +845,22 @@ def test_a_csv_quote_left_open_that_a_later_row_closes_is_said_with_its_line(tmp
     from medrecipes.data.sources import check_local_source
 
     rng = random.Random(width)
-    rows = [[f"r{i}c{j} " + " ".join(rng.choice(["iron", "scurvy", "heparin"]) for _ in range(3)) for j in range(width)]
-            for i in range(8)]  # fmt: skip
-    rows[2][-1] = "A note\nover two lines\nof text"  # text line breaks: quoted by the writer, no row of its own
+    words = ["iron", "scurvy", "heparin"]
+    rows = [[str(i), *(" ".join(rng.choice(words) for _ in range(3)) for _ in range(width - 1))] for i in range(8)]
+    rows[2][-1] = "A note\nover two lines, " + ", ".join(words[: width - 1]) + "\nof text"  # commas: still text
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows([[f"col{j}" for j in range(width)], *rows])
+    csv.writer(out, lineterminator="\n").writerows([["id", *(f"col{j}" for j in range(1, width))], *rows])
     whole = tmp_path / "whole.csv"
     whole.write_text(out.getvalue())
     lines = out.getvalue().splitlines(keepends=True)
     opened = 7  # a data line after the note's three: a quote opened before its last cell, never closed there
-    lines[opened - 1] = lines[opened - 1].replace(",r", ',"r', 1)
+    head, _, tail = lines[opened - 1].rstrip("\n").rpartition(",")
+    lines[opened - 1] = f'{head},"{tail}\n'
     lines[opened] = lines[opened].rstrip("\n") + '"\n'  # closed at the end of the next row
     broken = tmp_path / "broken.csv"
     broken.write_text("".join(lines))
     with caplog.at_level("WARNING"):
-        for path in (whole, broken, broken):
+        for path in (whole, broken, broken, tmp_path / "." / "broken.csv"):
             check_local_source(SourceConfig(path=str(path)))
     said = [r.getMessage() for r in caplog.records if "quote opened" in r.getMessage()]
     assert said == [

@@ -424,28 +424,44 @@ def _first_ragged_row(path: str, strict: bool = True) -> str | None:
 def merged_csv_rows(path: str, limit: int = 100_000) -> str | None:
     """Where a CSV's quote left open on one line closes on a later one, so that the rows between
     were read as the text of one cell: a quoted cell spanning lines one of whose later lines reads
-    as a row of the header's width by itself. 'FILE line N: ...' for the first, else None; a cell
-    whose line breaks are text (a note of several lines) reads as no row and is not named."""
+    as a row of its own, of the header's width with a number wherever every other row has one (a
+    line of a note that holds a comma has no such shape to match). 'FILE line N: ...' for the
+    first, else None; a file without a column of numbers gives no shape to tell them by."""
     if not path.lower().endswith(".csv") or not os.path.isfile(path):
         return None
+    rows = []  # (first line, last line, cells)
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
         reader = csv.reader(handle)
         try:
             width, start = len(next(reader, [])), reader.line_num + 1
             for row in itertools.islice(reader, limit):
-                if reader.line_num > start and width > 1:  # a row over several lines: a quoted line break
-                    for cell in row:
-                        lines = cell.splitlines()[1:]
-                        if any(len(next(csv.reader([line]), [])) == width for line in lines):
-                            return (
-                                f"{path} line {start}: a quote opened on this line closes on line {reader.line_num}, "
-                                "and the lines after it that read as rows of their own were joined into this row's "
-                                'cell; close the quote on its line (a quote inside a cell is written "")'
-                            )
+                rows.append((start, reader.line_num, row))
                 start = reader.line_num + 1
         except csv.Error:  # a file the other checks name
             return None
+    single = [row for first, last, row in rows if first == last and len(row) == width]
+    numbers = [j for j in range(width) if single and all(_is_number_text(row[j]) for row in single)]
+    if width < 2 or not numbers:
+        return None
+    for first, last, row in rows:
+        embedded = (line for cell in row for line in cell.splitlines()[1:]) if last > first else ()
+        for line in embedded:
+            cells = next(csv.reader([line]), [])
+            if len(cells) == width and all(_is_number_text(cells[j]) for j in numbers):
+                return (
+                    f"{path} line {first}: a quote opened on this line closes on line {last}, and the lines after "
+                    "it that read as rows of their own were joined into this row's cell; close the quote on its "
+                    'line (a quote inside a cell is written "")'
+                )
     return None
+
+
+def _is_number_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _record_lines(path: str, header: bool) -> Iterator[int] | None:

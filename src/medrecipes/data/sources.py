@@ -130,9 +130,12 @@ def _say_text_shape(file: str, source: SourceConfig) -> None:
     _say_merged_csv_rows(file)
 
 
-@functools.cache  # said once, however often a command checks its sources
+_SAID_MERGED: set[str] = set()  # the files said, by their real path: once however a command names them
+
+
 def _say_merged_csv_rows(file: str) -> None:
-    if found := merged_csv_rows(file):
+    if os.path.realpath(file) not in _SAID_MERGED and (found := merged_csv_rows(file)):
+        _SAID_MERGED.add(os.path.realpath(file))
         logger.warning("source %s", found)
 
 
