@@ -47,6 +47,25 @@ def test_a_thread_count_that_is_none_is_said_as_the_package_loads():
         assert (f"OMP_NUM_THREADS={value!r} in the environment is no count of threads" in result.stderr) == said
 
 
+def test_a_library_switch_neither_true_nor_false_is_said_as_the_package_loads():
+    """huggingface_hub reads a switch as true for its own true words and as false for anything else:
+    HF_HUB_OFFLINE=maybe left the Hub on without a word. Its switches are all in SWITCHES, read from
+    its constants' source; true and false words say nothing."""
+    import inspect
+    import re
+
+    import huggingface_hub.constants as hub
+
+    from medrecipes.libraries import SWITCHES, TRUE_WORDS
+
+    assert set(TRUE_WORDS) == set(hub.ENV_VARS_TRUE_VALUES)
+    read = set(re.findall(r'_is_true\(os\.environ\.get\("(HF_HUB_\w+)"', inspect.getsource(hub)))
+    assert read and read <= set(SWITCHES), read - set(SWITCHES)
+    for value, said in (("maybe", True), ("2", True), ("1", False), ("yes", False), ("0", False), ("", False)):
+        result = run(PYTHON, "-c", "import medrecipes", env={"HF_HUB_OFFLINE": value})
+        assert ("HF_HUB_OFFLINE=" in result.stderr and "neither true nor false" in result.stderr) == said, value
+
+
 RETRIES = """
 import logging, medrecipes
 from medrecipes.errors import mark_unconfigured_warnings

@@ -152,6 +152,29 @@ def keep_out(modules=TRAINING_BACKENDS) -> None:
 THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+# The switches the Hugging Face libraries read from the environment as true where they are one of
+# TRUE_WORDS and as false otherwise, so that a slip (HF_HUB_OFFLINE=maybe) turns a switch off without
+# a word: huggingface_hub's own (its constants), and the offline switches of transformers and datasets.
+SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_EXPERIMENTAL_WARNING",
+            "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_DISABLE_SHARED_BLOBS", "HF_HUB_DISABLE_SYMLINKS",
+            "HF_HUB_DISABLE_SYMLINKS_WARNING", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_UPDATE_CHECK",
+            "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER")  # fmt: skip
+TRUE_WORDS = ("1", "ON", "YES", "TRUE")  # huggingface_hub's ENV_VARS_TRUE_VALUES (tests/test_libraries.py)
+FALSE_WORDS = ("", "0", "OFF", "NO", "FALSE")
+
+
+def say_switches() -> None:
+    """One line for a library switch in the environment that is neither true nor false: the
+    libraries read it as false (offline mode off, for HF_HUB_OFFLINE=maybe), without a word."""
+    for name in SWITCHES:
+        value = os.environ.get(name)
+        if value is not None and value.strip().upper() not in (*TRUE_WORDS, *FALSE_WORDS):
+            logging.getLogger("medrecipes").warning(
+                "%s=%r in the environment is neither true nor false, and the Hugging Face libraries read it as false "
+                "(it is off); set 1 to switch it on, or 0", name, value,
+            )  # fmt: skip
+
+
 def say_thread_counts() -> None:
     """One line for a thread count in the environment that is not one: OpenMP prints its own
     complaint as torch loads and then uses every core, with nothing said of what to set."""
