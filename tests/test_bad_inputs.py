@@ -147,6 +147,7 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("a recipe's dtype no weights are loaded in", ["validate", _recipe(files, sft, ("dtype: float32", "dtype: int8"))], "dtype 'int8' is unknown; use auto, bfloat16, float16, float32"),
         Case("an eval recipe's dtype no weights are loaded in", ["validate", _recipe(files, "recipes/tiny_eval.yaml", append="dtype: int8\n")], "dtype 'int8' is unknown; use auto, bfloat16, float16, float32"),
         Case("a recipe's choice from a library's list, in the recipe", ["validate", _recipe(files, sft, append="truncation_mode: middle\n")], "truncation_mode 'middle' is unknown; use keep_end or keep_start"),
+        Case("serve: a served name with a space at its end", ["serve", model, "--served-model-name", "my model "], "--served-model-name 'my model ' is empty or has whitespace at an end"),
         Case("LoRA target parameter of no parameter", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_parameters", "[mlp.experts.gate_up_proj]"], "lora_target_parameters: mlp.experts.gate_up_proj names no parameter of llama"),
         Case("LoRA module to save misspelt", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_modules_to_save", "lm_haed"], "lora_modules_to_save: lm_haed names no module of llama (did you mean 'lm_head'"),
         Case("LoRA target module as one text", ["validate", sft, "--model_name_or_path", model, "--use_peft", "true", "--lora_target_modules", "self_attn.q_proj"], "PEFT reads as a regular expression"),

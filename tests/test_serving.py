@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -806,3 +807,25 @@ def test_an_empty_prompt_is_named_as_the_request_wrote_it(prompt, named):
     with pytest.raises(RequestError) as refused:
         prompts_of(prompt)
     assert str(refused.value).startswith(f"{named} must be")
+
+
+def test_serving_a_model_trained_with_a_system_prompt_says_it_at_start(tiny_model, tmp_path, monkeypatch, capsys):
+    """A server adds no system turn (its clients send theirs): the one the model's run trained with
+    is said as it starts, where eval, generate and pairs take it as an option. A model with no run
+    record, or one trained without, says nothing of it."""
+    import medrecipes.serving as serving
+
+    monkeypatch.setattr(serving, "run_server", lambda app, host, port: None)
+    shutil.copytree(tiny_model, tmp_path / "run" / "final")
+    for recipe, said in (
+        ({"system_prompt": "Answer briefly."}, True),
+        ({"system_prompt": None}, False),
+        (None, False),
+    ):
+        record = tmp_path / "run" / "run.json"
+        record.unlink(missing_ok=True)
+        if recipe is not None:
+            record.write_text(json.dumps({"script": "recipes/sft.py", "model": tiny_model, "recipe": recipe}))
+        serving.serve(str(tmp_path / "run" / "final"), port=free_port())
+        err = capsys.readouterr().err
+        assert ("was trained with the system prompt 'Answer briefly.'" in err) == said, err

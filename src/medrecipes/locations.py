@@ -195,15 +195,23 @@ def model_run_record(model_path: str) -> dict | str | None:
     return run_record(os.path.dirname(os.path.abspath(os.path.expanduser(model_path))))
 
 
+def trained_system_prompt(model_path: str) -> tuple[bool, str | None]:
+    """(whether the run that made a model is known, the system prompt it trained with or None): read
+    from its run.json beside final/."""
+    record = model_run_record(model_path) if local_path(model_path) else None
+    recipe = record.get("recipe") if isinstance(record, dict) else None
+    if not isinstance(recipe, dict) or "system_prompt" not in recipe:
+        return False, None
+    return True, recipe["system_prompt"] or None
+
+
 def system_prompt_note(model_path: str, asked: str | None, flag: str) -> str | None:
     """One line where a model is asked with another system turn (or none) than the run that made it
     (its run.json beside final/) trained with: its answers are then to prompts it was not trained
     on. `flag` is the command's option that gives one."""
-    record = model_run_record(model_path) if local_path(model_path) else None
-    recipe = record.get("recipe") if isinstance(record, dict) else None
-    if not isinstance(recipe, dict) or "system_prompt" not in recipe or (recipe["system_prompt"] or None) == asked:
+    known, trained = trained_system_prompt(model_path)
+    if not known or trained == asked:
         return None
-    trained = recipe["system_prompt"] or None
     return (
         f"{model_path} was trained with {f'the system prompt {trained!r}' if trained else 'no system prompt'} (its "
         f"run's run.json), and is asked with {f'{asked!r}' if asked else 'none'}: its answers are to prompts it was "

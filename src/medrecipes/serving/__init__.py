@@ -19,7 +19,7 @@ import socket
 import sys
 
 from medrecipes.errors import UserError
-from medrecipes.locations import absent, file_as_model, looks_local, system_prompt_note
+from medrecipes.locations import absent, file_as_model, looks_local, system_prompt_note, trained_system_prompt
 from medrecipes.serving.app import create_app, error_body
 from medrecipes.serving.model import ServedModel, capped_tokens, served_name
 from medrecipes.serving.requests import CHAT_FIELDS, COMPLETION_FIELDS, RequestError  # noqa: F401 (the interface)
@@ -153,6 +153,15 @@ def serve(
                f"set {API_KEY_ENV} (or --api-key) to require a key, and put TLS in front of it"),
             file=sys.stderr, flush=True,
         )  # fmt: skip
+    if name is not None and (not name.strip() or name != name.strip()):
+        raise UserError(
+            f"serve: --served-model-name {name!r} is empty or has whitespace at an end, which each client would have "
+            "to send as is; give the name without it"
+        )
+    _, trained = trained_system_prompt(model)
+    if trained:  # a server has no system turn of its own to add: its clients send theirs, or none
+        print(f"note: serve: {model} was trained with the system prompt {trained!r} (its run's run.json); clients "
+              "get answers as it was trained where they send it as their system message", file=sys.stderr, flush=True)  # fmt: skip
     served = ServedModel(model, name=name, max_tokens=max_tokens)
     app = create_app(served, api_key=api_key, max_body_bytes=max_body_bytes)
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
