@@ -5,7 +5,7 @@ import warnings
 
 from conftest import AVX512_BF16_CPU, BNB_LINE, PYTHON, run
 
-from medrecipes.libraries import HARMLESS_LOG_LINES, drop_harmless_lines
+from medrecipes.libraries import HARMLESS_LOG_LINES, ONCE_LOG_LINES, drop_harmless_lines
 
 
 def test_the_simulated_cpu_makes_bitsandbytes_print_its_line():
@@ -28,6 +28,24 @@ def test_each_harmless_line_is_dropped_and_other_lines_of_its_logger_show(caplog
             logger.warning("%s, and the rest of the line", start)
             logger.warning("a real warning from %s", name)
         assert [r.getMessage() for r in caplog.records] == [f"a real warning from {name}"]
+
+
+def test_each_once_line_is_kept_the_first_time_only(caplog):
+    """A line a library logs at every call (bitsandbytes' 8-bit cast, a thousand times an evaluation)
+    is said once a process; the logger's other lines all show."""
+    drop_harmless_lines()
+    for name, start in ONCE_LOG_LINES:
+        logger = logging.getLogger(name)
+        for kept in logger.filters:  # a line said earlier in this process, by another test
+            if hasattr(kept, "said"):
+                kept.said = False
+        with caplog.at_level(logging.WARNING, logger=name):
+            caplog.clear()
+            for step in range(3):
+                logger.warning("%s torch.float32 (call %d)", start, step)
+                logger.warning("a real warning from %s (%d)", name, step)
+        said = [r.getMessage() for r in caplog.records]
+        assert said == [f"{start} torch.float32 (call 0)", *(f"a real warning from {name} ({i})" for i in range(3))]
 
 
 def test_the_harmless_future_warning_is_dropped_and_others_show():

@@ -86,6 +86,31 @@ class _DropLines(logging.Filter):
         return not record.getMessage().startswith(self.start)
 
 
+# Lines a library logs at every call that say one fact of the whole run: kept the first time.
+ONCE_LOG_LINES = (
+    (
+        "bitsandbytes.autograd._functions",
+        "MatMul8bitLt: inputs will be cast from",
+        # load_in_8bit's layers at every forward pass of a model in float32 (a CPU recipe's dtype):
+        # true of the run once, and a thousand lines over an evaluation.
+    ),
+)
+
+
+class _FirstLine(logging.Filter):
+    """Keeps the first record of one logger whose message starts with `start`, drops the others."""
+
+    def __init__(self, start: str):
+        super().__init__()
+        self.start, self.said = start, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(self.start):
+            return True
+        said, self.said = self.said, True
+        return not said
+
+
 class _OneRetryLine(logging.Filter):
     """huggingface_hub's retries of a request the Hub does not answer (no network, a proxy), two lines
     each, five times over half a minute: said as one of the project's lines, with the switch that
@@ -125,7 +150,7 @@ def _quiet_writer_thread(default):
 
 
 def drop_harmless_lines() -> None:
-    """Install the filters for HARMLESS_LOG_LINES and HARMLESS_WARNINGS, the Hub's retries as one
+    """Install the filters for HARMLESS_LOG_LINES, ONCE_LOG_LINES and HARMLESS_WARNINGS, the Hub's retries as one
     line, and the writer thread's quiet hook (once per process)."""
     if not getattr(threading.excepthook, "quiet_writer", False):
         threading.excepthook = _quiet_writer_thread(threading.excepthook)
@@ -133,6 +158,10 @@ def drop_harmless_lines() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropLines) and f.start == start for f in logger.filters):
             logger.addFilter(_DropLines(start))
+    for name, start in ONCE_LOG_LINES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _FirstLine) and f.start == start for f in logger.filters):
+            logger.addFilter(_FirstLine(start))
     for category, start in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=start, category=category)
     retries = logging.getLogger("huggingface_hub.utils._http")
