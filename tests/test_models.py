@@ -117,11 +117,14 @@ def test_a_json_document_corpus_is_read_as_its_texts(tmp_path):
     """A JSON file (PubMedQA's, one object keyed by id) gives its strings, not its syntax and keys."""
     import json
 
-    from medrecipes.models.tiny import _read_texts
+    from medrecipes.models.tiny import _read_texts, train_tokenizer
 
     path = tmp_path / "pubmedqa.json"
-    path.write_text(json.dumps({"123": {"QUESTION": "Does it help?", "CONTEXTS": ["It did.", "Twice."]}}), "utf-8")
-    assert list(_read_texts([str(path)])) == ["Does it help?", "It did.", "Twice."]
+    document = {"123": {"QUESTION": "Does it help?", "CONTEXTS": ["It did.", "Twice."]}}
+    for indent in (None, 1):  # on one line, and over many as PubMedQA's own file is written
+        path.write_text(json.dumps(document, indent=indent), "utf-8")
+        assert list(_read_texts([str(path)])) == ["Does it help?", "It did.", "Twice."]
+        assert train_tokenizer([str(path)], vocab_size=300).get_vocab()  # its checks take it whole
 
 
 def test_tiny_model_with_missing_corpus(tmp_path, capsys):

@@ -133,16 +133,21 @@ def first_bad_line(path: str) -> str | None:
     if suffix == ".csv":
         return _first_ragged_row(path)
     with open(path, encoding="utf-8", errors="replace") as handle:
-        if handle.read(4096).lstrip().startswith("["):  # one JSON document: where it breaks
+        start = handle.read(4096).lstrip()
+        handle.seek(0)
+        # One JSON document: a list, or an object over several lines (PubMedQA's, keyed by id) whose
+        # first line is no JSON object of its own, as a JSON Lines record's is. Where it breaks.
+        first = next((line for line in handle if line.strip()), "")
+        if start.startswith("[") or (suffix == ".json" and start.startswith("{") and not _parses(first)):
             handle.seek(0)
             text = handle.read()
             try:
-                json.loads(text, parse_int=_bounded_int, parse_float=_finite_float)
+                document = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float)
             except json.JSONDecodeError as err:
                 return f"{path} line {err.lineno}: not JSON ({_where_in_line(err)})"
             except _TooBig as err:
                 return f"{path} line {text.count(chr(10), 0, text.find(str(err))) + 1}: {_too_big(err)}"
-            return _first_element_not_object(path, text)
+            return _first_element_not_object(path, text) if isinstance(document, list) else None
         handle.seek(0)
         for number, line in enumerate(handle, 1):  # line by line: a corpus may not fit in memory
             if not line.strip():
@@ -400,6 +405,14 @@ def _other_separator(path: str) -> str | None:
     except csv.Error:  # one column, or nothing it can tell apart
         return None
     return found if found in first else None
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def _first_ragged_row(path: str, strict: bool = True) -> str | None:
