@@ -240,3 +240,16 @@ def test_every_training_recipe_is_checked_against_its_eval_sets(recipe, capsys):
     cli.main(["decontaminate", "--train", str(ROOT / "recipes" / recipe), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["sources"] and report["benchmarks"], report
+
+
+def test_an_n_past_every_item_is_said(tmp_path, capsys):
+    """An n longer than every evaluation item checks nothing and finds nothing: said, not reported
+    as clean in silence; an n that checks some says nothing more than its report."""
+    from medrecipes import cli
+
+    evals = write_jsonl(tmp_path / "bench.jsonl", QUESTIONS)
+    for n, said in (("100000", True), ("13", False)):
+        cli.main(
+            ["decontaminate", "--train", str(ROOT / "data/medical_text/train.jsonl"), "--eval", str(evals), "--n", n]
+        )
+        assert ("every evaluation item is shorter than" in capsys.readouterr().err) == said

@@ -43,6 +43,13 @@ HARMLESS_LOG_LINES = (
         # (training.callbacks.IntervalsOfThisStart), and the run's resume line says its changed settings.
     ),
     (
+        "transformers.tokenization_utils_base",
+        "Token indices sequence length is longer than the specified maximum sequence length",
+        # A text longer than the model's positions, tokenized whole before the recipe cuts it: every
+        # path cuts or windows it (SFT, DPO and KTO at max_length, CPT's packing, eval's prompts,
+        # perplexity's windows) and says so in its own line; "indexing errors" never follow.
+    ),
+    (
         "datasets.packaged_modules.json.json",
         "Failed to load JSON from file",
         # Logged before the parse error is raised; the error is then reported as the file's

@@ -157,6 +157,9 @@ def cmd_decontaminate(args) -> None:
                     "to read back; name it .jsonl or .parquet"
                 )
     report, contaminated = dc.check_sources(sources, benchmarks, args.n, streaming)
+    if all(b["too_short"] == b["rows"] for b in report["benchmarks"].values()):  # a --n past every item
+        print(f"warning: decontaminate --n {args.n}: every evaluation item is shorter than {args.n} words, so none "
+              "could be checked, and none is found; lower --n (13 is usual)", file=sys.stderr, flush=True)  # fmt: skip
     print(json.dumps(report, indent=2) if args.json else dc.format_report(report))
     for name, out in drops.items():
         with staged(out, folder=False, kind="decontaminate") as path:

@@ -87,7 +87,7 @@ def cmd_eval(args) -> None:
 
 
 def cmd_perplexity(args) -> None:
-    from medrecipes.data.sources import MissingColumn, load_source
+    from medrecipes.data.sources import MissingColumn, NotTextColumn, load_source
     from medrecipes.data_config import SourceConfig
     from medrecipes.errors import UserError
     from medrecipes.evaluation.commands import load_for_evaluation
@@ -118,6 +118,11 @@ def cmd_perplexity(args) -> None:
         raise UserError(
             f"perplexity --data {args.data}: no column '{args.text_field}' (columns: {err.shown}); pass --text-field "
             "with the column that holds its documents"
+        ) from None
+    except NotTextColumn as err:
+        raise UserError(
+            f"perplexity --data {args.data}: column '{args.text_field}' holds no text in any row; pass --text-field "
+            f"with a column of text (here: {err.texts})"
         ) from None
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}

@@ -351,6 +351,7 @@ def load_source(
         _check_columns(documents, fields, source, "a chat source has messages, or prompt and completion")
         return _checked(documents, {name: name for name in fields}, source, tag)
     _check_columns(documents, [source.text_field], source, "set text_field")
+    _check_text_column(documents, source)
     if documents.column_names is not None:
         documents = documents.select_columns([source.text_field])
     if source.text_field != "text":
@@ -360,6 +361,36 @@ def load_source(
 
 # The columns of TRL's two preference layouts: pairs (DPO, KTO) and unpaired answers (KTO).
 PREFERENCE_FIELDS = {"preference": ["prompt", "chosen", "rejected"], "unpaired": ["prompt", "completion", "label"]}
+
+
+class NotTextColumn(UserError):
+    """A source's text_field naming a column of no text in any row (lists, numbers): a caller that
+    names the setting by its own option catches it (`texts`: the columns of text there)."""
+
+    def __init__(self, message: str, texts: str = ""):
+        super().__init__(message)
+        self.texts = texts
+
+
+def _is_text_feature(feature) -> bool:
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+
+
+def _check_text_column(documents, source: SourceConfig) -> None:
+    """The text_field's column holds text: one of lists or numbers in every row (PubMedQA's
+    CONTEXTS) is the wrong column, named with the columns of text there. A column of mixed values
+    is left to the rows' own check, which names the first that is no text."""
+    features = getattr(documents, "features", None) or {}
+    kind = features.get(source.text_field)
+    if kind is None or _is_text_feature(kind) or type(kind).__name__ == "Json":
+        return
+    texts = ", ".join(name for name, feature in features.items() if _is_text_feature(feature)) or "none"
+    held = f"{kind.dtype} values" if isinstance(kind, datasets.Value) else "mappings" if isinstance(kind, dict) else "lists"
+    raise NotTextColumn(
+        f"{named(source)}: column '{source.text_field}' holds {held} in every row, not text; set text_field to a "
+        f"column of text (here: {texts})",
+        texts,
+    )
 
 
 class MissingColumn(UserError):
