@@ -163,8 +163,13 @@ def test_a_json_document_of_columns_or_of_rows_under_a_key_is_a_text_source(tmp_
     (tmp_path / "held.json").write_text(json.dumps(held), encoding="utf-8")
     assert list(load_source(SourceConfig(path=str(tmp_path / "held.json")))["text"]) == ["one", "two"]
     (tmp_path / "lists.json").write_text(json.dumps({"text": [["a long first text"], ["b"]]}), encoding="utf-8")
-    with pytest.raises(UserError, match=r"""lists.json' row 1: 'text' is \["a long first text"\], not text"""):
+    with pytest.raises(UserError, match=r"lists.json': column 'text' holds lists in every row, not text; set text_field "
+                       r"to a column of text \(it has none\)"):  # fmt: skip
         load_source(SourceConfig(path=str(tmp_path / "lists.json")))
+    mixed = {"text": ["one", ["a long second text"]]}  # a column of two kinds, which no dataset column holds
+    (tmp_path / "mixed.json").write_text(json.dumps(mixed), encoding="utf-8")
+    with pytest.raises(UserError, match=r"mixed.json': its column 'text' holds values of several kinds \(list, str\)"):
+        load_source(SourceConfig(path=str(tmp_path / "mixed.json")))
 
 
 def test_a_folder_save_to_disk_wrote_is_a_source(tmp_path):

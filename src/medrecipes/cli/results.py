@@ -122,7 +122,7 @@ def cmd_perplexity(args) -> None:
     except NotTextColumn as err:
         raise UserError(
             f"perplexity --data {args.data}: column '{args.text_field}' holds no text in any row; pass --text-field "
-            f"with a column of text (here: {err.texts})"
+            f"with a column of text ({f'here: {err.texts}' if err.texts else 'it has none'})"
         ) from None
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}

@@ -339,7 +339,7 @@ def load_source(
         return _checked(documents.to_iterable_dataset() if streaming else documents, {}, source, tag)
     documents = load_documents(source, streaming)
     if source.format == "text" and isinstance(documents, datasets.Dataset):
-        documents = usmle.document_rows(documents)
+        documents = usmle.document_rows(documents, named(source))
     if source.part is not None or source.pass_rate is not None:  # a map-style dataset (config.checks)
         documents = chosen_rows(documents, source, named(source), PART_LABELS.get(source.format))
     if source.format in PREFERENCE_FIELDS:
@@ -384,11 +384,17 @@ def _check_text_column(documents, source: SourceConfig) -> None:
     kind = features.get(source.text_field)
     if kind is None or _is_text_feature(kind) or type(kind).__name__ == "Json":
         return
-    texts = ", ".join(name for name, feature in features.items() if _is_text_feature(feature)) or "none"
-    held = f"{kind.dtype} values" if isinstance(kind, datasets.Value) else "mappings" if isinstance(kind, dict) else "lists"
+    texts = ", ".join(name for name, feature in features.items() if _is_text_feature(feature))
+    held = (
+        f"{kind.dtype} values"
+        if isinstance(kind, datasets.Value)
+        else "mappings"
+        if isinstance(kind, dict)
+        else "lists"
+    )
     raise NotTextColumn(
         f"{named(source)}: column '{source.text_field}' holds {held} in every row, not text; set text_field to a "
-        f"column of text (here: {texts})",
+        f"column of text ({f'here: {texts}' if texts else 'it has none'})",
         texts,
     )
 

@@ -65,10 +65,10 @@ def keyed_rows(path: Path) -> Dataset | None:
 def _read_json(path: Path) -> Dataset:
     if (rows := keyed_rows(path)) is not None:
         return rows
-    return document_rows(load_dataset("json", data_files=data_file(str(path)), split="train"))
+    return document_rows(load_dataset("json", data_files=data_file(str(path)), split="train"), str(path))
 
 
-def document_rows(rows: Dataset) -> Dataset:
+def document_rows(rows: Dataset, where: str = "a JSON document") -> Dataset:
     """The rows of one JSON document that holds them in another shape than a list, which the json
     builder reads as one row: columns ({"question": [...], "answer": [...]}, as `Dataset.to_dict`
     and pandas' `to_dict("list")` write them), or the rows under one key beside fields of the
@@ -81,7 +81,19 @@ def document_rows(rows: Dataset) -> Dataset:
     if len(held) == 1 and not any(isinstance(v, list) for v in row.values() if v is not held[0]):
         return Dataset.from_list(held[0])
     lengths = {len(value) if isinstance(value, list) else -1 for value in row.values()}
-    return Dataset.from_dict(row) if len(lengths) == 1 and lengths.pop() >= 1 else rows
+    if len(lengths) != 1 or lengths.pop() < 1:
+        return rows
+    try:
+        return Dataset.from_dict(row)
+    except (TypeError, ValueError):  # pyarrow's ArrowTypeError and ArrowInvalid: a column of mixed values
+        kinds = {name: sorted({type(v).__name__ for v in values if v is not None}) for name, values in row.items()}
+        mixed = next((name for name, found in kinds.items() if len(found) > 1), None)
+        if mixed is None:
+            raise
+        raise UserError(
+            f"{where}: its column '{mixed}' holds values of several kinds ({', '.join(kinds[mixed])}), which one "
+            "column of a dataset cannot; give each column values of one kind"
+        ) from None
 
 
 def _csv_has_header(path: Path) -> bool:
