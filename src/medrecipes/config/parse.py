@@ -16,7 +16,14 @@ from trl import ModelConfig
 from medrecipes.config import checks, eval_args, library_checks
 from medrecipes.config.eval_args import EvalArguments
 from medrecipes.config.methods import METHODS, check_formats, method_named
-from medrecipes.config.reading import RecipeParser, check_blank_text, check_choices, field_names, read_recipe_yaml
+from medrecipes.config.reading import (
+    RecipeParser,
+    UnknownKey,
+    check_blank_text,
+    check_choices,
+    field_names,
+    read_recipe_yaml,
+)
 from medrecipes.config.schema import RecipeArguments, say_rendezvous, world_size
 from medrecipes.config.trainer_configs import RecipeModelConfig
 from medrecipes.errors import UserError
@@ -97,12 +104,11 @@ def method_misfit(path: str, method: str) -> tuple[str, str] | None:
 
 
 def _key_of_other_methods(err: BaseException, method: str) -> UserError | None:
-    """The line for an unknown key or argument (the parse's own line) that other methods' recipes
-    take (chat_template_path in a DPO recipe): which take it, where the parse only found it unknown."""
-    found = re.match(r"(?P<where>.*?): unknown (key|argument) '(--)?(?P<key>[\w-]+)'", str(err))
-    if not found:
+    """The line for an unknown key or argument of a recipe that other methods' recipes take
+    (chat_template_path in a DPO recipe): which take it, where the parse only found it unknown."""
+    if not isinstance(err, UnknownKey):
         return None
-    key = found["key"].replace("-", "_")
+    key = err.key.replace("-", "_")
     others = [m for m in METHODS if m != method and key in _keys_of(m)]
     if not others:
         return None
@@ -110,7 +116,7 @@ def _key_of_other_methods(err: BaseException, method: str) -> UserError | None:
     taking = scripts[0] if len(scripts) == 1 else f"{', '.join(scripts[:-1])} and {scripts[-1]}"
     run = scripts[0] if len(scripts) == 1 else "the script it is for"
     return UserError(
-        f"{found['where']}: {key} is a key of {taking} recipes, which {script_of(method)} does not take; drop it, "
+        f"{err.where}: {key} is a key of {taking} recipes, which {script_of(method)} does not take; drop it, "
         f"or run {run}"
     )
 

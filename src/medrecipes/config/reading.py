@@ -256,7 +256,7 @@ class RecipeParser(TrlParser):
                 raise UserError(
                     f"command line: unknown argument '{name}'; keys after the recipe take two dashes{close}"
                 )
-            raise UserError(f"command line: unknown argument '--{name}'{close}")
+            raise UnknownKey("command line", name, f"command line: unknown argument '--{name}'{close}")
         for obj in outputs:
             _read_flow_lists(obj)
             check_finite(obj, path or "command line")
@@ -290,7 +290,7 @@ class RecipeParser(TrlParser):
         return field_names(self.dataclass_types)
 
     def _check_yaml_keys(self, data: dict, path: str) -> None:
-        reject_unknown_keys(data, set(self._keys()) | {"env"}, path)
+        reject_unknown_keys(data, set(self._keys()) | {"env"}, path, recipe_keys=True)
         hints = {name: hint for cls in self.dataclass_types for name, hint in typing.get_type_hints(cls).items()}
         # A list whose help says its entries are NAME=VALUE ("TASK=PATH ...") takes them as a mapping too.
         pairs = {
@@ -556,10 +556,21 @@ def field_names(classes) -> list[str]:
     return [f.name for cls in classes for f in dataclasses.fields(cls) if f.init]
 
 
-def reject_unknown_keys(data: dict, valid: set[str], where: str) -> None:
+class UnknownKey(UserError):
+    """A key of a recipe's own (in its file, or on the command line after it) that its script's
+    dataclasses do not have: `where` it was given and the `key`, for a caller that can say more."""
+
+    def __init__(self, where: str, key: str, message: str):
+        super().__init__(message)
+        self.where, self.key = where, key
+
+
+def reject_unknown_keys(data: dict, valid: set[str], where: str, recipe_keys: bool = False) -> None:
+    """One line for the first key of `data` not in `valid`; `recipe_keys`: a recipe's own (UnknownKey)."""
     for key in data:
         if key not in valid:
-            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, valid)}")
+            message = f"{where}: unknown key '{key}'{did_you_mean(key, valid)}"
+            raise UnknownKey(where, key, message) if recipe_keys else UserError(message)
 
 
 def _is_whole_number(value) -> bool:
