@@ -408,6 +408,7 @@ def test_raising_max_steps_of_a_finished_run_trains_on_the_new_schedule_and_reco
     assert not same_weights(weights(out / "final"), weights(out / "checkpoint-2"))
     record = json.loads((out / "run.json").read_text())
     assert record["recipe"]["max_steps"] == 4 and len(record["resumed_with"]) == 1
+    assert record["settled"]["resume_from"] == str(out / "checkpoint-2")  # the start settled since is kept
     again = sft(4, "--system_prompt", "Answer briefly.")
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert "other settings" not in again.stdout + again.stderr

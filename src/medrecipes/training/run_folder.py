@@ -21,7 +21,7 @@ from medrecipes.locations import RUN_RECORD
 from medrecipes.outputs.claims import claim_output, lock_folder
 from medrecipes.outputs.records import LOCK, MARKER, mark
 from medrecipes.runs.folder import RunFolder
-from medrecipes.runs.record import identity_differences, run_identity, write_record
+from medrecipes.runs.record import identity_differences, run_identity, update_record, write_record
 from medrecipes.runs.resume import kept
 from medrecipes.training.launch import check_launch
 
@@ -109,34 +109,31 @@ def _remove_unused(output_dir: str, made: str) -> None:
             folder = os.path.dirname(folder)
 
 
-# output_dir: (the settings a resume changed, the record that says so), kept for `say_resumed`.
-_RESUMED: dict[str, tuple[str, dict]] = {}
-# output_dir: the record of the run there as this start found it, put back if the start is refused
-# before it trains (the run settled anew writes its record before its checkpoint is checked).
-_FOUND: dict[str, dict] = {}
+# output_dir: (the record of the run there as this start found it, the settings it changes and the
+# entries that record them), for `say_resumed`. The record is put back if the start is refused before
+# it trains: the run settled anew writes its record before its checkpoint is checked.
+_RESUMING: dict[str, tuple[dict, str, dict]] = {}
 
 
 def _put_back(output_dir: str) -> None:
-    if (found := _FOUND.pop(output_dir, None)) is not None:
-        write_record(output_dir, found)
+    if (pending := _RESUMING.pop(output_dir, None)) is not None:
+        write_record(output_dir, pending[0])
 
 
 def say_resumed(training_args) -> None:
-    """The settings a resumed run changed since it last ran, said and written to its record once
+    """The settings a resumed run changed since it last ran, said and added to its record once
     training goes ahead (its checkpoint found to fit the model): a start refused before then leaves
     the record as it was, and says nothing would apply."""
-    _FOUND.pop(training_args.output_dir, None)  # training goes ahead: what it writes from here on stays
-    if (pending := _RESUMED.pop(training_args.output_dir, None)) is None:
+    _, changed, entries = _RESUMING.pop(training_args.output_dir, (None, "", {}))  # what it writes now stays
+    if not changed:
         return
-    changed, record = pending
     if training_args.should_log:
         logger.warning(
             "output_dir: resuming the run there with other settings than it last ran with (%s); they apply from its "
             "newest checkpoint on, and run.json records them",
             changed,
         )
-    if training_args.should_save:
-        write_record(training_args.output_dir, record)
+    update_record(training_args, **entries)
 
 
 def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
@@ -201,8 +198,8 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
                 )
             return True
         if saved is not None:  # this run, which resumes: a setting the checkpoint overrides is refused
+            _RESUMING[output_dir] = (saved, "", {})
             if training_args.should_save:
-                _FOUND[output_dir] = saved
                 on_refusal(lambda: _put_back(output_dir))
             ours_resolved = resolved_recipe(recipe, model_args, training_args)
             recorded = saved.get("recipe") or {}
@@ -218,7 +215,7 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
             # once the checkpoint is found to fit the model (`say_resumed`), so a refused start changes nothing.
             if changed := _changed_settings(recorded, ours_resolved, intervals=True):
                 resumed = [*saved.get("resumed_with", []), changed]
-                _RESUMED[output_dir] = (changed, {**saved, "recipe": ours_resolved, "resumed_with": resumed})
+                _RESUMING[output_dir] = (saved, changed, {"recipe": ours_resolved, "resumed_with": resumed})
         if saved is None and training_args.should_save:
             # The settings it ran with and how it was started, for `medrecipes report` and `medrecipes
             # card`; only `ours` tells runs apart.
