@@ -442,23 +442,24 @@ def merged_csv_rows(path: str, limit: int = 100_000) -> str | None:
     first, else None; a file without a column of numbers gives no shape to tell them by."""
     if not path.lower().endswith(".csv") or not os.path.isfile(path):
         return None
-    rows = []  # (first line, last line, cells)
+    spanning = []  # (first line, last line, cells) of the rows over several lines: few, kept
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
         reader = csv.reader(handle)
         try:
             width, start = len(next(reader, [])), reader.line_num + 1
+            numbers, single = set(range(width)), False  # the columns every one-line row has a number in
             for row in itertools.islice(reader, limit):
-                rows.append((start, reader.line_num, row))
+                if reader.line_num > start:
+                    spanning.append((start, reader.line_num, row))
+                elif len(row) == width:
+                    numbers, single = {j for j in numbers if _is_number_text(row[j])}, True
                 start = reader.line_num + 1
         except csv.Error:  # a file the other checks name
             return None
-    single = [row for first, last, row in rows if first == last and len(row) == width]
-    numbers = [j for j in range(width) if single and all(_is_number_text(row[j]) for row in single)]
-    if width < 2 or not numbers:
+    if width < 2 or not single or not numbers:
         return None
-    for first, last, row in rows:
-        embedded = (line for cell in row for line in cell.splitlines()[1:]) if last > first else ()
-        for line in embedded:
+    for first, last, row in spanning:
+        for line in (line for cell in row for line in cell.splitlines()[1:]):
             cells = next(csv.reader([line]), [])
             if len(cells) == width and all(_is_number_text(cells[j]) for j in numbers):
                 return (

@@ -382,7 +382,7 @@ def _check_text_column(documents, source: SourceConfig) -> None:
     is left to the rows' own check, which names the first that is no text."""
     features = getattr(documents, "features", None) or {}
     kind = features.get(source.text_field)
-    if kind is None or _is_text_feature(kind) or type(kind).__name__ == "Json":
+    if kind is None or _is_text_feature(kind) or isinstance(kind, datasets.Json):
         return
     texts = ", ".join(name for name, feature in features.items() if _is_text_feature(feature))
     held = (
