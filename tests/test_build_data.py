@@ -3,6 +3,7 @@ object-storage sources and checkpoint copies."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import datasets
@@ -14,6 +15,7 @@ from conftest import PYTHON, ROOT, run, write_jsonl
 from transformers import AutoModelForCausalLM
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+from medrecipes.cli import main
 from medrecipes.config import SourceConfig, parse_recipe
 from medrecipes.data.build import build_data
 from medrecipes.data.manifest import decontamination_summary
@@ -165,6 +167,25 @@ def test_a_run_from_a_build_whose_sources_changed_since_is_refused(tmp_path, fil
     pretraining_data(recipe, tokenizer, args.max_length)
 
 
+def test_validate_refuses_a_build_made_for_another_recipe_and_waits_for_one_not_made(
+    tmp_path, capsys, files, tiny_model
+):
+    """validate reads a built folder's manifest as the run does, for what the recipe alone decides:
+    another max_length or changed sources is the run's line, before a model loads; a folder not built
+    yet passes, as build-data may come next."""
+    path = recipe_file(tmp_path, tiny_model, files, False)
+    main(["validate", path])
+    build(path)
+    main(["validate", path])
+    with pytest.raises(SystemExit, match="2"):
+        main(["validate", path, "--max_length", "32"])
+    assert "was built for max_length 64, and this recipe has 32; build it again" in capsys.readouterr().err
+    Path(files["notes"]).write_text(Path(files["notes"]).read_text()[:200].rsplit("\n", 1)[0] + "\n")
+    with pytest.raises(SystemExit, match="2"):
+        main(["validate", path])
+    assert re.search(rf"{files['notes']} changed \(.* since; build it again", capsys.readouterr().err)
+
+
 def test_folders_to_write_that_are_files_are_refused(tmp_path, files, tiny_model):
     path = recipe_file(tmp_path, tiny_model, files, False)
     taken = tmp_path / "taken"
@@ -238,7 +259,6 @@ def test_recipe_builds_its_data_once_and_trains_from_the_folder(tmp_path, tiny_m
 def test_a_number_of_gpus_that_changes_no_build_is_said(tmp_path, capsys, tiny_model):
     """build-data's --num-gpus sets the blocks of a streamed build; a recipe that does not stream
     builds the same blocks for any number, its token budget only checked to divide over them."""
-    from medrecipes.cli import main
 
     for gpus in ("1", "2"):
         keys = ["--tokenizer_name_or_path", str(tiny_model), "--out", str(tmp_path / gpus), "--num-gpus", gpus]

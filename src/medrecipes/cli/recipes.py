@@ -96,14 +96,17 @@ def cmd_validate(args) -> None:
 
 def _check_local_inputs(recipe, model_args, training_args) -> None:
     """What a run would refuse first among what is on this machine: a data source or data file
-    that is missing or empty, a scratch architecture that is not known, settings the model (a
-    scratch one, or a local folder's config) cannot take (`check_model_settings`). Hub ids, URLs and a starting
-    model that is not there yet (an earlier stage may still be writing it) are left to the run."""
+    that is missing or empty, a built_data folder built for other data keys or max_length or from
+    files changed since, a scratch architecture that is not known, settings the model (a scratch
+    one, or a local folder's config) cannot take (`check_model_settings`). Hub ids, URLs, a
+    built_data folder not built yet and a starting model that is not there yet (an earlier stage
+    may still be writing it) are left to the run, as is the tokenizer a built folder was made with."""
     import os
     from pathlib import Path
 
+    from medrecipes.data.manifest import check_built_data, data_key, read_manifest
     from medrecipes.data.sources import check_local_source
-    from medrecipes.locations import saved_dataset
+    from medrecipes.locations import is_url, saved_dataset
     from medrecipes.models.loading import check_model_settings
     from medrecipes.models.scratch import scratch_config
     from medrecipes.usmle.loading import check_folder_split
@@ -114,6 +117,9 @@ def _check_local_inputs(recipe, model_args, training_args) -> None:
     for source in recipe.mixture.sources if recipe.mixture else []:  # a folder trains on its split's files
         if source.data_files is None and os.path.isdir(source.path) and not saved_dataset(source.path):
             check_folder_split(Path(source.path), source.split)
+    if recipe.built_data and not is_url(recipe.built_data) and (manifest := read_manifest(recipe.built_data)):
+        expected = data_key(recipe, training_args.max_length, training_args.dataset_num_proc)
+        check_built_data(recipe.built_data, manifest, expected)
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)

@@ -55,6 +55,11 @@ def tokenizer_fingerprint(tokenizer) -> dict:
 
 
 def recipe_key(recipe, tokenizer, max_length: int, num_proc: int | None) -> dict:
+    return {**data_key(recipe, max_length, num_proc), "tokenizer": tokenizer_fingerprint(tokenizer)["hash"]}
+
+
+def data_key(recipe, max_length: int, num_proc: int | None) -> dict:
+    """The parts of `recipe_key` a recipe alone decides, without its tokenizer."""
     data = {
         "dataset_mixture": recipe.dataset_mixture,
         "eval_sets": recipe.eval_sets,
@@ -62,7 +67,7 @@ def recipe_key(recipe, tokenizer, max_length: int, num_proc: int | None) -> dict
         # Packing cuts a short block at every map batch, and num_proc moves those cuts.
         "dataset_num_proc": num_proc,
     }
-    return {"data": digest(data), "tokenizer": tokenizer_fingerprint(tokenizer)["hash"], "max_length": max_length}
+    return {"data": digest(data), "max_length": max_length}
 
 
 def file_fingerprint(path: str, storage_options: dict | None = None) -> str:
@@ -168,18 +173,7 @@ def load_built_data(recipe, tokenizer, max_length: int, num_proc: int | None = N
     manifest = read_manifest(folder)
     if manifest is None:
         raise UserError(f"built_data '{folder}': no {MANIFEST} there; build it with: medrecipes build-data RECIPE")
-    expected = recipe_key(recipe, tokenizer, max_length, num_proc)
-    for part, value in expected.items():
-        if manifest["recipe_key"].get(part) != value:
-            raise UserError(
-                f"built_data '{folder}' was built for another {KEY_PARTS[part]} than this recipe has; "
-                "build it again with: medrecipes build-data RECIPE"
-            )
-    if changed := changed_since_built(manifest.get("files") or {}):  # a build older than the stamps has none
-        raise UserError(
-            f"built_data '{folder}' was built from the sources as they were, and {changed} since; build it again "
-            f"with: medrecipes build-data {manifest['recipe']}"
-        )
+    check_built_data(folder, manifest, recipe_key(recipe, tokenizer, max_length, num_proc))
     logger.info(
         "training data from %s (%d blocks, built from %s)", folder, manifest["train"]["blocks"], manifest["recipe"]
     )
@@ -189,6 +183,26 @@ def load_built_data(recipe, tokenizer, max_length: int, num_proc: int | None = N
         train = TokenStream(train.to_iterable_dataset(), [s["name"] for s in manifest["sources"]], 0, manifest["seed"])
     evals = {name: datasets.load_from_disk(join(folder, "eval", name)) for name in manifest["eval_sets"]}
     return train, evals
+
+
+def check_built_data(folder: str, manifest: dict, expected: dict) -> None:
+    """Refuse a built folder whose manifest has other values for the parts of `expected`, or whose
+    source files changed since the build."""
+    for part, value in expected.items():
+        if (built := manifest["recipe_key"].get(part)) != value:
+            what = (
+                f"max_length {built}, and this recipe has {value}"
+                if part == "max_length"
+                else f"another {KEY_PARTS[part]} than this recipe has"
+            )
+            raise UserError(
+                f"built_data '{folder}' was built for {what}; build it again with: medrecipes build-data RECIPE"
+            )
+    if changed := changed_since_built(manifest.get("files") or {}):  # a build older than the stamps has none
+        raise UserError(
+            f"built_data '{folder}' was built from the sources as they were, and {changed} since; build it again "
+            f"with: medrecipes build-data {manifest['recipe']}"
+        )
 
 
 def decontamination_summary(folder: str) -> str | None:
