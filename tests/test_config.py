@@ -285,6 +285,19 @@ def test_a_recipes_notes_are_said_by_the_main_process_only(tmp_path, caplog, mon
     assert said == {True: recipe.notes, False: []} and recipe.notes
 
 
+@pytest.mark.parametrize("command", ["validate", "plan", "preview", "launch-plan", "build-data"])
+def test_every_command_that_reads_a_recipe_to_train_says_its_notes_once(command, tmp_path, capsys, tiny_model):
+    """A value that does nothing is said where the recipe is checked or planned, as the run would log it."""
+    extra = {
+        "launch-plan": ["--nodes", "1"],
+        "build-data": ["--out", str(tmp_path / "built")],
+        "preview": ["--examples", "1"],
+    }
+    recipe = ["recipes/tiny_cpt.yaml", "--model_name_or_path", tiny_model, "--max_grad_norm", "-1"]
+    cli.main([command, *recipe, *extra.get(command, [])])
+    assert capsys.readouterr().err.count("warning: max_grad_norm -1 turns gradient clipping off") == 1
+
+
 @pytest.mark.parametrize(
     "method, key, value, words",
     [

@@ -89,12 +89,19 @@ def html_path(text: str) -> str:
     return output_path(text)
 
 
-def parse_recipe_file(recipe_path: str, method: str, overrides: list[str], to_train: bool = False):
+def parse_recipe_file(
+    recipe_path: str, method: str, overrides: list[str], to_train: bool = False, say_notes: bool = True
+):
     """The recipe parsed for `method`; `to_train` as for `config.parse_recipe` (validate only),
-    never `here`: a command may read a GPU recipe where its packages are not installed."""
+    never `here`: a command may read a GPU recipe where its packages are not installed. Its notes
+    (a value that does nothing, ...) are said on stderr, as the run will log them, unless the
+    command says them its own way (`say_notes`)."""
     from medrecipes.config import parse_recipe
 
-    return parse_recipe(method, [recipe_path, *overrides], to_train=to_train, here=False)
+    parsed = parse_recipe(method, [recipe_path, *overrides], to_train=to_train, here=False)
+    for note in parsed[0].notes if say_notes else []:
+        print(f"warning: {note}", file=sys.stderr)
+    return parsed
 
 
 def input_path(text: str) -> str:

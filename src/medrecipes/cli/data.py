@@ -127,7 +127,9 @@ def cmd_decontaminate(args) -> None:
     if is_recipe:
         from medrecipes.data.mixture import source_names
 
-        recipe, _, _ = parse_recipe_file(args.train, method_of(args.train, args.method), args.overrides)
+        recipe, _, _ = parse_recipe_file(
+            args.train, method_of(args.train, args.method), args.overrides, say_notes=False
+        )
         if recipe.mixture is None:
             raise UserError(f"{args.train}: no 'dataset_mixture'; nothing to check")
         sources = dict(zip(source_names(recipe.mixture), recipe.mixture.sources, strict=True))

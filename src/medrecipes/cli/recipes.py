@@ -74,7 +74,9 @@ def cmd_validate(args) -> None:
             from medrecipes.plan.launch import check_accelerate_config, recipe_under_launch
 
             config = check_accelerate_config(args.accelerate_config)
-        recipe, training_args, model_args = parse_recipe_file(args.recipe, method, args.overrides, to_train=True)
+        recipe, training_args, model_args = parse_recipe_file(
+            args.recipe, method, args.overrides, to_train=True, say_notes=False
+        )
         parsed = (recipe, model_args, training_args)
         training_mixture(recipe)  # what every script refuses first, before its model loads
         _check_local_inputs(recipe, model_args, training_args)
