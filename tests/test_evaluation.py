@@ -426,6 +426,11 @@ def test_document_perplexity_scores_whole_documents_from_bos(tiny_model, tmp_pat
     with pytest.raises(SystemExit) as exit:
         cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--output", str(out)])
     assert exit.value.code == 2 and "already exists" in capsys.readouterr().err
+    for limit, said in (("2", ""), ("3", ""), ("50", "--limit 50 is more than the 3 documents")):
+        cli.main(["perplexity", "--model", tiny_model, "--data", str(data), "--limit", limit])
+        shown = capsys.readouterr()
+        assert f"{min(int(limit), 3)} documents" in shown.out and said in shown.err
+        assert ("warning" in shown.err) is bool(said), shown.err
 
 
 def test_the_command_says_which_documents_were_scored_in_windows(tiny_model, tmp_path, capsys):

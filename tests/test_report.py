@@ -140,6 +140,11 @@ def test_a_run_still_training_is_read_from_its_newest_checkpoint(tmp_path):
         ),
         (lambda p: (p / "x.json").write_text("{not json") and p / "x.json", "not a JSON evaluation"),
         (lambda p: (p / "y.json").write_text('{"a": 1}') and p / "y.json", "no 'tasks' in it"),
+        (
+            lambda p: (p / "t.json").write_text('{"tasks": "medqa"}') and p / "t.json",
+            "its 'tasks' is \"medqa\", not a",
+        ),
+        (lambda p: (p / "u.json").write_text('{"tasks": [1]}') and p / "u.json", "its 'tasks' is [1], not a mapping"),
         (lambda p: (p / "z.json").write_bytes(b"\xff\xfe\x00") and p / "z.json", "not a JSON evaluation"),
     ],
 )

@@ -799,14 +799,26 @@ def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
 
 
 @pytest.mark.parametrize(
-    ("prompt", "named"), [("", "prompt"), ([], "prompt"), (["a", ""], "prompt[1]"), ([[1], []], "prompt[1]")]
+    ("prompt", "named"),
+    [
+        ("", "prompt must be"),
+        ([], "prompt must be"),
+        (["a", ""], "prompt[1] must be"),
+        ([[1], []], "prompt[1] must be"),
+        (["a", 5], "prompt[1] must be"),
+        ([5, 6.0], "prompt[1] is 6.0, not a token id"),
+        ([5, True], "prompt[1] is true, not a token id"),
+        ([5, None], "prompt[1] is null, not a token id"),
+        ([[5], [7, "8"]], 'prompt[1][1] is "8", not a token id'),
+    ],
 )
-def test_an_empty_prompt_is_named_as_the_request_wrote_it(prompt, named):
+def test_a_bad_prompt_is_named_as_the_request_wrote_it(prompt, named):
     from medrecipes.serving.requests import RequestError, prompts_of
 
     with pytest.raises(RequestError) as refused:
         prompts_of(prompt)
-    assert str(refused.value).startswith(f"{named} must be")
+    assert str(refused.value).startswith(named)
+    assert prompts_of([5, 6]) == [[5, 6]] and prompts_of([[5], "a"]) == [[5], "a"] and prompts_of("a") == ["a"]
 
 
 def test_serving_a_model_trained_with_a_system_prompt_says_it_at_start(tiny_model, tmp_path, monkeypatch, capsys):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 from medrecipes.cli.arguments import (
     COUNT,
@@ -113,7 +114,7 @@ def cmd_perplexity(args) -> None:
         )
     try:
         source = SourceConfig(path=args.data, text_field=args.text_field, sample_by=args.sample_by)
-        texts = list(load_source(source)["text"])[: args.limit]
+        texts = list(load_source(source)["text"])
     except MissingColumn as err:  # its fix names the recipes' key
         raise UserError(
             f"perplexity --data {args.data}: no column '{args.text_field}' (columns: {err.shown}); pass --text-field "
@@ -124,6 +125,10 @@ def cmd_perplexity(args) -> None:
             f"perplexity --data {args.data}: column '{args.text_field}' holds no text in any row; pass --text-field "
             f"with a column of text ({f'here: {err.texts}' if err.texts else 'it has none'})"
         ) from None
+    if args.limit is not None and args.limit > len(texts):  # as eval says of its --limit
+        print(f"warning: perplexity --limit {args.limit} is more than the {len(texts)} documents in {args.data}: "
+              "all of them are scored", file=sys.stderr)  # fmt: skip
+    texts = texts[: args.limit]
     model, tokenizer = load_for_evaluation(args.model, dtype=args.dtype)
     result = {"model": args.model, "data": args.data, **document_perplexity(model, tokenizer, texts)}
     interval = (

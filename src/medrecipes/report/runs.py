@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from medrecipes.errors import UserError, is_number
+from medrecipes.errors import UserError, is_number, quoted
 from medrecipes.locations import absent
 from medrecipes.outputs.checkpoints import checkpoint_step
 from medrecipes.runs.folder import RunFolder
@@ -123,8 +123,10 @@ def task_problem(report) -> str | None:
 
 def _tasks(data, path: str, fix: str = "pass a file written by medrecipes eval --output") -> dict:
     """The tasks of an evaluation file, each report checked (`task_problem`); `fix`: what to do."""
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+    if not isinstance(data, dict) or "tasks" not in data:
         raise UserError(f"{path}: no 'tasks' in it (a mapping of task to report); {fix}")
+    if not isinstance(data["tasks"], dict):
+        raise UserError(f"{path}: its 'tasks' is {quoted(data['tasks'])}, not a mapping of task to report; {fix}")
     if not data["tasks"]:  # eval writes one report a task it scored, and it scores at least one
         raise UserError(f"{path}: its 'tasks' is empty, so it holds no result to report; {fix}")
     for task, report in data["tasks"].items():

@@ -194,20 +194,22 @@ def _check_read(fields: dict, read: tuple[str, ...], where: str) -> None:
 
 
 def prompts_of(prompt) -> list:
-    """A completion request's prompts: text, token ids, or a list of either (a batch, as lm-eval sends)."""
+    """A completion request's prompts: text, token ids, or a list of either (a batch, as lm-eval sends).
+    A list that holds no text and no list is one prompt of token ids; what is wrong is named as the
+    request wrote it (prompt[1], prompt[0][2])."""
     single = isinstance(prompt, str) or (
-        isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
+        isinstance(prompt, list) and prompt and not any(isinstance(t, str | list) for t in prompt)
     )
     prompts = [prompt] if single else prompt
     if not isinstance(prompts, list) or not prompts:
         raise RequestError(400, "prompt must be text, a list of token ids, or a non-empty list of either")
     for i, one in enumerate(prompts):
-        ids = isinstance(one, list) and one and all(isinstance(t, int) and not isinstance(t, bool) for t in one)
-        if not (isinstance(one, str) and one) and not ids:  # named as the request wrote it
-            raise RequestError(
-                400,
-                f"{'prompt' if single else f'prompt[{i}]'} must be non-empty text or a non-empty list of token ids",
-            )
+        where = "prompt" if single else f"prompt[{i}]"
+        if not (isinstance(one, str) and one) and not (isinstance(one, list) and one):
+            raise RequestError(400, f"{where} must be non-empty text or a non-empty list of token ids")
+        for j, token in enumerate(one if isinstance(one, list) else []):
+            if not isinstance(token, int) or isinstance(token, bool):
+                raise RequestError(400, f"{where}[{j}] is {quoted(token)}, not a token id (a whole number)")
     return prompts
 
 
