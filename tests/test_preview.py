@@ -49,8 +49,11 @@ def test_preview_prints_each_example_with_its_counts_and_markers(chat_model, tmp
     body = out.split("\n", 1)[1]  # after the title, which shows the markers
     marked = [part.split(TRAINED_CLOSE)[0] for part in body.split(TRAINED_OPEN)[1:]]
     assert len(marked) == 2 and all(m.endswith("<|im_end|>") and m[0] in "ABCD" for m in marked)
-    assert "2 examples," in out.splitlines()[-1]
+    assert "2 examples," in out.splitlines()[-1] and "asked" not in out.splitlines()[-1]
     assert "packing" not in out.splitlines()[0]  # tiny_sft.yaml trains its examples one by one
+    cli.main(["preview", "recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--examples", "500"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("60 examples,") and last.endswith("; all the training data holds, of the 500 asked")
     cli.main(["preview", "recipes/tiny_sft.yaml", "--model_name_or_path", chat_model, "--examples", "1",
               "--packing", "true", "--max_length", "512"])  # fmt: skip
     title = capsys.readouterr().out.splitlines()[0]

@@ -192,6 +192,8 @@ def preview(method: str, recipe, args, model_args, count: int = 3) -> str:
     summary = (
         f"{len(examples)} examples, {total} tokens, {trained} trained ({share}); tokenizer {tokenizer.name_or_path}"
     )
+    if len(examples) < count:  # --examples past the data
+        summary += f"; all the training data holds, of the {count} asked"
     return "\n".join([title, *blocks, summary])
 
 
