@@ -230,6 +230,33 @@ def test_prompts_per_step_sets_accumulation_and_generation_batch(tmp_path):
         parse_recipe("grpo", [write_recipe(tmp_path, prompts_per_step=3)])
 
 
+def test_the_generation_batch_is_refused_where_grpos_config_refuses_it_with_the_fix(tmp_path, tiny_model):
+    """Every combination of the keys that make GRPO's generation batch: refused exactly where TRL's
+    GRPOConfig refuses it, in one line that says what to set (TRL's own sentence says neither)."""
+    from itertools import product
+
+    from trl import GRPOConfig
+
+    path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=None, eval_strategy="no")
+    fixes = ("make it a multiple of", "keep one")
+    for batch, steps, per_device, generations in product((None, 6, 8, 12, 16), (None, 1, 3), (4, 6), (2, 4, 8)):
+        keys = {"generation_batch_size": batch, "steps_per_generation": steps}
+        keys = {"per_device_train_batch_size": per_device, "num_generations": generations, **keys}
+        try:
+            GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, report_to="none", **keys)
+            theirs = None
+        except ValueError as err:
+            theirs = str(err)
+        overrides = [word for key, value in keys.items() if value is not None for word in (f"--{key}", str(value))]
+        try:
+            parse_recipe("grpo", [path, *overrides])
+            ours = None
+        except UserError as err:
+            ours = str(err)
+        assert (ours is None) is (theirs is None), (keys, ours, theirs)
+        assert ours is None or ("\n" not in ours and any(fix in ours for fix in fixes)), (keys, ours)
+
+
 def test_plan_counts_grpo_batches_for_the_gpus_planned(tmp_path, capsys, tiny_model):
     path = write_recipe(tmp_path, model_name_or_path=tiny_model, prompts_per_step=8)
     cli.main(["plan", path, "--method", "grpo", "--num-gpus", "2", "--json"])

@@ -351,6 +351,10 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         self.set_by_recipe = {
             name: getattr(self, name) for name in ("steps_per_generation", "generation_batch_size", "reward_weights")
         }
+        try:  # TRL's refusals of the generation batch name no fix: said first, as it counts
+            self.steps_per_generation_on(world_size())
+        except UserError as err:
+            raise ValueError(str(err)) from None
         # TRL's own refusal of this names neither key nor fix: said here, as it counts (its processes too).
         evals = (self.per_device_eval_batch_size or 0) * world_size()
         if self.num_generations_eval and evals % self.num_generations_eval:
@@ -363,19 +367,33 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
 
     def steps_per_generation_on(self, world_size: int) -> int:
         """Micro-batches a process generates at once on `world_size` processes, as GRPOConfig
-        derives them there."""
+        derives them there; the generation batch checked as GRPOConfig checks it, each refusal
+        with its fix."""
         steps, batch = self.set_by_recipe["steps_per_generation"], self.set_by_recipe["generation_batch_size"]
-        if steps is not None:
-            return steps
-        if batch is None:
-            return self.gradient_accumulation_steps
         per_pass = self.per_device_train_batch_size * world_size
-        if batch % per_pass:
+        processes = f"{world_size} process{'es' if world_size > 1 else ''}"
+        if steps is not None and batch is not None:
+            raise UserError(
+                f"generation_batch_size {batch} and steps_per_generation {steps} are both set, and each is derived "
+                "from the other; keep one"
+            )
+        if batch is not None and batch % per_pass:
             raise UserError(
                 f"generation_batch_size {batch} does not divide into per_device_train_batch_size "
-                f"{self.per_device_train_batch_size} x {world_size} processes"
+                f"{self.per_device_train_batch_size} x {processes} = {per_pass}; make it a multiple of {per_pass}, "
+                "or leave it out (it is then that batch x gradient_accumulation_steps)"
             )
-        return batch // per_pass
+        steps = steps or (batch // per_pass if batch is not None else self.gradient_accumulation_steps)
+        if (per_pass * steps) % self.num_generations:
+            made = f"generation_batch_size {batch}" if batch is not None else (
+                f"the generation batch of {per_pass * steps} (per_device_train_batch_size "
+                f"{self.per_device_train_batch_size} x {processes} x {steps} steps_per_generation)"
+            )  # fmt: skip
+            raise UserError(
+                f"{made} does not hold whole groups of num_generations {self.num_generations} answers, which GRPO "
+                f"compares within a question; make it a multiple of {self.num_generations}"
+            )
+        return steps
 
 
 def prompts_per_step_accumulation(args, world_size: int) -> int:
