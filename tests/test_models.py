@@ -125,6 +125,10 @@ def test_a_json_document_corpus_is_read_as_its_texts(tmp_path):
         path.write_text(json.dumps(document, indent=indent), "utf-8")
         assert list(_read_texts([str(path)])) == ["Does it help?", "It did.", "Twice."]
         assert train_tokenizer([str(path)], vocab_size=300).get_vocab()  # its checks take it whole
+    lines = [{"text": "Does it help?", "id": 1}, {"text": "It did.", "id": 2}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")  # JSON Lines named .json
+    assert list(_read_texts([str(path)])) == ["Does it help?", "It did."]
+    assert train_tokenizer([str(path)], vocab_size=300).get_vocab()
 
 
 def test_tiny_model_with_missing_corpus(tmp_path, capsys):

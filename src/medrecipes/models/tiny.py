@@ -52,11 +52,18 @@ def _read_texts(corpus: list[str]):
                 )
             continue
         with open(path, encoding="utf-8") as f:
+            lines = f
             if path.endswith(".json"):  # one document (PubMedQA's, keyed by id): its texts, not its syntax
-                yield from _strings(json.load(f))
-                continue
-            for line in f:
-                if path.endswith(".jsonl"):
+                text = f.read()
+                try:
+                    document = json.loads(text)
+                except json.JSONDecodeError:  # JSON Lines named .json, which datasets reads as such too
+                    lines = text.splitlines()
+                else:
+                    yield from _strings(document)
+                    continue
+            for line in lines:
+                if path.endswith((".jsonl", ".json")):
                     yield " ".join(_strings(json.loads(line))) if line.strip() else ""
                 else:
                     yield line
