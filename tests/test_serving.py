@@ -841,3 +841,13 @@ def test_serving_a_model_trained_with_a_system_prompt_says_it_at_start(tiny_mode
         serving.serve(str(tmp_path / "run" / "final"), port=free_port())
         err = capsys.readouterr().err
         assert ("was trained with the system prompt 'Answer briefly.'" in err) == said, err
+    # A merge-lora folder: its adapter's run (merged_from.json names the adapter), wherever the merge lies.
+    merged = shutil.copytree(tiny_model, tmp_path / "elsewhere" / "merged")
+    (merged / "merged_from.json").write_text(json.dumps({"adapter": str(tmp_path / "run" / "final")}))
+    for recipe, said in (({"system_prompt": "Answer briefly."}, True), (None, False)):
+        record.unlink(missing_ok=True)
+        if recipe is not None:
+            record.write_text(json.dumps({"script": "recipes/sft.py", "model": tiny_model, "recipe": recipe}))
+        serving.serve(str(merged), port=free_port())
+        err = capsys.readouterr().err
+        assert ("was trained with the system prompt 'Answer briefly.'" in err) == said, err

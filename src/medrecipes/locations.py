@@ -169,6 +169,10 @@ SAMPLED = 1 << 20  # bytes of each end of a weight file that a quick fingerprint
 # A run's record of itself in its output_dir (`runs.record`), and its field holding the quick
 # fingerprint of the local model the run started from.
 RUN_RECORD = "run.json"
+# Written by `medrecipes merge-lora` into the merged folder: the adapter it folded in, so that an
+# evaluation of the merge can be told to be of that adapter's run (`medrecipes card`), and the
+# merge asked as that run trained (`trained_system_prompt`).
+MERGE_RECORD = "merged_from.json"
 START_WEIGHTS = "weights"
 
 
@@ -197,12 +201,25 @@ def model_run_record(model_path: str) -> dict | str | None:
 
 def trained_system_prompt(model_path: str) -> tuple[bool, str | None]:
     """(whether the run that made a model is known, the system prompt it trained with or None): read
-    from its run.json beside final/."""
+    from its run.json beside final/, or for a merge-lora folder, from the adapter's it names."""
+    import json
+
+    recipe = _run_recipe(model_path)
+    if recipe is None:
+        try:
+            with open(os.path.join(os.path.expanduser(model_path), MERGE_RECORD), encoding="utf-8") as f:
+                adapter = json.load(f).get("adapter")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            adapter = None
+        recipe = _run_recipe(adapter) if isinstance(adapter, str) else None
+    return (False, None) if recipe is None else (True, recipe["system_prompt"] or None)
+
+
+def _run_recipe(model_path: str) -> dict | None:
+    """The recipe in the run.json of the run that saved a local model, where it names a system prompt."""
     record = model_run_record(model_path) if local_path(model_path) else None
     recipe = record.get("recipe") if isinstance(record, dict) else None
-    if not isinstance(recipe, dict) or "system_prompt" not in recipe:
-        return False, None
-    return True, recipe["system_prompt"] or None
+    return recipe if isinstance(recipe, dict) and "system_prompt" in recipe else None
 
 
 def system_prompt_note(model_path: str, asked: str | None, flag: str) -> str | None:

@@ -5,7 +5,7 @@ import json
 import os
 
 from medrecipes.errors import UserError, did_you_mean, is_number
-from medrecipes.locations import WEIGHT_SUFFIXES, absent, missing_local_model, template_error
+from medrecipes.locations import MERGE_RECORD, WEIGHT_SUFFIXES, absent, missing_local_model, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 # A folder with none of these has no tokenizer for AutoTokenizer to load.
@@ -268,11 +268,6 @@ def read_adapter_config(path: str, typed: bool = True) -> dict:
                 "copy the adapter again from its run"
             )
     return config
-
-
-# Written by `medrecipes merge-lora` into the merged folder: the adapter it folded in, so that an
-# evaluation of the merge can be told to be of that adapter's run (`medrecipes card`).
-MERGE_RECORD = "merged_from.json"
 
 
 def merged_adapter_fingerprint(path: str) -> str | None:

@@ -17,8 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from medrecipes.errors import UserError
-from medrecipes.locations import absent, weights_fingerprint
-from medrecipes.models.files import MERGE_RECORD
+from medrecipes.locations import MERGE_RECORD, absent, weights_fingerprint
 from medrecipes.models.files import adapter_base as adapter_base_of
 from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
 from medrecipes.models.loading import load_merged_adapter, load_tokenizer
