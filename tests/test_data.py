@@ -841,8 +841,9 @@ def test_a_text_files_byte_order_mark_is_no_text(tmp_path, streaming):
 def test_a_csv_quote_left_open_that_a_later_row_closes_is_said_with_its_line(tmp_path, caplog, width):
     """A quote opened in a cell and closed by a later row's joins the rows between into one cell
     (every text still read, the rows miscounted): said once, naming the line it opens on, where a
-    joined line has the shape of the file's rows (its width, a number in its id column). A cell
-    whose lines are text is not named, commas in them or not."""
+    joined line has the shape of the file's rows (its width, a number in its id column, an id no
+    row has). A cell whose lines are text is not named, commas in them or not, nor one whose lines
+    are numbered as the rows are."""
     import csv
     import io
     import random
@@ -864,12 +865,17 @@ def test_a_csv_quote_left_open_that_a_later_row_closes_is_said_with_its_line(tmp
     lines[opened] = lines[opened].rstrip("\n") + '"\n'  # closed at the end of the next row
     broken = tmp_path / "broken.csv"
     broken.write_text("".join(lines))
+    # A note whose points are numbered as the rows are: its lines repeat ids that rows have, so no row is missing.
+    numbered = tmp_path / "numbered.csv"
+    numbered.write_text(f'id{",x" * (width - 2)},body\n0{",a" * (width - 2)},"Plan:\n1{",b" * (width - 2)}, rest\n'
+                        f'2{",c" * (width - 2)}, fluids"\n' + "".join(f"{i}{',d' * (width - 2)},row {i}\n" for i in (1, 2, 3)))  # fmt: skip
+    assert len(list(csv.reader(numbered.open()))) == 5  # valid: a header and four rows
     with caplog.at_level("WARNING"):
-        for path in (whole, broken, broken, tmp_path / "." / "broken.csv"):
+        for path in (whole, numbered, broken, broken, tmp_path / "." / "broken.csv"):
             check_local_source(SourceConfig(path=str(path)))
     said = [r.getMessage() for r in caplog.records if "quote opened" in r.getMessage()]
     assert said == [
-        f"source {broken} line {opened}: a quote opened on this line closes on line {opened + 1}, and the lines after "
-        "it that read as rows of their own were joined into this row's cell; close the quote on its line (a quote "
-        'inside a cell is written "")'
+        f"source {broken} line {opened}: a quote opened on this line closes on line {opened + 1}, so the lines "
+        "between, some of which read as rows of their own, are text of this row's cell; if they are rows, close the "
+        'quote on its line (a quote inside a cell is written "")'
     ]

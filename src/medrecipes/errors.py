@@ -437,9 +437,11 @@ def _first_ragged_row(path: str, strict: bool = True) -> str | None:
 def merged_csv_rows(path: str, limit: int = 100_000) -> str | None:
     """Where a CSV's quote left open on one line closes on a later one, so that the rows between
     were read as the text of one cell: a quoted cell spanning lines one of whose later lines reads
-    as a row of its own, of the header's width with a number wherever every other row has one (a
-    line of a note that holds a comma has no such shape to match). 'FILE line N: ...' for the
-    first, else None; a file without a column of numbers gives no shape to tell them by."""
+    as a row of its own, of the header's width with a number wherever every other row has one, and
+    in a column of numbers no two rows share (an id), one no other row has: a row would be missing
+    (a line of a note that holds a comma, or numbers its points 1, 2, ... as the rows are, has no
+    such shape). 'FILE line N: ...' for the first, else None; a file without a column of numbers
+    gives no shape to tell them by."""
     if not path.lower().endswith(".csv") or not os.path.isfile(path):
         return None
     spanning = []  # (first line, last line, cells) of the rows over several lines: few, kept
@@ -447,35 +449,43 @@ def merged_csv_rows(path: str, limit: int = 100_000) -> str | None:
         reader = csv.reader(handle)
         try:
             width, start = len(next(reader, [])), reader.line_num + 1
-            numbers, single = set(range(width)), False  # the columns every one-line row has a number in
+            numbers, single = None, []  # the columns every one-line row has a number in; those rows' values
             for row in itertools.islice(reader, limit):
                 if reader.line_num > start:
                     spanning.append((start, reader.line_num, row))
                 elif len(row) == width:
-                    numbers, single = {j for j in numbers if _is_number_text(row[j])}, True
+                    numbers = {
+                        j for j in (range(width) if numbers is None else numbers) if _number(row[j]) is not None
+                    }
+                    single.append(row)
                 start = reader.line_num + 1
         except csv.Error:  # a file the other checks name
             return None
     if width < 2 or not single or not numbers:
         return None
+    taken = {j: [_number(row[j]) for row in single] for j in numbers}
+    ids = {j: set(values) for j, values in taken.items() if len(set(values)) == len(values)}
     for first, last, row in spanning:
         for line in (line for cell in row for line in cell.splitlines()[1:]):
             cells = next(csv.reader([line]), [])
-            if len(cells) == width and all(_is_number_text(cells[j]) for j in numbers):
+            if (
+                len(cells) == width
+                and all(_number(cells[j]) is not None for j in numbers)
+                and not any(_number(cells[j]) in values for j, values in ids.items())
+            ):
                 return (
-                    f"{path} line {first}: a quote opened on this line closes on line {last}, and the lines after "
-                    "it that read as rows of their own were joined into this row's cell; close the quote on its "
-                    'line (a quote inside a cell is written "")'
+                    f"{path} line {first}: a quote opened on this line closes on line {last}, so the lines between, "
+                    "some of which read as rows of their own, are text of this row's cell; if they are rows, close "
+                    'the quote on its line (a quote inside a cell is written "")'
                 )
     return None
 
 
-def _is_number_text(text: str) -> bool:
+def _number(text: str) -> float | None:
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _record_lines(path: str, header: bool) -> Iterator[int] | None:
