@@ -88,8 +88,12 @@ def bad_line(files: Iterable[str]) -> UserError | None:
         if path.lower().endswith(".parquet") and os.path.isfile(path) and (whole := _not_parquet(path)):
             return UserError(whole)  # no line to drop: the file as a whole
         if bad := first_bad_line(path):
-            return UserError(f"{bad}; fix or drop that line")
+            return UserError(bad if bad.endswith(DOCUMENT_FIX) else f"{bad}; fix or drop that line")
     return None
+
+
+# The fix of a JSON document that does not parse: its lines are not records, to drop.
+DOCUMENT_FIX = "fix the document there (a comma missing at the end of a line is named on the next)"
 
 
 @contextmanager
@@ -144,7 +148,7 @@ def first_bad_line(path: str) -> str | None:
             try:
                 document = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float)
             except json.JSONDecodeError as err:
-                return f"{path} line {err.lineno}: not JSON ({_where_in_line(err)})"
+                return f"{path} line {err.lineno}: not JSON ({_where_in_line(err)}); {DOCUMENT_FIX}"
             except _TooBig as err:
                 return f"{path} line {text.count(chr(10), 0, text.find(str(err))) + 1}: {_too_big(err)}"
             return _first_element_not_object(path, text) if isinstance(document, list) else None
