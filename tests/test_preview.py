@@ -84,6 +84,30 @@ def test_cpt_and_grpo_previews(chat_model, recipe, capsys):
         assert "gold answer" in out and "0 trained (0.0%)" in out
 
 
+def test_a_grpo_preview_shows_the_prompts_the_run_keeps_beside_max_completion_length(chat_model, caplog):
+    """The prompts too long for the model's positions less max_completion_length are left out, as the
+    run leaves them out; none left is the run's one line."""
+    from transformers import AutoConfig
+
+    from medrecipes.errors import UserError
+
+    positions = AutoConfig.from_pretrained(chat_model).max_position_embeddings
+    argv = ["recipes/tiny_grpo.yaml", "--model_name_or_path", chat_model]
+    recipe, args, model_args = parse_recipe("grpo", argv)
+    _, _, _, every = training_examples("grpo", recipe, args, model_args, count=100)
+    lengths = sorted(len(e.input_ids) for e in every)
+    room = lengths[len(lengths) // 2]  # the shorter half, or so, fits
+    recipe, args, model_args = parse_recipe("grpo", [*argv, "--max_completion_length", str(positions - room)])
+    _, _, _, kept = training_examples("grpo", recipe, args, model_args, count=100)
+    assert [e.input_ids for e in kept] == [e.input_ids for e in every if len(e.input_ids) <= room]
+    assert "prompts are longer than the" in caplog.text
+    recipe, args, model_args = parse_recipe(
+        "grpo", [*argv, "--max_completion_length", str(positions - lengths[0] + 1)]
+    )
+    with pytest.raises(UserError, match="every one of its 60 prompts is longer than the"):
+        training_examples("grpo", recipe, args, model_args, count=1)
+
+
 def test_dpo_preview_marks_exactly_the_answers_trls_trainer_scores(chat_model, tmp_path, capsys):
     """Each pair's prompt with its chosen, then its rejected answer: the tokens TRL's DPOTrainer
     makes of them (prompt_ids + chosen_ids / rejected_ids), the answer's marked; KTO's answers with

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from medrecipes.config import method_named
 from medrecipes.models.loading import recipe_tokenizer
-from medrecipes.runs.settle import chat_turns
+from medrecipes.runs.settle import chat_turns, prompt_room
 
 TRAINED_OPEN, TRAINED_CLOSE = "[[", "]]"
 
@@ -165,9 +165,10 @@ def training_examples(method: str, recipe, args, model_args, count: int = 3):
         )
         title = f"{name}: the first rows, {what}; scored: the answer, marked {TRAINED_OPEN} {TRAINED_CLOSE}"
     else:  # a method that generates its answers (GRPO)
-        from medrecipes.data.grpo import grpo_data
+        from medrecipes.data.grpo import fit_prompts, grpo_data
 
         train, _, _ = grpo_data(recipe, args.prompt_format)
+        train = fit_prompts(train, tokenizer, prompt_room(recipe, model_args, args), "dataset_mixture")  # as the run
         examples = []
         for row in _first(train, count):
             prompt = row["prompt"]

@@ -25,6 +25,13 @@ from medrecipes.runs.record import SettledRun, read_record, update_record
 from medrecipes.runs.resume import checkpoint_to_resume
 
 
+def prompt_room(recipe, model_args, training_args) -> int | None:
+    """GRPO: the tokens a prompt may take, the model's positions less max_completion_length (None:
+    its config sets no limit); `data.grpo.fit_prompts` leaves out the prompts longer."""
+    limit = positions(model_config(recipe, model_args.model_name_or_path))
+    return limit - training_args.max_completion_length if limit else None
+
+
 def chat_turns(
     method: str, training_args, tokenizer, system_prompt: str | None = None
 ) -> tuple[str | None, str | None]:
@@ -92,8 +99,7 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
                 f"model_name_or_path: the tokenizer of '{model_args.model_name_or_path}' has no chat template; "
                 "use prompt_format: plain for a pretrained model, or start from a chat model (recipes/sft.py)"
             )
-        limit = positions(model_config(recipe, model_args.model_name_or_path))
-        room = limit - training_args.max_completion_length if limit else None
+        room = prompt_room(recipe, model_args, training_args)
         functions, _ = reward_functions(training_args.rewards)  # checked, with their weights, when parsed
         weights = training_args.reward_weights
         rewards = tuple(
