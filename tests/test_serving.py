@@ -810,15 +810,18 @@ def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
         ([5, True], "prompt[1] is true, not a token id"),
         ([5, None], "prompt[1] is null, not a token id"),
         ([[5], [7, "8"]], 'prompt[1][1] is "8", not a token id'),
+        ([5, 100], "prompt[1] is 100, not a token id of the model (0 to 99)"),
+        ([[5], [-1]], "prompt[1][0] is -1, not a token id of the model (0 to 99)"),
     ],
 )
 def test_a_bad_prompt_is_named_as_the_request_wrote_it(prompt, named):
     from medrecipes.serving.requests import RequestError, prompts_of
 
     with pytest.raises(RequestError) as refused:
-        prompts_of(prompt)
+        prompts_of(prompt, 100)
     assert str(refused.value).startswith(named)
-    assert prompts_of([5, 6]) == [[5, 6]] and prompts_of([[5], "a"]) == [[5], "a"] and prompts_of("a") == ["a"]
+    assert prompts_of([5, 99], 100) == [[5, 99]] and prompts_of([[5], "a"], 100) == [[5], "a"]
+    assert prompts_of("a", 100) == ["a"]
 
 
 def test_serving_a_model_trained_with_a_system_prompt_says_it_at_start(tiny_model, tmp_path, monkeypatch, capsys):

@@ -136,14 +136,11 @@ class ServedModel:
             raise RequestError(400, f"echo must be true or false, got {quoted(echo)}")
         limit = fields.token_limit(payload.get("max_tokens", 16), 0 if echo else 1, self.max_tokens)
         prompts, added = [], []
-        for prompt in fields.prompts_of(payload.get("prompt")):
+        for prompt in fields.prompts_of(payload.get("prompt"), len(self.tokenizer)):
             ids = prompt if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
             prompts.append(ids)
             added.append(0 if isinstance(prompt, list) else _added_ahead(ids, self.tokenizer, prompt))
-        vocabulary = len(self.tokenizer)
         for ids in prompts:
-            if any(not 0 <= t < vocabulary for t in ids):
-                raise RequestError(400, f"prompt: token ids must be from 0 to {vocabulary - 1}")
             self._fits(ids, limit)
         return {**request, "prompts": prompts, "added": added, "max_tokens": limit, "echo": echo,
                 "logprobs": fields.logprobs_of(payload)}  # fmt: skip

@@ -193,10 +193,10 @@ def _check_read(fields: dict, read: tuple[str, ...], where: str) -> None:
         raise RequestError(400, f"{where}: unsupported field(s) {', '.join(unread)}; it takes {', '.join(read)}")
 
 
-def prompts_of(prompt) -> list:
-    """A completion request's prompts: text, token ids, or a list of either (a batch, as lm-eval sends).
-    A list that holds no text and no list is one prompt of token ids; what is wrong is named as the
-    request wrote it (prompt[1], prompt[0][2])."""
+def prompts_of(prompt, vocabulary: int) -> list:
+    """A completion request's prompts: text, token ids (from 0 to `vocabulary` - 1), or a list of
+    either (a batch, as lm-eval sends). A list that holds no text and no list is one prompt of token
+    ids; what is wrong is named as the request wrote it (prompt[1], prompt[0][2])."""
     single = isinstance(prompt, str) or (
         isinstance(prompt, list) and prompt and not any(isinstance(t, str | list) for t in prompt)
     )
@@ -210,6 +210,10 @@ def prompts_of(prompt) -> list:
         for j, token in enumerate(one if isinstance(one, list) else []):
             if not isinstance(token, int) or isinstance(token, bool):
                 raise RequestError(400, f"{where}[{j}] is {quoted(token)}, not a token id (a whole number)")
+            if not 0 <= token < vocabulary:
+                raise RequestError(
+                    400, f"{where}[{j}] is {token}, not a token id of the model (0 to {vocabulary - 1})"
+                )
     return prompts
 
 
