@@ -519,6 +519,9 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("generate: a model without tokenizer files", ["generate", f["notokenizer"], "--prompt", "Which drug?"], "has no tokenizer files"),
         Case("merge-lora: output is the adapter", ["merge-lora", f["adapter"], f["adapter"]], "also what"),
         Case("merge-lora: output holds a user's file", ["merge-lora", f["adapter"], f["emptyish"]], "medrecipes did not write"),
+        Case("merge-lora: a model folder named .gguf", ["merge-lora", f["adapter"], f"{files}/merged.gguf"], "merged.gguf ends in .gguf, and every command reads a path so named as one GGUF file, not a model folder; name the folder without .gguf"),
+        Case("convert-gguf: a model folder named .gguf", ["convert-gguf", f["bare.gguf"], f"{files}/g3.gguf/"], "g3.gguf/ ends in .gguf, and every command reads a path so named as one GGUF file"),
+        Case("tiny-model: a model folder named .gguf", ["tiny-model", f"{files}/t14.gguf"], "t14.gguf ends in .gguf"),
         # --- medrecipes generate / serve
         Case("generate: a prompt past the model's positions", ["generate", model, "--prompt", "fever " * 2100], "positions for the prompt and the answer together; shorten the prompt"),
         Case("generate: model missing", ["generate", f"{files}/no-model", "--prompt", "hi"], "no such file or folder; pass a trained model's folder"),

@@ -75,6 +75,7 @@ def add_commands(commands) -> None:
 def cmd_tiny_model(args) -> None:
     from transformers import AutoTokenizer
 
+    from medrecipes.models.gguf import check_folder_name
     from medrecipes.models.tiny import build_tiny_model
     from medrecipes.outputs.claims import claim_output
     from medrecipes.outputs.writes import staged
@@ -86,6 +87,7 @@ def cmd_tiny_model(args) -> None:
             f"rotary positions), got {args.hidden_size}; use {f'{low} or ' if low else ''}{high}"
         )
     corpus = args.corpus or DEFAULT_CORPUS
+    check_folder_name(args.out_dir, "tiny-model OUT_DIR")
     claim_output(args.out_dir, "tiny-model", "tiny-model OUT_DIR", corpus, args.overwrite, folder=True)
     with staged(args.out_dir, folder=True, kind="tiny-model") as path:
         build_tiny_model(path, corpus, args.arch, args.vocab_size, args.seed, args.hidden_size, args.layers)

@@ -29,6 +29,15 @@ def split_gguf(path: str) -> tuple[str, dict]:
     return os.path.expanduser(path), {}  # a Hub id has no "~" to expand
 
 
+def check_folder_name(out_dir: str, option: str) -> None:
+    """A model folder a command writes is not named .gguf: every command reads such a path as one file."""
+    if out_dir.rstrip(os.sep).endswith(".gguf"):
+        raise UserError(
+            f"{option}: {out_dir} ends in .gguf, and every command reads a path so named as one GGUF file, not a "
+            "model folder; name the folder without .gguf"
+        )
+
+
 _CHECKED_GGUF: set[tuple[str, int, int]] = set()  # (path, size, mtime) read whole once in this process
 
 

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 from medrecipes.errors import UserError
 from medrecipes.locations import MERGE_RECORD, absent, weights_fingerprint
 from medrecipes.models.files import adapter_base as adapter_base_of
-from medrecipes.models.gguf import split_gguf, unmark_dequantized_gguf
+from medrecipes.models.gguf import check_folder_name, split_gguf, unmark_dequantized_gguf
 from medrecipes.models.loading import load_merged_adapter, load_tokenizer
 from medrecipes.models.templates import align_generation_eos, turn_end
 from medrecipes.outputs.claims import claim_output
@@ -49,6 +49,7 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
     base it came from (merged_from.json: an evaluation of the merge is then one of the adapter's
     run); returns `out_dir`."""
     base, revision = adapter_base(adapter_dir)
+    check_folder_name(out_dir, "merge-lora OUT_DIR")
     claim_output(out_dir, "merge-lora", "merge-lora OUT_DIR", [adapter_dir, base], overwrite, folder=True)
     model, tokenizer = load_merged_adapter(adapter_dir, dtype)
     with staged(out_dir, folder=True, kind="merge-lora") as path:  # a kill leaves the old folder or the new, whole
@@ -82,6 +83,7 @@ def convert_gguf(gguf: str, out_dir: str, overwrite: bool = False) -> None:
             if is_gguf
             else f"convert-gguf: {gguf} is not a .gguf file; pass the model file itself"
         )
+    check_folder_name(out_dir, "convert-gguf OUT_DIR")
     claim_output(out_dir, "convert-gguf", "convert-gguf OUT_DIR", [gguf], overwrite, folder=True)
     tokenizer = load_tokenizer(gguf)
     source, kwargs = split_gguf(gguf)
