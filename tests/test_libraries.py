@@ -84,6 +84,20 @@ def test_a_library_switch_neither_true_nor_false_is_said_as_the_package_loads():
         assert ("HF_HUB_OFFLINE=" in result.stderr and "neither true nor false" in result.stderr) == said, value
 
 
+def test_tokenizers_parallelism_neither_true_nor_false_is_said_as_read_on(monkeypatch, caplog):
+    """tokenizers reads TOKENIZERS_PARALLELISM the other way round: off for its false words, on for
+    any other value, so a slip switches it on."""
+    from medrecipes.libraries import say_switches
+
+    for value, said in (("maybe", True), ("2", True), ("f", False), ("N", False), ("true", False), ("", False)):
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", value)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            say_switches()
+        line = f"TOKENIZERS_PARALLELISM={value!r} in the environment is neither true nor false, and tokenizers reads it as true"
+        assert (line in caplog.text) == said, (value, caplog.text)
+
+
 RETRIES = """
 import logging, medrecipes
 from medrecipes.errors import mark_unconfigured_warnings

@@ -199,15 +199,24 @@ TRUE_WORDS = ("1", "ON", "YES", "TRUE")  # huggingface_hub's ENV_VARS_TRUE_VALUE
 FALSE_WORDS = ("", "0", "OFF", "NO", "FALSE")
 
 
+# tokenizers (its Rust get_env_parallelism) reads its switch the other way round: off for one of
+# these words in any case, on for every other value.
+TOKENIZERS_SWITCH, TOKENIZERS_FALSE_WORDS = "TOKENIZERS_PARALLELISM", ("", "OFF", "FALSE", "F", "NO", "N", "0")
+
+
 def say_switches() -> None:
     """One line for a library switch in the environment that is neither true nor false: the
-    libraries read it as false (offline mode off, for HF_HUB_OFFLINE=maybe), without a word."""
-    for name in SWITCHES:
+    libraries read it as false (offline mode off, for HF_HUB_OFFLINE=maybe), or tokenizers as
+    true, without a word."""
+    for name in (*SWITCHES, TOKENIZERS_SWITCH):
         value = os.environ.get(name)
-        if value is not None and value.strip().upper() not in (*TRUE_WORDS, *FALSE_WORDS):
+        read_as_false = name != TOKENIZERS_SWITCH
+        false_words = FALSE_WORDS if read_as_false else TOKENIZERS_FALSE_WORDS
+        if value is not None and value.strip().upper() not in (*TRUE_WORDS, *false_words):
             logging.getLogger("medrecipes").warning(
-                "%s=%r in the environment is neither true nor false, and the Hugging Face libraries read it as false "
-                "(it is off); set 1 to switch it on, or 0", name, value,
+                "%s=%r in the environment is neither true nor false, and %s reads it as %s; set 1 to switch it on, "
+                "or 0", name, value, *(("the Hugging Face libraries", "false (it is off)") if read_as_false else
+                                       ("tokenizers", "true (it is on)")),
             )  # fmt: skip
 
 
