@@ -79,7 +79,7 @@ def cmd_validate(args) -> None:
         )
         parsed = (recipe, model_args, training_args)
         training_mixture(recipe)  # what every script refuses first, before its model loads
-        _check_local_inputs(recipe, model_args, training_args)
+        _check_local_inputs(method, recipe, model_args, training_args)
         if args.accelerate_config:  # the settings that depend on how many processes train, for its count
             launch = recipe_under_launch(
                 config, args.accelerate_config, recipe, training_args, args.recipe, model_args.model_name_or_path
@@ -96,21 +96,23 @@ def cmd_validate(args) -> None:
     print(f"# {args.recipe}: valid {method} recipe ({script_of(method)})")
 
 
-def _check_local_inputs(recipe, model_args, training_args) -> None:
+def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     """What a run would refuse first among what is on this machine: a data source or data file
     that is missing or empty, a built_data folder built for other data keys or max_length or from
     files changed since, a scratch architecture that is not known, settings the model (a scratch
-    one, or a local folder's config) cannot take (`check_model_settings`). Hub ids, URLs, a
-    built_data folder not built yet and a starting model that is not there yet (an earlier stage
-    may still be writing it) are left to the run, as is the tokenizer a built folder was made with."""
+    one, or a local folder's config) cannot take (`check_model_settings`), and those its local
+    tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`). Hub ids,
+    URLs, a built_data folder not built yet and a starting model that is not there yet (an earlier
+    stage may still be writing it) are left to the run, as is the tokenizer a built folder was made with."""
     import os
     from pathlib import Path
 
     from medrecipes.data.manifest import check_built_data, data_key, read_manifest
     from medrecipes.data.sources import check_local_source
     from medrecipes.locations import is_url, saved_dataset
-    from medrecipes.models.loading import check_model_settings
+    from medrecipes.models.loading import check_model_settings, recipe_tokenizer, starting_model
     from medrecipes.models.scratch import scratch_config
+    from medrecipes.runs.settle import tokenizer_turns
     from medrecipes.usmle.loading import check_folder_split
 
     sources = [*(recipe.mixture.sources if recipe.mixture else []), *recipe.eval_sources.values()]
@@ -125,6 +127,9 @@ def _check_local_inputs(recipe, model_args, training_args) -> None:
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)
+    tokenizer = recipe.tokenizer_name_or_path or starting_model(model_args)
+    if tokenizer and os.path.isdir(os.path.expanduser(tokenizer)):
+        tokenizer_turns(method, recipe, training_args, model_args, recipe_tokenizer(recipe, model_args))
 
 
 def cmd_plan(args) -> None:

@@ -75,12 +75,9 @@ def _chat_turns(method: str, training_args, tokenizer) -> tuple[str | None, str 
     return template, turn_end(template)
 
 
-def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> SettledRun:
-    """What the run of `method` is, decided here alone, written back where the trainers read it
-    (`eos_token`, activation checkpointing) and recorded in run.json. GRPO's reward entries and
-    their weights (`reward_weights`) were checked when the recipe was parsed; their functions are
-    built here."""
-    trains = method_named(method)
+def tokenizer_turns(method: str, recipe, training_args, model_args, tokenizer) -> tuple[str | None, str | None]:
+    """The recipe's pad_token, set on the tokenizer, and its turns (`chat_turns`), each checked
+    against the tokenizer: what a run settles of them, and `medrecipes validate` checks."""
     pad = getattr(training_args, "pad_token", None)
     if pad is not None and pad not in tokenizer.get_vocab():  # TRL refuses it once its trainer is built
         raise UserError(
@@ -89,7 +86,16 @@ def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> Set
         )
     if pad is not None:  # set on the tokenizer, as TRL asks in deprecating its own key (parse.LIBRARY_KEYS_KEPT)
         tokenizer.pad_token = pad
-    template, end_of_turn = chat_turns(method, training_args, tokenizer, recipe.system_prompt)
+    return chat_turns(method, training_args, tokenizer, recipe.system_prompt)
+
+
+def settle_run(method: str, recipe, training_args, model_args, tokenizer) -> SettledRun:
+    """What the run of `method` is, decided here alone, written back where the trainers read it
+    (`eos_token`, activation checkpointing) and recorded in run.json. GRPO's reward entries and
+    their weights (`reward_weights`) were checked when the recipe was parsed; their functions are
+    built here."""
+    trains = method_named(method)
+    template, end_of_turn = tokenizer_turns(method, recipe, training_args, model_args, tokenizer)
     if trains.chat == "trains":
         training_args.eos_token = end_of_turn  # answers are trained to end at the turn's end
     room, rewards, functions = None, (), ()
