@@ -131,7 +131,8 @@ def test_manifest_records_sources_tokens_and_contamination(tmp_path, files, tiny
     assert "held_out: 0 of 12" in summary
 
 
-def test_build_is_skipped_until_the_data_changes(tmp_path, files, tiny_model, tokenizer):
+def test_build_is_skipped_until_the_data_changes(tmp_path, files, tiny_model, tokenizer, caplog):
+    """Data changed since: built again. A build for other recipe settings: built again in its place, said."""
     path = recipe_file(tmp_path, tiny_model, files, False)
     first, built = build(path)
     assert built
@@ -139,10 +140,12 @@ def test_build_is_skipped_until_the_data_changes(tmp_path, files, tiny_model, to
     assert not built and again == first
     with open(files["notes"], "a") as f:  # same path, new content
         f.write(json.dumps({"text": "A new note about hypokalaemia and flattened T waves."}) + "\n")
-    changed, built = build(path)
-    assert built and changed["key"] != first["key"]
-    _, built = build(path, "--max_length", "32")
-    assert built
+    with caplog.at_level("WARNING"):
+        changed, built = build(path)
+    assert built and changed["key"] != first["key"] and "held a build for" not in caplog.text
+    with caplog.at_level("WARNING"):
+        _, built = build(path, "--max_length", "32")
+    assert built and f"held a build for max_length 64, and this recipe has 32 (built from {path})" in caplog.text
     # The folder now holds 32-token blocks: a run at 64 tokens must not train on it.
     recipe, args, _ = parse_recipe("cpt", [path])
     with pytest.raises(UserError, match="max_length"):

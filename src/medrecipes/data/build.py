@@ -28,6 +28,7 @@ from medrecipes.data.manifest import (
     digest,
     file_stamps,
     join,
+    key_difference,
     read_manifest,
     recipe_key,
     source_fingerprint,
@@ -137,6 +138,11 @@ def build_data(
         if old.get("files") != stamps:  # the same bytes, touched since: a run then need not read them again
             write_manifest(out, old := {**old, "files": stamps})
         return old, False
+    if old is not None and (what := key_difference(old.get("recipe_key") or {}, rkey)):
+        logger.warning(
+            "build-data: %s held a build for %s (built from %s); it is built again in its place, and a run of the "
+            "earlier recipe will refuse it: give each recipe its own --out", out, what, old.get("recipe"),
+        )  # fmt: skip
 
     _clear(out)
     if "://" not in out:  # a partial build, killed, is still ours to rebuild

@@ -185,19 +185,24 @@ def load_built_data(recipe, tokenizer, max_length: int, num_proc: int | None = N
     return train, evals
 
 
+def key_difference(built: dict, expected: dict) -> str | None:
+    """What the recipe key a folder was built with says otherwise than `expected` (its parts that
+    `expected` names), as words after "built for"; None where they agree."""
+    for part, value in expected.items():
+        if (then := built.get(part)) != value:
+            if part == "max_length":
+                return f"max_length {then}, and this recipe has {value}"
+            return f"another {KEY_PARTS[part]} than this recipe has"
+    return None
+
+
 def check_built_data(folder: str, manifest: dict, expected: dict) -> None:
     """Refuse a built folder whose manifest has other values for the parts of `expected`, or whose
     source files changed since the build."""
-    for part, value in expected.items():
-        if (built := manifest["recipe_key"].get(part)) != value:
-            what = (
-                f"max_length {built}, and this recipe has {value}"
-                if part == "max_length"
-                else f"another {KEY_PARTS[part]} than this recipe has"
-            )
-            raise UserError(
-                f"built_data '{folder}' was built for {what}; build it again with: medrecipes build-data RECIPE"
-            )
+    if what := key_difference(manifest["recipe_key"], expected):
+        raise UserError(
+            f"built_data '{folder}' was built for {what}; build it again with: medrecipes build-data RECIPE"
+        )
     if changed := changed_since_built(manifest.get("files") or {}):  # a build older than the stamps has none
         raise UserError(
             f"built_data '{folder}' was built from the sources as they were, and {changed} since; build it again "
