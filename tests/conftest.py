@@ -41,6 +41,16 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 CORPUS = ROOT / "data" / "medical_text" / "train.jsonl"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_logger_settings():
+    """A developer's own logger settings (WANDB_PROJECT, ...) are said by every recipe that logs
+    elsewhere: left out of the tests' environment, and of the commands they run."""
+    from medrecipes.config.library_checks import logger_settings
+
+    for name in [name for names in logger_settings([]).values() for name in names]:
+        del os.environ[name]
+
+
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core this process may use, at most 4. A worker runs recipes as
     subprocesses, some of them two processes at once, each with one thread; more workers than

@@ -298,6 +298,22 @@ def test_every_command_that_reads_a_recipe_to_train_says_its_notes_once(command,
     assert capsys.readouterr().err.count("warning: max_grad_norm -1 turns gradient clipping off") == 1
 
 
+def test_a_loggers_settings_in_the_environment_are_a_note_where_report_to_leaves_it_out(tmp_path, monkeypatch):
+    """WANDB_PROJECT beside report_to tensorboard does nothing: said, naming the logger to add. Its
+    credentials (keys, tokens) live in shells for every project and are not said."""
+    for name in ("WANDB_PROJECT", "WANDB_API_KEY", "COMET_PROJECT_NAME", "AZURE_REGION", "TENSORBOARD_X"):
+        monkeypatch.setenv(name, "x")
+    path = write_recipe(tmp_path)
+    for report_to, said in (("tensorboard", ["comet_ml", "wandb"]), ("none", ["comet_ml", "tensorboard", "wandb"])):
+        notes = [n for n in parse(path, "--report_to", report_to)[0].notes if "in the environment" in n]
+        assert [n.split(" logger")[0].rsplit(" ", 1)[-1] for n in notes] == said, notes
+        assert not any("API_KEY" in n or "AZURE" in n for n in notes)
+    assert (
+        "WANDB_PROJECT in the environment is read by the wandb logger, and report_to is none: nothing reads it; add "
+        "wandb to report_to to log there"
+    ) in notes
+
+
 @pytest.mark.parametrize(
     "method, key, value, words",
     [

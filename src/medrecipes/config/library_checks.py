@@ -688,7 +688,38 @@ def notes(args: TrainingArguments, recipe=None) -> list[str]:
         *_unread_notes(args, given),
         *_switched_off(args, recipe),
         *_no_evaluation(args, recipe),
+        *_logger_variables(args),
     ]
+
+
+# A logger's settings in the environment start with its name in transformers' list, as one word
+# (WANDB_PROJECT, MLFLOW_EXPERIMENT_NAME, AZUREML_...); Comet's drop its "_ml". Its credentials
+# are left unsaid: they live in shells and profiles for every project.
+CREDENTIAL_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
+
+
+def _logger_variables(args: TrainingArguments) -> list[str]:
+    """Settings in the environment of a logger that report_to leaves out: no logger reads them."""
+    return [
+        f"{', '.join(read)} in the environment {'is' if len(read) == 1 else 'are'} read by the {name} logger, and "
+        f"report_to is {', '.join(args.report_to) or 'none'}: nothing reads {'it' if len(read) == 1 else 'them'}; "
+        f"add {name} to report_to to log there"
+        for name, read in logger_settings(args.report_to).items()
+    ]
+
+
+def logger_settings(report_to: list[str]) -> dict[str, list[str]]:
+    """{logger: its settings in the environment} for each logger transformers knows outside `report_to`."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    found = {}
+    for name in sorted(set(INTEGRATION_TO_CALLBACK) - set(report_to)):
+        prefixes = {name.replace("_", "").upper() + "_", name.removesuffix("_ml").upper() + "_"} - {"AZURE_"}
+        if read := sorted(
+            v for v in os.environ if v.startswith(tuple(prefixes)) and not any(w in v for w in CREDENTIAL_WORDS)
+        ):
+            found[name] = read
+    return found
 
 
 def _no_evaluation(args: TrainingArguments, recipe) -> list[str]:
