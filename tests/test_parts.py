@@ -209,6 +209,31 @@ def test_a_pass_rate_file_of_another_model_is_refused_at_parse(tmp_path, tiny_mo
     parse_recipe("grpo", [recipe])
 
 
+def test_validate_takes_grpos_data_step_as_its_run_does(tmp_path, capsys, chat_model):
+    """A GRPO recipe's questions are few: validate takes the run's data step before its model loads,
+    so a pass_rate file of other questions, or a max_completion_length that leaves no prompt room,
+    is its line there. A pass_rate file not measured yet is left to the run, as a model not there is."""
+    from transformers import AutoConfig
+
+    from medrecipes.cli import main
+
+    ours = weights_fingerprint(chat_model, ends=SAMPLED)
+    rates = tmp_path / "r.jsonl"
+    source = {"path": USMLE, "format": "usmle", "pass_rate": {"file": str(rates)}}
+    recipe = _recipe(tmp_path, source, model=chat_model)
+    main(["validate", recipe, "--method", "grpo"])  # not measured yet
+    _rates(rates, {"other": 0.5}, fingerprint=ours)
+    with pytest.raises(SystemExit, match="2"):
+        main(["validate", recipe, "--method", "grpo"])
+    assert "pass_rate keeps none of its 60 questions (60 not measured" in capsys.readouterr().err
+    _rates(rates, {"q001": 0.5, "q002": 0.25}, fingerprint=ours)
+    main(["validate", recipe, "--method", "grpo"])
+    positions = AutoConfig.from_pretrained(chat_model).max_position_embeddings
+    with pytest.raises(SystemExit, match="2"):
+        main(["validate", recipe, "--method", "grpo", "--max_completion_length", str(positions - 8)])
+    assert "every one of its 2 prompts is longer than the 8 tokens" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------
 # medrecipes pass-rate
 

@@ -100,14 +100,16 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     """What a run would refuse first among what is on this machine: a data source or data file
     that is missing or empty, a built_data folder built for other data keys or max_length or from
     files changed since, a scratch architecture that is not known, settings the model (a scratch
-    one, or a local folder's config) cannot take (`check_model_settings`), and those its local
-    tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`). Hub ids,
-    URLs, a built_data folder not built yet and a starting model that is not there yet (an earlier
-    stage may still be writing it) are left to the run, as is the tokenizer a built folder was made with."""
+    one, or a local folder's config) cannot take (`check_model_settings`), those its local
+    tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`), and
+    GRPO's questions (`_check_questions`). Hub ids, URLs, a built_data folder or pass_rate file not
+    made yet and a starting model that is not there yet (an earlier stage may still be writing
+    it) are left to the run, as is the tokenizer a built folder was made with."""
     import os
     from pathlib import Path
 
-    from medrecipes.data.manifest import check_built_data, data_key, read_manifest
+    from medrecipes.config import method_named
+    from medrecipes.data.manifest import check_built_data, data_key, read_manifest, source_files
     from medrecipes.data.sources import check_local_source
     from medrecipes.locations import is_url, saved_dataset
     from medrecipes.models.loading import check_model_settings, recipe_tokenizer, starting_model
@@ -129,7 +131,27 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     check_model_settings(model_args, recipe, training_args)
     tokenizer = recipe.tokenizer_name_or_path or starting_model(model_args)
     if tokenizer and os.path.isdir(os.path.expanduser(tokenizer)):
-        tokenizer_turns(method, recipe, training_args, model_args, recipe_tokenizer(recipe, model_args))
+        tokenizer = recipe_tokenizer(recipe, model_args)
+        tokenizer_turns(method, recipe, training_args, model_args, tokenizer)
+        measured = [s.pass_rate.file for s in sources if s.pass_rate]  # an earlier stage may still write one
+        if (
+            method_named(method).generates
+            and all(source_files(s) is not None for s in sources)
+            and all(os.path.isfile(os.path.expanduser(f)) for f in measured)
+        ):
+            _check_questions(recipe, model_args, training_args, tokenizer)
+
+
+def _check_questions(recipe, model_args, training_args, tokenizer) -> None:
+    """GRPO's data step, as its run takes it before the model loads (its questions are few): the
+    pass_rate files' questions, and the prompts that fit beside max_completion_length."""
+    from medrecipes.data.grpo import fit_prompts, grpo_data
+    from medrecipes.runs.settle import prompt_room
+
+    train, evals, _ = grpo_data(recipe, training_args.prompt_format)
+    room = prompt_room(recipe, model_args, training_args)
+    for where, prompts in {"dataset_mixture": train, **{f"eval_sets.{n}": d for n, d in evals.items()}}.items():
+        fit_prompts(prompts, tokenizer, room, where)
 
 
 def cmd_plan(args) -> None:
