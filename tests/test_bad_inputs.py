@@ -1001,13 +1001,20 @@ def test_the_table_has_a_hundred_cases():
 
 
 def as_typed(word: str) -> str:
-    """A command-line word as a shell user types it: quoted where empty or holding a space, with $'...' for a
-    control character (a line break would split the table's row)."""
+    """A command-line word as a shell user types it: quoted where empty or holding a space or a
+    character the shell reads (| < > ...), with $'...' for a control character (a line break would
+    split the table's row)."""
     import shlex
 
     if any(ord(c) < 32 for c in word):
         return "$'" + word.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'"
-    return shlex.quote(word) if not word or any(c.isspace() for c in word) else word
+    special = any(c.isspace() or c in "|&;<>()$`\\\"'*?[]#{}!" for c in word)
+    return shlex.quote(word) if not word or special else word
+
+
+def escaped(cell: str) -> str:
+    """A table cell's text with its pipes escaped, code spans included (GitHub's tables split at a bare one)."""
+    return cell.replace("|", chr(92) + "|")
 
 
 def table_markdown(files: Path, model: str) -> str:
@@ -1031,7 +1038,7 @@ def table_markdown(files: Path, model: str) -> str:
         )
         shown = short(" ".join(words))
         command = shown if shown.startswith("recipes/") else f"medrecipes {shown}".rstrip()
-        rows.append(f"| {case.name} | `{command}` | {short(seen).replace('|', chr(92) + '|')} |")
+        rows.append(f"| {case.name} | `{escaped(command)}` | {escaped(short(seen))} |")
     return "\n".join(rows) + "\n"
 
 
