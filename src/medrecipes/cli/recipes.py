@@ -129,8 +129,8 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)
-    tokenizer = recipe.tokenizer_name_or_path or starting_model(model_args)
-    if tokenizer and os.path.isdir(os.path.expanduser(tokenizer)):
+    named = recipe.tokenizer_name_or_path or starting_model(model_args)
+    if named and os.path.isdir(os.path.expanduser(named)):  # a local tokenizer, read as the run reads it
         tokenizer = recipe_tokenizer(recipe, model_args)
         tokenizer_turns(method, recipe, training_args, model_args, tokenizer)
         measured = [s.pass_rate.file for s in sources if s.pass_rate]  # an earlier stage may still write one
