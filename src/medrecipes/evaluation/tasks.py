@@ -17,7 +17,7 @@ from pathlib import Path
 
 from medrecipes.data.sources import load_mcq_source
 from medrecipes.errors import UserError, row_in_files
-from medrecipes.locations import absent, looks_local
+from medrecipes.locations import BUILDERS, absent, looks_local
 from medrecipes.usmle import (
     LETTERS,
     Row,
@@ -204,7 +204,15 @@ def _source(task: Task, data: str | None, data_dir: str | None, wording: Wording
     if data_dir and task.local:
         path = Path(data_dir) / task.local
         if not path.exists():
-            raise UserError(f"{task.name}: no {path} under {folder} {data_dir}; put the file there or pass {file}")
+            near = (
+                sorted(p.name for p in path.parent.glob("*") if BUILDERS.get(p.suffix) not in (None, "text"))
+                if path.parent.is_dir()
+                else []
+            )
+            there = f" ({path.parent} holds {', '.join(near[:4])}{', ...' if len(near) > 4 else ''})" if near else ""
+            raise UserError(
+                f"{task.name}: no {path} under {folder} {data_dir}{there}; put the file there or pass {file}"
+            )
         return str(path)
     if task.hub:
         return task.hub
