@@ -16,7 +16,7 @@ from conftest import NO_EVAL, PYTHON, ROOT, run
 from medrecipes import cli
 from medrecipes.errors import UserError
 from medrecipes.outputs.claims import claim_output, lock_folder
-from medrecipes.outputs.records import written_kind
+from medrecipes.outputs.records import mark, written_kind
 from medrecipes.outputs.writes import staged
 
 CPT = "recipes/tiny_cpt.yaml"
@@ -371,6 +371,12 @@ def test_overwrite_refuses_an_earlier_result_that_holds_a_users_file(tmp_path):
     with pytest.raises(UserError, match=r"is an earlier 'tiny-model' result, but notes.txt in it was put there since"):
         claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
     (out / "notes.txt").unlink()
+    (out / "x.html").write_text("<html></html>")  # another command's result put there, with its marker
+    mark(str(out / "x.html"), "report")
+    with pytest.raises(UserError, match=r"but x.html in it was put there since"):  # the file, not its marker
+        claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
+    for name in ("x.html", ".x.html.medrecipes.json"):
+        (out / name).unlink()
     claim_output(str(out), "tiny-model", "tiny-model OUT_DIR", overwrite=True, folder=True)
     assert (out / "config.json").exists()
 

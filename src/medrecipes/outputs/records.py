@@ -99,7 +99,9 @@ def not_written(path: str) -> str | None:
     recorded = _recorded(path, "files")
     if not isinstance(recorded, list):
         return None
-    return next((f for f in _files_in(path) if f not in set(recorded)), None)
+    foreign = [f for f in _files_in(path) if f not in set(recorded)]
+    shown = [f for f in foreign if not os.path.basename(f).endswith(MARKER)]  # a marker's file, not the marker
+    return (shown or foreign or [None])[0]
 
 
 def changed_since(path: str) -> str | None:
