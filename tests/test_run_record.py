@@ -257,6 +257,30 @@ def test_a_benchmarks_name_on_the_card_names_the_local_file_it_was_scored_on(tmp
     assert (result.dataset_name, result.dataset_type) == ("medqa_4opt (mine.jsonl)", "medqa_4opt (mine.jsonl)")
 
 
+def test_a_score_on_the_runs_own_training_data_is_said_and_kept_out_of_the_hubs_results(tmp_path):
+    """An evaluation of the file the run trained on (or a copy of it) measures how well it learnt
+    that file: its table row says so, and the card's model-index, which the Hub shows as the
+    model's results, leaves it out. A held-out file is a result."""
+    import shutil
+
+    from medrecipes.config import parse_recipe
+    from medrecipes.hub.card import model_card
+
+    record = card_record("sft", parse_recipe("sft", ["recipes/tiny_sft.yaml"]), "1 CPU", "python recipes/sft.py")
+    copy = shutil.copy("data/usmle_sample/train.jsonl", tmp_path / "copy.jsonl")
+    reports = {
+        name: {"source": source, "n": 60, "accuracy": 0.9, "ci95": [0.8, 0.95], "mode": "loglik"}
+        for name, source in (("seen", "data/usmle_sample/train.jsonl"), ("copied", str(copy)),
+                             ("held_out", "data/usmle_sample/test.jsonl"))
+    }  # fmt: skip
+    summary = {"steps": 1, "tokens_seen": 1024, "training_time": "0:30:00", "final_train_loss": 2.0}
+    card = model_card("med/x", record, summary, {}, reports)
+    assert [r.dataset_name for r in card.data.eval_results] == ["held_out"]
+    for name in ("seen", "copied"):
+        assert f"| {name} (its training data: not held out) | loglik | 60 |" in str(card)
+    assert "| held_out | loglik | 60 |" in str(card)
+
+
 def test_decontamination_result_goes_into_the_card():
     from medrecipes.config import parse_recipe
     from medrecipes.hub.card import model_card

@@ -14,6 +14,7 @@ The Hub address comes from `HF_ENDPOINT`, as everywhere in huggingface_hub.
 """
 
 import datetime
+import filecmp
 import json
 import logging
 import os
@@ -120,6 +121,20 @@ def task_label(name: str, report: dict) -> str:
     return f"{name} ({os.path.basename(str(report['source']).rstrip('/'))})"
 
 
+def training_files(facts: dict) -> list[str]:
+    """The local files the run trained on, as its card facts name its sources."""
+    named = [[f.strip() for f in row["files"].split(",") if f.strip()] or [row["path"]] for row in facts["sources"]]
+    return [file for files in named for file in files if os.path.isfile(file)]
+
+
+def scored_on_training_data(report: dict, trained: list[str]) -> bool:
+    """Whether a report's questions are a file the run trained on (the same file, or the same bytes)."""
+    source = str(report.get("source") or "")
+    if not os.path.isfile(source):
+        return False
+    return any(os.path.samefile(source, file) or filecmp.cmp(source, file, shallow=False) for file in trained)
+
+
 def mcq_results(reports: dict[str, dict]) -> list[EvalResult]:
     """The reports as the Hub's evaluation results (`model-index` in the card's metadata)."""
     results = []
@@ -155,6 +170,10 @@ def model_card(
     method, script, command, hardware = recorded_facts(record)
     facts = record["card"]
     mcq_reports = mcq_reports or {}
+    # A score on the run's own training data says how well it learnt them, not how well it answers:
+    # in the table as such, never among the Hub's evaluation results.
+    trained = training_files(facts)
+    seen = {name for name, report in mcq_reports.items() if scored_on_training_data(report, trained)}
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
         base_model=facts["hub_base_model"],
@@ -162,7 +181,7 @@ def model_card(
         library_name="peft" if facts["adapters"] else "transformers",
         pipeline_tag="text-generation",
         tags=["medrecipes", method, "medical"],
-        eval_results=mcq_results(mcq_reports) or None,
+        eval_results=mcq_results({n: r for n, r in mcq_reports.items() if n not in seen}) or None,
     )
     return ModelCard.from_template(
         card_data,
@@ -175,7 +194,7 @@ def model_card(
         evaluation=evaluation_rows(eval_metrics),
         mcq=[
             (
-                task_label(name, r),
+                task_label(name, r) + (" (its training data: not held out)" if name in seen else ""),
                 r.get("mode", ""),
                 r["n"],
                 f"{r['accuracy']:.1%}",
@@ -258,7 +277,15 @@ def write_card(
         Path(folder, "images", f"{name}.png").write_bytes(png)
         images[f"images/{name}.png"] = caption
     last = run.reports[max(run.reports)] if run.reports else {}  # its last evaluation's MCQ reports
-    text = str(model_card(repo_id, run.record, summary, eval_metrics, {**last, **(reports or {})}, images))
+    reports = {**last, **(reports or {})}
+    trained = training_files(run.record["card"])
+    for name, report in reports.items():
+        if scored_on_training_data(report, trained):
+            logger.warning(
+                "card: %s scored %s, which the run trained on: its table says so, and the card's evaluation "
+                "results (model-index) leave it out", name, report["source"],
+            )  # fmt: skip
+    text = str(model_card(repo_id, run.record, summary, eval_metrics, reports, images))
     for secret in {*secrets, get_token(), os.environ.get("HF_TOKEN")} - {None, ""}:
         if secret in text:  # e.g. a token pasted into a recipe value
             text = text.replace(secret, "<redacted>")
