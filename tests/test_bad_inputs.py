@@ -694,6 +694,8 @@ def cases(files: Path, model: str) -> list[Case]:
         Case("SFT text field of TRL's", script("sft", sft, "--dataset_text_field", "body"), "name your column with the source's text_field"),
         Case("save the best without a metric", script("cpt", cpt, "--save_strategy", "best", "--metric_for_best_model", "null", "--load_best_model_at_end", "false", "--keep_best_checkpoints", "null", "--eval_sets", "null", "--eval_strategy", "no", "--eval_on_start", "false"), "save_strategy best saves when metric_for_best_model improves, and none is set"),
         Case("SFT: end of turn not a token", script("sft", sft, *run_in(files, model), "--eos_token", "<|nope|>", *NO_EVAL, "--eval_sets", "null"), "eos_token: '<|nope|>' is not a token of"),
+        Case("validate: a checkpoint to resume that is not there", ["validate", sft, "--resume_from_checkpoint", f"{files}/nope/checkpoint-5"], "checkpoint-5 does not exist (a relative path is read from the working directory"),
+        Case("validate: a checkpoint to resume that is no checkpoint", ["validate", sft, "--resume_from_checkpoint", f["emptydir"]], "is not a complete checkpoint (no trainer_state.json)"),
         Case("validate: an end of turn not a token of the local tokenizer", ["validate", sft, "--model_name_or_path", model, "--eos_token", "<|nope|>"], "eos_token: '<|nope|>' is not a token of"),
         Case("validate: a pad token not a token of the local tokenizer", ["validate", dpo, "--model_name_or_path", model, "--pad_token", "<|nope|>"], "pad_token: '<|nope|>' is not a token of"),
         Case("DPO: an answer of two assistant turns", script("dpo", dpo, *run_in(files, model), *pairs(f["twoturns.jsonl"])), "twoturns.jsonl line 1: chosen has two assistant turns in a row"),

@@ -101,8 +101,8 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     that is missing or empty, a built_data folder built for other data keys or max_length or from
     files changed since, a scratch architecture that is not known, settings the model (a scratch
     one, or a local folder's config) cannot take (`check_model_settings`), those its local
-    tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`), and
-    GRPO's questions (`_check_questions`). Hub ids, URLs, a built_data folder or pass_rate file not
+    tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`), the
+    checkpoint resume_from_checkpoint names, and GRPO's questions (`_check_questions`). Hub ids, URLs, a built_data folder or pass_rate file not
     made yet and a starting model that is not there yet (an earlier stage may still be writing
     it) are left to the run, as is the tokenizer a built folder was made with."""
     import os
@@ -114,6 +114,7 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     from medrecipes.locations import is_url, saved_dataset
     from medrecipes.models.loading import check_model_settings, recipe_tokenizer, starting_model
     from medrecipes.models.scratch import scratch_config
+    from medrecipes.runs.resume import check_named_checkpoint, resumes_from_output_dir
     from medrecipes.runs.settle import tokenizer_turns
     from medrecipes.usmle.loading import check_folder_split
 
@@ -129,6 +130,8 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)
+    if not resumes_from_output_dir(training_args):  # a checkpoint the recipe names
+        check_named_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, recipe)
     named = recipe.tokenizer_name_or_path or starting_model(model_args)
     if named and os.path.isdir(os.path.expanduser(named)):  # a local tokenizer, read as the run reads it
         tokenizer = recipe_tokenizer(recipe, model_args)

@@ -139,8 +139,16 @@ def checkpoint_to_resume(args, recipe=None) -> str | None:
                 "resume_from_checkpoint: true, and %s holds no checkpoint: the run starts at step 0", args.output_dir
             )
         return checkpoint
+    check_named_checkpoint(named, args.output_dir, recipe)
+    logger.info("resuming from %s (resume_from_checkpoint)", named)
+    return named
+
+
+def check_named_checkpoint(named: str, output_dir: str, recipe=None) -> None:
+    """The checkpoint `resume_from_checkpoint` names is there, whole, and this run's (or the recipe
+    sets `resume_from_another_run`): what the run refuses, and `medrecipes validate` checks."""
     if not os.path.exists(named):
-        inside = os.path.join(args.output_dir, named)
+        inside = os.path.join(output_dir, named)
         fix = (
             f"output_dir's is {inside}: name it so"
             if not os.path.isabs(named) and os.path.isdir(inside)
@@ -159,9 +167,7 @@ def checkpoint_to_resume(args, recipe=None) -> str | None:
     if problem is not None:
         raise UserError(f"resume_from_checkpoint: {named} cannot be resumed: {problem}; name a whole checkpoint")
     if not getattr(recipe, "resume_from_another_run", False):
-        _refuse_another_run(named, args.output_dir)
-    logger.info("resuming from %s (resume_from_checkpoint)", named)
-    return named
+        _refuse_another_run(named, output_dir)
 
 
 def _refuse_another_run(checkpoint: str, output_dir: str) -> None:
