@@ -108,6 +108,24 @@ def test_adapter_config_without_base(adapter, tmp_path, capsys):
     assert "base_model_name_or_path" in err
 
 
+def test_a_merge_keeps_the_system_prompt_its_adapters_run_trained_with(adapter, tmp_path):
+    """The merge is asked as its adapter's run trained (serve, eval, generate say the prompt), also
+    once that run's folder is moved or removed: merged_from.json keeps it."""
+    import shutil
+
+    from medrecipes.locations import trained_system_prompt
+
+    final = shutil.copytree(adapter, tmp_path / "run" / "final")
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"recipe": {"system_prompt": "Answer briefly."}}))
+    cli.main(["merge-lora", str(final), str(tmp_path / "merged")])
+    assert json.loads((tmp_path / "merged" / "merged_from.json").read_text())["system_prompt"] == "Answer briefly."
+    shutil.rmtree(tmp_path / "run")
+    assert trained_system_prompt(str(tmp_path / "merged")) == (True, "Answer briefly.")
+    cli.main(["merge-lora", adapter, str(tmp_path / "unknown")])  # an adapter with no run: nothing known
+    assert "system_prompt" not in json.loads((tmp_path / "unknown" / "merged_from.json").read_text())
+    assert trained_system_prompt(str(tmp_path / "unknown")) == (False, None)
+
+
 def test_an_evaluation_of_the_merge_counts_as_one_of_the_adapters_run(adapter, tmp_path, capsys):
     """merge-lora records the adapter it folded in; `medrecipes eval` of the merged folder carries that
     record, so the LoRA run's card takes the evaluation (its final/ is the adapter), and no other run's."""

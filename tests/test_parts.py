@@ -133,6 +133,8 @@ def test_the_filter_keeps_the_questions_in_its_range_and_counts_the_others(tmp_p
     assert "keeps 30 of 60 questions (10 not measured, 10 pass rate 0 or below, 10 pass rate 1 or above)" in (
         caplog.text
     )
+    said = [r for r in caplog.records if "keeps 30 of 60" in r.getMessage()]  # questions never measured: a warning
+    assert said[0].levelname == "WARNING" and "measure them too with `medrecipes pass-rate`" in said[0].getMessage()
     narrow = PassRateConfig(file=config.file, above=0.3, below=0.8)
     assert len(load_mcq_source(SourceConfig(path=USMLE, format="usmle", pass_rate=narrow))) == 20
     pairs = SourceConfig(path="data/usmle_sample/pairs_train.jsonl", format="preference", pass_rate=config)

@@ -807,6 +807,7 @@ def test_refusals_carry_the_headers_http_asks_of_them(tiny_model):
         ([[1], []], "prompt[1] must be"),
         (["a", 5], "prompt[1] must be"),
         ([5, 6.0], "prompt[1] is 6.0, not a token id"),
+        ([5, "6"], 'prompt[1] is "6", not a token id'),
         ([5, True], "prompt[1] is true, not a token id"),
         ([5, None], "prompt[1] is null, not a token id"),
         ([[5], [7, "8"]], 'prompt[1][1] is "8", not a token id'),

@@ -194,7 +194,7 @@ THREAD_COUNTS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_EXPERIMENTAL_WARNING",
             "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_DISABLE_SHARED_BLOBS", "HF_HUB_DISABLE_SYMLINKS",
             "HF_HUB_DISABLE_SYMLINKS_WARNING", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_UPDATE_CHECK",
-            "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER")  # fmt: skip
+            "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER", "HF_HUB_DISABLE_PROGRESS_BARS")  # fmt: skip
 TRUE_WORDS = ("1", "ON", "YES", "TRUE")  # huggingface_hub's ENV_VARS_TRUE_VALUES (tests/test_libraries.py)
 FALSE_WORDS = ("", "0", "OFF", "NO", "FALSE")
 
@@ -212,7 +212,7 @@ def say_switches() -> None:
         value = os.environ.get(name)
         read_as_false = name != TOKENIZERS_SWITCH
         false_words = FALSE_WORDS if read_as_false else TOKENIZERS_FALSE_WORDS
-        if value is not None and value.strip().upper() not in (*TRUE_WORDS, *false_words):
+        if value is not None and value.upper() not in (*TRUE_WORDS, *false_words):  # as read: " 1" is not 1
             logging.getLogger("medrecipes").warning(
                 "%s=%r in the environment is neither true nor false, and %s reads it as %s; set 1 to switch it on, "
                 "or 0", name, value, *(("the Hugging Face libraries", "false (it is off)") if read_as_false else

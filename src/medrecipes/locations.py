@@ -201,18 +201,19 @@ def model_run_record(model_path: str) -> dict | str | None:
 
 def trained_system_prompt(model_path: str) -> tuple[bool, str | None]:
     """(whether the run that made a model is known, the system prompt it trained with or None): read
-    from its run.json beside final/, or for a merge-lora folder, from the adapter's it names."""
+    from its run.json beside final/, or for a merge-lora folder, from its merged_from.json (which
+    keeps it once the adapter is gone) or the run of the adapter it names."""
     import json
 
     recipe = _run_recipe(model_path)
-    if recipe is None:
+    if recipe is None:  # a merge: as merge-lora recorded it, else as the adapter's run did
         try:
             with open(os.path.join(os.path.expanduser(model_path), MERGE_RECORD), encoding="utf-8") as f:
-                adapter = json.load(f).get("adapter")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            adapter = None
-        recipe = _run_recipe(adapter) if isinstance(adapter, str) else None
-    return (False, None) if recipe is None else (True, recipe["system_prompt"] or None)
+                merged = json.load(f)
+            recipe = merged if "system_prompt" in merged else _run_recipe(merged["adapter"])
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
+            recipe = None
+    return (False, None) if not isinstance(recipe, dict) else (True, recipe["system_prompt"] or None)
 
 
 def _run_recipe(model_path: str) -> dict | None:

@@ -91,14 +91,20 @@ def kept_rows(ids: list, path: str, above: float | None, below: float | None, wh
             f"{where}: pass_rate keeps none of its {len(ids)} questions ({account}) from {path}; widen above/below, "
             "or measure the questions this source reads"
         )
-    logger.info(
-        "%s: pass_rate above %s and below %s keeps %d of %d questions (%s)",
+    # Questions the file never measured are left out as well: a file of another source, or an older
+    # copy of this one, drops them without a choice of the recipe's; said louder than the bounds' work.
+    logger.log(
+        logging.WARNING if why["not measured"] else logging.INFO,
+        "%s: pass_rate above %s and below %s keeps %d of %d questions (%s)%s",
         where,
         "none" if above is None else f"{above:g}",
         "none" if below is None else f"{below:g}",
         len(kept),
         len(ids),
         account,
+        f"; measure them too with `medrecipes pass-rate` to keep them ({path} holds no rate for them)"
+        if why["not measured"]
+        else "",
     )
     return kept
 

@@ -32,10 +32,10 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 2  # 2: blocks start with BOS where the tokenizer adds one
-KEY_PARTS = {
-    "data": "data keys (dataset_mixture, eval_sets, ...)",
-    "tokenizer": "tokenizer",
-    "max_length": "max_length",
+KEY_PARTS = {  # each as "built for ..." says it
+    "data": "other data keys (dataset_mixture, eval_sets, decontaminate_against, dataset_num_proc)",
+    "tokenizer": "another tokenizer",
+    "max_length": "another max_length",
 }
 
 
@@ -192,7 +192,7 @@ def key_difference(built: dict, expected: dict) -> str | None:
         if (then := built.get(part)) != value:
             if part == "max_length":
                 return f"max_length {then}, and this recipe has {value}"
-            return f"another {KEY_PARTS[part]} than this recipe has"
+            return f"{KEY_PARTS[part]} than this recipe has"
     return None
 
 

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from medrecipes.errors import UserError
-from medrecipes.locations import MERGE_RECORD, absent, weights_fingerprint
+from medrecipes.locations import MERGE_RECORD, absent, trained_system_prompt, weights_fingerprint
 from medrecipes.models.files import adapter_base as adapter_base_of
 from medrecipes.models.gguf import check_folder_name, split_gguf, unmark_dequantized_gguf
 from medrecipes.models.loading import load_merged_adapter, load_tokenizer
@@ -62,6 +62,9 @@ def merge_lora(adapter_dir: str, out_dir: str, dtype: str | None = None, overwri
             "base_revision": revision,
             "dtype": str(model.dtype),
         }
+        known, prompt = trained_system_prompt(adapter_dir)
+        if known:  # kept with the merge: its adapter's run may be moved or removed
+            record["system_prompt"] = prompt
         with open(os.path.join(path, MERGE_RECORD), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
     logger.info("merged %s into %s; saved to %s", adapter_dir, base, out_dir)

@@ -195,11 +195,9 @@ def _check_read(fields: dict, read: tuple[str, ...], where: str) -> None:
 
 def prompts_of(prompt, vocabulary: int) -> list:
     """A completion request's prompts: text, token ids (from 0 to `vocabulary` - 1), or a list of
-    either (a batch, as lm-eval sends). A list that holds no text and no list is one prompt of token
-    ids; what is wrong is named as the request wrote it (prompt[1], prompt[0][2])."""
-    single = isinstance(prompt, str) or (
-        isinstance(prompt, list) and prompt and not any(isinstance(t, str | list) for t in prompt)
-    )
+    either (a batch, as lm-eval sends). A list whose first entry is no text and no list is one
+    prompt of token ids; what is wrong is named as the request wrote it (prompt[1], prompt[0][2])."""
+    single = isinstance(prompt, str) or (isinstance(prompt, list) and prompt and not isinstance(prompt[0], str | list))
     prompts = [prompt] if single else prompt
     if not isinstance(prompts, list) or not prompts:
         raise RequestError(400, "prompt must be text, a list of token ids, or a non-empty list of either")
