@@ -70,6 +70,31 @@ def _check_rows_left(given: int | None, left: int | None, trainer: str, args) ->
     logger.warning("%s dropped %d of %d training rows (%s)", trainer, given - left, given, why)
 
 
+def _check_packed_tokens_left(dataset, given: int | None, trainer: str, args) -> None:
+    """Packed rows keep every example, each cut to max_length: where the cut takes every answer, the
+    run would train on no token (loss 0, no gradient) without a word. Stop in one line where the
+    rows' labels (or the trained tokens' mask the loss reads) hold none."""
+    columns = getattr(dataset, "column_names", None) or ()
+    if "seq_lengths" not in columns or not hasattr(dataset, "data"):
+        return
+    import pyarrow.compute as pc
+
+    read = {"assistant_masks": getattr(args, "assistant_only_loss", False),
+            "completion_mask": getattr(args, "completion_only_loss", None) is not False}  # fmt: skip
+    if "labels" in columns:
+        trained = pc.sum(pc.not_equal(pc.list_flatten(dataset.data.column("labels")), -100)).as_py()
+    elif mask := next((c for c in read if c in columns and read[c]), None):
+        trained = pc.sum(pc.list_flatten(dataset.data.column(mask))).as_py()
+    else:
+        return
+    if not trained:
+        raise UserError(
+            f"no token of the {given} training examples is left to train on once {trainer} packed them: each is cut "
+            f"to max_length {args.max_length} before its answer; raise max_length, or see the rows as the model gets "
+            "them with `medrecipes preview`"
+        )
+
+
 def _check_whole_batch(dataset, args) -> None:
     """With dataloader_drop_last, the DataLoader drops a last batch it cannot fill: with fewer rows
     than one batch of all processes it yields none, and the run saves an untrained model after 0
@@ -154,6 +179,7 @@ class RecipeTrainerMixin(TrainerSeams):
         score_labelled_positions_only()
         super().__init__(*args, **kwargs)
         _check_rows_left(given, _rows(self.train_dataset), type(self).__name__, self.args)
+        _check_packed_tokens_left(self.train_dataset, given, type(self).__name__, self.args)
         _check_whole_batch(self.train_dataset, self.args)
         callbacks = self.callback_handler.callbacks
         self.guard = next((cb for cb in callbacks if isinstance(cb, NonFiniteGuard)), None)
