@@ -102,7 +102,8 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     files changed since, a scratch architecture that is not known, settings the model (a scratch
     one, or a local folder's config) cannot take (`check_model_settings`), those its local
     tokenizer cannot (pad_token, eos_token, the chat template's turns: `tokenizer_turns`), the
-    checkpoint resume_from_checkpoint names, and GRPO's questions (`_check_questions`). Hub ids, URLs, a built_data folder or pass_rate file not
+    checkpoint resume_from_checkpoint names, the eval_tasks files under eval_tasks_data_dir, and
+    GRPO's questions (`_check_questions`). Hub ids, URLs, a built_data folder or pass_rate file not
     made yet and a starting model that is not there yet (an earlier stage may still be writing
     it) are left to the run, as is the tokenizer a built folder was made with."""
     import os
@@ -111,6 +112,7 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     from medrecipes.config import method_named
     from medrecipes.data.manifest import check_built_data, data_key, read_manifest, source_files
     from medrecipes.data.sources import check_local_source
+    from medrecipes.evaluation.tasks import RECIPE_WORDING, TASKS, load_task
     from medrecipes.locations import is_url, saved_dataset
     from medrecipes.models.loading import check_model_settings, recipe_tokenizer, starting_model
     from medrecipes.models.scratch import scratch_config
@@ -130,6 +132,9 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)
+    for name in recipe.eval_tasks or [] if recipe.eval_tasks_data_dir else []:  # local benchmark files, as the run
+        if name in TASKS:
+            load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit, wording=RECIPE_WORDING)
     if not resumes_from_output_dir(training_args):  # a checkpoint the recipe names
         check_named_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, recipe)
     named = recipe.tokenizer_name_or_path or starting_model(model_args)

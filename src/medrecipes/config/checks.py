@@ -474,7 +474,8 @@ def check_eval_tasks(recipe: RecipeArguments, args: TrainingArguments, path: str
         return
     if recipe.eval_tasks_data_dir and not os.path.isdir(recipe.eval_tasks_data_dir):
         raise UserError(
-            f"{path}: eval_tasks_data_dir {recipe.eval_tasks_data_dir}: {absent(recipe.eval_tasks_data_dir)}; name the "
+            f"{path}: eval_tasks_data_dir {recipe.eval_tasks_data_dir}: "
+            f"{'a file, not a folder' if os.path.isfile(recipe.eval_tasks_data_dir) else absent(recipe.eval_tasks_data_dir)}; name the "
             "folder that holds the benchmark files (laid out as ../shared/data), or drop it for the Hub copies"
         )
     usmle_sets = [name for name, source in recipe.eval_sources.items() if source.format == "usmle"]

@@ -308,6 +308,9 @@ class MedGRPOConfig(DeviceDefaults, CheckpointingOnByDefault, GRPOConfig):
         "off_policy_mask_threshold": Bound(
             0, False, "the KL above which answers with a negative advantage are masked; at 0 or below every one is"
         ),
+        "vllm_gpu_memory_utilization": Bound(
+            0, False, "it is the share of each GPU's memory vLLM takes for its weights and cache", 1, high_ok=True
+        ),
     }
 
     rewards: list[dict[str, Any]] | None = field(
