@@ -284,6 +284,26 @@ def test_a_run_that_saved_nothing_does_not_hold_its_folder(tmp_path):
         claim_run_folder("sft", recipe, args, model_args)
 
 
+def test_another_runs_data_is_named_by_the_mixture_setting_that_differs():
+    """A folder's run of another dataset_mixture is told by the first setting that differs, as the
+    recipe writes it, not by two fingerprints; a record without its recipe keeps the fingerprints."""
+    from medrecipes.runs.record import first_difference, identity_differences
+
+    then = {"seed": 7, "sources": [{"path": "a.jsonl", "weight": 0.8}, {"path": "b.jsonl", "weight": 0.2}]}
+    now = {"seed": 42, "sources": [{"path": "a.jsonl", "weight": 0.8}, {"path": "b.jsonl", "weight": 0.2}]}
+    assert first_difference(then, now, "dataset_mixture") == "dataset_mixture.seed 7, here 42"
+    now = {**then, "sources": [then["sources"][0], {"path": "b.jsonl", "weight": 0.3}]}
+    assert first_difference(then, now, "dataset_mixture") == "dataset_mixture.sources[1].weight 0.2, here 0.3"
+    assert first_difference(then, {**then, "streaming": True}, "m") == "m.streaming null, here true"
+    assert first_difference(then, {**then, "sources": then["sources"][:1]}, "m").startswith("m.sources [{")
+    saved = {"script": "s", "model": "m", "data": "0123456789abcdef", "recipe": {"dataset_mixture": then}}
+    ours = {"script": "s", "model": "m", "data": "fedcba9876543210"}
+    assert identity_differences(saved, ours, {**then, "seed": 1}) == ["dataset_mixture.seed 7, here 1"]
+    assert identity_differences({**saved, "recipe": {}}, ours, then) == [
+        "dataset_mixture 0123456789abcdef, here fedcba9876543210"
+    ]
+
+
 def test_a_folder_replaces_another_in_one_step(tmp_path, monkeypatch):
     from medrecipes.outputs import writes
 

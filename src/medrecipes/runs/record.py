@@ -69,15 +69,23 @@ def data_files(recipe) -> list[str]:
     return found + [s.pass_rate.file for s in sources if s.pass_rate and os.path.isfile(s.pass_rate.file)]
 
 
-def identity_differences(saved: dict, ours: dict) -> list[str]:
+def identity_differences(saved: dict, ours: dict, mixture: dict | None = None) -> list[str]:
     """How run record `saved` is another run than `ours`: "model a, here b" for each of script,
     model and data that differ (a model path written otherwise whose weights both keep, the same, is
-    the same model), and the starting model's weights and the data files' contents where both keep
-    theirs (a record written before they were kept has neither)."""
+    the same model; data named by the first setting of the recipe's `mixture` that differs from the
+    record's, where both are known, else by fingerprints), and the starting model's weights and the
+    data files' contents where both keep theirs (a record written before they were kept has neither)."""
     # The same starting weights however the path to them is written (a link, ../x, x/, a copy): one model.
     same_weights = bool(saved.get(WEIGHTS)) and saved.get(WEIGHTS) == ours.get(WEIGHTS)
+    then = (saved.get("recipe") or {}).get("dataset_mixture") if isinstance(saved.get("recipe"), dict) else None
     found = [
-        f"{IDENTITY_WORDS[key]} {saved.get(key)}, here {ours.get(key)}"
+        (
+            key == "data"
+            and mixture is not None
+            and then is not None
+            and first_difference(then, mixture, "dataset_mixture")
+        )
+        or f"{IDENTITY_WORDS[key]} {saved.get(key)}, here {ours.get(key)}"
         for key in IDENTITY
         if saved.get(key) != ours.get(key) and not (key == "model" and same_weights)
     ]
@@ -86,6 +94,25 @@ def identity_differences(saved: dict, ours: dict) -> list[str]:
     if not found and saved.get(DATA_FILES) and ours.get(DATA_FILES) and saved[DATA_FILES] != ours[DATA_FILES]:
         found.append("the data files changed since that run read them")
     return found
+
+
+def first_difference(then, now, where: str) -> str | None:
+    """The first setting, by its dotted path, where `now` differs from `then`: "where.seed 7, here 42"."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        for key in [*then, *(k for k in now if k not in then)]:
+            if then.get(key) != now.get(key):
+                return first_difference(then.get(key), now.get(key), f"{where}.{key}")
+        return None
+    if isinstance(then, list) and isinstance(now, list) and len(then) == len(now):
+        return next(
+            (
+                first_difference(a, b, f"{where}[{i}]")
+                for i, (a, b) in enumerate(zip(then, now, strict=True))
+                if a != b
+            ),
+            None,
+        )
+    return None if then == now else f"{where} {json.dumps(then, default=str)}, here {json.dumps(now, default=str)}"
 
 
 def read_record(output_dir: str) -> dict | None:

@@ -28,8 +28,8 @@ from medrecipes.training.launch import check_launch
 logger = logging.getLogger(__name__)
 
 
-def _differences(saved: dict, ours: dict) -> str:
-    return "; ".join(identity_differences(saved, ours))
+def _differences(saved: dict, ours: dict, recipe) -> str:
+    return "; ".join(identity_differences(saved, ours, recipe.dataset_mixture))
 
 
 # Settings that do not change what a run trains: where and how it logs and saves (a run folder
@@ -81,7 +81,7 @@ def recorded_differences(method: str, recipe, training_args, model_args) -> str:
         return ""
     ours = resolved_recipe(recipe, model_args, training_args)
     found = (
-        _differences(saved, run_identity(method, recipe, model_args)),
+        _differences(saved, run_identity(method, recipe, model_args), recipe),
         _changed_settings(saved.get("recipe") or {}, ours),
     )
     return "; ".join(part for part in found if part)
@@ -170,7 +170,7 @@ def claim_run_folder(method: str, recipe, training_args, model_args) -> bool:
         saved = folder.record()
         if saved is not None and not folder.has_results():
             saved = None  # a run that stopped before its first save: nothing of it to protect
-        differences = _differences(saved, ours) if saved is not None else ""
+        differences = _differences(saved, ours, recipe) if saved is not None else ""
         if differences:
             raise UserError(
                 f"{where}: {output_dir} holds another run ({differences}); give this run "
