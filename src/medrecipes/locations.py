@@ -203,17 +203,25 @@ def trained_system_prompt(model_path: str) -> tuple[bool, str | None]:
     """(whether the run that made a model is known, the system prompt it trained with or None): read
     from its run.json beside final/, or for a merge-lora folder, from its merged_from.json (which
     keeps it once the adapter is gone) or the run of the adapter it names."""
-    import json
-
     recipe = _run_recipe(model_path)
     if recipe is None:  # a merge: as merge-lora recorded it, else as the adapter's run did
-        try:
-            with open(os.path.join(os.path.expanduser(model_path), MERGE_RECORD), encoding="utf-8") as f:
-                merged = json.load(f)
-            recipe = merged if "system_prompt" in merged else _run_recipe(merged["adapter"])
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
-            recipe = None
-    return (False, None) if not isinstance(recipe, dict) else (True, recipe["system_prompt"] or None)
+        merged = merge_record(model_path)
+        adapter = merged.get("adapter")
+        recipe = merged if "system_prompt" in merged else _run_recipe(adapter) if isinstance(adapter, str) else None
+    return (False, None) if recipe is None else (True, recipe["system_prompt"] or None)
+
+
+def merge_record(path: str) -> dict:
+    """The merged_from.json that `medrecipes merge-lora` wrote into the model folder `path`; {} for a
+    model that is not a merge, or whose record is unreadable (it is then only the weights it has)."""
+    import json
+
+    try:
+        with open(os.path.join(os.path.expanduser(path), MERGE_RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _run_recipe(model_path: str) -> dict | None:

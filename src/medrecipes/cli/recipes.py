@@ -132,9 +132,9 @@ def _check_local_inputs(method: str, recipe, model_args, training_args) -> None:
     if recipe.init_from_scratch and recipe.architecture:
         scratch_config(recipe.architecture)
     check_model_settings(model_args, recipe, training_args)
-    for name in recipe.eval_tasks or [] if recipe.eval_tasks_data_dir else []:  # local benchmark files, as the run
-        if name in TASKS:
-            load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit, wording=RECIPE_WORDING)
+    local_tasks = [name for name in recipe.eval_tasks or [] if name in TASKS] if recipe.eval_tasks_data_dir else []
+    for name in local_tasks:  # their benchmark files under eval_tasks_data_dir, loaded as the run loads them
+        load_task(name, data_dir=recipe.eval_tasks_data_dir, limit=recipe.eval_tasks_limit, wording=RECIPE_WORDING)
     if not resumes_from_output_dir(training_args):  # a checkpoint the recipe names
         check_named_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, recipe)
     named = recipe.tokenizer_name_or_path or starting_model(model_args)

@@ -174,6 +174,11 @@ def model_card(
     # in the table as such, never among the Hub's evaluation results.
     trained = training_files(facts)
     seen = {name for name, report in mcq_reports.items() if scored_on_training_data(report, trained)}
+    for name in seen:
+        logger.warning(
+            "card: %s scored %s, which the run trained on: its table says so, and the card's evaluation results "
+            "(model-index) leave it out", name, mcq_reports[name]["source"],
+        )  # fmt: skip
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
         base_model=facts["hub_base_model"],
@@ -277,15 +282,7 @@ def write_card(
         Path(folder, "images", f"{name}.png").write_bytes(png)
         images[f"images/{name}.png"] = caption
     last = run.reports[max(run.reports)] if run.reports else {}  # its last evaluation's MCQ reports
-    reports = {**last, **(reports or {})}
-    trained = training_files(run.record["card"])
-    for name, report in reports.items():
-        if scored_on_training_data(report, trained):
-            logger.warning(
-                "card: %s scored %s, which the run trained on: its table says so, and the card's evaluation "
-                "results (model-index) leave it out", name, report["source"],
-            )  # fmt: skip
-    text = str(model_card(repo_id, run.record, summary, eval_metrics, reports, images))
+    text = str(model_card(repo_id, run.record, summary, eval_metrics, {**last, **(reports or {})}, images))
     for secret in {*secrets, get_token(), os.environ.get("HF_TOKEN")} - {None, ""}:
         if secret in text:  # e.g. a token pasted into a recipe value
             text = text.replace(secret, "<redacted>")

@@ -5,7 +5,7 @@ import json
 import os
 
 from medrecipes.errors import UserError, did_you_mean, is_number
-from medrecipes.locations import MERGE_RECORD, WEIGHT_SUFFIXES, absent, missing_local_model, template_error
+from medrecipes.locations import WEIGHT_SUFFIXES, absent, merge_record, missing_local_model, template_error
 from medrecipes.outputs.checkpoints import index_shards, safetensors_extent
 
 # A folder with none of these has no tokenizer for AutoTokenizer to load.
@@ -272,13 +272,8 @@ def read_adapter_config(path: str, typed: bool = True) -> dict:
 
 def merged_adapter_fingerprint(path: str) -> str | None:
     """The weights' fingerprint of the LoRA adapter that `medrecipes merge-lora` folded into the model
-    folder `path`, as its merged_from.json records it; None for a model that is not a merge (or whose
-    record is unreadable: it is then only the weights it has)."""
-    try:
-        with open(os.path.join(os.path.expanduser(path), MERGE_RECORD), encoding="utf-8") as f:
-            found = json.load(f).get("adapter_fingerprint")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return None
+    folder `path`, as its merged_from.json records it; None for a model that is not a merge."""
+    found = merge_record(path).get("adapter_fingerprint")
     return found if isinstance(found, str) else None
 
 
